@@ -1,0 +1,1 @@
+//! The nvcc driver (being written).
