@@ -1,0 +1,552 @@
+//! The one evaluator of DESIGN §4: it gives the IR its meaning by walking any µGraph — block graphs
+//! with their partition, loop, accumulate and concatenate rules — over an abstract value domain.
+//!
+//! With `f32` values ([`crate::reference`]) it is the CPU reference interpreter; with finite-field
+//! values it is the fingerprint engine. Semantics live here and nowhere else.
+
+use rayon::prelude::*;
+
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp};
+
+/// A value domain: the arithmetic the evaluator is instantiated with.
+pub trait Domain: Sync {
+    /// One element.
+    type V: Copy + Send + Sync + std::fmt::Debug;
+    /// The additive identity.
+    fn zero(&self) -> Self::V;
+    /// The initial value of a running maximum (`-∞` for floats).
+    fn neg_infinity(&self) -> Self::V;
+    /// The count `n` as a value (divisor of means).
+    fn count(&self, n: usize) -> Self::V;
+    /// A float constant of the program (scalars, epsilons).
+    fn constant(&self, c: f32) -> Self::V;
+    /// `a + b`.
+    fn add(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a - b`.
+    fn sub(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a · b`.
+    fn mul(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a / b`.
+    fn div(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a ^ b`.
+    fn pow(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// `max(a, b)`.
+    fn max(&self, a: Self::V, b: Self::V) -> Self::V;
+    /// An element-wise unary function.
+    fn unary(&self, op: &UnaryOp, a: Self::V) -> Self::V;
+    /// `acc + a · b` (the matmul inner step).
+    #[inline]
+    fn mul_add(&self, acc: Self::V, a: Self::V, b: Self::V) -> Self::V {
+        self.add(acc, self.mul(a, b))
+    }
+}
+
+/// A dense row-major tensor of domain values (the evaluator works on logical values; device
+/// strides do not enter the semantics).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor<V> {
+    /// Extent of each dim.
+    pub shape: Vec<usize>,
+    /// Elements in row-major order.
+    pub data: Vec<V>,
+}
+
+/// Why an evaluation could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// The number of inputs differs from the graph's.
+    #[error("the graph takes {expected} inputs, {found} were given")]
+    InputCount {
+        /// The graph's input count.
+        expected: usize,
+        /// Given.
+        found: usize,
+    },
+    /// An input's shape differs from its parameter's.
+    #[error("input {index}: expected shape {expected:?}, found {found:?}")]
+    InputShape {
+        /// Which input.
+        index: usize,
+        /// The parameter's shape.
+        expected: Vec<usize>,
+        /// The given shape.
+        found: Vec<usize>,
+    },
+    /// A tensor's data length disagrees with its shape.
+    #[error("a tensor of shape {shape:?} needs {expected} elements, found {found}")]
+    DataLength {
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Product of the shape.
+        expected: usize,
+        /// Data length.
+        found: usize,
+    },
+}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    crate::ir::row_major_strides(shape)
+}
+
+impl<V: Copy> Tensor<V> {
+    /// A tensor from a shape and row-major data.
+    pub fn new(shape: Vec<usize>, data: Vec<V>) -> Result<Self, EvalError> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(EvalError::DataLength { shape, expected, found: data.len() });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// A tensor filled with `v`.
+    pub fn full(shape: &[usize], v: V) -> Self {
+        Tensor { shape: shape.to_vec(), data: vec![v; shape.iter().product()] }
+    }
+
+    /// Element at a multi-index.
+    pub fn at(&self, idx: &[usize]) -> V {
+        let strides = row_major(&self.shape);
+        self.data[idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()]
+    }
+
+    /// Element-wise map.
+    pub fn map(&self, f: impl Fn(V) -> V) -> Self {
+        Tensor { shape: self.shape.clone(), data: self.data.iter().map(|&v| f(v)).collect() }
+    }
+
+    /// Copies the box `[offset, offset + shape)` out of this tensor.
+    pub fn region(&self, offset: &[usize], shape: &[usize]) -> Self {
+        let src = row_major(&self.shape);
+        let n: usize = shape.iter().product();
+        let mut data = Vec::with_capacity(n);
+        let rank = shape.len();
+        let last = shape[rank - 1];
+        let rows = n / last;
+        let mut idx = vec![0usize; rank];
+        for _ in 0..rows {
+            let base: usize = (0..rank).map(|d| (offset[d] + idx[d]) * src[d]).sum();
+            data.extend_from_slice(&self.data[base..base + last]);
+            // advance idx over the leading dims
+            for d in (0..rank - 1).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Tensor { shape: shape.to_vec(), data }
+    }
+
+    /// Writes `tile` into this tensor at `offset`.
+    pub fn write_region(&mut self, offset: &[usize], tile: &Tensor<V>) {
+        let dst = row_major(&self.shape);
+        let rank = tile.shape.len();
+        let last = tile.shape[rank - 1];
+        let rows = tile.data.len() / last;
+        let mut idx = vec![0usize; rank];
+        for r in 0..rows {
+            let base: usize = (0..rank).map(|d| (offset[d] + idx[d]) * dst[d]).sum();
+            self.data[base..base + last].copy_from_slice(&tile.data[r * last..(r + 1) * last]);
+            for d in (0..rank - 1).rev() {
+                idx[d] += 1;
+                if idx[d] < tile.shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+/// Splits a shape around `dim` into (outer, extent, inner) element counts.
+fn around(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
+}
+
+/// Tensor operations over a domain: the semantics of every operator.
+struct Ops<'d, D: Domain>(&'d D);
+
+impl<D: Domain> Ops<'_, D> {
+    fn unary(&self, op: &UnaryOp, x: &Tensor<D::V>) -> Tensor<D::V> {
+        x.map(|v| self.0.unary(op, v))
+    }
+
+    fn scalar_binary(&self, op: BinaryOp, a: D::V, b: D::V) -> D::V {
+        let d = self.0;
+        match op {
+            BinaryOp::Add => d.add(a, b),
+            BinaryOp::Sub => d.sub(a, b),
+            BinaryOp::Mul => d.mul(a, b),
+            BinaryOp::Div => d.div(a, b),
+            BinaryOp::Pow => d.pow(a, b),
+        }
+    }
+
+    /// Binary op with size-1 broadcasting (shapes already checked by the IR).
+    fn binary(&self, op: BinaryOp, a: &Tensor<D::V>, b: &Tensor<D::V>) -> Tensor<D::V> {
+        self.zip(a, b, |x, y| self.scalar_binary(op, x, y))
+    }
+
+    /// Element-wise maximum with broadcasting.
+    fn max(&self, a: &Tensor<D::V>, b: &Tensor<D::V>) -> Tensor<D::V> {
+        self.zip(a, b, |x, y| self.0.max(x, y))
+    }
+
+    /// Combines two equal-rank tensors element-wise with size-1 broadcasting.
+    fn zip(&self, a: &Tensor<D::V>, b: &Tensor<D::V>, f: impl Fn(D::V, D::V) -> D::V) -> Tensor<D::V> {
+        if a.shape == b.shape {
+            let data = a.data.iter().zip(&b.data).map(|(&x, &y)| f(x, y)).collect();
+            return Tensor { shape: a.shape.clone(), data };
+        }
+        let shape: Vec<usize> = a.shape.iter().zip(&b.shape).map(|(&x, &y)| x.max(y)).collect();
+        let (sa, sb) = (row_major(&a.shape), row_major(&b.shape));
+        let n: usize = shape.iter().product();
+        let mut data = Vec::with_capacity(n);
+        let mut idx = vec![0usize; shape.len()];
+        for _ in 0..n {
+            let (mut ia, mut ib) = (0, 0);
+            for d in 0..shape.len() {
+                if a.shape[d] != 1 {
+                    ia += idx[d] * sa[d];
+                }
+                if b.shape[d] != 1 {
+                    ib += idx[d] * sb[d];
+                }
+            }
+            data.push(f(a.data[ia], b.data[ib]));
+            for d in (0..shape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Tensor { shape, data }
+    }
+
+    /// Batched `[..., m, k] x [..., k, n]`.
+    fn matmul(&self, a: &Tensor<D::V>, b: &Tensor<D::V>) -> Tensor<D::V> {
+        let r = a.shape.len();
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let batch: usize = a.shape[..r - 2].iter().product();
+        let mut shape = a.shape.clone();
+        shape[r - 1] = n;
+        let zero = self.0.zero();
+        let mut data = vec![zero; batch * m * n];
+        let d = self.0;
+        let row = |(row_idx, row): (usize, &mut [D::V])| {
+                let (bi, i) = (row_idx / m, row_idx % m);
+                let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
+                let bb = &b.data[bi * k * n..(bi + 1) * k * n];
+                for (kk, &av) in ab.iter().enumerate() {
+                    let brow = &bb[kk * n..(kk + 1) * n];
+                    for (o, &bv) in row.iter_mut().zip(brow) {
+                    *o = d.mul_add(*o, av, bv);
+                }
+            }
+        };
+        if n > 0 && batch * m * n * k >= 1 << 22 {
+            // Large products: parallel over output rows.
+            data.par_chunks_mut(n).enumerate().for_each(row);
+        } else if n > 0 {
+            data.chunks_mut(n).enumerate().for_each(row);
+        }
+        Tensor { shape, data }
+    }
+
+    /// Reduction of `dim` to `width` with strided grouping: output `j` combines inputs
+    /// `j, j + width, j + 2·width, …` with `f`.
+    fn reduce(&self, x: &Tensor<D::V>, dim: usize, width: usize, f: impl Fn(D::V, D::V) -> D::V) -> Tensor<D::V> {
+        let (outer, extent, inner) = around(&x.shape, dim);
+        let mut shape = x.shape.clone();
+        shape[dim] = width;
+        let mut data = Vec::with_capacity(outer * width * inner);
+        for o in 0..outer {
+            for j in 0..width {
+                for i in 0..inner {
+                    let mut acc = x.data[(o * extent + j) * inner + i];
+                    let mut e = j + width;
+                    while e < extent {
+                        acc = f(acc, x.data[(o * extent + e) * inner + i]);
+                        e += width;
+                    }
+                    data.push(acc);
+                }
+            }
+        }
+        Tensor { shape, data }
+    }
+
+    fn reduce_sum(&self, x: &Tensor<D::V>, dim: usize, width: usize) -> Tensor<D::V> {
+        self.reduce(x, dim, width, |a, b| self.0.add(a, b))
+    }
+
+    fn reduce_max(&self, x: &Tensor<D::V>, dim: usize) -> Tensor<D::V> {
+        self.reduce(x, dim, 1, |a, b| self.0.max(a, b))
+    }
+
+    fn last(x: &Tensor<D::V>) -> usize {
+        x.shape.len() - 1
+    }
+
+    /// `Σ_last x²` (last dim kept with size 1).
+    fn sum_squares_last(&self, x: &Tensor<D::V>) -> Tensor<D::V> {
+        let sq = x.map(|v| self.0.mul(v, v));
+        self.reduce_sum(&sq, Self::last(x), 1)
+    }
+
+    /// `sqrt(s / n + eps)`.
+    fn rms_from_sum(&self, s: &Tensor<D::V>, n: usize, eps: Option<f32>) -> Tensor<D::V> {
+        let d = self.0;
+        let count = d.count(n);
+        s.map(|v| {
+            let mean = d.div(v, count);
+            let mean = match eps {
+                Some(e) => d.add(mean, d.constant(e)),
+                None => mean,
+            };
+            d.unary(&UnaryOp::Sqrt, mean)
+        })
+    }
+
+    fn rms_norm(&self, x: &Tensor<D::V>, eps: f32, weight: Option<&Tensor<D::V>>) -> Tensor<D::V> {
+        let n = x.shape[Self::last(x)];
+        let rms = self.rms_from_sum(&self.sum_squares_last(x), n, Some(eps));
+        let y = self.binary(BinaryOp::Div, x, &rms);
+        match weight {
+            Some(w) => self.binary(BinaryOp::Mul, &y, w),
+            None => y,
+        }
+    }
+
+    fn concat(&self, a: &Tensor<D::V>, b: &Tensor<D::V>, dim: usize) -> Tensor<D::V> {
+        let (outer, ea, inner) = around(&a.shape, dim);
+        let eb = b.shape[dim];
+        let mut shape = a.shape.clone();
+        shape[dim] = ea + eb;
+        let mut data = Vec::with_capacity(outer * (ea + eb) * inner);
+        for o in 0..outer {
+            data.extend_from_slice(&a.data[o * ea * inner..(o + 1) * ea * inner]);
+            data.extend_from_slice(&b.data[o * eb * inner..(o + 1) * eb * inner]);
+        }
+        Tensor { shape, data }
+    }
+
+    /// The element-wise and reduction operators common to both levels.
+    fn common_block_op(&self, op: &BlockOp, args: &[&Tensor<D::V>]) -> Option<Tensor<D::V>> {
+        Some(match op {
+            BlockOp::Matmul => self.matmul(args[0], args[1]),
+            BlockOp::Unary { op } => self.unary(op, args[0]),
+            BlockOp::Binary { op } => self.binary(*op, args[0], args[1]),
+            BlockOp::ReduceSum { dim } => self.reduce_sum(args[0], *dim, 1),
+            BlockOp::ReduceSumTo { dim, width } => self.reduce_sum(args[0], *dim, *width),
+            BlockOp::ReduceMax { dim } => self.reduce_max(args[0], *dim),
+            BlockOp::RmsNorm { eps } => self.rms_norm(args[0], eps.0, None),
+            BlockOp::Concat { dim } => self.concat(args[0], args[1], *dim),
+            _ => return None,
+        })
+    }
+}
+
+/// Evaluates a kernel graph on `inputs` (one per `Input` node, in order); returns one tensor per
+/// `Output` node, in order.
+pub fn evaluate<D: Domain>(graph: &KernelGraph, domain: &D, inputs: &[Tensor<D::V>]) -> Result<Vec<Tensor<D::V>>, EvalError> {
+    let params = graph.inputs();
+    if params.len() != inputs.len() {
+        return Err(EvalError::InputCount { expected: params.len(), found: inputs.len() });
+    }
+    for (index, (p, t)) in params.iter().zip(inputs).enumerate() {
+        if p.shape != t.shape {
+            return Err(EvalError::InputShape { index, expected: p.shape.clone(), found: t.shape.clone() });
+        }
+        let expected: usize = t.shape.iter().product();
+        if t.data.len() != expected {
+            return Err(EvalError::DataLength { shape: t.shape.clone(), expected, found: t.data.len() });
+        }
+    }
+    let ops = Ops(domain);
+    let mut values: Vec<Vec<Tensor<D::V>>> = Vec::with_capacity(graph.nodes().len());
+    let mut next_input = 0;
+    let mut outputs = Vec::new();
+    for node in graph.nodes() {
+        let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
+        let produced = match &node.op {
+            KernelOp::Input { .. } => {
+                next_input += 1;
+                vec![inputs[next_input - 1].clone()]
+            }
+            KernelOp::Output { .. } => {
+                outputs.push(args[0].clone());
+                vec![]
+            }
+            KernelOp::Matmul => vec![ops.matmul(args[0], args[1])],
+            KernelOp::Unary { op } => vec![ops.unary(op, args[0])],
+            KernelOp::Binary { op } => vec![ops.binary(*op, args[0], args[1])],
+            KernelOp::ReduceSum { dim } => vec![ops.reduce_sum(args[0], *dim, 1)],
+            KernelOp::ReduceMax { dim } => vec![ops.reduce_max(args[0], *dim)],
+            KernelOp::RmsNorm { eps } => vec![ops.rms_norm(args[0], eps.0, args.get(1).copied())],
+            KernelOp::Concat { dim } => vec![ops.concat(args[0], args[1], *dim)],
+            KernelOp::Custom { block } => evaluate_block(block, &ops, &args),
+        };
+        values.push(produced);
+    }
+    Ok(outputs)
+}
+
+/// Per-block loop-carried state of one node.
+enum Carry<V> {
+    None,
+    Acc(Option<Tensor<V>>),
+    RunningMax(Option<Tensor<V>>),
+}
+
+/// Evaluates one block graph: every block independently (in parallel), then concatenates the
+/// blocks' output tiles.
+fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
+    let grid = bg.grid();
+    let per_block: Vec<Vec<(Vec<usize>, Tensor<D::V>)>> = (0..bg.num_blocks())
+        .into_par_iter()
+        .map(|flat| {
+            let b = [flat % grid[0], (flat / grid[0]) % grid[1], flat / (grid[0] * grid[1])];
+            run_block(bg, ops, inputs, b)
+        })
+        .collect();
+    let descs = bg.output_descs();
+    let mut outs: Vec<Tensor<D::V>> = descs.iter().map(|d| Tensor::full(&d.shape, ops.0.zero())).collect();
+    for block in per_block {
+        for (k, (offset, tile)) in block.into_iter().enumerate() {
+            outs[k].write_region(&offset, &tile);
+        }
+    }
+    outs
+}
+
+/// Runs block `b`: returns, for each output saver in order, the offset and the tile it writes.
+fn run_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>], b: [usize; 3]) -> Vec<(Vec<usize>, Tensor<D::V>)> {
+    let d = ops.0;
+    let grid = bg.grid();
+    let nodes = bg.nodes();
+    let frange = bg.forloop_range();
+    let mut carry: Vec<Carry<D::V>> = nodes
+        .iter()
+        .map(|n| match n.op {
+            BlockOp::Accum { .. } => Carry::Acc(None),
+            BlockOp::RunningMax { .. } => Carry::RunningMax(None),
+            _ => Carry::None,
+        })
+        .collect();
+    let mut values: Vec<Vec<Tensor<D::V>>> = vec![Vec::new(); nodes.len()];
+    let get = |values: &Vec<Vec<Tensor<D::V>>>, t: &TensorRef| -> Tensor<D::V> { values[t.node][t.port].clone() };
+    let in_loop = |i: usize| match nodes[i].op {
+        BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
+        _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
+    };
+    // The loop body.
+    for it in 0..frange {
+        for (i, node) in nodes.iter().enumerate() {
+            if let BlockOp::Accum { acc } = node.op {
+                let x = &values[node.inputs[0].node][node.inputs[0].port];
+                let folded = match acc {
+                    AccKind::Sum | AccKind::Max | AccKind::Rescale => x.clone(),
+                    AccKind::SumLast | AccKind::SumLastRescale => ops.reduce_sum(x, x.shape.len() - 1, 1),
+                    AccKind::RmsLast => ops.sum_squares_last(x),
+                    AccKind::SumTo { width } => ops.reduce_sum(x, x.shape.len() - 1, width),
+                };
+                let Carry::Acc(state) = &mut carry[i] else { continue };
+                *state = Some(match state.take() {
+                    None => folded,
+                    Some(prev) => match acc {
+                        AccKind::Max => ops.max(&prev, &folded),
+                        AccKind::Rescale | AccKind::SumLastRescale => {
+                            let r = &values[node.inputs[1].node][node.inputs[1].port];
+                            ops.binary(BinaryOp::Add, &ops.binary(BinaryOp::Mul, &prev, r), &folded)
+                        }
+                        _ => ops.binary(BinaryOp::Add, &prev, &folded),
+                    },
+                });
+                continue;
+            }
+            if !in_loop(i) {
+                continue;
+            }
+            let produced = match &node.op {
+                BlockOp::Input { input, imap, forloop_dim } => {
+                    if forloop_dim.is_none() && it > 0 {
+                        continue; // loaded once, before the loop
+                    }
+                    let src = inputs[*input];
+                    let tile = &node.outputs[0].shape;
+                    let mut offset = vec![0usize; tile.len()];
+                    for a in 0..3 {
+                        if let Some(dim) = imap[a] {
+                            offset[dim] += b[a] * (src.shape[dim] / grid[a]);
+                        }
+                    }
+                    if let Some(f) = forloop_dim {
+                        offset[*f] += it * tile[*f];
+                    }
+                    vec![src.region(&offset, tile)]
+                }
+                BlockOp::RunningMax { dim } => {
+                    let cur = ops.reduce_max(&get(&values, &node.inputs[0]), *dim);
+                    let Carry::RunningMax(prev) = &mut carry[i] else { continue };
+                    let (m, diff) = match prev.take() {
+                        None => (cur.clone(), cur.map(|_| d.neg_infinity())),
+                        Some(p) => {
+                            let m = ops.max(&p, &cur);
+                            let diff = ops.binary(BinaryOp::Sub, &p, &m);
+                            (m, diff)
+                        }
+                    };
+                    *prev = Some(m.clone());
+                    vec![m, diff]
+                }
+                op => {
+                    let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
+                    match ops.common_block_op(op, &args) {
+                        Some(t) => vec![t],
+                        None => continue,
+                    }
+                }
+            };
+            values[i] = produced;
+        }
+    }
+    // After the loop: finish accumulators, run the epilogue, save outputs.
+    let mut saved = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        match &node.op {
+            BlockOp::Accum { acc } => {
+                let Carry::Acc(Some(state)) = &mut carry[i] else { continue };
+                let value = match acc {
+                    AccKind::RmsLast => {
+                        let last = nodes[node.inputs[0].node].outputs[node.inputs[0].port].shape.last().copied().unwrap_or(1);
+                        ops.rms_from_sum(state, frange * last, None)
+                    }
+                    _ => state.clone(),
+                };
+                values[i] = vec![value];
+            }
+            BlockOp::Output { omap } => {
+                let tile = get(&values, &node.inputs[0]);
+                let mut offset = vec![0usize; tile.shape.len()];
+                for a in 0..3 {
+                    if let Some(dim) = omap[a] {
+                        offset[dim] += b[a] * tile.shape[dim];
+                    }
+                }
+                saved.push((offset, tile));
+            }
+            op if !in_loop(i) => {
+                let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
+                if let Some(t) = ops.common_block_op(op, &args) {
+                    values[i] = vec![t];
+                }
+            }
+            _ => {}
+        }
+    }
+    saved
+}

@@ -1,0 +1,1 @@
+//! Import of Mirage µGraph JSON (being written).
