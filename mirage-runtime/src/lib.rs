@@ -1,2 +1,60 @@
-//! The run-time half of mirage: device handle, typed device tensors, cubin loading and launching,
-//! CUDA-event timing (DESIGN.md §12). Being written.
+//! The run-time half of mirage (DESIGN.md §12): a CUDA device handle, typed device tensors,
+//! cubin loading and kernel launches, and CUDA-event timing, on top of cudarc's driver API.
+//!
+//! - [`Gpu`] opens a device (an `Err`, never a panic, when there is no driver or no device) and
+//!   holds its context and default [`Stream`].
+//! - [`DeviceTensor<T>`] is a device allocation of `half::f16`, `half::bf16` or `f32` with a
+//!   [`Layout`] (shape of rank 1 to 4 and strides); shapes and lengths are checked before any
+//!   CUDA call.
+//! - [`Module`] and [`Kernel`] load a cubin once per process (they live in `static`s) and
+//!   [`KernelArgs`] launches a kernel with a [`LaunchConfig`], raising the dynamic shared memory
+//!   limit when a kernel needs more than 48 KiB.
+//! - [`time_median`] times GPU work with CUDA events, flushing the L2 cache ([`L2Flush`])
+//!   between calls.
+//!
+//! ```
+//! use mirage_runtime::{Gpu, RuntimeError};
+//!
+//! fn main() -> Result<(), RuntimeError> {
+//!     let gpu = match Gpu::new(0) {
+//!         Ok(gpu) => gpu,
+//!         // No driver or no suitable device here: nothing to run on.
+//!         Err(e) => {
+//!             eprintln!("no usable GPU: {e}");
+//!             return Ok(());
+//!         }
+//!     };
+//!     println!("{}", gpu.info());
+//!     let host: Vec<f32> = (0..8 * 16).map(|i| i as f32).collect();
+//!     let x = gpu.upload(&host, &[8, 16])?;
+//!     assert_eq!(x.shape(), &[8, 16]);
+//!     assert_eq!(gpu.download(&x)?, host);
+//!
+//!     // A length that does not match the shape is an error, found before any CUDA call.
+//!     assert!(gpu.upload(&host, &[8, 15]).is_err());
+//!     Ok(())
+//! }
+//! ```
+
+mod device;
+mod error;
+mod kernel;
+mod tensor;
+mod timing;
+
+pub use device::{
+    ComputeCapability, DeviceInfo, Gpu, Stream, TimingEvent, check_compute_capability, check_ordinal,
+    device_count, driver_available,
+};
+pub use error::RuntimeError;
+pub use kernel::{
+    DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig, MAX_THREADS_PER_BLOCK, Module,
+    ModuleImage, check_image, check_shared_memory,
+};
+pub use tensor::{DType, DeviceTensor, Element, Layout};
+pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};
+
+/// The cudarc crate this runtime is built on, for what it does not wrap.
+pub use cudarc;
+/// The `half` crate, for `f16` and `bf16`.
+pub use half;

@@ -1,0 +1,533 @@
+//! Modules ([`Module`], a cubin or PTX image), kernels in them ([`Kernel`]), launch
+//! configurations ([`LaunchConfig`]) and launches ([`KernelArgs`]).
+//!
+//! Both [`Module`] and [`Kernel`] are built by `const fn`s, so generated code keeps them in
+//! `static`s: the image is loaded on first use, once per process, and the function looked up
+//! once.
+//!
+//! ```no_run
+//! use mirage_runtime::{Gpu, Kernel, LaunchConfig, Module, RuntimeError};
+//!
+//! // In real code: include_bytes!(concat!(env!("OUT_DIR"), "/scale.cubin")).
+//! static CUBIN: &[u8] = &[];
+//! static MODULE: Module = Module::from_cubin("scale", CUBIN);
+//! static SCALE: Kernel = Kernel::new(&MODULE, "scale_f32");
+//!
+//! fn scale(gpu: &Gpu, x: &mut mirage_runtime::DeviceTensor<f32>, by: f32) -> Result<(), RuntimeError> {
+//!     let n = u32::try_from(x.num_elements()).unwrap_or(u32::MAX);
+//!     let cfg = LaunchConfig::new((n.div_ceil(256), 1, 1), (256, 1, 1), 0);
+//!     let mut args = SCALE.args(gpu.stream())?;
+//!     args.tensor_mut(x).scalar(&by).scalar(&n);
+//!     // SAFETY: scale_f32(float* x, float by, unsigned n) reads and writes x[0..n).
+//!     unsafe { args.launch(cfg) }
+//! }
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys};
+use cudarc::nvrtc::Ptx;
+
+use crate::device::{Stream, guard};
+use crate::error::RuntimeError;
+use crate::tensor::{DeviceTensor, Element};
+
+/// Dynamic shared memory a kernel may use without opting in, in bytes (48 KiB).
+pub const DEFAULT_DYNAMIC_SMEM_LIMIT: u32 = 48 * 1024;
+
+/// The largest number of threads in one block.
+pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+
+/// How a kernel is launched: grid and block dimensions and dynamic shared memory per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in the grid, (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads in a block, (x, y, z).
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub dynamic_smem_bytes: u32,
+}
+
+impl fmt::Display for LaunchConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (g, b) = (self.grid, self.block);
+        write!(
+            f,
+            "grid ({}, {}, {}), block ({}, {}, {}), {} bytes of dynamic shared memory",
+            g.0, g.1, g.2, b.0, b.1, b.2, self.dynamic_smem_bytes
+        )
+    }
+}
+
+impl LaunchConfig {
+    /// A configuration from its parts.
+    pub const fn new(grid: (u32, u32, u32), block: (u32, u32, u32), dynamic_smem_bytes: u32) -> Self {
+        LaunchConfig { grid, block, dynamic_smem_bytes }
+    }
+
+    /// Threads per block (product of the block dimensions), without overflow.
+    pub fn threads_per_block(&self) -> u64 {
+        u64::from(self.block.0) * u64::from(self.block.1) * u64::from(self.block.2)
+    }
+
+    /// Checks the configuration against CUDA's limits (pure): every dimension at least 1, grid
+    /// at most (2^31-1, 65535, 65535), block at most (1024, 1024, 64) and 1024 threads in all.
+    /// The error names `kernel` and the configuration.
+    pub fn validate(&self, kernel: &str) -> Result<(), RuntimeError> {
+        let fail = |reason: String| {
+            Err(RuntimeError::LaunchConfig { kernel: kernel.to_owned(), config: *self, reason })
+        };
+        let axes = ["x", "y", "z"];
+        let grid = [self.grid.0, self.grid.1, self.grid.2];
+        let block = [self.block.0, self.block.1, self.block.2];
+        let grid_max = [i32::MAX as u32, 65535, 65535];
+        let block_max = [1024, 1024, 64];
+        for i in 0..3 {
+            if grid[i] == 0 {
+                return fail(format!("expected grid.{} >= 1, found 0", axes[i]));
+            }
+            if grid[i] > grid_max[i] {
+                return fail(format!("expected grid.{} <= {}, found {}", axes[i], grid_max[i], grid[i]));
+            }
+            if block[i] == 0 {
+                return fail(format!("expected block.{} >= 1, found 0", axes[i]));
+            }
+            if block[i] > block_max[i] {
+                return fail(format!("expected block.{} <= {}, found {}", axes[i], block_max[i], block[i]));
+            }
+        }
+        let threads = self.threads_per_block();
+        if threads > u64::from(MAX_THREADS_PER_BLOCK) {
+            return fail(format!(
+                "expected at most {MAX_THREADS_PER_BLOCK} threads per block, found {threads}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a kernel's shared memory against the device's opt-in limit per block (pure).
+pub fn check_shared_memory(
+    kernel: &str,
+    dynamic_bytes: u32,
+    static_bytes: u32,
+    optin_limit: u32,
+) -> Result<(), RuntimeError> {
+    if u64::from(dynamic_bytes) + u64::from(static_bytes) <= u64::from(optin_limit) {
+        Ok(())
+    } else {
+        Err(RuntimeError::SharedMemory {
+            kernel: kernel.to_owned(),
+            requested: dynamic_bytes,
+            static_bytes,
+            limit: optin_limit,
+        })
+    }
+}
+
+/// A module image: what [`Module`] loads.
+#[derive(Clone, Copy, Debug)]
+pub enum ModuleImage {
+    /// A cubin (ELF) or fatbin, e.g. from `include_bytes!`: the normal path.
+    Cubin(&'static [u8]),
+    /// PTX text, compiled by the driver when loaded (must come from an nvcc no newer than the
+    /// driver).
+    Ptx(&'static str),
+}
+
+const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
+const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+
+/// Checks that an image looks loadable before handing it to the driver (which reads it without
+/// a length): a cubin must start with the ELF or fatbin magic, PTX must hold no NUL byte.
+pub fn check_image(name: &str, image: &ModuleImage) -> Result<(), RuntimeError> {
+    let fail = |reason: String| Err(RuntimeError::InvalidImage { name: name.to_owned(), reason });
+    match image {
+        ModuleImage::Cubin(bytes) => {
+            if bytes.len() < 64 {
+                return fail(format!(
+                    "expected a cubin of at least 64 bytes (an ELF header), found {} bytes",
+                    bytes.len()
+                ));
+            }
+            if bytes[..4] != ELF_MAGIC && bytes[..4] != FATBIN_MAGIC {
+                return fail(format!(
+                    "expected a cubin starting with the ELF magic 7f 45 4c 46 (or a fatbin), found {:02x?}",
+                    &bytes[..4]
+                ));
+            }
+        }
+        ModuleImage::Ptx(text) => {
+            if let Some(at) = text.find('\0') {
+                return fail(format!("expected PTX text without NUL bytes, found one at byte {at}"));
+            }
+            if !text.contains(".version") {
+                return fail("expected PTX text with a `.version` directive, found none".to_owned());
+            }
+        }
+    }
+    Ok(())
+}
+
+struct LoadedModule {
+    ctx: Arc<CudaContext>,
+    module: Arc<CudaModule>,
+    smem_optin: u32,
+}
+
+/// A cubin (or PTX) image, loaded on first use and cached for the life of the process.
+///
+/// Put it in a `static`; all [`Kernel`]s of the image share one loaded module. A module is
+/// loaded on the context of the first stream it is used with; using it with another device's
+/// stream is an error.
+pub struct Module {
+    name: &'static str,
+    image: ModuleImage,
+    loaded: OnceLock<LoadedModule>,
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("name", &self.name)
+            .field("loaded", &self.loaded.get().is_some())
+            .finish()
+    }
+}
+
+impl Module {
+    /// A module from cubin bytes (typically `include_bytes!` of a file nvcc wrote).
+    /// `name` is used in error messages.
+    pub const fn from_cubin(name: &'static str, cubin: &'static [u8]) -> Module {
+        Module { name, image: ModuleImage::Cubin(cubin), loaded: OnceLock::new() }
+    }
+
+    /// A module from PTX text, compiled by the driver when loaded.
+    pub const fn from_ptx(name: &'static str, ptx: &'static str) -> Module {
+        Module { name, image: ModuleImage::Ptx(ptx), loaded: OnceLock::new() }
+    }
+
+    /// The module's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Whether the module has been loaded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.get().is_some()
+    }
+
+    fn get(&self, stream: &Stream) -> Result<&LoadedModule, RuntimeError> {
+        let ctx = stream.inner.context();
+        if let Some(loaded) = self.loaded.get() {
+            return self.check_context(loaded, ctx);
+        }
+        check_image(self.name, &self.image)?;
+        let fresh = guard(&format!("loading module `{}`", self.name), || {
+            let (ptx, what) = match self.image {
+                // The driver reads the image through a pointer: give it an owned, malloc-aligned
+                // copy rather than the (byte-aligned) static.
+                ModuleImage::Cubin(bytes) => (Ptx::from_binary(bytes.to_vec()), "cubin"),
+                ModuleImage::Ptx(text) => (Ptx::from_src(text), "PTX"),
+            };
+            let module = ctx.load_module(ptx).map_err(|source| RuntimeError::Load {
+                name: self.name.to_owned(),
+                what: format!("{what} module on device {}", ctx.ordinal()),
+                source,
+            })?;
+            let smem = ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .map_err(RuntimeError::driver("reading the opt-in shared memory limit"))?;
+            Ok(LoadedModule { ctx: ctx.clone(), module, smem_optin: u32::try_from(smem).unwrap_or(0) })
+        })?;
+        // Another thread may have won the race; either way the cached one is used.
+        let _ = self.loaded.set(fresh);
+        let loaded = self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
+            name: self.name.to_owned(),
+            reason: "expected the module to be cached after loading, found it missing".to_owned(),
+        })?;
+        self.check_context(loaded, ctx)
+    }
+
+    fn check_context<'m>(
+        &self,
+        loaded: &'m LoadedModule,
+        ctx: &Arc<CudaContext>,
+    ) -> Result<&'m LoadedModule, RuntimeError> {
+        if loaded.ctx == *ctx {
+            Ok(loaded)
+        } else {
+            Err(RuntimeError::ContextMismatch {
+                name: self.name.to_owned(),
+                loaded_ordinal: loaded.ctx.ordinal(),
+                found_ordinal: ctx.ordinal(),
+            })
+        }
+    }
+}
+
+struct LoadedKernel {
+    function: CudaFunction,
+    static_smem: u32,
+    smem_optin: u32,
+    /// The dynamic shared memory limit set on the function so far (48 KiB until raised).
+    dynamic_smem_limit: Mutex<u32>,
+}
+
+/// One `__global__` function of a [`Module`], looked up by its (`extern "C"`) name on first use.
+pub struct Kernel<'m> {
+    module: &'m Module,
+    name: &'static str,
+    loaded: OnceLock<LoadedKernel>,
+}
+
+impl fmt::Debug for Kernel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel").field("module", &self.module.name).field("name", &self.name).finish()
+    }
+}
+
+/// Facts about a loaded kernel, from the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// Registers per thread.
+    pub num_regs: u32,
+    /// Static shared memory per block, in bytes.
+    pub static_smem_bytes: u32,
+    /// Local memory (spills) per thread, in bytes.
+    pub local_bytes: u32,
+    /// Most threads per block this kernel can be launched with.
+    pub max_threads_per_block: u32,
+}
+
+impl<'m> Kernel<'m> {
+    /// The kernel called `name` in `module`.
+    pub const fn new(module: &'m Module, name: &'static str) -> Kernel<'m> {
+        Kernel { module, name, loaded: OnceLock::new() }
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn get(&self, stream: &Stream) -> Result<&LoadedKernel, RuntimeError> {
+        let module = self.module.get(stream)?;
+        if let Some(loaded) = self.loaded.get() {
+            return Ok(loaded);
+        }
+        if self.name.contains('\0') {
+            return Err(RuntimeError::InvalidImage {
+                name: self.name.to_owned(),
+                reason: "expected a kernel name without NUL bytes, found one".to_owned(),
+            });
+        }
+        let fresh = guard(&format!("looking up kernel `{}`", self.name), || {
+            let function = module.module.load_function(self.name).map_err(|source| RuntimeError::Load {
+                name: self.name.to_owned(),
+                what: format!("function in module `{}`", self.module.name),
+                source,
+            })?;
+            let static_smem = function
+                .shared_size_bytes()
+                .map_err(RuntimeError::driver(format!("reading the shared memory size of `{}`", self.name)))?;
+            Ok(LoadedKernel {
+                function,
+                static_smem: u32::try_from(static_smem).unwrap_or(0),
+                smem_optin: module.smem_optin,
+                dynamic_smem_limit: Mutex::new(DEFAULT_DYNAMIC_SMEM_LIMIT),
+            })
+        })?;
+        let _ = self.loaded.set(fresh);
+        self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
+            name: self.name.to_owned(),
+            reason: "expected the kernel to be cached after loading, found it missing".to_owned(),
+        })
+    }
+
+    /// Loads the module and looks the kernel up now (otherwise done on first launch).
+    pub fn load(&self, stream: &Stream) -> Result<KernelInfo, RuntimeError> {
+        let k = self.get(stream)?;
+        let attr = |a: sys::CUfunction_attribute| -> Result<u32, RuntimeError> {
+            let v = k
+                .function
+                .get_attribute(a)
+                .map_err(RuntimeError::driver(format!("reading an attribute of kernel `{}`", self.name)))?;
+            Ok(u32::try_from(v).unwrap_or(0))
+        };
+        use sys::CUfunction_attribute as F;
+        Ok(KernelInfo {
+            num_regs: attr(F::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_smem_bytes: k.static_smem,
+            local_bytes: attr(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_threads_per_block: attr(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        })
+    }
+
+    /// Starts a launch on `stream`: push the arguments in the kernel's parameter order, then
+    /// [`KernelArgs::launch`]. Loads the module and the kernel on first use.
+    pub fn args<'a>(&'a self, stream: &'a Stream) -> Result<KernelArgs<'a>, RuntimeError> {
+        let loaded = self.get(stream)?;
+        Ok(KernelArgs { inner: stream.inner.launch_builder(&loaded.function), kernel: self.name, loaded })
+    }
+}
+
+/// A kernel launch being assembled: arguments in the kernel's parameter order.
+///
+/// Tensors are passed as device pointers (`const T*` for [`KernelArgs::tensor`], `T*` for
+/// [`KernelArgs::tensor_mut`]), scalars by value. The same arguments can be launched several
+/// times (useful for timing).
+pub struct KernelArgs<'a> {
+    inner: LaunchArgs<'a>,
+    kernel: &'static str,
+    loaded: &'a LoadedKernel,
+}
+
+impl fmt::Debug for KernelArgs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelArgs").field("kernel", &self.kernel).finish_non_exhaustive()
+    }
+}
+
+impl<'a> KernelArgs<'a> {
+    /// Passes a tensor the kernel only reads (a `const T*` parameter).
+    pub fn tensor<T: Element>(&mut self, tensor: &'a DeviceTensor<T>) -> &mut Self {
+        self.inner.arg(tensor.as_slice());
+        self
+    }
+
+    /// Passes a tensor the kernel writes (a `T*` parameter).
+    pub fn tensor_mut<T: Element>(&mut self, tensor: &'a mut DeviceTensor<T>) -> &mut Self {
+        self.inner.arg(tensor.as_slice_mut());
+        self
+    }
+
+    /// Passes a scalar by value (`int`, `unsigned`, `float`, `__half`, ...). Its Rust type must
+    /// have the size and representation of the kernel's parameter.
+    pub fn scalar<S: DeviceRepr>(&mut self, value: &'a S) -> &mut Self {
+        self.inner.arg(value);
+        self
+    }
+
+    /// Launches the kernel. Validates the configuration, checks the shared memory against the
+    /// device's opt-in limit and raises the kernel's dynamic shared memory limit when more than
+    /// 48 KiB is needed. Asynchronous: a fault inside the kernel shows up at the next
+    /// synchronization.
+    ///
+    /// # Safety
+    /// The arguments pushed must match the kernel's parameters in number, order and type, and
+    /// the kernel must stay within the tensors' allocations and write only tensors passed with
+    /// [`KernelArgs::tensor_mut`], for this configuration.
+    pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<(), RuntimeError> {
+        config.validate(self.kernel)?;
+        self.ensure_shared_memory(config)?;
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: config.grid,
+            block_dim: config.block,
+            shared_mem_bytes: config.dynamic_smem_bytes,
+        };
+        let kernel = self.kernel;
+        guard(&format!("launching kernel `{kernel}` with {config}"), || {
+            // SAFETY: the configuration was validated and the shared memory limit set above;
+            // that the arguments match the kernel is this function's contract with the caller.
+            unsafe { self.inner.launch(cfg) }
+                .map(|_| ())
+                .map_err(|source| RuntimeError::Launch { kernel: kernel.to_owned(), config, source })
+        })
+    }
+
+    fn ensure_shared_memory(&self, config: LaunchConfig) -> Result<(), RuntimeError> {
+        let k = self.loaded;
+        check_shared_memory(self.kernel, config.dynamic_smem_bytes, k.static_smem, k.smem_optin)?;
+        let needs_optin =
+            u64::from(config.dynamic_smem_bytes) + u64::from(k.static_smem) > u64::from(DEFAULT_DYNAMIC_SMEM_LIMIT);
+        if !needs_optin {
+            return Ok(());
+        }
+        let mut limit = k.dynamic_smem_limit.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if config.dynamic_smem_bytes > *limit || *limit == DEFAULT_DYNAMIC_SMEM_LIMIT {
+            let value = i32::try_from(config.dynamic_smem_bytes).unwrap_or(i32::MAX);
+            k.function
+                .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value)
+                .map_err(|source| RuntimeError::Launch {
+                    kernel: format!("{} (setting its dynamic shared memory limit)", self.kernel),
+                    config,
+                    source,
+                })?;
+            *limit = (*limit).max(config.dynamic_smem_bytes);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_configs() {
+        assert!(LaunchConfig::new((1, 1, 1), (1, 1, 1), 0).validate("k").is_ok());
+        assert!(LaunchConfig::new((132, 8, 1), (128, 1, 1), 100 * 1024).validate("k").is_ok());
+        assert!(LaunchConfig::new((i32::MAX as u32, 65535, 65535), (32, 32, 1), 0).validate("k").is_ok());
+    }
+
+    #[test]
+    fn zero_grid_rejected() {
+        let e = LaunchConfig::new((0, 1, 1), (128, 1, 1), 0).validate("my_kernel").expect_err("zero grid");
+        let msg = e.to_string();
+        assert!(msg.contains("my_kernel") && msg.contains("expected grid.x >= 1, found 0"), "{msg}");
+        assert!(msg.contains("grid (0, 1, 1), block (128, 1, 1)"), "{msg}");
+        assert!(LaunchConfig::new((1, 1, 0), (128, 1, 1), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 1, 1), (128, 0, 1), 0).validate("k").is_err());
+    }
+
+    #[test]
+    fn too_many_threads_rejected() {
+        let e = LaunchConfig::new((1, 1, 1), (64, 32, 1), 0).validate("k").expect_err("2048 threads");
+        assert!(e.to_string().contains("expected at most 1024 threads per block, found 2048"), "{e}");
+        assert!(LaunchConfig::new((1, 1, 1), (2048, 1, 1), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 1, 1), (1, 1, 65), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 65536, 1), (1, 1, 1), 0).validate("k").is_err());
+        // Products that overflow u32 are still caught.
+        assert!(LaunchConfig::new((1, 1, 1), (1024, 1024, 64), 0).validate("k").is_err());
+    }
+
+    #[test]
+    fn shared_memory_limit() {
+        assert!(check_shared_memory("k", 200 * 1024, 0, 227 * 1024).is_ok());
+        let e = check_shared_memory("k", 227 * 1024, 1024, 227 * 1024).expect_err("over");
+        assert!(matches!(e, RuntimeError::SharedMemory { .. }));
+        assert!(e.to_string().contains("expected at most 232448 bytes in total"), "{e}");
+        assert!(check_shared_memory("k", u32::MAX, u32::MAX, u32::MAX).is_err());
+    }
+
+    #[test]
+    fn images_checked_before_the_driver() {
+        let e = check_image("m", &ModuleImage::Cubin(&[0u8; 8])).expect_err("short");
+        assert!(e.to_string().contains("found 8 bytes"), "{e}");
+        static NOT_ELF: [u8; 64] = [1u8; 64];
+        assert!(check_image("m", &ModuleImage::Cubin(&NOT_ELF)).is_err());
+        static ELF: [u8; 64] = {
+            let mut b = [0u8; 64];
+            b[0] = 0x7f;
+            b[1] = b'E';
+            b[2] = b'L';
+            b[3] = b'F';
+            b
+        };
+        assert!(check_image("m", &ModuleImage::Cubin(&ELF)).is_ok());
+        assert!(check_image("m", &ModuleImage::Ptx(".version 8.0\0")).is_err());
+        assert!(check_image("m", &ModuleImage::Ptx("hello")).is_err());
+        assert!(check_image("m", &ModuleImage::Ptx(".version 8.0\n.target sm_80\n")).is_ok());
+    }
+
+    #[test]
+    fn statics_are_const_constructible() {
+        static M: Module = Module::from_ptx("m", ".version 8.0");
+        static K: Kernel<'static> = Kernel::new(&M, "f");
+        assert_eq!(K.name(), "f");
+        assert!(!M.is_loaded());
+    }
+}
