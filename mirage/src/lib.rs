@@ -6,10 +6,14 @@
 #[cfg(feature = "build")]
 pub mod eval;
 #[cfg(feature = "build")]
+pub mod fingerprint;
+#[cfg(feature = "build")]
 pub mod import;
 #[cfg(feature = "build")]
 pub mod ir;
 #[cfg(feature = "build")]
 pub mod nvcc;
+#[cfg(feature = "build")]
+pub mod programs;
 #[cfg(feature = "build")]
 pub mod reference;

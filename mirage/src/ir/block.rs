@@ -23,7 +23,7 @@ pub enum Phase {
 
 /// How an accumulator folds the in-loop values of the F iterations into one after-loop value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "acc")]
+#[serde(rename_all = "snake_case")]
 pub enum AccKind {
     /// `Σ_i x_i`, same shape.
     Sum,

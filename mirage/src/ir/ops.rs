@@ -8,7 +8,7 @@ use super::IrError;
 
 /// Element-wise unary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "fn")]
+#[serde(rename_all = "snake_case")]
 pub enum UnaryOp {
     /// `e^x`.
     Exp,
