@@ -463,14 +463,23 @@ pub struct Cubin {
     pub cached: bool,
 }
 
-/// The default cache directory: `$OUT_DIR/mirage/nvcc-cache` in a build script, else
-/// `$CARGO_TARGET_DIR/mirage/nvcc-cache`, else `target/mirage/nvcc-cache` under the current
-/// directory.
+/// The default cache directory, `<base>/mirage/nvcc-cache` where `<base>` is `$OUT_DIR` in a
+/// build script, else `$CARGO_TARGET_DIR`, else the cargo target directory the running binary
+/// lives in (the nearest ancestor holding cargo's `CACHEDIR.TAG`, e.g. for tests), else the
+/// system temporary directory.
 pub fn default_cache_dir() -> PathBuf {
+    let from_exe = || {
+        let exe = std::env::current_exe().ok()?;
+        exe.ancestors()
+            .skip(1)
+            .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+            .map(Path::to_path_buf)
+    };
     let base = std::env::var_os("OUT_DIR")
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"));
+        .or_else(from_exe)
+        .unwrap_or_else(std::env::temp_dir);
     base.join("mirage").join("nvcc-cache")
 }
 
@@ -838,6 +847,20 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         assert!(check_arch("compute_90", "x").is_err());
         assert!(check_arch("sm_", "x").is_err());
         assert!(check_arch("sm_100a", "x").is_ok());
+    }
+
+    #[test]
+    fn default_cache_dir_is_under_the_target_dir() {
+        let dir = default_cache_dir();
+        assert!(dir.ends_with("mirage/nvcc-cache"), "{}", dir.display());
+        // Tests run from target/<profile>/deps: the cache lands in the cargo target directory.
+        if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+            let base = dir
+                .parent()
+                .and_then(Path::parent)
+                .unwrap_or_else(|| panic!("{}", dir.display()));
+            assert!(base.join("CACHEDIR.TAG").is_file(), "{}", dir.display());
+        }
     }
 
     #[test]
