@@ -12,6 +12,8 @@ pub mod import;
 #[cfg(feature = "build")]
 pub mod ir;
 #[cfg(feature = "build")]
+pub mod lower;
+#[cfg(feature = "build")]
 pub mod nvcc;
 #[cfg(feature = "build")]
 pub mod programs;

@@ -1,0 +1,873 @@
+//! One block graph → one CUDA `__global__` function.
+//!
+//! The generated kernel follows the block graph's structure literally: input iterators copy
+//! tiles from device memory into shared memory (16-byte `cp.async` copies, pipelined over the
+//! for-loop iterations when the tile layout allows it), in-loop operators run on shared-memory
+//! tiles (tensor-core `mma.sync` for matmuls of f16/bf16 tiles), accumulators fold iterations,
+//! the epilogue runs after the loop and output savers write each block's slab.
+//!
+//! Intermediate tiles are stored as f32; input tiles keep their element type and the dimension
+//! order of their device layout. A matmul whose only consumer is `acc_sum` accumulates in
+//! registers across iterations.
+
+use std::fmt::Write;
+
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp};
+
+use super::smem::{Interval, SmemPlanner};
+use super::CodegenError;
+
+/// The C type of an element type.
+pub fn ctype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "__half",
+        DType::Bf16 => "__nv_bfloat16",
+        DType::F32 => "float",
+    }
+}
+
+/// The generated source of one kernel and how to launch it.
+#[derive(Clone, Debug)]
+pub struct KernelSource {
+    /// The `extern "C"` function name.
+    pub name: String,
+    /// CUDA C++ source of the function.
+    pub code: String,
+    /// Blocks along x, y, z.
+    pub grid: [usize; 3],
+    /// Threads per block.
+    pub threads: usize,
+    /// Dynamic shared memory in bytes.
+    pub smem_bytes: usize,
+}
+
+/// Options of kernel generation.
+#[derive(Clone, Debug)]
+pub struct KernelOptions {
+    /// Dynamic shared memory available to one block (bytes).
+    pub max_smem_bytes: usize,
+    /// Most pipeline stages for tiles walked by the for-loop.
+    pub max_stages: usize,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        // H100/H200: 227 KB of shared memory per block with opt-in.
+        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4 }
+    }
+}
+
+/// Where a tile lives and how to address it.
+#[derive(Clone, Debug)]
+struct Tile {
+    /// C variable name of the tile pointer.
+    var: String,
+    /// Element C type in shared memory.
+    ctype: &'static str,
+    /// Element type for tensor-core operands (f16/bf16) or f32.
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Element strides in shared memory.
+    strides: Vec<usize>,
+    /// Byte offset in dynamic shared memory (of stage 0 for pipelined tiles).
+    offset: usize,
+    /// Bytes of one stage.
+    bytes: usize,
+    /// Pipelined over the for-loop (stage buffer chosen by iteration).
+    pipelined: bool,
+}
+
+impl Tile {
+    fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// `to_f32(var[offset])` for a multi-index given as C expressions (broadcast dims of size 1
+    /// contribute nothing).
+    fn load(&self, idx: &[String]) -> String {
+        let off = self.offset_expr(idx);
+        if self.ctype == "float" { format!("{}[{off}]", self.var) } else { format!("mirage::to_f32({}[{off}])", self.var) }
+    }
+
+    fn offset_expr(&self, idx: &[String]) -> String {
+        let terms: Vec<String> = (0..self.shape.len())
+            .filter(|&d| self.shape[d] > 1)
+            .map(|d| if self.strides[d] == 1 { format!("({})", idx[d]) } else { format!("({})*{}", idx[d], self.strides[d]) })
+            .collect();
+        if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+    }
+}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    crate::ir::row_major_strides(shape)
+}
+
+/// C expressions of the multi-index of flat row-major index `e` over `shape`.
+fn unflatten(e: &str, shape: &[usize]) -> Vec<String> {
+    let strides = row_major(shape);
+    (0..shape.len())
+        .map(|d| {
+            if shape[d] == 1 {
+                "0".to_string()
+            } else if d == 0 {
+                format!("({e} / {})", strides[0])
+            } else if strides[d] == 1 {
+                format!("({e} % {})", shape[d])
+            } else {
+                format!("(({e} / {}) % {})", strides[d], shape[d])
+            }
+        })
+        .collect()
+}
+
+fn float_lit(v: f32) -> String {
+    if v.is_nan() {
+        "__int_as_float(0x7fc00000)".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "__int_as_float(0x7f800000)".into() } else { "__int_as_float(0xff800000)".into() }
+    } else {
+        format!("{v:?}f")
+    }
+}
+
+fn unary_expr(op: &UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Exp => format!("__expf({x})"),
+        UnaryOp::Square => format!("({x})*({x})"),
+        UnaryOp::Sqrt => format!("sqrtf({x})"),
+        UnaryOp::Silu => format!("mirage::silu({x})"),
+        UnaryOp::Gelu => format!("mirage::gelu({x})"),
+        UnaryOp::Relu => format!("mirage::relu({x})"),
+        UnaryOp::Neg => format!("(-({x}))"),
+        UnaryOp::Recip => format!("(1.0f/({x}))"),
+        UnaryOp::Clamp { lo, hi } => format!("mirage::clampf({x}, {}, {})", float_lit(lo.0), float_lit(hi.0)),
+        UnaryOp::MulScalar { c } => format!("({}*({x}))", float_lit(c.0)),
+    }
+}
+
+fn binary_expr(op: BinaryOp, a: &str, b: &str) -> String {
+    match op {
+        BinaryOp::Add => format!("({a} + {b})"),
+        BinaryOp::Sub => format!("({a} - {b})"),
+        BinaryOp::Mul => format!("({a} * {b})"),
+        BinaryOp::Div => format!("({a} / {b})"),
+        BinaryOp::Pow => format!("powf({a}, {b})"),
+    }
+}
+
+/// Kernel generation state.
+struct Gen<'a> {
+    bg: &'a BlockGraph,
+    threads: usize,
+    warps: usize,
+    tiles: Vec<Vec<Option<Tile>>>,
+    /// Matmul nodes whose result accumulates in registers (node → the acc_sum node).
+    fused: Vec<Option<usize>>,
+    stages: usize,
+    out: String,
+}
+
+/// How an input iterator's copy is done.
+struct CopyPlan {
+    /// The device dim that is contiguous (stride 1) and copied in vectors, if any.
+    vec_dim: Option<usize>,
+    /// Elements per 16-byte vector (1 when copying element by element).
+    vec: usize,
+}
+
+fn copy_plan(desc: &TensorDesc, tile: &[usize]) -> CopyPlan {
+    let es = desc.dtype.size_bytes();
+    let per16 = 16 / es;
+    let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
+    if let Some(c) = c {
+        let others_aligned = (0..desc.shape.len()).all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es) % 16 == 0);
+        if tile[c] % per16 == 0 && others_aligned {
+            return CopyPlan { vec_dim: Some(c), vec: per16 };
+        }
+        return CopyPlan { vec_dim: Some(c), vec: 1 };
+    }
+    CopyPlan { vec_dim: None, vec: 1 }
+}
+
+/// Shared-memory strides of an input tile: the device layout's dim order, compact.
+fn input_tile_strides(desc: &TensorDesc, tile: &[usize]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..tile.len()).collect();
+    // innermost first: ascending device stride
+    order.sort_by_key(|&d| (desc.strides[d], std::cmp::Reverse(d)));
+    let mut strides = vec![0; tile.len()];
+    let mut s = 1;
+    for d in order {
+        strides[d] = s;
+        s *= tile[d];
+    }
+    strides
+}
+
+impl<'a> Gen<'a> {
+    fn tile(&self, t: TensorRef) -> &Tile {
+        // Every operand was assigned a tile before its users are generated.
+        self.tiles[t.node][t.port].as_ref().expect("operand tile planned before use")
+    }
+
+    fn line(&mut self, indent: usize, s: &str) {
+        for _ in 0..indent {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// `for (int e = tid; e < n; e += THREADS) { body(e) }`.
+    fn elementwise(&mut self, indent: usize, n: usize, body: &str) {
+        self.line(indent, &format!("for (int e = tid; e < {n}; e += {}) {{", self.threads));
+        for l in body.lines() {
+            self.line(indent + 1, l);
+        }
+        self.line(indent, "}");
+    }
+
+    fn sync(&mut self, indent: usize) {
+        self.line(indent, "__syncthreads();");
+    }
+
+    /// Reduction of `src` along `dim` to `width` with strided grouping; `map` transforms each
+    /// element (`{x}`), `combine` is "sum" or "max"; `store` is a statement template with `{o}`
+    /// (flat output index) and `{v}` (the reduced value).
+    fn reduce(&mut self, indent: usize, src: &Tile, dim: usize, width: usize, map: &str, combine: &str, store: &str) {
+        let mut out_shape = src.shape.clone();
+        out_shape[dim] = width;
+        let outputs: usize = out_shape.iter().product();
+        let extent = src.shape[dim];
+        let init = if combine == "sum" { "0.0f" } else { "__int_as_float(0xff800000)" };
+        let op = |a: &str, b: &str| if combine == "sum" { format!("{a} + {b}") } else { format!("fmaxf({a}, {b})") };
+        let idx = unflatten("o", &out_shape);
+        let mut sidx = idx.clone();
+        sidx[dim] = "r".to_string();
+        let x = map.replace("{x}", &src.load(&sidx));
+        let per_output_threads = if outputs >= self.threads || extent / width < 32 { 1 } else { 32 };
+        if per_output_threads == 1 {
+            self.line(indent, &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads));
+            self.line(indent + 1, &format!("float v = {init};"));
+            self.line(indent + 1, &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)));
+            self.line(indent + 1, &store.replace("{o}", "o").replace("{v}", "v"));
+            self.line(indent, "}");
+        } else {
+            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
+            self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
+            self.line(indent + 1, &format!("float v = {init};"));
+            self.line(indent + 1, &format!("for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * width, op("v", &x)));
+            self.line(indent + 1, &format!("v = {warp_op}(v);"));
+            self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
+            self.line(indent, "}");
+        }
+    }
+
+    /// Tile matmul `a[m,k] x b[k,n]`. With `acc` = Some(register array name), accumulates into
+    /// registers (declared outside the loop); else writes the f32 tile `c`.
+    fn matmul(&mut self, indent: usize, a: &Tile, b: &Tile, c: Option<&Tile>, acc: Option<&str>) {
+        let r = a.shape.len();
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let (sa0, sa1) = (a.strides[r - 2], a.strides[r - 1]);
+        let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
+        let dtype = if a.dtype != DType::F32 { a.dtype } else { b.dtype };
+        if dtype == DType::F32 {
+            // FMA fallback: one output element per thread.
+            let c = c.expect("f32 matmuls are never fused");
+            let body = format!(
+                "const int i = e / {n}, j = e % {n};\nfloat s = 0.0f;\nfor (int q = 0; q < {k}; ++q) s += {} * {};\n{}[e] = s;",
+                a.load(&two("i", "q", r)),
+                b.load(&two("q", "j", r)),
+                c.var
+            );
+            self.elementwise(indent, m * n, &body);
+            return;
+        }
+        let ty = ctype(dtype);
+        let (mt, nt, kt) = (m.div_ceil(16), n.div_ceil(8), k.div_ceil(16));
+        let tiles = mt * nt;
+        // Element loads with bounds checks only where the shape is not a multiple of the mma tile.
+        let a_at = |row: &str, col: &str| -> String {
+            let mut conds = Vec::new();
+            if m % 16 != 0 {
+                conds.push(format!("({row}) < {m}"));
+            }
+            if k % 16 != 0 {
+                conds.push(format!("({col}) < {k}"));
+            }
+            let v = a.load(&two(row, col, r));
+            if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
+        };
+        let b_at = |row: &str, col: &str| -> String {
+            let mut conds = Vec::new();
+            if k % 16 != 0 {
+                conds.push(format!("({row}) < {k}"));
+            }
+            if n % 8 != 0 {
+                conds.push(format!("({col}) < {n}"));
+            }
+            let v = b.load(&two(row, col, r));
+            if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
+        };
+        // A 32-bit register holding two consecutive-k elements: a direct load when the tile holds
+        // the mma type with k contiguous, else two loads and a pack.
+        let a_pair = |row: &str, col: &str| -> String {
+            if a.ctype == ty && sa1 == 1 && sa0 % 2 == 0 && k % 16 == 0 {
+                let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])", a.var);
+                if m % 16 != 0 { format!("(({row}) < {m} ? {load} : 0u)") } else { load }
+            } else {
+                format!("mirage::pack2<{ty}>({}, {})", a_at(row, col), a_at(row, &format!("{col}+1")))
+            }
+        };
+        let b_pair = |row: &str, col: &str| -> String {
+            if b.ctype == ty && sb0 == 1 && sb1 % 2 == 0 && k % 16 == 0 {
+                let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])", b.var);
+                if n % 8 != 0 { format!("(({col}) < {n} ? {load} : 0u)") } else { load }
+            } else {
+                format!("mirage::pack2<{ty}>({}, {})", b_at(row, col), b_at(&format!("{row}+1"), col))
+            }
+        };
+        let tpw = tiles.div_ceil(self.warps);
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps"));
+        self.line(indent, "{");
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
+        self.line(indent + 2, &format!("const int t = warp + j * {};", self.warps));
+        self.line(indent + 2, &format!("if (t < {tiles}) {{"));
+        self.line(indent + 3, &format!("const int mt = t / {nt}, nt = t % {nt};"));
+        match acc {
+            Some(name) => self.line(indent + 3, &format!("float* d = {name}[j];")),
+            None => self.line(indent + 3, "float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};"),
+        }
+        self.line(indent + 3, &format!("for (int kt = 0; kt < {kt}; ++kt) {{"));
+        self.line(indent + 4, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
+        self.line(indent + 4, "const int nb = nt * 8 + (lane >> 2);");
+        self.line(indent + 4, "uint32_t fa[4], fb[2];");
+        self.line(indent + 4, &format!("fa[0] = {};", a_pair("r0", "c0")));
+        self.line(indent + 4, &format!("fa[1] = {};", a_pair("r0+8", "c0")));
+        self.line(indent + 4, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
+        self.line(indent + 4, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
+        self.line(indent + 4, &format!("fb[0] = {};", b_pair("c0", "nb")));
+        self.line(indent + 4, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
+        self.line(indent + 4, &format!("mirage::mma_16816<{ty}>(d, fa, fb);"));
+        self.line(indent + 3, "}");
+        if let Some(c) = c {
+            self.store_fragment(indent + 3, c, m, n);
+        }
+        self.line(indent + 2, "}");
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// Stores fragment `d` of tile (mt, nt) into the row-major f32 tile `c`.
+    fn store_fragment(&mut self, indent: usize, c: &Tile, m: usize, n: usize) {
+        self.line(indent, "{");
+        self.line(indent + 1, "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;");
+        let guard = |row: &str, col: &str| {
+            let mut conds = Vec::new();
+            if m % 16 != 0 {
+                conds.push(format!("{row} < {m}"));
+            }
+            if n % 8 != 0 {
+                conds.push(format!("{col} < {n}"));
+            }
+            if conds.is_empty() { String::new() } else { format!("if ({}) ", conds.join(" && ")) }
+        };
+        for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
+            self.line(indent + 1, &format!("{}{}[({row})*{n} + ({col})] = d[{i}];", guard(row, col), c.var));
+        }
+        self.line(indent, "}");
+    }
+}
+
+/// A multi-index for a rank-`r` tile whose leading dims are 1.
+fn two(row: &str, col: &str, r: usize) -> Vec<String> {
+    let mut v = vec!["0".to_string(); r];
+    v[r - 2] = row.to_string();
+    v[r - 1] = col.to_string();
+    v
+}
+
+const FOREVER: usize = usize::MAX / 2;
+
+/// Generates the kernel `name` for block graph `bg`.
+pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+    bg.validate().map_err(CodegenError::Ir)?;
+    let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
+    loop {
+        match try_generate(bg, name, stages) {
+            Ok(k) if k.smem_bytes <= opts.max_smem_bytes => return Ok(k),
+            Ok(k) if stages > 1 => {
+                let _ = k;
+                stages -= 1;
+            }
+            Ok(k) => {
+                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes, available: opts.max_smem_bytes });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<KernelSource, CodegenError> {
+    let nodes = bg.nodes();
+    let n = nodes.len();
+    let frange = bg.forloop_range();
+    let threads = bg.threads();
+    let mut g = Gen { bg, threads, warps: threads / 32, tiles: vec![Vec::new(); n], fused: vec![None; n], stages: 1, out: String::new() };
+
+    // Users of every tile.
+    let mut users: Vec<Vec<Vec<usize>>> = nodes.iter().map(|nd| vec![Vec::new(); nd.outputs.len()]).collect();
+    for (i, nd) in nodes.iter().enumerate() {
+        for t in &nd.inputs {
+            users[t.node][t.port].push(i);
+        }
+    }
+    // With one iteration, acc_sum / acc_max / acc_rescale are the identity: alias their operand.
+    let mut alias: Vec<Option<TensorRef>> = vec![None; n];
+    if frange == 1 {
+        for (i, nd) in nodes.iter().enumerate() {
+            if matches!(nd.op, BlockOp::Accum { acc: AccKind::Sum | AccKind::Max | AccKind::Rescale }) {
+                let src = nd.inputs[0];
+                alias[i] = Some(alias[src.node].filter(|_| src.port == 0).unwrap_or(src));
+            }
+        }
+        // The operand must stay alive for the alias's users.
+        for i in (0..n).rev() {
+            if let Some(src) = alias[i] {
+                let extra = users[i][0].clone();
+                users[src.node][src.port].extend(extra);
+            }
+        }
+    }
+    let in_loop = |i: usize| match nodes[i].op {
+        BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
+        _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
+    };
+    let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
+    let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| pos(u)).max().unwrap_or(pos(i));
+
+    // Matmuls whose only user is acc_sum accumulate in registers (f16/bf16 operands only).
+    for (i, nd) in nodes.iter().enumerate() {
+        if matches!(nd.op, BlockOp::Matmul) && in_loop(i) && users[i][0].len() == 1 {
+            let u = users[i][0][0];
+            let operand_dtype = bg.tile(nd.inputs[0]).map(|t| t.dtype).unwrap_or(DType::F32);
+            if nodes[u].op == (BlockOp::Accum { acc: AccKind::Sum }) && operand_dtype != DType::F32 {
+                g.fused[i] = Some(u);
+            }
+        }
+    }
+
+    let mut planner = SmemPlanner::default();
+    let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
+    g.stages = if any_pipelined { max_stages } else { 1 };
+    let mut copy_plans: Vec<Option<CopyPlan>> = (0..n).map(|_| None).collect();
+    let mut scratch: Vec<Option<Tile>> = vec![None; n];
+    for (i, nd) in nodes.iter().enumerate() {
+        let mut tiles = Vec::new();
+        for (p, desc) in nd.outputs.iter().enumerate() {
+            if g.fused[i].is_some() {
+                tiles.push(None);
+                continue;
+            }
+            if let Some(src) = alias[i] {
+                let t = g.tiles[src.node][src.port].clone();
+                tiles.push(t);
+                continue;
+            }
+            let var = if nd.outputs.len() == 1 { format!("t{i}") } else { format!("t{i}_{p}") };
+            let tile = match &nd.op {
+                BlockOp::Input { input, forloop_dim, .. } => {
+                    let kdesc = &bg.inputs()[*input];
+                    let plan = copy_plan(kdesc, &desc.shape);
+                    let pipelined = forloop_dim.is_some() && frange > 1 && plan.vec > 1;
+                    let strides = input_tile_strides(kdesc, &desc.shape);
+                    let bytes = desc.shape.iter().product::<usize>() * kdesc.dtype.size_bytes();
+                    let stage_bytes = bytes.div_ceil(super::smem::ALIGN) * super::smem::ALIGN;
+                    let nst = if pipelined { g.stages } else { 1 };
+                    let offset = planner.alloc(stage_bytes * nst, Interval { start: 0, end: FOREVER });
+                    copy_plans[i] = Some(plan);
+                    Tile { var, ctype: ctype(kdesc.dtype), dtype: kdesc.dtype, shape: desc.shape.clone(), strides, offset, bytes: stage_bytes, pipelined }
+                }
+                _ => {
+                    let numel: usize = desc.shape.iter().product();
+                    let persistent = matches!(nd.op, BlockOp::Accum { .. }) || (matches!(nd.op, BlockOp::RunningMax { .. }) && p == 0);
+                    let live = if persistent { Interval { start: 0, end: FOREVER } } else { Interval { start: pos(i), end: last_use(i, p) } };
+                    let offset = planner.alloc(numel * 4, live);
+                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides: row_major(&desc.shape), offset, bytes: numel * 4, pipelined: false }
+                }
+            };
+            tiles.push(Some(tile));
+        }
+        if let BlockOp::RmsNorm { .. } = nd.op {
+            let rows = nd.outputs[0].shape.iter().product::<usize>() / nd.outputs[0].shape.last().copied().unwrap_or(1);
+            let offset = planner.alloc(rows * 4, Interval { start: pos(i), end: pos(i) });
+            let mut shape = nd.outputs[0].shape.clone();
+            if let Some(l) = shape.last_mut() {
+                *l = 1;
+            }
+            scratch[i] = Some(Tile { var: format!("s{i}"), ctype: "float", dtype: DType::F32, strides: row_major(&shape), shape, offset, bytes: rows * 4, pipelined: false });
+        }
+        g.tiles[i] = tiles;
+    }
+    let smem_bytes = planner.total();
+
+    // ---- signature ----
+    let grid = bg.grid();
+    let mut params = Vec::new();
+    for (j, d) in bg.inputs().iter().enumerate() {
+        params.push(format!("const {}* __restrict__ in{j}", ctype(d.dtype)));
+    }
+    let out_descs = bg.output_descs();
+    for (k, d) in out_descs.iter().enumerate() {
+        params.push(format!("{}* __restrict__ out{k}", ctype(d.dtype)));
+    }
+    writeln!(g.out, "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory", grid, threads, frange, g.stages, smem_bytes).ok();
+    writeln!(g.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{", params.join(", ")).ok();
+    g.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
+    g.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
+    g.line(1, "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;");
+    g.line(1, "(void)warp; (void)lane; (void)bx; (void)by; (void)bz;");
+    // Pointers of non-pipelined tiles.
+    for i in 0..n {
+        if alias[i].is_some() {
+            continue;
+        }
+        for t in g.tiles[i].clone().into_iter().flatten() {
+            if !t.pipelined {
+                g.line(1, &format!("{}* const {} = reinterpret_cast<{}*>(smem + {});", t.ctype, t.var, t.ctype, t.offset));
+            }
+        }
+        if let Some(s) = scratch[i].clone() {
+            g.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
+        }
+    }
+    // Register accumulators of fused matmuls.
+    for i in 0..n {
+        if g.fused[i].is_some() {
+            let (m, nn) = matmul_mn(bg, i);
+            let tiles = m.div_ceil(16) * nn.div_ceil(8);
+            let tpw = tiles.div_ceil(g.warps);
+            g.line(1, &format!("float racc{i}[{tpw}][4];"));
+            g.line(1, &format!("#pragma unroll\n  for (int j = 0; j < {tpw}; ++j) {{ racc{i}[j][0] = racc{i}[j][1] = racc{i}[j][2] = racc{i}[j][3] = 0.0f; }}"));
+        }
+    }
+
+    // ---- loads ----
+    let block_offset = |i: usize, iter: &str| -> Vec<String> {
+        let BlockOp::Input { input, imap, forloop_dim } = &nodes[i].op else { return vec![] };
+        let kdesc = &bg.inputs()[*input];
+        let tile = &nodes[i].outputs[0].shape;
+        (0..kdesc.shape.len())
+            .map(|d| {
+                let mut terms = Vec::new();
+                for (a, axis) in ["bx", "by", "bz"].iter().enumerate() {
+                    if imap[a] == Some(d) {
+                        terms.push(format!("{axis}*{}", kdesc.shape[d] / grid[a]));
+                    }
+                }
+                if *forloop_dim == Some(d) {
+                    terms.push(format!("({iter})*{}", tile[d]));
+                }
+                if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+            })
+            .collect()
+    };
+    let emit_load = |g: &mut Gen, indent: usize, i: usize, iter: &str, buf: &str| {
+        let BlockOp::Input { input, .. } = &nodes[i].op else { return };
+        let kdesc = &bg.inputs()[*input];
+        let tile = g.tiles[i][0].clone().expect("input tiles are planned");
+        let plan = copy_plans[i].as_ref().expect("input copy planned");
+        let boff = block_offset(i, iter);
+        let shape = &tile.shape;
+        // rows: all dims except the vector dim.
+        let c = plan.vec_dim;
+        let mut row_shape = shape.clone();
+        if let Some(c) = c {
+            row_shape[c] = shape[c] / plan.vec;
+        }
+        let total: usize = row_shape.iter().product();
+        let idx = unflatten("v", &row_shape);
+        let mut gterms = Vec::new();
+        let mut sterms = Vec::new();
+        for d in 0..shape.len() {
+            let local = if Some(d) == c && plan.vec > 1 { format!("{}*{}", idx[d], plan.vec) } else { idx[d].clone() };
+            gterms.push(format!("(long long)({} + {local})*{}", boff[d], kdesc.strides[d]));
+            if shape[d] > 1 {
+                sterms.push(format!("({local})*{}", tile.strides[d]));
+            }
+        }
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        g.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", g.threads));
+        g.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        if plan.vec > 1 {
+            g.line(indent + 1, &format!("mirage::cp_async16({buf} + ({soff}), in{input} + go);"));
+        } else {
+            g.line(indent + 1, &format!("{buf}[{soff}] = in{input}[go];"));
+        }
+        g.line(indent, "}");
+    };
+    let inputs: Vec<usize> = (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. })).collect();
+    let stage_ptr = |t: &Tile, stage: &str| format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes);
+    // Once-loaded tiles (and every tile when there is no loop).
+    g.line(1, "// tiles loaded once, before the loop");
+    for &i in &inputs {
+        let t = g.tiles[i][0].clone().expect("planned");
+        let once = !matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) || frange == 1;
+        if once {
+            let var = t.var.clone();
+            emit_load(&mut g, 1, i, "0", &var);
+        }
+    }
+    g.line(1, "mirage::cp_async_commit();");
+    let pipelined: Vec<usize> = inputs.iter().copied().filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)).collect();
+    let sync_looped: Vec<usize> = inputs
+        .iter()
+        .copied()
+        .filter(|&i| frange > 1 && matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
+        .collect();
+    let s = g.stages;
+    if !pipelined.is_empty() {
+        g.line(1, &format!("// pipeline prologue: iterations 0..{}", s - 1));
+        for st in 0..s - 1 {
+            g.line(1, &format!("if ({st} < {frange}) {{"));
+            for &i in &pipelined {
+                let t = g.tiles[i][0].clone().expect("planned");
+                let buf = stage_ptr(&t, &st.to_string());
+                emit_load(&mut g, 2, i, &st.to_string(), &buf);
+            }
+            g.line(1, "}");
+            g.line(1, "mirage::cp_async_commit();");
+        }
+    }
+
+    // ---- the loop ----
+    g.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
+    if !pipelined.is_empty() {
+        g.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
+        for &i in &pipelined {
+            let t = g.tiles[i][0].clone().expect("planned");
+            let buf = stage_ptr(&t, &format!("nit % {s}"));
+            emit_load(&mut g, 3, i, "nit", &buf);
+        }
+        g.line(2, "} }");
+        g.line(2, "mirage::cp_async_commit();");
+        g.line(2, &format!("mirage::cp_async_wait<{}>();", s - 1));
+    } else {
+        g.line(2, "mirage::cp_async_wait<0>();");
+    }
+    for &i in &pipelined {
+        let t = g.tiles[i][0].clone().expect("planned");
+        g.line(2, &format!("{}* const {} = {};", t.ctype, t.var, stage_ptr(&t, &format!("it % {s}"))));
+    }
+    if !sync_looped.is_empty() {
+        g.sync(2);
+        for &i in &sync_looped {
+            let var = g.tiles[i][0].as_ref().expect("planned").var.clone();
+            emit_load(&mut g, 2, i, "it", &var);
+        }
+    }
+    g.sync(2);
+    for i in 0..n {
+        let nd = &nodes[i];
+        if let BlockOp::Accum { acc } = nd.op {
+            if g.fused.iter().any(|f| *f == Some(i)) || alias[i].is_some() {
+                continue; // accumulated in registers by its matmul, or the identity
+            }
+            gen_accumulate(&mut g, i, acc, frange)?;
+            g.sync(2);
+            continue;
+        }
+        if !in_loop(i) || matches!(nd.op, BlockOp::Input { .. }) {
+            continue;
+        }
+        gen_op(&mut g, 2, i, &scratch)?;
+        g.sync(2);
+    }
+    g.line(1, "}");
+
+    // ---- after the loop ----
+    g.line(1, "// after the loop");
+    for i in 0..n {
+        if let Some(u) = g.fused[i] {
+            let (m, nn) = matmul_mn(bg, i);
+            let c = g.tiles[u][0].clone().expect("acc tile planned");
+            let tiles = m.div_ceil(16) * nn.div_ceil(8);
+            let tpw = tiles.div_ceil(g.warps);
+            g.line(1, "#pragma unroll");
+            g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
+            g.line(2, &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps));
+            g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
+            g.store_fragment(3, &c, m, nn);
+            g.line(2, "}");
+            g.line(1, "}");
+        }
+    }
+    for i in 0..n {
+        if let BlockOp::Accum { acc: AccKind::RmsLast } = nodes[i].op {
+            let x = g.tile(nodes[i].inputs[0]).clone();
+            let count = frange * x.shape.last().copied().unwrap_or(1);
+            let t = g.tiles[i][0].clone().expect("planned");
+            g.elementwise(1, t.numel(), &format!("{0}[e] = sqrtf({0}[e] / {1});", t.var, float_lit(count as f32)));
+        }
+    }
+    g.sync(1);
+    let mut saver = 0;
+    for i in 0..n {
+        let nd = &nodes[i];
+        match &nd.op {
+            BlockOp::Output { omap } => {
+                let t = g.tile(nd.inputs[0]).clone();
+                let desc = &out_descs[saver];
+                let gstr = row_major(&desc.shape);
+                let idx = unflatten("e", &t.shape);
+                let terms: Vec<String> = (0..t.shape.len())
+                    .map(|d| {
+                        let mut off = Vec::new();
+                        for (a, axis) in ["bx", "by", "bz"].iter().enumerate() {
+                            if omap[a] == Some(d) {
+                                off.push(format!("{axis}*{}", t.shape[d]));
+                            }
+                        }
+                        off.push(idx[d].clone());
+                        format!("(long long)({})*{}", off.join(" + "), gstr[d])
+                    })
+                    .collect();
+                let ty = ctype(desc.dtype);
+                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({}[e]);", terms.join(" + "), t.var));
+                saver += 1;
+            }
+            BlockOp::Accum { .. } => {}
+            _ if !in_loop(i) => {
+                gen_op(&mut g, 1, i, &scratch)?;
+                g.sync(1);
+            }
+            _ => {}
+        }
+    }
+    g.line(0, "}");
+    Ok(KernelSource { name: name.to_string(), code: g.out, grid, threads, smem_bytes })
+}
+
+fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
+    let nd = &bg.nodes()[i];
+    let s = &nd.outputs[0].shape;
+    let r = s.len();
+    (s[r - 2], s[r - 1])
+}
+
+/// Emits one in-loop or epilogue operator.
+fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Result<(), CodegenError> {
+    let nd = &g.bg.nodes()[i];
+    let op = nd.op.clone();
+    let args: Vec<Tile> = nd.inputs.iter().map(|&t| g.tile(t).clone()).collect();
+    match op {
+        BlockOp::Matmul => {
+            if g.fused[i].is_some() {
+                let name = format!("racc{i}");
+                g.matmul(indent, &args[0], &args[1], None, Some(&name));
+            } else {
+                let c = g.tiles[i][0].clone().expect("planned");
+                g.matmul(indent, &args[0], &args[1], Some(&c), None);
+            }
+        }
+        BlockOp::Unary { op } => {
+            let out = g.tiles[i][0].clone().expect("planned");
+            let idx = unflatten("e", &out.shape);
+            let body = format!("{}[e] = {};", out.var, unary_expr(&op, &args[0].load(&idx)));
+            g.elementwise(indent, out.numel(), &body);
+        }
+        BlockOp::Binary { op } => {
+            let out = g.tiles[i][0].clone().expect("planned");
+            let idx = unflatten("e", &out.shape);
+            let body = format!("{}[e] = {};", out.var, binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
+            g.elementwise(indent, out.numel(), &body);
+        }
+        BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::ReduceSumTo { dim, .. } => {
+            let out = g.tiles[i][0].clone().expect("planned");
+            let (width, combine) = match op {
+                BlockOp::ReduceSumTo { width, .. } => (width, "sum"),
+                BlockOp::ReduceMax { .. } => (1, "max"),
+                _ => (1, "sum"),
+            };
+            g.reduce(indent, &args[0], dim, width, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var));
+        }
+        BlockOp::RmsNorm { eps } => {
+            let out = g.tiles[i][0].clone().expect("planned");
+            let s = scratch[i].clone().expect("rms scratch planned");
+            let x = &args[0];
+            let last = x.shape.len() - 1;
+            let nlast = x.shape[last];
+            g.reduce(indent, x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", s.var));
+            g.sync(indent);
+            let idx = unflatten("e", &out.shape);
+            let body = format!(
+                "{}[e] = {} * rsqrtf({}[e / {nlast}] / {} + {});",
+                out.var,
+                x.load(&idx),
+                s.var,
+                float_lit(nlast as f32),
+                float_lit(eps.0)
+            );
+            g.elementwise(indent, out.numel(), &body);
+        }
+        BlockOp::Concat { dim } => {
+            let out = g.tiles[i][0].clone().expect("planned");
+            let idx = unflatten("e", &out.shape);
+            let split = args[0].shape[dim];
+            let mut bidx = idx.clone();
+            bidx[dim] = format!("({} - {split})", idx[dim]);
+            let body = format!("{}[e] = ({} < {split}) ? {} : {};", out.var, idx[dim], args[0].load(&idx), args[1].load(&bidx));
+            g.elementwise(indent, out.numel(), &body);
+        }
+        BlockOp::RunningMax { dim } => {
+            let m = g.tiles[i][0].clone().expect("planned");
+            let diff = g.tiles[i][1].clone().expect("planned");
+            let store = format!(
+                "{{ const float prev = {m}[{{o}}]; const float nm = (it == 0) ? {{v}} : fmaxf(prev, {{v}}); {d}[{{o}}] = (it == 0) ? __int_as_float(0xff800000) : prev - nm; {m}[{{o}}] = nm; }}",
+                m = m.var,
+                d = diff.var
+            );
+            g.reduce(indent, &args[0], dim, 1, "{x}", "max", &store);
+        }
+        BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::Accum { .. } => {}
+    }
+    Ok(())
+}
+
+/// Emits the per-iteration fold of an accumulator.
+fn gen_accumulate(g: &mut Gen, i: usize, acc: AccKind, _frange: usize) -> Result<(), CodegenError> {
+    let nd = &g.bg.nodes()[i];
+    let x = g.tile(nd.inputs[0]).clone();
+    let out = g.tiles[i][0].clone().expect("planned");
+    let last = x.shape.len() - 1;
+    let idx = unflatten("e", &out.shape);
+    match acc {
+        AccKind::Sum => {
+            let body = format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, x.load(&idx));
+            g.elementwise(2, out.numel(), &body);
+        }
+        AccKind::Max => {
+            let body = format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, x.load(&idx));
+            g.elementwise(2, out.numel(), &body);
+        }
+        AccKind::Rescale => {
+            let r = g.tile(nd.inputs[1]).clone();
+            let body = format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, x.load(&idx), r.load(&idx));
+            g.elementwise(2, out.numel(), &body);
+        }
+        AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } => {
+            let width = if let AccKind::SumTo { width } = acc { width } else { 1 };
+            let map = if acc == AccKind::RmsLast { "({x})*({x})" } else { "{x}" };
+            let store = format!("{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};", out.var);
+            g.reduce(2, &x, last, width, map, "sum", &store);
+        }
+        AccKind::SumLastRescale => {
+            let r = g.tile(nd.inputs[1]).clone();
+            let oidx = unflatten("{o}", &out.shape);
+            let rv = r.load(&oidx);
+            let store = format!("{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};", out.var);
+            g.reduce(2, &x, last, 1, "{x}", "sum", &store);
+        }
+    }
+    Ok(())
+}
