@@ -1,6 +1,47 @@
 //! `#[mugraph]`: the attribute that turns a Rust tensor function into a call of a superoptimized,
-//! verified CUDA kernel.
+//! verified CUDA kernel (DESIGN.md §1, §5, §11).
 //!
-//! This crate will hold the macro entry point: parsing with the DSL syntax module shared with
-//! `mirage::build`, spanned errors, and the typed wrapper that embeds the build artifacts
-//! (DESIGN.md §3, §5, §11). It holds no macro yet: the pipeline behind it is being built.
+//! The attribute parses and checks the function with the DSL syntax module shared with
+//! `mirage::lower` (the same source files are compiled into both crates, so the macro and the
+//! build script can never disagree about a program) and reports every user error as a compile
+//! error at the offending tokens. The expansion into a typed launcher that embeds the build
+//! artifacts lives in `expand.rs`.
+//!
+//! ```compile_fail
+//! use mirage_macros::mugraph;
+//!
+//! #[mugraph]
+//! fn scale(x: Tensor<f16, 8, 4096>) -> Tensor<f16, 8, 4096> {
+//!     x + 1.0 // error: a float may only multiply or divide a tensor
+//! }
+//! # fn main() {}
+//! ```
+
+use proc_macro::TokenStream;
+
+mod expand;
+// Shared with `mirage::lower`, which uses all of it; the macro needs only part.
+#[allow(dead_code, unused_imports)]
+mod syntax;
+
+/// Marks a tensor function to be superoptimized into a fused CUDA kernel at build time.
+///
+/// The function's parameters are `name: Tensor<T, D0, ...>` (T one of f16, bf16, f32; 1 to 4
+/// integer-literal dims, optionally `#[strides(...)]`), its body `let` bindings and one result
+/// expression over the language's functions and `+ - * /`. Errors point at the offending tokens.
+#[proc_macro_attribute]
+pub fn mugraph(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item = match syn::parse::<syn::Item>(item) {
+        Ok(syn::Item::Fn(f)) => f,
+        Ok(other) => {
+            let msg = "#[mugraph] applies to a function: `fn name(x: Tensor<T, D0, ...>, ...) -> Tensor<...> { ... }`";
+            return syn::Error::new_spanned(other, msg).to_compile_error().into();
+        }
+        Err(err) => return err.to_compile_error().into(),
+    };
+    let checked = syntax::parse_attr_args(attr.into()).and_then(|()| syntax::parse(&item));
+    match checked {
+        Ok(program) => expand::expand(&program, &item).into(),
+        Err(err) => err.to_compile_error().into(),
+    }
+}

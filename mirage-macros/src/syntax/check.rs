@@ -1,0 +1,889 @@
+//! Parsing and checking a `#[mugraph]` function into a [`Program`].
+//!
+//! Rules beyond the grammar of the module docs:
+//! - Binary `+ - * /` between tensors of one element type and one rank, with size-1
+//!   broadcasting (each dim equal, or one side 1).
+//! - Float literals are scalars: `x * c` and `c * x` lower to `mul_scalar(c)`, `x / c` to
+//!   `mul_scalar(1/c)`, `c / x` to `recip(x)` (times `c` unless `c` is 1). `-x` is `neg(x)`.
+//!   Adding a scalar to a tensor (`x + 1.0`, `1.0 - x`) is rejected: the kernel graph has no
+//!   add-scalar operator; pass the constant as a tensor input (it broadcasts if its dims are 1).
+//!   Arithmetic between literals is folded (`0.5 * 2.0`).
+//! - `pow(x, c)` with a literal exponent is accepted for `c` in {1, 2, 0.5, -1} (identity,
+//!   `square`, `sqrt`, `recip`); otherwise both operands are tensors.
+//! - `softmax(x, dim)` is `exp(x) / sum(exp(x), dim)`: the three operators `exp`, `reduce_sum`,
+//!   `div`, with the `exp` shared.
+//! - `rms_norm(x)` has `eps = 0.0`; the weight of `rms_norm_weighted(x, w, eps)` has `x`'s rank,
+//!   leading dims 1 and `x`'s last dim.
+//! - Every parameter and every `let` binding must be used; a name may be shadowed by a later
+//!   `let`, as in Rust.
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::spanned::Spanned;
+use syn::{BinOp, Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
+
+use super::program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
+use super::ty::{fmt_shape, int_literal, parse_strides, parse_tensor_type, parse_usize, row_major_strides, TensorType};
+
+/// One function of the language: its name and how it is called. Each is also a method on its
+/// first operand: `matmul(x, w)` is `x.matmul(w)`.
+#[derive(Clone, Copy, Debug)]
+pub struct FnSpec {
+    /// The name.
+    pub name: &'static str,
+    /// How it is called, for messages.
+    pub usage: &'static str,
+    /// Fewest arguments (the first operand included).
+    pub min_args: usize,
+    /// Most arguments (the first operand included).
+    pub max_args: usize,
+}
+
+const fn spec(name: &'static str, usage: &'static str, min_args: usize, max_args: usize) -> FnSpec {
+    FnSpec { name, usage, min_args, max_args }
+}
+
+/// Every function of the language.
+pub const FUNCTIONS: &[FnSpec] = &[
+    spec("matmul", "matmul(a, b)", 2, 2),
+    spec("exp", "exp(x)", 1, 1),
+    spec("silu", "silu(x)", 1, 1),
+    spec("gelu", "gelu(x)", 1, 1),
+    spec("relu", "relu(x)", 1, 1),
+    spec("sqrt", "sqrt(x)", 1, 1),
+    spec("square", "square(x)", 1, 1),
+    spec("neg", "neg(x)", 1, 1),
+    spec("recip", "recip(x)", 1, 1),
+    spec("clamp", "clamp(x, lo, hi)", 3, 3),
+    spec("sum", "sum(x, dim)", 2, 2),
+    spec("reduce_sum", "reduce_sum(x, dim)", 2, 2),
+    spec("max", "max(x, dim)", 2, 2),
+    spec("reduce_max", "reduce_max(x, dim)", 2, 2),
+    spec("rms_norm", "rms_norm(x) or rms_norm(x, eps)", 1, 2),
+    spec("rms_norm_weighted", "rms_norm_weighted(x, w) or rms_norm_weighted(x, w, eps)", 2, 3),
+    spec("concat", "concat(a, b, dim)", 3, 3),
+    spec("pow", "pow(a, b)", 2, 2),
+    spec("softmax", "softmax(x, dim)", 2, 2),
+];
+
+fn function_list() -> String {
+    FUNCTIONS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+}
+
+const EXPRESSIONS: &str = "a #[mugraph] body is built from parameters, `let`-bound names, float literals, \
+`+ - * /` (between tensors, or a tensor and a float for `*` and `/`), unary `-`, parentheses, and calls of the \
+language's functions";
+
+/// Checks the arguments of the `#[mugraph]` attribute itself: it takes none.
+pub fn parse_attr_args(args: TokenStream) -> Result<()> {
+    if args.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new_spanned(args, "#[mugraph] takes no arguments: write `#[mugraph]`"))
+    }
+}
+
+/// Parses and checks a `#[mugraph]` function (its attributes other than the parameters'
+/// `#[strides]` are ignored).
+pub fn parse(item: &ItemFn) -> Result<Program> {
+    let sig = &item.sig;
+    if let Some(t) = &sig.constness {
+        return Err(Error::new_spanned(t, "`const fn` is not supported: a #[mugraph] function becomes a GPU kernel launcher"));
+    }
+    if let Some(t) = &sig.asyncness {
+        return Err(Error::new_spanned(
+            t,
+            "`async fn` is not supported: the launcher is a plain function that enqueues the kernel on a stream",
+        ));
+    }
+    if let Some(t) = &sig.unsafety {
+        return Err(Error::new_spanned(t, "`unsafe fn` is not supported: the launcher checks shapes and is safe to call"));
+    }
+    if let Some(abi) = &sig.abi {
+        return Err(Error::new_spanned(abi, "an `extern` ABI is not supported on a #[mugraph] function"));
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        return Err(Error::new_spanned(
+            &sig.generics,
+            "generic parameters are not supported: a #[mugraph] signature spells out element types and dims as literals, e.g. `Tensor<f16, 8, 4096>`",
+        ));
+    }
+    if let Some(v) = &sig.variadic {
+        return Err(Error::new_spanned(v, "variadic parameters are not supported"));
+    }
+
+    let mut cx = Checker::default();
+    for arg in &sig.inputs {
+        cx.param(arg)?;
+    }
+    if cx.params.is_empty() {
+        return Err(Error::new_spanned(
+            &sig.ident,
+            "a #[mugraph] function needs at least one tensor parameter, e.g. `x: Tensor<f16, 8, 4096>`",
+        ));
+    }
+
+    let (declared, tuple_result) = return_types(sig)?;
+
+    let stmts = &item.block.stmts;
+    let Some((last, lets)) = stmts.split_last() else {
+        return Err(Error::new_spanned(
+            &item.block,
+            "the body is empty: write `let` bindings and then the result expression",
+        ));
+    };
+    for stmt in lets {
+        cx.statement(stmt)?;
+    }
+    let result = match last {
+        Stmt::Expr(e, None) => e,
+        Stmt::Local(_) => {
+            return Err(Error::new_spanned(
+                last,
+                "the body ends with a `let`: end it with the result expression (no semicolon)",
+            ))
+        }
+        other => return Err(statement_error(other)),
+    };
+    let outputs = cx.result(result, &declared, tuple_result)?;
+    cx.check_all_used()?;
+    let (values, outputs) = prune(cx.values, outputs);
+    Ok(Program { name: sig.ident.clone(), vis: item.vis.clone(), params: cx.params, values, outputs, tuple_result })
+}
+
+/// The declared result types and whether they form a tuple.
+fn return_types(sig: &syn::Signature) -> Result<(Vec<(TensorType, Span)>, bool)> {
+    let missing = "a #[mugraph] function must declare its result: `-> Tensor<T, D0, ...>` or a tuple of them";
+    match &sig.output {
+        ReturnType::Default => Err(Error::new(sig.paren_token.span.close(), missing)),
+        ReturnType::Type(_, ty) => match strip_parens(ty) {
+            Type::Tuple(t) if t.elems.is_empty() => Err(Error::new_spanned(ty, missing)),
+            Type::Tuple(t) => {
+                let types = t.elems.iter().map(|e| Ok((parse_tensor_type(e)?, e.span()))).collect::<Result<Vec<_>>>()?;
+                Ok((types, true))
+            }
+            other => Ok((vec![(parse_tensor_type(other)?, other.span())], false)),
+        },
+    }
+}
+
+fn strip_parens(ty: &Type) -> &Type {
+    match ty {
+        Type::Paren(p) => strip_parens(&p.elem),
+        Type::Group(g) => strip_parens(&g.elem),
+        other => other,
+    }
+}
+
+fn statement_error(stmt: &Stmt) -> Error {
+    match stmt {
+        Stmt::Expr(Expr::Return(r), _) => Error::new_spanned(
+            r,
+            "`return` is not supported: end the body with the result expression (no `return`, no semicolon)",
+        ),
+        Stmt::Item(item) => Error::new_spanned(item, "items are not allowed in a #[mugraph] body: only `let` bindings and the result"),
+        Stmt::Macro(m) => Error::new_spanned(&m.mac, "macros are not allowed in a #[mugraph] body: only `let` bindings and the result"),
+        other => Error::new_spanned(
+            other,
+            "a #[mugraph] body holds `let name = expr;` bindings and one final result expression (without a semicolon); this statement is neither",
+        ),
+    }
+}
+
+/// A value of an expression: a tensor or a float scalar.
+#[derive(Clone, Copy, Debug)]
+enum Operand {
+    Tensor(ValueId),
+    Float(f64),
+}
+
+/// A name in scope: a parameter or a `let` binding.
+struct Binding {
+    name: syn::Ident,
+    value: ValueId,
+    used: bool,
+    is_param: bool,
+}
+
+#[derive(Default)]
+struct Checker {
+    params: Vec<Param>,
+    values: Vec<Value>,
+    scope: Vec<Binding>,
+}
+
+impl Checker {
+    fn push(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+        self.values.push(Value { op, args, ty, span });
+        self.values.len() - 1
+    }
+
+    fn ty(&self, v: ValueId) -> &TensorType {
+        &self.values[v].ty
+    }
+
+    fn param(&mut self, arg: &FnArg) -> Result<()> {
+        let pt = match arg {
+            FnArg::Receiver(r) => {
+                return Err(Error::new_spanned(
+                    r,
+                    "`self` parameters are not supported: a #[mugraph] function is a free function of tensors",
+                ))
+            }
+            FnArg::Typed(pt) => pt,
+        };
+        let name = plain_ident(&pt.pat, "a parameter")?;
+        let ty = parse_tensor_type(&pt.ty)?;
+        let mut strides = None;
+        for attr in &pt.attrs {
+            if !attr.path().is_ident("strides") {
+                return Err(Error::new_spanned(
+                    attr,
+                    "unsupported attribute on a #[mugraph] parameter: the only one allowed is `#[strides(s0, s1, ...)]`",
+                ));
+            }
+            if strides.is_some() {
+                return Err(Error::new_spanned(attr, "`#[strides]` is given twice for this parameter"));
+            }
+            strides = Some(parse_strides(attr, &ty)?);
+        }
+        if let Some(prev) = self.scope.iter().find(|b| b.name == *name) {
+            let mut e = Error::new_spanned(name, format!("the parameter `{name}` is declared twice"));
+            e.combine(Error::new_spanned(&prev.name, "first declared here"));
+            return Err(e);
+        }
+        let index = self.params.len();
+        let explicit_strides = strides.is_some();
+        let strides = strides.unwrap_or_else(|| row_major_strides(&ty.shape));
+        let value = self.push(Op::Param(index), vec![], ty.clone(), name.span());
+        self.params.push(Param { name: name.clone(), ty, strides, explicit_strides });
+        self.scope.push(Binding { name: name.clone(), value, used: false, is_param: true });
+        Ok(())
+    }
+
+    fn statement(&mut self, stmt: &Stmt) -> Result<()> {
+        let local = match stmt {
+            Stmt::Local(l) => l,
+            other => return Err(statement_error(other)),
+        };
+        if let Some(attr) = local.attrs.first() {
+            return Err(Error::new_spanned(attr, "attributes on `let` are not supported in a #[mugraph] body"));
+        }
+        let (pat, annotation) = match &local.pat {
+            Pat::Type(pt) => (&*pt.pat, Some(&*pt.ty)),
+            other => (other, None),
+        };
+        let name = plain_ident(pat, "a `let` binding")?;
+        let Some(init) = &local.init else {
+            return Err(Error::new_spanned(local, "a `let` needs a value: `let name = expr;`"));
+        };
+        if let Some((else_token, _)) = &init.diverge {
+            return Err(Error::new_spanned(else_token, "`let ... else` is not supported: write `let name = expr;`"));
+        }
+        let value = self.tensor(&init.expr, &format!("the value of `{name}`"))?;
+        if let Some(ann) = annotation {
+            let declared = parse_tensor_type(ann)?;
+            let found = self.ty(value);
+            if declared != *found {
+                return Err(Error::new_spanned(
+                    ann,
+                    format!("`{name}` is declared `{declared}` but its value is `{found}`"),
+                ));
+            }
+        }
+        self.scope.push(Binding { name: name.clone(), value, used: false, is_param: false });
+        Ok(())
+    }
+
+    fn result(&mut self, expr: &Expr, declared: &[(TensorType, Span)], tuple_result: bool) -> Result<Vec<ValueId>> {
+        let exprs: Vec<&Expr> = match (strip_expr(expr), tuple_result) {
+            (Expr::Tuple(t), true) => t.elems.iter().collect(),
+            (Expr::Tuple(t), false) => {
+                return Err(Error::new_spanned(
+                    t,
+                    format!("the result is a tuple of {} but the return type is one tensor", t.elems.len()),
+                ))
+            }
+            (_, true) => {
+                return Err(Error::new_spanned(
+                    expr,
+                    format!("the return type is a tuple of {} tensors: write the result as a tuple `(a, b, ...)`", declared.len()),
+                ))
+            }
+            (_, false) => vec![expr],
+        };
+        if exprs.len() != declared.len() {
+            return Err(Error::new_spanned(
+                expr,
+                format!("the result has {} tensors but the return type declares {}", exprs.len(), declared.len()),
+            ));
+        }
+        let mut outputs = Vec::with_capacity(exprs.len());
+        for (i, (e, (ty, _))) in exprs.iter().zip(declared).enumerate() {
+            let what = if tuple_result { format!("result {i}") } else { "the result".to_string() };
+            let v = self.tensor(e, &what)?;
+            let found = self.ty(v);
+            if found != ty {
+                return Err(Error::new_spanned(
+                    e,
+                    format!("{what} is `{found}` but the return type declares `{ty}`"),
+                ));
+            }
+            outputs.push(v);
+        }
+        Ok(outputs)
+    }
+
+    fn check_all_used(&self) -> Result<()> {
+        if let Some(b) = self.scope.iter().find(|b| !b.used) {
+            let msg = if b.is_param {
+                format!("the parameter `{}` is never used: every parameter must feed a result", b.name)
+            } else {
+                format!("`{}` is bound but never used: every `let` must feed a result (remove it)", b.name)
+            };
+            return Err(Error::new_spanned(&b.name, msg));
+        }
+        Ok(())
+    }
+
+    /// Checks `e` and requires a tensor; `what` names it in messages.
+    fn tensor(&mut self, e: &Expr, what: &str) -> Result<ValueId> {
+        match self.expr(e)? {
+            Operand::Tensor(v) => Ok(v),
+            Operand::Float(_) => Err(Error::new_spanned(e, format!("expected a tensor for {what}, found a float"))),
+        }
+    }
+
+    /// Checks `e` and requires a float (a literal or arithmetic of literals).
+    fn float(&mut self, e: &Expr, what: &str) -> Result<f64> {
+        match self.expr(e)? {
+            Operand::Float(v) => Ok(v),
+            Operand::Tensor(_) => Err(Error::new_spanned(e, format!("expected a float literal for {what}, found a tensor"))),
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<Operand> {
+        match e {
+            Expr::Paren(p) => self.expr(&p.expr),
+            Expr::Group(g) => self.expr(&g.expr),
+            Expr::Lit(l) => match &l.lit {
+                Lit::Float(f) => {
+                    match f.suffix() {
+                        "" | "f32" | "f64" => {}
+                        other => return Err(Error::new_spanned(f, format!("unsupported float suffix `{other}`"))),
+                    }
+                    let v: f64 = f.base10_parse().map_err(|_| Error::new_spanned(f, "not a valid float literal"))?;
+                    finite(v, f)
+                }
+                Lit::Int(i) => Err(Error::new_spanned(
+                    i,
+                    format!(
+                        "integer literal `{i}` where a tensor or a float is expected: scalars are float literals, write `{}.0`",
+                        i.base10_digits()
+                    ),
+                )),
+                other => Err(Error::new_spanned(other, "unsupported literal: only float literals are scalars")),
+            },
+            Expr::Path(p) => {
+                let ident = match (&p.qself, p.path.get_ident()) {
+                    (None, Some(ident)) if p.attrs.is_empty() => ident,
+                    _ => return Err(Error::new_spanned(p, format!("unsupported path: {EXPRESSIONS}"))),
+                };
+                let Some(b) = self.scope.iter_mut().rev().find(|b| b.name == *ident) else {
+                    let names = self.scope.iter().map(|b| format!("`{}`", b.name)).collect::<Vec<_>>().join(", ");
+                    let hint = if FUNCTIONS.iter().any(|f| ident == f.name) {
+                        format!(" (`{ident}` is a function: call it, e.g. `{ident}(x)`)")
+                    } else {
+                        String::new()
+                    };
+                    return Err(Error::new_spanned(ident, format!("unknown name `{ident}`{hint}; in scope: {names}")));
+                };
+                b.used = true;
+                Ok(Operand::Tensor(b.value))
+            }
+            Expr::Unary(u) => match u.op {
+                UnOp::Neg(_) => match self.expr(&u.expr)? {
+                    Operand::Float(v) => Ok(Operand::Float(-v)),
+                    Operand::Tensor(x) => Ok(Operand::Tensor(self.unary(UnaryFn::Neg, x, e.span()))),
+                },
+                _ => Err(Error::new_spanned(
+                    u,
+                    format!("unsupported unary operator `{}`: the only one is `-`", u.op.to_token_stream()),
+                )),
+            },
+            Expr::Binary(b) => self.binary(b),
+            Expr::MethodCall(m) => {
+                if let Some(t) = &m.turbofish {
+                    return Err(Error::new_spanned(t, "methods of a #[mugraph] body take no generic arguments"));
+                }
+                let spec = find_function(&m.method, true)?;
+                let mut args = vec![&*m.receiver];
+                args.extend(m.args.iter());
+                self.call(spec, &m.method, &args, e, true)
+            }
+            Expr::Call(c) => {
+                let ident = match strip_expr(&c.func) {
+                    Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => p.path.get_ident(),
+                    _ => None,
+                };
+                let Some(ident) = ident else {
+                    return Err(Error::new_spanned(
+                        &c.func,
+                        format!("call a function of the language by its bare name; allowed: {}", function_list()),
+                    ));
+                };
+                let spec = find_function(ident, false)?;
+                let args: Vec<&Expr> = c.args.iter().collect();
+                self.call(spec, ident, &args, e, false)
+            }
+            Expr::Tuple(t) => Err(Error::new_spanned(
+                t,
+                "a tuple is only allowed as the whole result of a function that returns several tensors",
+            )),
+            other => Err(Error::new_spanned(other, format!("unsupported expression: {EXPRESSIONS} ({})", function_list()))),
+        }
+    }
+
+    fn unary(&mut self, f: UnaryFn, x: ValueId, span: Span) -> ValueId {
+        let ty = self.ty(x).clone();
+        self.push(Op::Unary(f), vec![x], ty, span)
+    }
+
+    /// A binary function of two tensors with size-1 broadcasting.
+    fn broadcast(&mut self, f: BinaryFn, symbol: &str, a: ValueId, b: ValueId, at: &dyn ToTokens) -> Result<ValueId> {
+        let (ta, tb) = (self.ty(a), self.ty(b));
+        let op = format!("`{symbol}`");
+        same_dtype(&op, ta, tb, at)?;
+        let shape = broadcast_shape(&ta.shape, &tb.shape).map_err(|rule| {
+            Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}"))
+        })?;
+        let ty = TensorType { dtype: ta.dtype, shape };
+        Ok(self.push(Op::Binary(f), vec![a, b], ty, span_of(at)))
+    }
+
+    fn binary(&mut self, b: &syn::ExprBinary) -> Result<Operand> {
+        let (f, symbol) = match b.op {
+            BinOp::Add(_) => (BinaryFn::Add, "+"),
+            BinOp::Sub(_) => (BinaryFn::Sub, "-"),
+            BinOp::Mul(_) => (BinaryFn::Mul, "*"),
+            BinOp::Div(_) => (BinaryFn::Div, "/"),
+            op => {
+                return Err(Error::new_spanned(
+                    op,
+                    format!("unsupported operator `{}`: the operators are `+ - * /`", op.to_token_stream()),
+                ))
+            }
+        };
+        let lhs = self.expr(&b.left)?;
+        let rhs = self.expr(&b.right)?;
+        let span = b.span();
+        match (lhs, rhs) {
+            (Operand::Tensor(x), Operand::Tensor(y)) => Ok(Operand::Tensor(self.broadcast(f, symbol, x, y, b)?)),
+            (Operand::Float(x), Operand::Float(y)) => {
+                let v = match f {
+                    BinaryFn::Add => x + y,
+                    BinaryFn::Sub => x - y,
+                    BinaryFn::Mul => x * y,
+                    _ if y == 0.0 => return Err(Error::new_spanned(&b.right, "division by zero")),
+                    _ => x / y,
+                };
+                finite(v, b)
+            }
+            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x))
+                if f == BinaryFn::Mul =>
+            {
+                let c = to_f32(c, b)?;
+                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, x, span)))
+            }
+            (Operand::Tensor(x), Operand::Float(c)) if f == BinaryFn::Div => {
+                if c == 0.0 {
+                    return Err(Error::new_spanned(&b.right, "division by zero"));
+                }
+                let c = to_f32(1.0 / c, b)?;
+                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, x, span)))
+            }
+            (Operand::Float(c), Operand::Tensor(x)) if f == BinaryFn::Div => {
+                let r = self.unary(UnaryFn::Recip, x, span);
+                if c == 1.0 {
+                    return Ok(Operand::Tensor(r));
+                }
+                let c = to_f32(c, b)?;
+                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, r, span)))
+            }
+            _ => Err(Error::new_spanned(
+                b,
+                format!(
+                    "`{symbol}` between a tensor and a float is not supported: the kernel graph has no add-scalar operator; \
+                     a float may only multiply or divide a tensor (`x * 0.5`, `x / 2.0`, `1.0 / x`). \
+                     Pass the constant as a tensor parameter instead (dims of size 1 broadcast)"
+                ),
+            )),
+        }
+    }
+
+    fn dim(&self, e: &Expr, fname: &str, x: ValueId) -> Result<usize> {
+        let Some(lit) = int_literal(e) else {
+            let found = match strip_expr(e) {
+                Expr::Lit(l) if matches!(l.lit, Lit::Float(_)) => "a float literal".to_string(),
+                Expr::Unary(_) => "a negative or computed value (dims are counted from 0)".to_string(),
+                _ => format!("`{}`", e.to_token_stream()),
+            };
+            return Err(Error::new_spanned(
+                e,
+                format!("the dim of `{fname}` must be an integer literal (e.g. `1`), found {found}"),
+            ));
+        };
+        let dim = parse_usize(lit, "dim")?;
+        let ty = self.ty(x);
+        let rank = ty.rank();
+        if dim >= rank {
+            return Err(Error::new_spanned(
+                e,
+                format!(
+                    "dim {dim} is out of range for `{fname}` of `{ty}`: its dims are 0..={}",
+                    rank.saturating_sub(1)
+                ),
+            ));
+        }
+        Ok(dim)
+    }
+
+    fn call(&mut self, spec: FnSpec, name: &syn::Ident, args: &[&Expr], at: &Expr, method: bool) -> Result<Operand> {
+        if args.len() < spec.min_args || args.len() > spec.max_args {
+            let (found, usage) = if method {
+                (args.len() - 1, method_usage(spec.usage))
+            } else {
+                (args.len(), spec.usage.split(" or ").map(|u| format!("`{u}`")).collect::<Vec<_>>().join(" or "))
+            };
+            return Err(Error::new_spanned(
+                at,
+                format!("wrong number of arguments to `{name}`: {found} given; call it as {usage}"),
+            ));
+        }
+        let span = at.span();
+        let fname = spec.name;
+        let first = if method {
+            match self.expr(args[0])? {
+                Operand::Tensor(v) => v,
+                Operand::Float(_) => {
+                    return Err(Error::new_spanned(
+                        args[0],
+                        format!("the method `.{fname}()` is called on a float; methods apply to tensors"),
+                    ))
+                }
+            }
+        } else {
+            self.tensor(args[0], &format!("the first argument of `{fname}`"))?
+        };
+        let unary = |f| Some(f);
+        let simple = match fname {
+            "exp" => unary(UnaryFn::Exp),
+            "silu" => unary(UnaryFn::Silu),
+            "gelu" => unary(UnaryFn::Gelu),
+            "relu" => unary(UnaryFn::Relu),
+            "sqrt" => unary(UnaryFn::Sqrt),
+            "square" => unary(UnaryFn::Square),
+            "neg" => unary(UnaryFn::Neg),
+            "recip" => unary(UnaryFn::Recip),
+            _ => None,
+        };
+        if let Some(f) = simple {
+            return Ok(Operand::Tensor(self.unary(f, first, span)));
+        }
+        let v = match fname {
+            "clamp" => {
+                let lo = self.float(args[1], "the lower bound of `clamp`")?;
+                let hi = self.float(args[2], "the upper bound of `clamp`")?;
+                if lo > hi {
+                    return Err(Error::new_spanned(at, format!("`clamp` needs lo <= hi, found lo = {lo} and hi = {hi}")));
+                }
+                let (lo, hi) = (to_f32(lo, args[1])?, to_f32(hi, args[2])?);
+                self.unary(UnaryFn::Clamp { lo, hi }, first, span)
+            }
+            "matmul" => {
+                let b = self.tensor(args[1], "the second operand of `matmul`")?;
+                let (ta, tb) = (self.ty(first), self.ty(b));
+                same_dtype("`matmul`", ta, tb, at)?;
+                let shape = matmul_shape(&ta.shape, &tb.shape).map_err(|rule| {
+                    Error::new_spanned(at, format!("shape mismatch in `matmul`: `{ta}` x `{tb}`: {rule}"))
+                })?;
+                let ty = TensorType { dtype: ta.dtype, shape };
+                self.push(Op::Matmul, vec![first, b], ty, span)
+            }
+            "sum" | "reduce_sum" | "max" | "reduce_max" | "softmax" => {
+                let dim = self.dim(args[1], fname, first)?;
+                let mut ty = self.ty(first).clone();
+                if fname == "softmax" {
+                    let e = self.unary(UnaryFn::Exp, first, span);
+                    ty.shape[dim] = 1;
+                    let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span);
+                    let out_ty = self.ty(first).clone();
+                    self.push(Op::Binary(BinaryFn::Div), vec![e, s], out_ty, span)
+                } else {
+                    ty.shape[dim] = 1;
+                    let op = if fname.ends_with("sum") { Op::ReduceSum { dim } } else { Op::ReduceMax { dim } };
+                    self.push(op, vec![first], ty, span)
+                }
+            }
+            "rms_norm" => {
+                let eps = match args.get(1) {
+                    Some(e) => match self.expr(e)? {
+                        Operand::Float(v) => v,
+                        Operand::Tensor(_) => {
+                            return Err(Error::new_spanned(
+                                e,
+                                "the second argument of `rms_norm` is eps, a float literal; for a weighted norm write `rms_norm_weighted(x, w, eps)`",
+                            ))
+                        }
+                    },
+                    None => 0.0,
+                };
+                let eps = check_eps(eps, args.get(1).copied().unwrap_or(at))?;
+                let ty = self.ty(first).clone();
+                self.push(Op::RmsNorm { eps }, vec![first], ty, span)
+            }
+            "rms_norm_weighted" => {
+                let w = self.tensor(args[1], "the weight of `rms_norm_weighted`")?;
+                let eps = match args.get(2) {
+                    Some(e) => self.float(e, "eps of `rms_norm_weighted`")?,
+                    None => 0.0,
+                };
+                let eps = check_eps(eps, args.get(2).copied().unwrap_or(at))?;
+                let (tx, tw) = (self.ty(first), self.ty(w));
+                same_dtype("`rms_norm_weighted`", tx, tw, at)?;
+                let last = tx.rank() - 1;
+                let ok = tw.rank() == tx.rank() && tw.shape[last] == tx.shape[last] && tw.shape[..last].iter().all(|&d| d == 1);
+                if !ok {
+                    let mut want = vec![1; last];
+                    want.push(tx.shape[last]);
+                    return Err(Error::new_spanned(
+                        args[1],
+                        format!(
+                            "shape mismatch in `rms_norm_weighted`: x is `{tx}`, the weight is `{tw}`; the weight must have x's rank, leading dims 1 and x's last dim: shape {}",
+                            fmt_shape(&want)
+                        ),
+                    ));
+                }
+                let ty = tx.clone();
+                self.push(Op::RmsNorm { eps }, vec![first, w], ty, span)
+            }
+            "concat" => {
+                let b = self.tensor(args[1], "the second operand of `concat`")?;
+                let dim = self.dim(args[2], fname, first)?;
+                let (ta, tb) = (self.ty(first), self.ty(b));
+                same_dtype("`concat`", ta, tb, at)?;
+                let shape = concat_shape(&ta.shape, &tb.shape, dim).map_err(|rule| {
+                    Error::new_spanned(at, format!("shape mismatch in `concat`: `{ta}` and `{tb}` along dim {dim}: {rule}"))
+                })?;
+                let ty = TensorType { dtype: ta.dtype, shape };
+                self.push(Op::Concat { dim }, vec![first, b], ty, span)
+            }
+            "pow" => match self.expr(args[1])? {
+                Operand::Tensor(b) => self.broadcast(BinaryFn::Pow, "pow", first, b, at)?,
+                Operand::Float(c) if c == 1.0 => first,
+                Operand::Float(c) if c == 2.0 => self.unary(UnaryFn::Square, first, span),
+                Operand::Float(c) if c == 0.5 => self.unary(UnaryFn::Sqrt, first, span),
+                Operand::Float(c) if c == -1.0 => self.unary(UnaryFn::Recip, first, span),
+                Operand::Float(c) => {
+                    return Err(Error::new_spanned(
+                        args[1],
+                        format!("`pow` with the float exponent {c} is not supported: a literal exponent must be 1.0, 2.0, 0.5 or -1.0; otherwise pass the exponent as a tensor"),
+                    ))
+                }
+            },
+            _ => {
+                return Err(Error::new_spanned(name, format!("unknown function `{name}`; allowed: {}", function_list())))
+            }
+        };
+        Ok(Operand::Tensor(v))
+    }
+}
+
+/// `clamp(x, lo, hi)` as a method: `` `x.clamp(lo, hi)` `` (each alternative of `a or b`).
+fn method_usage(usage: &str) -> String {
+    usage
+        .split(" or ")
+        .map(|u| {
+            let (name, rest) = u.split_once('(').unwrap_or((u, ")"));
+            let args = rest.trim_end_matches(')');
+            let (receiver, others) = args.split_once(", ").unwrap_or((args, ""));
+            format!("`{receiver}.{name}({others})`")
+        })
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+fn find_function(name: &syn::Ident, method: bool) -> Result<FnSpec> {
+    FUNCTIONS.iter().copied().find(|f| name == f.name).ok_or_else(|| {
+        let msg = if method {
+            format!(
+                "unknown method `{name}`; the methods of a tensor are: {} (e.g. `x.matmul(w)`, `x.sum(1)`)",
+                function_list()
+            )
+        } else {
+            format!(
+                "unknown function `{name}`; allowed: {} (each also a method on its first operand)",
+                function_list()
+            )
+        };
+        Error::new_spanned(name, msg)
+    })
+}
+
+fn plain_ident<'a>(pat: &'a Pat, what: &str) -> Result<&'a syn::Ident> {
+    match pat {
+        Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() && p.attrs.is_empty() => {
+            Ok(&p.ident)
+        }
+        Pat::Ident(p) if p.mutability.is_some() => Err(Error::new_spanned(
+            pat,
+            format!("{what} cannot be `mut`: tensors of a #[mugraph] function are immutable values"),
+        )),
+        other => Err(Error::new_spanned(
+            other,
+            format!("{what} must be a plain identifier (no patterns, `ref`, `mut` or `_`)"),
+        )),
+    }
+}
+
+fn strip_expr(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => strip_expr(&p.expr),
+        Expr::Group(g) => strip_expr(&g.expr),
+        other => other,
+    }
+}
+
+fn span_of(t: &dyn ToTokens) -> Span {
+    t.to_token_stream().into_iter().next().map_or_else(Span::call_site, |tt| tt.span())
+}
+
+fn finite(v: f64, at: &dyn ToTokens) -> Result<Operand> {
+    to_f32(v, at)?;
+    Ok(Operand::Float(v))
+}
+
+fn to_f32(v: f64, at: &dyn ToTokens) -> Result<f32> {
+    let f = v as f32;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(Error::new_spanned(at, format!("the scalar {v} is not a finite f32")))
+    }
+}
+
+fn check_eps(eps: f64, at: &dyn ToTokens) -> Result<f32> {
+    if eps < 0.0 {
+        return Err(Error::new_spanned(at, format!("eps must be at least 0, found {eps}")));
+    }
+    to_f32(eps, at)
+}
+
+fn same_dtype(op: &str, a: &TensorType, b: &TensorType, at: &dyn ToTokens) -> Result<()> {
+    if a.dtype != b.dtype {
+        return Err(Error::new_spanned(
+            at,
+            format!(
+                "element types differ in {op}: `{a}` and `{b}`; both operands must have one element type (there are no implicit conversions)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Size-1 broadcasting between equal-rank shapes.
+fn broadcast_shape(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
+    if a.len() != b.len() {
+        return Err(format!(
+            "ranks differ ({} and {}); operands must have the same rank (only size-1 dims broadcast)",
+            a.len(),
+            b.len()
+        ));
+    }
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .map(|(d, (&x, &y))| {
+            if x == y || y == 1 {
+                Ok(x)
+            } else if x == 1 {
+                Ok(y)
+            } else {
+                Err(format!("dim {d} has sizes {x} and {y}; each dim must be equal or 1 on one side"))
+            }
+        })
+        .collect()
+}
+
+/// `[..., m, k] x [..., k, n] -> [..., m, n]`.
+fn matmul_shape(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
+    if a.len() != b.len() {
+        return Err(format!("ranks differ ({} and {}); operands must have the same rank", a.len(), b.len()));
+    }
+    let r = a.len();
+    if r < 2 {
+        return Err("operands must have rank at least 2 ([..., m, k] x [..., k, n])".into());
+    }
+    if a[..r - 2] != b[..r - 2] {
+        return Err(format!(
+            "batch dims differ ({} and {}); they must be equal",
+            fmt_shape(&a[..r - 2]),
+            fmt_shape(&b[..r - 2])
+        ));
+    }
+    if a[r - 1] != b[r - 2] {
+        return Err(format!(
+            "inner dims differ: a is [.., m, k] with k = {}, b is [.., k, n] with k = {}",
+            a[r - 1],
+            b[r - 2]
+        ));
+    }
+    let mut out = a.to_vec();
+    out[r - 1] = b[r - 1];
+    Ok(out)
+}
+
+/// `concat(a, b, dim)`: equal rank, equal sizes except along `dim`.
+fn concat_shape(a: &[usize], b: &[usize], dim: usize) -> std::result::Result<Vec<usize>, String> {
+    if a.len() != b.len() {
+        return Err(format!("ranks differ ({} and {}); operands must have the same rank", a.len(), b.len()));
+    }
+    if let Some(d) = (0..a.len()).find(|&d| d != dim && a[d] != b[d]) {
+        return Err(format!("dim {d} differs ({} vs {}); only the concat dim may differ", a[d], b[d]));
+    }
+    let mut out = a.to_vec();
+    out[dim] = a[dim].checked_add(b[dim]).ok_or("the concatenated dim overflows usize")?;
+    if out.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        return Err("the number of elements of the result overflows usize".into());
+    }
+    Ok(out)
+}
+
+/// Keeps the values that reach an output (and every parameter), renumbered in order.
+fn prune(values: Vec<Value>, outputs: Vec<ValueId>) -> (Vec<Value>, Vec<ValueId>) {
+    let mut live = vec![false; values.len()];
+    for (i, v) in values.iter().enumerate() {
+        live[i] = matches!(v.op, Op::Param(_));
+    }
+    for &o in &outputs {
+        live[o] = true;
+    }
+    for i in (0..values.len()).rev() {
+        if live[i] {
+            for &a in &values[i].args {
+                live[a] = true;
+            }
+        }
+    }
+    let mut new_id = vec![usize::MAX; values.len()];
+    let mut kept = Vec::new();
+    for (i, mut v) in values.into_iter().enumerate() {
+        if live[i] {
+            v.args = v.args.iter().map(|&a| new_id[a]).collect();
+            new_id[i] = kept.len();
+            kept.push(v);
+        }
+    }
+    let outputs = outputs.iter().map(|&o| new_id[o]).collect();
+    (kept, outputs)
+}

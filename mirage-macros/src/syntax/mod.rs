@@ -1,0 +1,33 @@
+//! The `#[mugraph]` language (DESIGN §5), written once and compiled into both `mirage-macros`
+//! (spanned compile errors, the launcher's signature) and `mirage::lower` (lowering to the
+//! kernel graph), the way cxx shares its `syntax` module between its macro and its build crate.
+//! It depends only on syn, quote and proc-macro2.
+//!
+//! [`parse`] turns a `#[mugraph]` function into a checked [`Program`]: the parameters with their
+//! element types, shapes and strides, and the body as a DAG of typed [`Value`]s in evaluation
+//! order (parameters first), every shape and element type computed. Every user error is a
+//! [`syn::Error`] at the offending tokens, saying what is allowed.
+//!
+//! The grammar:
+//!
+//! ```text
+//! fn      := attrs vis "fn" NAME "(" param,* ")" "->" ret "{" let* result "}"
+//! param   := ["#[strides(" INT,+ ")]"] NAME ":" tensor
+//! tensor  := "Tensor<" ("f16" | "bf16" | "f32") ("," INT){1,4} ">"
+//! ret     := tensor | "(" tensor,+ ")"
+//! let     := "let" NAME [":" tensor] "=" expr ";"
+//! result  := expr | "(" expr,+ ")"
+//! expr    := NAME | FLOAT | "(" expr ")" | "-" expr | expr ("+" | "-" | "*" | "/") expr
+//!          | FUNC "(" arg,* ")" | expr "." FUNC "(" arg,* ")"
+//! ```
+//!
+//! See [`FUNCTIONS`] for the functions (each also callable as a method on its first operand) and
+//! [`check`] for the rules of scalars and broadcasting.
+
+pub mod check;
+pub mod program;
+pub mod ty;
+
+pub use check::{parse, parse_attr_args, FUNCTIONS};
+pub use program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
+pub use ty::{DType, TensorType, MAX_RANK};

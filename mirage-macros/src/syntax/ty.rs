@@ -1,0 +1,280 @@
+//! Element types and tensor types of the `#[mugraph]` language: `Tensor<T, D0, D1, ...>` and the
+//! `#[strides(...)]` parameter attribute.
+
+use std::fmt;
+
+use syn::punctuated::Punctuated;
+use syn::{Error, Expr, GenericArgument, Lit, LitInt, PathArguments, Result, Token, Type};
+
+/// The largest rank a tensor may have (DESIGN §4).
+pub const MAX_RANK: usize = 4;
+
+/// The element types the language accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE 754 half precision (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    Bf16,
+    /// IEEE 754 single precision.
+    F32,
+}
+
+impl DType {
+    /// The name as written in a signature (`f16`, `bf16`, `f32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::F32 => "f32",
+        }
+    }
+
+    /// Reads an element type name.
+    pub fn from_name(name: &str) -> Option<DType> {
+        match name {
+            "f16" => Some(DType::F16),
+            "bf16" => Some(DType::Bf16),
+            "f32" => Some(DType::F32),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The static type of a tensor: element type and shape (rank 1..=4, every dim at least 1).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: DType,
+    /// Extent of each dim.
+    pub shape: Vec<usize>,
+}
+
+impl TensorType {
+    /// The rank (number of dims).
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+impl fmt::Display for TensorType {
+    /// Renders the type as it is written: `Tensor<f16, 8, 4096>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}", self.dtype)?;
+        for d in &self.shape {
+            write!(f, ", {d}")?;
+        }
+        f.write_str(">")
+    }
+}
+
+/// Formats a shape as `[8, 4096]`.
+pub fn fmt_shape(shape: &[usize]) -> String {
+    format!("{shape:?}")
+}
+
+/// Row-major element strides of a shape.
+pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1].saturating_mul(shape[d + 1]);
+    }
+    strides
+}
+
+const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32 and 1 to 4 integer-literal dims, e.g. `Tensor<f16, 8, 4096>`";
+
+/// Parses `Tensor<T, D0, ...>` (the path may be qualified, e.g. `mirage::Tensor<...>`).
+pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
+    let ty = strip_type_groups(ty);
+    let path = match ty {
+        Type::Path(p) if p.qself.is_none() => &p.path,
+        Type::Reference(_) => {
+            return Err(Error::new_spanned(ty, format!("tensors are taken by value in a #[mugraph] signature: {TENSOR_FORM}")))
+        }
+        Type::Tuple(_) => return Err(Error::new_spanned(ty, format!("a tuple is only allowed as the return type: {TENSOR_FORM}"))),
+        _ => return Err(Error::new_spanned(ty, TENSOR_FORM)),
+    };
+    let Some(last) = path.segments.last() else {
+        return Err(Error::new_spanned(ty, TENSOR_FORM));
+    };
+    if last.ident != "Tensor" || path.segments.iter().rev().skip(1).any(|s| !s.arguments.is_none()) {
+        return Err(Error::new_spanned(ty, format!("unsupported type: {TENSOR_FORM}")));
+    }
+    let args = match &last.arguments {
+        PathArguments::AngleBracketed(a) => &a.args,
+        PathArguments::None => {
+            return Err(Error::new_spanned(ty, format!("`Tensor` needs an element type and dims: {TENSOR_FORM}")))
+        }
+        PathArguments::Parenthesized(_) => return Err(Error::new_spanned(&last.arguments, TENSOR_FORM)),
+    };
+    let mut iter = args.iter();
+    let Some(first) = iter.next() else {
+        return Err(Error::new_spanned(ty, TENSOR_FORM));
+    };
+    let dtype = parse_dtype(first)?;
+    let mut shape = Vec::new();
+    for arg in iter {
+        shape.push(parse_dim(arg)?);
+    }
+    if shape.is_empty() {
+        return Err(Error::new_spanned(
+            ty,
+            "a tensor needs at least one dim (rank 0 is not supported): write e.g. `Tensor<f32, 1>` for a single element",
+        ));
+    }
+    if shape.len() > MAX_RANK {
+        return Err(Error::new_spanned(
+            args,
+            format!("rank {} is not supported: tensors have 1 to {MAX_RANK} dims", shape.len()),
+        ));
+    }
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        return Err(Error::new_spanned(args, "the number of elements of this tensor overflows usize"));
+    }
+    Ok(TensorType { dtype, shape })
+}
+
+fn strip_type_groups(ty: &Type) -> &Type {
+    match ty {
+        Type::Group(g) => strip_type_groups(&g.elem),
+        Type::Paren(p) => strip_type_groups(&p.elem),
+        other => other,
+    }
+}
+
+fn parse_dtype(arg: &GenericArgument) -> Result<DType> {
+    let unsupported = |found: String| {
+        Error::new_spanned(arg, format!("unsupported element type `{found}`: allowed are f16, bf16 and f32"))
+    };
+    match arg {
+        GenericArgument::Type(Type::Path(p)) if p.qself.is_none() => {
+            let Some(last) = p.path.segments.last() else {
+                return Err(unsupported(quote::quote!(#arg).to_string()));
+            };
+            match DType::from_name(&last.ident.to_string()) {
+                Some(d) if last.arguments.is_none() => Ok(d),
+                _ => Err(unsupported(quote::quote!(#arg).to_string())),
+            }
+        }
+        GenericArgument::Const(_) => Err(Error::new_spanned(
+            arg,
+            "the first argument of `Tensor` is the element type (f16, bf16 or f32), then the dims",
+        )),
+        other => Err(unsupported(quote::quote!(#other).to_string())),
+    }
+}
+
+fn parse_dim(arg: &GenericArgument) -> Result<usize> {
+    let lit = match arg {
+        GenericArgument::Const(e) => int_literal(e),
+        _ => None,
+    };
+    let Some(lit) = lit else {
+        return Err(Error::new_spanned(
+            arg,
+            format!(
+                "dims must be integer literals (the macro needs every shape), found `{}`",
+                quote::quote!(#arg)
+            ),
+        ));
+    };
+    let dim = parse_usize(lit, "dim")?;
+    if dim == 0 {
+        return Err(Error::new_spanned(lit, "a dim must be at least 1"));
+    }
+    Ok(dim)
+}
+
+/// The integer literal `e` is, looking through parentheses, braces of one expression and groups.
+pub fn int_literal(e: &Expr) -> Option<&LitInt> {
+    match e {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => Some(i),
+            _ => None,
+        },
+        Expr::Paren(p) => int_literal(&p.expr),
+        Expr::Group(g) => int_literal(&g.expr),
+        Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() && b.block.stmts.len() == 1 => match &b.block.stmts[0] {
+            syn::Stmt::Expr(e, None) => int_literal(e),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Parses an unsuffixed or integer-suffixed literal as a `usize`, with a spanned error.
+pub fn parse_usize(lit: &LitInt, what: &str) -> Result<usize> {
+    match lit.suffix() {
+        "" | "usize" | "u8" | "u16" | "u32" | "u64" | "i32" | "i64" => {}
+        other => {
+            return Err(Error::new_spanned(lit, format!("a {what} is an unsuffixed integer literal, found suffix `{other}`")))
+        }
+    }
+    lit.base10_parse::<usize>()
+        .map_err(|_| Error::new_spanned(lit, format!("the {what} `{lit}` does not fit in usize")))
+}
+
+/// Parses the tokens of `#[strides(s0, s1, ...)]` for a parameter of type `ty`: one integer
+/// literal per dim, addressing distinct elements (no two indices alias).
+pub fn parse_strides(attr: &syn::Attribute, ty: &TensorType) -> Result<Vec<usize>> {
+    let list = match &attr.meta {
+        syn::Meta::List(list) => list,
+        _ => {
+            return Err(Error::new_spanned(
+                attr,
+                format!("expected `#[strides(...)]` with one integer literal per dim, e.g. `#[strides({})]`", example_strides(ty)),
+            ))
+        }
+    };
+    let lits = list
+        .parse_args_with(Punctuated::<LitInt, Token![,]>::parse_terminated)
+        .map_err(|e| Error::new(e.span(), format!("{e}: `#[strides(...)]` takes integer literals separated by commas")))?;
+    if lits.len() != ty.rank() {
+        return Err(Error::new_spanned(
+            &list.tokens,
+            format!(
+                "`#[strides]` needs one stride per dim: `{ty}` has rank {}, found {} strides",
+                ty.rank(),
+                lits.len()
+            ),
+        ));
+    }
+    let strides = lits.iter().map(|l| parse_usize(l, "stride")).collect::<Result<Vec<_>>>()?;
+    if let Some(rule) = strides_alias(&ty.shape, &strides) {
+        return Err(Error::new_spanned(
+            &list.tokens,
+            format!("strides {strides:?} for shape {}: {rule}", fmt_shape(&ty.shape)),
+        ));
+    }
+    Ok(strides)
+}
+
+fn example_strides(ty: &TensorType) -> String {
+    let mut s = row_major_strides(&ty.shape);
+    s.reverse();
+    s.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// `None` when the strides address distinct elements; otherwise why not. Sorted by stride, each
+/// stride of a dim with extent above 1 must be at least the span of the smaller ones.
+pub fn strides_alias(shape: &[usize], strides: &[usize]) -> Option<String> {
+    let mut dims: Vec<(usize, usize)> = strides.iter().copied().zip(shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
+    dims.sort_unstable();
+    let mut span = 1usize;
+    for (stride, extent) in dims {
+        if stride < span {
+            return Some(format!(
+                "these strides alias (two different indices would address the same element): a stride of {stride} is below {span}, the span of the dims with smaller strides"
+            ));
+        }
+        span = stride.saturating_mul(extent);
+    }
+    None
+}

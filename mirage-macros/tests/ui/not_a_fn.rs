@@ -1,0 +1,6 @@
+use mirage_macros::mugraph;
+
+#[mugraph]
+struct Kernel;
+
+fn main() {}

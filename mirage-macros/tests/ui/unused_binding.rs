@@ -1,0 +1,9 @@
+use mirage_macros::mugraph;
+
+#[mugraph]
+fn f(x: Tensor<f16, 8, 64>) -> Tensor<f16, 8, 64> {
+    let unused = silu(x);
+    exp(x)
+}
+
+fn main() {}

@@ -1,0 +1,240 @@
+//! Lowering `#[mugraph]` functions to kernel graphs (DESIGN §2, §5).
+//!
+//! The DSL is parsed and checked by [`syntax`], the module `mirage-macros` compiles too (the same
+//! source files, included here with `#[path]`, the way cxx shares its syntax module), so the
+//! macro's compile errors and the build's lowering can never disagree. Lowering then maps each
+//! checked value to one IR builder call: parameters become inputs in signature order, results
+//! become outputs in tuple order.
+//!
+//! ```
+//! let src = r#"
+//!     #[mugraph]
+//!     fn gated_mlp(x: Tensor<f16, 8, 64>, w1: Tensor<f16, 64, 32>, w2: Tensor<f16, 64, 32>)
+//!         -> Tensor<f16, 8, 32>
+//!     {
+//!         silu(x.matmul(w1)) * x.matmul(w2)
+//!     }
+//! "#;
+//! let programs = mirage::lower::lower_source(src).unwrap();
+//! let expected = mirage::programs::gated_mlp(8, 64, 32, mirage::ir::DType::F16).unwrap();
+//! assert_eq!(programs[0].graph.canonical_hash(), expected.canonical_hash());
+//! ```
+
+use std::path::Path;
+
+use proc_macro2::Span;
+
+use crate::ir::{BinaryOp, DType, IrError, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp};
+
+#[path = "../../mirage-macros/src/syntax/mod.rs"]
+pub mod syntax;
+
+/// A lowered `#[mugraph]` function: its signature and its kernel graph (the program the search
+/// must match).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    /// The function's name.
+    pub name: String,
+    /// The inline modules (`mod a { mod b { ... } }`) enclosing it in its file, outermost first.
+    pub module_path: Vec<String>,
+    /// The parameters in signature order: the graph's inputs.
+    pub params: Vec<ProgramParam>,
+    /// The results in order (row-major): the graph's outputs.
+    pub outputs: Vec<TensorDesc>,
+    /// Whether the function returns a tuple (even of one tensor).
+    pub tuple_result: bool,
+    /// The kernel graph.
+    pub graph: KernelGraph,
+    /// The canonical text of the checked program ([`syntax::Program::fingerprint`]): the macro
+    /// computes the same text from its tokens.
+    pub fingerprint: String,
+    /// A short stable hash of `fingerprint` ([`syntax::Program::fingerprint_hash`]).
+    pub fingerprint_hash: String,
+}
+
+/// A parameter of a lowered program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramParam {
+    /// The parameter's name.
+    pub name: String,
+    /// Shape, strides and element type.
+    pub desc: TensorDesc,
+}
+
+/// A `#[mugraph]` source could not be lowered: where and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct LowerError {
+    /// The file (`<source>` when lowering text with [`lower_source`]).
+    pub file: String,
+    /// 1-based line of the offending token.
+    pub line: usize,
+    /// 1-based column (in characters) of the offending token.
+    pub column: usize,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl LowerError {
+    fn from_syn(err: &syn::Error, file: &str) -> Self {
+        let start = err.span().start();
+        LowerError { file: file.to_string(), line: start.line, column: start.column + 1, message: err.to_string() }
+    }
+}
+
+fn dtype(d: syntax::DType) -> DType {
+    match d {
+        syntax::DType::F16 => DType::F16,
+        syntax::DType::Bf16 => DType::Bf16,
+        syntax::DType::F32 => DType::F32,
+    }
+}
+
+fn unary(f: syntax::UnaryFn) -> UnaryOp {
+    match f {
+        syntax::UnaryFn::Exp => UnaryOp::Exp,
+        syntax::UnaryFn::Square => UnaryOp::Square,
+        syntax::UnaryFn::Sqrt => UnaryOp::Sqrt,
+        syntax::UnaryFn::Silu => UnaryOp::Silu,
+        syntax::UnaryFn::Gelu => UnaryOp::Gelu,
+        syntax::UnaryFn::Relu => UnaryOp::Relu,
+        syntax::UnaryFn::Neg => UnaryOp::Neg,
+        syntax::UnaryFn::Recip => UnaryOp::Recip,
+        syntax::UnaryFn::Clamp { lo, hi } => UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) },
+        syntax::UnaryFn::MulScalar { c } => UnaryOp::MulScalar { c: Scalar(c) },
+    }
+}
+
+fn binary(f: syntax::BinaryFn) -> BinaryOp {
+    match f {
+        syntax::BinaryFn::Add => BinaryOp::Add,
+        syntax::BinaryFn::Sub => BinaryOp::Sub,
+        syntax::BinaryFn::Mul => BinaryOp::Mul,
+        syntax::BinaryFn::Div => BinaryOp::Div,
+        syntax::BinaryFn::Pow => BinaryOp::Pow,
+    }
+}
+
+/// Lowers a checked program to its kernel graph. The IR's rules are checked again by its
+/// builders; a disagreement with the syntax module's rules is reported at the value's tokens.
+pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Error> {
+    let ir_err = |span: Span, e: IrError| syn::Error::new(span, format!("the kernel graph rejects this: {e}"));
+    let missing = |span: Span| syn::Error::new(span, "internal error: a value refers to a later value");
+    let mut graph = KernelGraph::new();
+    let mut refs: Vec<TensorRef> = Vec::with_capacity(program.values.len());
+    for v in &program.values {
+        let args =
+            v.args.iter().map(|&a| refs.get(a).copied().ok_or_else(|| missing(v.span))).collect::<Result<Vec<_>, _>>()?;
+        let arg = |i: usize| args.get(i).copied().ok_or_else(|| missing(v.span));
+        let t = match &v.op {
+            syntax::Op::Param(i) => {
+                let p = program.params.get(*i).ok_or_else(|| missing(v.span))?;
+                graph.input_strided(&p.ty.shape, &p.strides, dtype(p.ty.dtype))
+            }
+            syntax::Op::Matmul => graph.matmul(arg(0)?, arg(1)?),
+            syntax::Op::Unary(f) => graph.unary(unary(*f), arg(0)?),
+            syntax::Op::Binary(f) => graph.binary(binary(*f), arg(0)?, arg(1)?),
+            syntax::Op::ReduceSum { dim } => graph.reduce_sum(arg(0)?, *dim),
+            syntax::Op::ReduceMax { dim } => graph.reduce_max(arg(0)?, *dim),
+            syntax::Op::RmsNorm { eps } => graph.rms_norm(arg(0)?, *eps, args.get(1).copied()),
+            syntax::Op::Concat { dim } => graph.concat(arg(0)?, arg(1)?, *dim),
+        }
+        .map_err(|e| ir_err(v.span, e))?;
+        refs.push(t);
+    }
+    for &o in &program.outputs {
+        let t = refs.get(o).copied().ok_or_else(|| missing(program.name.span()))?;
+        graph.output(t, None).map_err(|e| ir_err(program.name.span(), e))?;
+    }
+    Ok(graph)
+}
+
+fn lower_in(item: &syn::ItemFn, module_path: Vec<String>) -> Result<Program, syn::Error> {
+    let checked = syntax::parse(item)?;
+    let graph = lower_checked(&checked)?;
+    let params = checked
+        .params
+        .iter()
+        .map(|p| ProgramParam {
+            name: p.name.to_string(),
+            desc: TensorDesc { shape: p.ty.shape.clone(), strides: p.strides.clone(), dtype: dtype(p.ty.dtype) },
+        })
+        .collect();
+    let outputs = checked.output_types().into_iter().map(|t| TensorDesc::new(&t.shape, dtype(t.dtype))).collect();
+    Ok(Program {
+        name: checked.name.to_string(),
+        module_path,
+        params,
+        outputs,
+        tuple_result: checked.tuple_result,
+        graph,
+        fingerprint: checked.fingerprint(),
+        fingerprint_hash: checked.fingerprint_hash(),
+    })
+}
+
+/// Parses, checks and lowers one `#[mugraph]` function (its attributes are not looked at).
+pub fn lower(item: &syn::ItemFn) -> Result<Program, syn::Error> {
+    lower_in(item, Vec::new())
+}
+
+/// Whether `attr` is `#[mugraph]` or `#[mirage::mugraph]` (with or without arguments).
+pub fn is_mugraph_attr(attr: &syn::Attribute) -> bool {
+    let path = attr.path();
+    let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    matches!(names.as_slice(), [m] if m == "mugraph")
+        || matches!(names.as_slice(), [c, m] if (c == "mirage" || c == "mirage_macros") && m == "mugraph")
+}
+
+fn attr_args(attr: &syn::Attribute) -> Result<(), syn::Error> {
+    match &attr.meta {
+        syn::Meta::Path(_) => Ok(()),
+        syn::Meta::List(list) => syntax::parse_attr_args(list.tokens.clone()),
+        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(nv, "#[mugraph] takes no arguments: write `#[mugraph]`")),
+    }
+}
+
+fn collect(items: &[syn::Item], module_path: &mut Vec<String>, out: &mut Vec<Program>) -> Result<(), syn::Error> {
+    for item in items {
+        match item {
+            syn::Item::Fn(f) => {
+                if let Some(attr) = f.attrs.iter().find(|a| is_mugraph_attr(a)) {
+                    attr_args(attr)?;
+                    out.push(lower_in(f, module_path.clone())?);
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    module_path.push(m.ident.to_string());
+                    let r = collect(items, module_path, out);
+                    module_path.pop();
+                    r?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Finds and lowers every `#[mugraph]` function of a Rust source file: at the top level and in
+/// inline `mod` blocks at any depth, in source order. The first error stops the walk.
+pub fn lower_source(file_text: &str) -> Result<Vec<Program>, LowerError> {
+    lower_source_named(file_text, "<source>")
+}
+
+fn lower_source_named(file_text: &str, file: &str) -> Result<Vec<Program>, LowerError> {
+    let parsed = syn::parse_file(file_text).map_err(|e| LowerError::from_syn(&e, file))?;
+    let mut out = Vec::new();
+    collect(&parsed.items, &mut Vec::new(), &mut out).map_err(|e| LowerError::from_syn(&e, file))?;
+    Ok(out)
+}
+
+/// Reads a file and lowers every `#[mugraph]` function in it ([`lower_source`]); errors name the
+/// file.
+pub fn lower_file(path: &Path) -> Result<Vec<Program>, LowerError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LowerError { file: file.clone(), line: 0, column: 0, message: format!("cannot read the file: {e}") })?;
+    lower_source_named(&text, &file)
+}
