@@ -237,7 +237,7 @@ pub fn output_shape(tile: &[usize], grid: [usize; 3], omap: &GridMap) -> Result<
                 if (0..a).any(|b| omap[b] == Some(d)) {
                     return Err(IrError::rule("output saver", what(), format!("two grid axes concatenate along dim {d}: their blocks would overwrite each other")));
                 }
-                out[d] *= grid[a];
+                out[d] = out[d].saturating_mul(grid[a]);
             }
             None if grid[a] > 1 => {
                 return Err(IrError::rule("output saver", what(), format!("grid.{} = {} > 1 needs an omap entry, or its blocks would overwrite each other", AXES[a], grid[a])));
@@ -245,6 +245,7 @@ pub fn output_shape(tile: &[usize], grid: [usize; 3], omap: &GridMap) -> Result<
             None => {}
         }
     }
+    check_shape("output saver", &out)?;
     Ok(out)
 }
 
@@ -359,8 +360,14 @@ impl BlockGraph {
                 return Err(IrError::rule(&name, shapes(), "an operand and its partner must both be in the loop or both after it (mixing in-loop and after-loop operands)"));
             }
         }
-        let same = |shape: Vec<usize>| Ok(vec![TileDesc { shape, dtype: inputs[0].dtype, phase: inputs[0].phase }]);
-        let after = |shape: Vec<usize>| Ok(vec![TileDesc { shape, dtype: inputs[0].dtype, phase: Phase::AfterLoop }]);
+        let same = |shape: Vec<usize>| {
+            check_shape(&name, &shape)?;
+            Ok(vec![TileDesc { shape, dtype: inputs[0].dtype, phase: inputs[0].phase }])
+        };
+        let after = |shape: Vec<usize>| {
+            check_shape(&name, &shape)?;
+            Ok(vec![TileDesc { shape, dtype: inputs[0].dtype, phase: Phase::AfterLoop }])
+        };
         let last_to = |shape: &[usize], w: usize| -> Result<Vec<usize>, IrError> { reduce_shape(&name, shape, shape.len() - 1, w) };
         match op {
             BlockOp::Input { input, imap, forloop_dim } => {

@@ -128,7 +128,10 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
     if inputs.len() != arity {
         return Err(IrError::rule(&name, format!("{} operands", inputs.len()), format!("expects {arity} operands")));
     }
-    let plain = |shape: Vec<usize>, dtype: DType| Ok(vec![TensorDesc::new(&shape, dtype)]);
+    let plain = |shape: Vec<usize>, dtype: DType| {
+        check_shape(&name, &shape)?;
+        Ok(vec![TensorDesc::new(&shape, dtype)])
+    };
     match op {
         KernelOp::Input { desc } => {
             check_shape("input", &desc.shape)?;

@@ -18,4 +18,4 @@ pub use hash::CanonicalHash;
 pub use json::{FORMAT, VERSION};
 pub use kernel::{infer_kernel_op, KernelGraph, KernelNode, KernelOp};
 pub use ops::{broadcast_shape, concat_shape, matmul_shape, reduce_shape, BinaryOp, UnaryOp};
-pub use types::{check_shape, check_strides, num_elements, row_major_strides, storage_len, DType, Scalar, TensorDesc, TensorRef, MAX_RANK};
+pub use types::{check_shape, check_strides, num_elements, row_major_strides, storage_len, DType, Scalar, TensorDesc, TensorRef, MAX_ELEMENTS, MAX_RANK};

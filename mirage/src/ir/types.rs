@@ -48,9 +48,53 @@ impl fmt::Display for DType {
 /// A float constant stored in the IR (scalars, clamp bounds, epsilons).
 ///
 /// Compared and hashed by bit pattern so that graphs holding constants can be `Eq` and hashed.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-#[serde(transparent)]
+/// Serialized as a JSON number when finite; JSON has no infinities or NaNs, so those are the
+/// strings `"inf"`, `"-inf"`, `"nan"` (the canonical NaN) or `"nan:0x7fc00001"` (its bits).
+#[derive(Clone, Copy, Debug)]
 pub struct Scalar(pub f32);
+
+impl Serialize for Scalar {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.is_finite() {
+            s.serialize_f32(v)
+        } else if v == f32::INFINITY {
+            s.serialize_str("inf")
+        } else if v == f32::NEG_INFINITY {
+            s.serialize_str("-inf")
+        } else if v.to_bits() == f32::NAN.to_bits() {
+            s.serialize_str("nan")
+        } else {
+            s.serialize_str(&format!("nan:{:#010x}", v.to_bits()))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Number(f32),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(Scalar(v)),
+            Repr::Text(t) => match t.as_str() {
+                "inf" => Ok(Scalar(f32::INFINITY)),
+                "-inf" => Ok(Scalar(f32::NEG_INFINITY)),
+                "nan" => Ok(Scalar(f32::NAN)),
+                other => other
+                    .strip_prefix("nan:0x")
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                    .map(f32::from_bits)
+                    .filter(|v| v.is_nan())
+                    .map(Scalar)
+                    .ok_or_else(|| serde::de::Error::custom(format!("expected a number, \"inf\", \"-inf\", \"nan\" or \"nan:0x<bits>\", found \"{other}\""))),
+            },
+        }
+    }
+}
 
 impl PartialEq for Scalar {
     fn eq(&self, other: &Self) -> bool {
@@ -88,7 +132,11 @@ pub fn fmt_shape(shape: &[usize]) -> String {
     format!("{shape:?}")
 }
 
-/// Checks rank 1..=4 and non-zero extents.
+/// The most elements a tensor or tile may have (2^48): far beyond any device, and small enough
+/// that no shape rule, stride or offset computation can overflow.
+pub const MAX_ELEMENTS: usize = 1 << 48;
+
+/// Checks rank 1..=4, non-zero extents and at most [`MAX_ELEMENTS`] elements.
 pub fn check_shape(op: &str, shape: &[usize]) -> Result<(), IrError> {
     if shape.is_empty() || shape.len() > MAX_RANK {
         return Err(IrError::rule(
@@ -99,6 +147,9 @@ pub fn check_shape(op: &str, shape: &[usize]) -> Result<(), IrError> {
     }
     if shape.contains(&0) {
         return Err(IrError::rule(op, fmt_shape(shape), "every dimension must be at least 1"));
+    }
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(IrError::rule(op, fmt_shape(shape), "a tensor may have at most 2^48 elements"));
     }
     Ok(())
 }
@@ -126,6 +177,14 @@ pub fn check_strides(op: &str, shape: &[usize], strides: &[usize]) -> Result<(),
             ));
         }
         span = stride.saturating_mul(extent);
+    }
+    let largest_offset = shape.iter().zip(strides).try_fold(0usize, |o, (&n, &s)| n.saturating_sub(1).checked_mul(s)?.checked_add(o));
+    if largest_offset.is_none_or(|o| o >= MAX_ELEMENTS) {
+        return Err(IrError::rule(
+            op,
+            format!("shape {} strides {:?}", fmt_shape(shape), strides),
+            "the layout may span at most 2^48 elements",
+        ));
     }
     Ok(())
 }
