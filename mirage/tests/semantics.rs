@@ -73,14 +73,14 @@ fn run_binary_program(a: &HostTensor, b: &HostTensor, f: impl Fn(&mut KernelGrap
 fn every_unary_function() {
     let c = |lo: f32, hi: f32| UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) };
     let cases: Vec<(UnaryOp, Vec<f32>, Vec<f32>)> = vec![
-        (UnaryOp::Exp, vec![0.0, 1.0, -1.0, 2.0], vec![1.0, 2.718_281_8, 0.367_879_44, 7.389_056]),
+        (UnaryOp::Exp, vec![0.0, 1.0, -1.0, 2.0], vec![1.0, std::f32::consts::E, 0.367_879_44, 7.389_056]),
         (UnaryOp::Square, vec![-3.0, 0.5, 0.0, 1.5], vec![9.0, 0.25, 0.0, 2.25]),
-        (UnaryOp::Sqrt, vec![4.0, 2.0, 0.25, 0.0], vec![2.0, 1.414_213_5, 0.5, 0.0]),
+        (UnaryOp::Sqrt, vec![4.0, 2.0, 0.25, 0.0], vec![2.0, std::f32::consts::SQRT_2, 0.5, 0.0]),
         // x / (1 + e^-x)
         (UnaryOp::Silu, vec![0.0, 1.0, -1.0, 2.0], vec![0.0, 0.731_058_6, -0.268_941_43, 1.761_594_2]),
         // x · Φ(x), the exact erf form (the tanh approximation gives 0.841192 at 1 and
         // -0.0036375 at -3); |x|/√2 ≥ 2.5 at ±4 exercises erf's tail.
-        (UnaryOp::Gelu, vec![0.0, 1.0, -1.0, 2.0, -3.0, 4.0, -4.0], vec![0.0, 0.841_344_75, -0.158_655_25, 1.954_499_7, -0.004_049_694, 3.999_873_3, -0.000_126_684_97]),
+        (UnaryOp::Gelu, vec![0.0, 1.0, -1.0, 2.0, -3.0, 4.0, -4.0], vec![0.0, 0.841_344_8, -0.158_655_25, 1.954_499_7, -0.004_049_694, 3.999_873_3, -0.000_126_684_97]),
         (UnaryOp::Relu, vec![-2.0, 0.0, 3.0, -0.5], vec![0.0, 0.0, 3.0, 0.0]),
         (UnaryOp::Neg, vec![-2.0, 0.0, 3.0, 0.5], vec![2.0, 0.0, -3.0, -0.5]),
         (UnaryOp::Recip, vec![2.0, -4.0, 0.5, 0.0], vec![0.5, -0.25, 2.0, f32::INFINITY]),
@@ -229,7 +229,8 @@ fn block(shapes: &[&[usize]], grid: [usize; 3], frange: usize) -> BlockGraph {
 /// input → acc_sum → output with the same map: with F = 1 an identity for every partition.
 #[test]
 fn copy_through_acc_sum_is_the_identity_for_every_partition() {
-    let cases: Vec<(Vec<usize>, [usize; 3], GridMap, Option<usize>)> = vec![
+    type Partition = (Vec<usize>, [usize; 3], GridMap, Option<usize>);
+    let cases: Vec<Partition> = vec![
         (vec![4, 6], [1, 1, 1], [None; 3], None),
         (vec![4, 6], [1, 1, 1], [None; 3], Some(1)),
         (vec![4, 6], [2, 1, 1], [Some(0), None, None], None),
@@ -363,10 +364,10 @@ fn every_accumulator() {
     assert_close(&accumulate(AccKind::Sum, &x, 2, None), &[2, 2], &[4.0, 6.0, 12.0, 14.0], 0.0);
     assert_close(&accumulate(AccKind::SumLast, &x, 2, None), &[2, 1], &[10.0, 26.0], 0.0);
     // sqrt(Σ x² / (F · last)): sqrt(30 / 4), sqrt(174 / 4).
-    assert_close(&accumulate(AccKind::RmsLast, &x, 2, None), &[2, 1], &[2.738_612_8, 6.595_453], 1e-6);
+    assert_close(&accumulate(AccKind::RmsLast, &x, 2, None), &[2, 1], &[2.738_613, 6.595_453], 1e-6);
     // The same with F = 4 (tiles of one column): the divisor is still F · last = 4.
-    assert_close(&accumulate(AccKind::RmsLast, &x, 4, None), &[2, 1], &[2.738_612_8, 6.595_453], 1e-6);
-    assert_close(&accumulate(AccKind::RmsLast, &x, 1, None), &[2, 1], &[2.738_612_8, 6.595_453], 1e-6);
+    assert_close(&accumulate(AccKind::RmsLast, &x, 4, None), &[2, 1], &[2.738_613, 6.595_453], 1e-6);
+    assert_close(&accumulate(AccKind::RmsLast, &x, 1, None), &[2, 1], &[2.738_613, 6.595_453], 1e-6);
     let m = host(&[2, 4], &[1.0, 5.0, 3.0, 2.0, -1.0, -7.0, -2.0, -8.0]);
     assert_close(&accumulate(AccKind::Max, &m, 2, None), &[2, 2], &[3.0, 5.0, -1.0, -7.0], 0.0);
     // acc_sum_to(2) over X [1, 8], F = 2: Σ over iterations [6, 8, 10, 12], then strided
@@ -504,7 +505,7 @@ fn in_loop_ops_run_every_iteration() {
     let a = ok(bg.accum(AccKind::Sum, &[r]));
     ok(bg.output(a, [None; 3]));
     let out = run_block(bg, &[host(&[1, 4], &[0.0, 1.0, -1.0, 2.0]), host(&[1, 1], &[2.0])]);
-    assert_close(&out[0], &[1, 1], &[2.0 * (1.0 + 2.718_281_8 + 0.367_879_44 + 7.389_056)], 1e-6);
+    assert_close(&out[0], &[1, 1], &[2.0 * (1.0 + std::f32::consts::E + 0.367_879_44 + 7.389_056)], 1e-6);
 }
 
 #[test]
