@@ -1,12 +1,13 @@
 //! Build script of the workspace's own package: compiles the CUDA sources of the integration
 //! tests (`tests/cuda/*.cu`) to `$OUT_DIR/cuda/<name>.cubin` with `mirage::nvcc`, the way a
-//! user's build script would, so tests can `include_bytes!` them.
+//! user's build script would, so tests can `include_bytes!` them; and generates and compiles the
+//! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match compile_test_kernels() {
+    match compile_test_kernels().and_then(|()| golden_artifacts()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
@@ -72,4 +73,41 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     std::fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// Generates one translation unit per golden file (its program and every Mirage candidate) and
+/// one per element type of the coverage set (`mirage::programs::coverage_cases`), compiles each
+/// for sm_90a into `$OUT_DIR/golden/<unit>.cubin` with the launch plans beside it, and writes
+/// `$OUT_DIR/golden/index.rs` listing them for `include!`.
+fn golden_artifacts() -> Result<(), String> {
+    use mirage::ir::{DType, KernelGraph};
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    let dest = out_dir.join("golden");
+    std::fs::create_dir_all(&dest).map_err(|e| format!("creating {}: {e}", dest.display()))?;
+    let mut units: Vec<(String, Vec<(String, KernelGraph)>)> = Vec::new();
+    for case in mirage::programs::golden_cases() {
+        units.push((case.name.to_string(), case.named_graphs()?));
+    }
+    for dtype in [DType::F16, DType::Bf16, DType::F32] {
+        let name = format!("coverage_{}", dtype.name());
+        let graphs = mirage::programs::coverage_cases(dtype).map_err(|e| format!("{name}: {e}"))?;
+        units.push((name.clone(), graphs.into_iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect()));
+    }
+    let opts = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
+    let mut index = String::from("/// (unit, cubin, launch plans as JSON), one entry per translation unit.\npub const GOLDEN_UNITS: &[(&str, &[u8], &str)] = &[\n");
+    for (unit, graphs) in &units {
+        let refs: Vec<(String, &KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
+        let (source, plans) = mirage::codegen::generate_unit(&refs, &mirage::codegen::KernelOptions::default())
+            .map_err(|e| format!("generating {unit}: {e}"))?;
+        let ident: String = unit.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let cubin = mirage::nvcc::compile_cubin(&source, &format!("golden_{ident}"), &opts).map_err(|e| format!("{e}"))?;
+        let plans_json = serde_json::to_string(&plans).map_err(|e| e.to_string())?;
+        write_if_changed(&dest.join(format!("{ident}.cubin")), &cubin.bytes)?;
+        write_if_changed(&dest.join(format!("{ident}.plans.json")), plans_json.as_bytes())?;
+        index.push_str(&format!(
+            "    (\"{unit}\", include_bytes!(concat!(env!(\"OUT_DIR\"), \"/golden/{ident}.cubin\")), include_str!(concat!(env!(\"OUT_DIR\"), \"/golden/{ident}.plans.json\"))),\n"
+        ));
+    }
+    index.push_str("];\n");
+    write_if_changed(&dest.join("index.rs"), index.as_bytes())
 }

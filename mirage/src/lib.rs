@@ -4,6 +4,8 @@
 //! of its semantics ([`eval`]), the CPU reference interpreter ([`reference`]), the importer of
 //! Mirage's µGraph JSON ([`import`]) and the nvcc driver ([`nvcc`]).
 #[cfg(feature = "build")]
+pub mod codegen;
+#[cfg(feature = "build")]
 pub mod eval;
 #[cfg(feature = "build")]
 pub mod fingerprint;

@@ -120,6 +120,21 @@ impl GoldenCase {
     pub fn candidates(&self) -> Result<Vec<KernelGraph>, ImportError> {
         import_mirage_json_with(self.json, ImportOptions { half_dtype: self.dtype })
     }
+
+    /// The name as a C identifier (`qwen2.5_…` → `qwen2_5_…`).
+    pub fn ident(&self) -> String {
+        self.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+    }
+
+    /// The program (named `{ident}_program`) followed by every candidate (`{ident}_c{j}`).
+    pub fn named_graphs(&self) -> Result<Vec<(String, KernelGraph)>, String> {
+        let base = self.ident();
+        let program = (self.program)().map_err(|e| format!("{}: program: {e}", self.name))?;
+        let mut out = vec![(format!("{base}_program"), program)];
+        let candidates = self.candidates().map_err(|e| format!("{}: {e}", self.name))?;
+        out.extend(candidates.into_iter().enumerate().map(|(j, c)| (format!("{base}_c{j}"), c)));
+        Ok(out)
+    }
 }
 
 const F16: DType = DType::F16;
@@ -138,4 +153,194 @@ pub fn golden_cases() -> Vec<GoldenCase> {
         GoldenCase { name: "qwen2.5_64644b2e7bbffb94", json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"), dtype: BF16, program: || qwen_silu_gate_linear(18944, 3584, BF16) },
         GoldenCase { name: "qwen2.5_6508b4ab6af4f866", json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"), dtype: BF16, program: || qwen_silu_gate_linear(11008, 2048, BF16) },
     ]
+}
+
+/// Small graphs that together cover every construct code generation must handle: every kernel
+/// operator (lowered to default block graphs), every accumulator, input iterators with a matrix
+/// of imap / forloop combinations and output savers with several omaps, strided inputs, and tile
+/// shapes that are not multiples of the tensor-core tile. Each is built for `dtype`.
+pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrError> {
+    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Scalar, UnaryOp};
+    let mut out: Vec<(String, KernelGraph)> = Vec::new();
+    let d = dtype;
+    let mut push = |name: &str, g: KernelGraph| out.push((name.to_string(), g));
+
+    // Kernel-level operators.
+    let unaries = [
+        UnaryOp::Exp,
+        UnaryOp::Square,
+        UnaryOp::Sqrt,
+        UnaryOp::Silu,
+        UnaryOp::Gelu,
+        UnaryOp::Relu,
+        UnaryOp::Neg,
+        UnaryOp::Recip,
+        UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
+        UnaryOp::MulScalar { c: Scalar(0.75) },
+    ];
+    for op in unaries {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[6, 40], d)?;
+        // sqrt and recip get positive, well-conditioned operands.
+        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) { let e = g.exp(x)?; g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)? } else { x };
+        let y = g.unary(op, x)?;
+        g.output(y, None)?;
+        push(&format!("unary_{}", op.name()), g);
+    }
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow] {
+        let mut g = KernelGraph::new();
+        let a = g.input(&[3, 5, 24], d)?;
+        let b = g.input(&[3, 1, 24], d)?;
+        let (a, b) = if matches!(op, BinaryOp::Div | BinaryOp::Pow) {
+            let ea = g.exp(a)?;
+            let eb = g.exp(b)?;
+            (if op == BinaryOp::Pow { ea } else { a }, eb)
+        } else {
+            (a, b)
+        };
+        let y = g.binary(op, a, b)?;
+        g.output(y, None)?;
+        push(&format!("binary_{}_broadcast", op.name()), g);
+    }
+    for (name, a_shape, b_shape) in [
+        ("matmul_5x24x13", vec![5, 24], vec![24, 13]),
+        ("matmul_16x64x32", vec![16, 64], vec![64, 32]),
+        ("matmul_batched_3x7x40x9", vec![3, 7, 40], vec![3, 40, 9]),
+    ] {
+        let mut g = KernelGraph::new();
+        let a = g.input(&a_shape, d)?;
+        let b = g.input(&b_shape, d)?;
+        let y = g.matmul(a, b)?;
+        g.output(y, None)?;
+        push(name, g);
+    }
+    {
+        let mut g = KernelGraph::new();
+        let a = g.input(&[12, 40], d)?;
+        let b = g.input_strided(&[40, 24], &[1, 40], d)?;
+        let y = g.matmul(a, b)?;
+        g.output(y, None)?;
+        push("matmul_column_major_weight", g);
+    }
+    for dim in 0..3 {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[4, 6, 40], d)?;
+        let s = g.reduce_sum(x, dim)?;
+        let m = g.reduce_max(x, dim)?;
+        g.output(s, None)?;
+        g.output(m, None)?;
+        push(&format!("reduce_sum_max_dim{dim}"), g);
+    }
+    {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[5, 96], d)?;
+        let w = g.input(&[1, 96], d)?;
+        let y = g.rms_norm(x, 1e-5, Some(w))?;
+        let z = g.rms_norm(x, 0.0, None)?;
+        g.output(y, None)?;
+        g.output(z, None)?;
+        push("rms_norm_weight_and_plain", g);
+    }
+    for dim in 0..2 {
+        let mut g = KernelGraph::new();
+        let a = g.input(&[8, 24], d)?;
+        let b = g.input(if dim == 0 { &[4, 24] } else { &[8, 8] }, d)?;
+        let y = g.concat(a, b, dim)?;
+        g.output(y, None)?;
+        push(&format!("concat_dim{dim}"), g);
+    }
+
+    // Block graphs: input iterators over a [48, 96] tensor with a matrix of imaps, forloop dims
+    // and ranges, summed by acc_sum and saved with the matching omap.
+    let x_desc = crate::ir::TensorDesc::new(&[48, 96], d);
+    for (imap, fdim, frange) in [
+        ([Some(0), Some(1), None], Some(1), 4usize),
+        ([Some(1), Some(0), None], Some(0), 2),
+        ([Some(0), None, Some(1)], None, 1),
+        ([None, Some(1), None], Some(0), 3),
+        ([Some(1), None, None], Some(1), 2),
+    ] {
+        let grid = [if imap[0].is_some() { 2 } else { 1 }, if imap[1].is_some() { 3 } else { 1 }, if imap[2].is_some() { 4 } else { 1 }];
+        let mut bg = BlockGraph::new(vec![x_desc.clone()], grid, 128, frange)?;
+        let t = bg.input(0, imap, fdim)?;
+        let a = bg.accum(AccKind::Sum, &[t])?;
+        bg.output(a, imap)?;
+        let mut g = KernelGraph::new();
+        let x = g.input(&[48, 96], d)?;
+        let outs = g.custom(&[x], bg)?;
+        g.output(outs[0], None)?;
+        let f = |e: Option<usize>| e.map_or("r".to_string(), |v| v.to_string());
+        push(&format!("iterator_imap{}{}{}_f{}_r{frange}", f(imap[0]), f(imap[1]), f(imap[2]), f(fdim)), g);
+    }
+    // Every accumulator, over a column-major input walked by the loop.
+    let cm = crate::ir::TensorDesc { shape: vec![32, 64], strides: vec![1, 32], dtype: d };
+    let accs = [AccKind::Sum, AccKind::SumLast, AccKind::RmsLast, AccKind::SumTo { width: 8 }, AccKind::Max];
+    for acc in accs {
+        let mut bg = BlockGraph::new(vec![cm.clone()], [2, 1, 1], 128, 4)?;
+        let t = bg.input(0, [Some(0), None, None], Some(1))?;
+        let a = bg.accum(acc, &[t])?;
+        let e = bg.unary(UnaryOp::MulScalar { c: Scalar(0.5) }, a)?;
+        bg.output(e, [Some(0), None, None])?;
+        let mut g = KernelGraph::new();
+        let x = g.input_strided(&[32, 64], &[1, 32], d)?;
+        let outs = g.custom(&[x], bg)?;
+        g.output(outs[0], None)?;
+        push(&format!("accumulator_{}", acc.name().replace(['(', ')'], "_")), g);
+    }
+    // Online softmax: running max, the rescaling pair, in-loop matmul of a non-multiple-of-16
+    // tile, epilogue division; two outputs.
+    {
+        let q = crate::ir::TensorDesc::new(&[24, 40], d);
+        let k = crate::ir::TensorDesc::new(&[40, 96], d);
+        let v = crate::ir::TensorDesc::new(&[96, 24], d);
+        let mut bg = BlockGraph::new(vec![q, k, v], [2, 1, 1], 128, 4)?;
+        let tq = bg.input(0, [Some(0), None, None], None)?;
+        let tk = bg.input(1, [None, None, None], Some(1))?;
+        let tv = bg.input(2, [None, None, None], Some(0))?;
+        let s = bg.matmul(tq, tk)?;
+        let mx = bg.push(BlockOp::RunningMax { dim: 1 }, &[s])?;
+        let (m, diff) = (mx[0], mx[1]);
+        let shifted = bg.binary(BinaryOp::Sub, s, m)?;
+        let p = bg.unary(UnaryOp::Exp, shifted)?;
+        let r = bg.unary(UnaryOp::Exp, diff)?;
+        let pv = bg.matmul(p, tv)?;
+        let num = bg.accum(AccKind::Rescale, &[pv, r])?;
+        let den = bg.accum(AccKind::SumLastRescale, &[p, r])?;
+        let o = bg.binary(BinaryOp::Div, num, den)?;
+        bg.output(o, [Some(0), None, None])?;
+        bg.output(den, [Some(0), None, None])?;
+        let mut g = KernelGraph::new();
+        let xq = g.input(&[24, 40], d)?;
+        let xk = g.input(&[40, 96], d)?;
+        let xv = g.input(&[96, 24], d)?;
+        let outs = g.custom(&[xq, xk, xv], bg)?;
+        g.output(outs[0], None)?;
+        g.output(outs[1], None)?;
+        push("online_softmax_rescale_pair", g);
+    }
+    // In-loop reductions and rms_norm, strided sum-to, concat, and a running max; an epilogue matmul.
+    {
+        let x = crate::ir::TensorDesc::new(&[16, 128], d);
+        let mut bg = BlockGraph::new(vec![x.clone(), x], [2, 1, 1], 256, 2)?;
+        let a = bg.input(0, [Some(0), None, None], Some(1))?;
+        let b = bg.input(1, [Some(0), None, None], Some(1))?;
+        let n = bg.op(BlockOp::RmsNorm { eps: Scalar(1e-6) }, &[a])?;
+        let s = bg.op(BlockOp::ReduceSumTo { dim: 1, width: 16 }, &[n])?;
+        let c = bg.op(BlockOp::Concat { dim: 1 }, &[s, s])?;
+        let mx = bg.op(BlockOp::ReduceMax { dim: 1 }, &[b])?;
+        let sm = bg.op(BlockOp::ReduceSum { dim: 1 }, &[b])?;
+        let acc_c = bg.accum(AccKind::Sum, &[c])?;
+        let acc_mx = bg.accum(AccKind::Max, &[mx])?;
+        let acc_sm = bg.accum(AccKind::Sum, &[sm])?;
+        let y = bg.binary(BinaryOp::Add, acc_mx, acc_sm)?;
+        let z = bg.binary(BinaryOp::Mul, acc_c, y)?;
+        bg.output(z, [Some(0), None, None])?;
+        let mut g = KernelGraph::new();
+        let xa = g.input(&[16, 128], d)?;
+        let xb = g.input(&[16, 128], d)?;
+        let outs = g.custom(&[xa, xb], bg)?;
+        g.output(outs[0], None)?;
+        push("in_loop_reductions_rms_concat", g);
+    }
+    Ok(out)
 }

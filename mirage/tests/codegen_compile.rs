@@ -2,33 +2,19 @@
 //! for sm_90a and sm_80 (CI installs nvcc 13.0: a codegen change that breaks compilation fails here).
 #![cfg(feature = "build")]
 
-use mirage::codegen::{generate, KernelOptions, DEVICE_LIBRARY};
+use mirage::codegen::{generate_unit, KernelOptions};
 use mirage::nvcc::{compile_cubin, CompileOptions};
 use mirage::programs::golden_cases;
 
-fn sanitize(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
-}
-
 /// One translation unit per golden file: the program and every candidate.
 fn golden_units() -> Vec<(String, String, usize)> {
-    let opts = KernelOptions::default();
     golden_cases()
         .into_iter()
         .map(|case| {
-            let base = sanitize(case.name);
-            let mut kernels = String::new();
-            let mut count = 0;
-            let program = (case.program)().expect("program builds");
-            let g = generate(&program, &format!("{base}_program"), &opts).unwrap_or_else(|e| panic!("{}: program: {e}", case.name));
-            kernels.push_str(&g.kernels_source);
-            count += g.plan.kernels.len();
-            for (j, cand) in case.candidates().expect("imports").iter().enumerate() {
-                let g = generate(cand, &format!("{base}_c{j}"), &opts).unwrap_or_else(|e| panic!("{} candidate {j}: {e}", case.name));
-                kernels.push_str(&g.kernels_source);
-                count += g.plan.kernels.len();
-            }
-            (base, format!("{DEVICE_LIBRARY}\n{kernels}"), count)
+            let graphs = case.named_graphs().unwrap_or_else(|e| panic!("{e}"));
+            let refs: Vec<(String, &mirage::ir::KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
+            let (source, plans) = generate_unit(&refs, &KernelOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            (case.ident(), source, plans.iter().map(|p| p.kernels.len()).sum())
         })
         .collect()
 }
@@ -46,4 +32,20 @@ fn golden_kernels_compile_for_sm90a_and_sm80() {
         }
     }
     println!("{total} kernels compiled (both architectures)");
+}
+
+#[test]
+fn coverage_kernels_compile_for_sm90a_and_sm80() {
+    use mirage::ir::DType;
+    for dtype in [DType::F16, DType::Bf16, DType::F32] {
+        let graphs = mirage::programs::coverage_cases(dtype).expect("coverage graphs build");
+        let name = format!("coverage_{}", dtype.name());
+        let refs: Vec<(String, &mirage::ir::KernelGraph)> = graphs.iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect();
+        let (source, plans) = generate_unit(&refs, &KernelOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for arch in ["sm_90a", "sm_80"] {
+            let opts = CompileOptions { arch: Some(arch.to_string()), ..Default::default() };
+            compile_cubin(&source, &format!("golden_{name}"), &opts).unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+        }
+        println!("{name}: {} programs, {} kernels compiled", plans.len(), plans.iter().map(|p| p.kernels.len()).sum::<usize>());
+    }
 }

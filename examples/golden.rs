@@ -1,0 +1,90 @@
+//! The main job of this stage of the project: every µGraph Mirage discovered for the benchmark
+//! programs is imported, checked against its program by the CPU reference interpreter on random
+//! inputs, turned into CUDA by mirage's code generator and compiled with nvcc for the H200
+//! (sm_90a). Prints one line per program and the best candidate's µGraph.
+//!
+//! `cargo run --release --example golden`
+
+use std::time::Instant;
+
+use mirage::codegen::{generate_unit, KernelOptions};
+use mirage::ir::{BlockOp, KernelGraph, KernelOp};
+use mirage::nvcc::{compile_cubin, CompileOptions};
+use mirage::programs::golden_cases;
+use mirage::reference::{max_scaled_error, run, HostTensor};
+
+fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
+    // A small xorshift generator: the example needs no extra dependency.
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    g.inputs()
+        .iter()
+        .map(|d| {
+            let n = d.shape.iter().product();
+            HostTensor::new(d.shape.clone(), (0..n).map(|_| next()).collect()).expect("shape and data agree")
+        })
+        .collect()
+}
+
+/// A one-line description of a µGraph: its kernels with grid, loop range and block operators.
+fn describe(g: &KernelGraph) -> String {
+    let mut parts = Vec::new();
+    for node in g.nodes() {
+        match &node.op {
+            KernelOp::Input { .. } | KernelOp::Output { .. } => {}
+            KernelOp::Custom { block } => {
+                let ops: Vec<String> = block
+                    .nodes()
+                    .iter()
+                    .filter(|n| !matches!(n.op, BlockOp::Input { .. } | BlockOp::Output { .. }))
+                    .map(|n| n.op.name())
+                    .collect();
+                parts.push(format!("custom(grid {:?}, forloop {}: {})", block.grid(), block.forloop_range(), ops.join(" ")));
+            }
+            other => parts.push(other.name()),
+        }
+    }
+    parts.join("; ")
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let arch = std::env::var("MIRAGE_CUDA_ARCH").unwrap_or_else(|_| "sm_90a".to_string());
+    println!("{:<28} {:>10} {:>8} {:>8} {:>10}", "program", "candidates", "match", "kernels", "nvcc (s)");
+    for (i, case) in golden_cases().into_iter().enumerate() {
+        let graphs = case.named_graphs()?;
+        let program = &graphs[0].1;
+        let inputs = random_inputs(program, 7 + i as u64);
+        let expected = run(program, &inputs)?;
+        let mut matching = 0;
+        for (_, cand) in &graphs[1..] {
+            let got = run(cand, &inputs)?;
+            let ok = got.iter().zip(&expected).all(|(g, w)| {
+                let scale = w.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                max_scaled_error(g, w, 1e-4 * scale, 1e-3).is_some_and(|e| e <= 1.0)
+            });
+            matching += usize::from(ok);
+        }
+        let refs: Vec<(String, &KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
+        let (source, plans) = generate_unit(&refs, &KernelOptions::default())?;
+        let t = Instant::now();
+        compile_cubin(&source, &format!("golden_{}", case.ident()), &CompileOptions { arch: Some(arch.clone()), ..Default::default() })?;
+        let kernels: usize = plans.iter().map(|p| p.kernels.len()).sum();
+        println!("{:<28} {:>10} {:>8} {:>8} {:>10.1}", case.name, graphs.len() - 1, matching, kernels, t.elapsed().as_secs_f64());
+        if matching != graphs.len() - 1 {
+            return Err(format!("{}: {} candidates do not match the program", case.name, graphs.len() - 1 - matching).into());
+        }
+        println!("    first candidate: {}", describe(&graphs[1].1));
+    }
+    match mirage_runtime::Gpu::new(0) {
+        Ok(gpu) => println!("GPU found ({}): the GPU golden test runs these kernels (`bash .gpu/run-tests golden`)", gpu.info()),
+        Err(e) => println!("no GPU found ({e}): kernels were generated and compiled, not run"),
+    }
+    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
