@@ -124,6 +124,12 @@ fn binary_operators_broadcast() -> Result<()> {
     assert_lowers_to(&src(sig, "a.pow(b)"), &expected)?;
     let expected = graph(&[&[4, 8]], |g, x| g.unary(UnaryOp::Square, x[0]))?;
     assert_lowers_to(&src("a: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>", "pow(a, 2.0)"), &expected)?;
+    let expected = graph(&[&[4, 8]], |g, x| g.unary(UnaryOp::Sqrt, x[0]))?;
+    assert_lowers_to(&src("a: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>", "a.pow(0.5)"), &expected)?;
+    let expected = graph(&[&[4, 8]], |g, x| g.unary(UnaryOp::Recip, x[0]))?;
+    assert_lowers_to(&src("a: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>", "pow(a, -1.0)"), &expected)?;
+    let e = lower_err(&src("a: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>", "pow(a, 3.0)"));
+    assert!(e.message.contains("exponent 3"), "{e}");
     Ok(())
 }
 
@@ -287,14 +293,14 @@ fn assert_close(a: &[f32], b: &[f32]) {
 #[test]
 fn numbers_of_small_programs() -> Result<()> {
     let x = t(&[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.0, 4.0])?;
-    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "2.0 / x * 0.5 - -x"), &[x.clone()])?;
+    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "2.0 / x * 0.5 - -x"), std::slice::from_ref(&x))?;
     // (2/x)*0.5 - (-x) = 1/x + x
     assert_close(&y.data, &[2.0, 2.5, 3.0 + 1.0 / 3.0, -2.0, f32::INFINITY, 4.25]);
 
-    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 1>", "x.max(1) + x.sum(1)"), &[x.clone()])?;
+    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 1>", "x.max(1) + x.sum(1)"), std::slice::from_ref(&x))?;
     assert_close(&y.data, &[3.0 + 6.0, 4.0 + 3.0]);
 
-    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "softmax(x, 1)"), &[x.clone()])?;
+    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "softmax(x, 1)"), std::slice::from_ref(&x))?;
     let row = |r: &[f32]| {
         let s: f32 = r.iter().map(|v| v.exp()).sum();
         r.iter().map(|v| v.exp() / s).collect::<Vec<_>>()
@@ -302,7 +308,7 @@ fn numbers_of_small_programs() -> Result<()> {
     let expected: Vec<f32> = row(&x.data[..3]).into_iter().chain(row(&x.data[3..])).collect();
     assert_close(&y.data, &expected);
 
-    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "clamp(x, 0.0, 2.5)"), &[x.clone()])?;
+    let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "clamp(x, 0.0, 2.5)"), std::slice::from_ref(&x))?;
     assert_close(&y.data, &[1.0, 2.0, 2.5, 0.0, 0.0, 2.5]);
 
     let w = t(&[1, 3], &[1.0, 2.0, 0.5])?;
@@ -531,7 +537,10 @@ fn tokens(s: &str) -> Vec<String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn mangled_sources_never_panic(
@@ -556,4 +565,28 @@ proptest! {
             prop_assert!(e.line >= 1);
         }
     }
+
+    /// Word-for-word replacements keep the program parseable and exercise the checker's rules.
+    #[test]
+    fn mangled_words_never_panic(
+        seed in 0..SEEDS.len(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), 0..WORDS.len()), 1..4),
+    ) {
+        let mut toks = tokens(SEEDS[seed]);
+        let words: Vec<usize> = (0..toks.len()).filter(|&i| toks[i].chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.')).collect();
+        for (at, w) in edits {
+            let i = words[at.index(words.len())];
+            toks[i] = WORDS[w].to_string();
+        }
+        let text = toks.join(" ");
+        if let Err(e) = lower_source(&text) {
+            prop_assert!(!e.message.is_empty());
+        }
+    }
 }
+
+const WORDS: &[&str] = &[
+    "0", "1", "2", "3", "4", "7", "64", "0.0", "1.0", "2.0", "0.5", "1e-6", "1e39", "18446744073709551615", "x", "w", "y", "q",
+    "f16", "bf16", "f32", "f64", "exp", "silu", "sum", "max", "matmul", "concat", "clamp", "pow", "softmax", "rms_norm",
+    "rms_norm_weighted", "recip", "Tensor", "strides",
+];

@@ -680,15 +680,18 @@ impl Checker {
             }
             "pow" => match self.expr(args[1])? {
                 Operand::Tensor(b) => self.broadcast(BinaryFn::Pow, "pow", first, b, at)?,
-                Operand::Float(c) if c == 1.0 => first,
-                Operand::Float(c) if c == 2.0 => self.unary(UnaryFn::Square, first, span),
-                Operand::Float(c) if c == 0.5 => self.unary(UnaryFn::Sqrt, first, span),
-                Operand::Float(c) if c == -1.0 => self.unary(UnaryFn::Recip, first, span),
                 Operand::Float(c) => {
-                    return Err(Error::new_spanned(
-                        args[1],
-                        format!("`pow` with the float exponent {c} is not supported: a literal exponent must be 1.0, 2.0, 0.5 or -1.0; otherwise pass the exponent as a tensor"),
-                    ))
+                    let special = [(2.0, UnaryFn::Square), (0.5, UnaryFn::Sqrt), (-1.0, UnaryFn::Recip)];
+                    match special.into_iter().find(|&(e, _)| e == c) {
+                        Some((_, f)) => self.unary(f, first, span),
+                        None if c == 1.0 => first,
+                        None => {
+                            return Err(Error::new_spanned(
+                                args[1],
+                                format!("`pow` with the float exponent {c} is not supported: a literal exponent must be 1.0, 2.0, 0.5 or -1.0; otherwise pass the exponent as a tensor"),
+                            ))
+                        }
+                    }
                 }
             },
             _ => {
