@@ -4,6 +4,8 @@
 //! With `f32` values ([`crate::reference`]) it is the CPU reference interpreter; with finite-field
 //! values it is the fingerprint engine. Semantics live here and nowhere else.
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp};
@@ -38,6 +40,18 @@ pub trait Domain: Sync {
     #[inline]
     fn mul_add(&self, acc: Self::V, a: Self::V, b: Self::V) -> Self::V {
         self.add(acc, self.mul(a, b))
+    }
+    /// One output row of a matmul: with `n = out.len()` and `b` row-major `[a.len(), n]`, for
+    /// `kk` in order, `out[j] = mul_add(out[j], a[kk], b[kk·n + j])`. A domain may override it
+    /// with a faster path that gives the same values.
+    #[inline]
+    fn matmul_row(&self, out: &mut [Self::V], a: &[Self::V], b: &[Self::V]) {
+        let n = out.len();
+        for (kk, &av) in a.iter().enumerate() {
+            for (o, &bv) in out.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
+                *o = self.mul_add(*o, av, bv);
+            }
+        }
     }
 }
 
@@ -240,12 +254,7 @@ impl<D: Domain> Ops<'_, D> {
                 let (bi, i) = (row_idx / m, row_idx % m);
                 let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
                 let bb = &b.data[bi * k * n..(bi + 1) * k * n];
-                for (kk, &av) in ab.iter().enumerate() {
-                    let brow = &bb[kk * n..(kk + 1) * n];
-                    for (o, &bv) in row.iter_mut().zip(brow) {
-                    *o = d.mul_add(*o, av, bv);
-                }
-            }
+                d.matmul_row(row, ab, bb);
         };
         if n > 0 && batch * m * n * k >= 1 << 22 {
             // Large products: parallel over output rows.
@@ -367,16 +376,19 @@ pub fn evaluate<D: Domain>(graph: &KernelGraph, domain: &D, inputs: &[Tensor<D::
         }
     }
     let ops = Ops(domain);
-    let mut values: Vec<Vec<Tensor<D::V>>> = Vec::with_capacity(graph.nodes().len());
+    // Inputs are borrowed, not copied (weights can be hundreds of MB); computed tensors are owned.
+    let mut values: Vec<Vec<Cow<'_, Tensor<D::V>>>> = Vec::with_capacity(graph.nodes().len());
     let mut next_input = 0;
     let mut outputs = Vec::new();
     for node in graph.nodes() {
-        let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
+        let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| values[t.node][t.port].as_ref()).collect();
+        if let KernelOp::Input { .. } = &node.op {
+            next_input += 1;
+            values.push(vec![Cow::Borrowed(&inputs[next_input - 1])]);
+            continue;
+        }
         let produced = match &node.op {
-            KernelOp::Input { .. } => {
-                next_input += 1;
-                vec![inputs[next_input - 1].clone()]
-            }
+            KernelOp::Input { .. } => vec![],
             KernelOp::Output { .. } => {
                 outputs.push(args[0].clone());
                 vec![]
@@ -390,7 +402,7 @@ pub fn evaluate<D: Domain>(graph: &KernelGraph, domain: &D, inputs: &[Tensor<D::
             KernelOp::Concat { dim } => vec![ops.concat(args[0], args[1], *dim)],
             KernelOp::Custom { block } => evaluate_block(block, &ops, &args),
         };
-        values.push(produced);
+        values.push(produced.into_iter().map(Cow::Owned).collect());
     }
     Ok(outputs)
 }

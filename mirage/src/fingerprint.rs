@@ -1,0 +1,911 @@
+//! Finite-field fingerprints (DESIGN §8.1): the probabilistic equivalence check of a candidate
+//! µGraph against the program, done soundly.
+//!
+//! Program and candidate are evaluated by the one evaluator ([`crate::eval`]) over
+//! `Z_p × Z_q` on the same random inputs, in several independent trials, and their outputs are
+//! compared.
+//!
+//! # The field
+//!
+//! `q = 2^31 − 105 = 2 147 483 543` and `p = 2q + 1 = 2^32 − 209 = 4 294 967 087` are both prime,
+//! so `q | p − 1` and both are above 2^30 as DESIGN §8.1 demands. They were chosen as the largest
+//! `q < 2^31` for which `q` and `2q + 1` are prime (Miller–Rabin with the deterministic bases
+//! 2..37; the unit tests check primality and divisibility again). Keeping `p < 2^32` makes every
+//! residue a `u32` and every product plus an accumulator fit a `u64`
+//! (`(p−1)² + (p−1) < 2^64`), so the matmul step `acc + a·b` is one multiply and one reduction by
+//! a constant modulus — no `u128`. The price is the size of `q`: the error bound of the
+//! exponential identity test (Li & Wu, Theorem 2 in the OSDI'25 paper) is governed by `q`, not `p`,
+//! and at `q ≈ 2^31` one trial's false-positive probability for a graph of degree `d` with `k`
+//! exponentials is `≤ 8dk⁴/q + q^(−1/k²)`; independent trials multiply.
+//!
+//! # Values and operations
+//!
+//! A value is a pair `(x_p, x_q)` ([`Fp`]). `+ − ×` act componentwise, `÷` multiplies by the
+//! modular inverse (Fermat; the inverse of 0 is defined as 0, consistently in both graphs).
+//! `exp(x) = (ω^(x_q) mod p, h(ω^(x_q)) mod q)` with `ω` a random element of order exactly `q` in
+//! `Z_p^*` (a random square other than 1), drawn per trial: the exponent lives in `Z_q`, the
+//! result in `Z_p`, so `exp(a + b) = exp(a) · exp(b)` holds in the `p` component. The `q`
+//! component of an exponential has no algebraic meaning (Li & Wu allow no exponential of an
+//! exponential); it is a keyed random function of the result so that a later `exp` of it is still
+//! a well-defined function of the value.
+//!
+//! A value's identity is its `p` component: the keyed random functions below hash `x_p`, and
+//! outputs are compared on `x_p` (the `q` component is the exponent shadow that `exp` consumes;
+//! `exp(a)·exp(b)` and `exp(a+b)` agree in `p` but not in `q`).
+//!
+//! `count(n) = n`, and `constant(c)` is the exact dyadic rational `c = m · 2^e` of the `f32`
+//! (so `0.5 · x == x / 2`). `sqrt, silu, gelu, relu, clamp` (keyed by its bounds), `pow` and
+//! non-finite constants are random functions keyed per trial: a SplitMix64-style mix of
+//! (trial key, operator tag, argument) — the same argument gives the same result in both graphs,
+//! different arguments almost surely differ; never surrogates that ignore their arguments.
+//! `max` is the maximum under a keyed random total order of the values (so it is commutative,
+//! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
+//! `−∞` sentinel is a random value placed at the bottom of that order.
+//!
+//! # Use
+//!
+//! [`verify`] answers one question; [`FingerprintContext`] evaluates the program once per trial
+//! and then checks any number of candidates ([`FingerprintContext::check`]), as the search does.
+
+use rayon::prelude::*;
+
+use crate::eval::{evaluate, Domain, EvalError, Tensor};
+use crate::ir::{DType, KernelGraph, UnaryOp};
+
+/// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
+pub const P: u64 = 4_294_967_087;
+/// The smaller prime: exponents live in `Z_q`. `q = 2^31 − 105`, `q | p − 1`.
+pub const Q: u64 = 2_147_483_543;
+
+// Both primes above 2^30, q | p − 1, and residues in u32 so that `acc + a·b < p² ≤ 2^64`.
+const _: () = assert!(P > 1 << 30 && Q > 1 << 30 && (P - 1).is_multiple_of(Q) && P < 1 << 32);
+
+/// One fingerprint value: a residue modulo [`P`] and one modulo [`Q`] (`repr(C)`: the SIMD
+/// matmul reads it as one little-endian `u64`, `q << 32 | p`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(C)]
+pub struct Fp {
+    /// The residue modulo `p`: the value's identity.
+    pub p: u32,
+    /// The residue modulo `q`: the value as an exponent.
+    pub q: u32,
+}
+
+impl Fp {
+    /// The value `n` (reduced in both fields).
+    pub fn from_u64(n: u64) -> Self {
+        Fp { p: (n % P) as u32, q: (n % Q) as u32 }
+    }
+}
+
+impl std::fmt::Display for Fp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({} mod p, {} mod q)", self.p, self.q)
+    }
+}
+
+/// `a + b mod m` for residues `a, b < m < 2^32`.
+#[inline(always)]
+fn add_mod(a: u32, b: u32, m: u64) -> u32 {
+    let s = a as u64 + b as u64;
+    (if s >= m { s - m } else { s }) as u32
+}
+
+/// `a − b mod m`.
+#[inline(always)]
+fn sub_mod(a: u32, b: u32, m: u64) -> u32 {
+    let s = a as u64 + m - b as u64;
+    (if s >= m { s - m } else { s }) as u32
+}
+
+/// `(acc + w·b) mod m` by Shoup's method, with `w_shoup = ⌊w·2^32 / m⌋` precomputed: for
+/// `w, b < m < 2^32` the quotient estimate `⌊w_shoup·b / 2^32⌋` is off by at most one, so the
+/// remainder lies in `[0, 2m)` and the sum with `acc < m` below `3m`.
+#[inline(always)]
+fn shoup_mul_add(acc: u32, w: u64, w_shoup: u64, b: u32, m: u64) -> u32 {
+    // Wrapping operations: no overflow is possible, and overflow checks would stop vectorization.
+    let qh = w_shoup.wrapping_mul(b as u64) >> 32;
+    let r = w.wrapping_mul(b as u64).wrapping_sub(qh.wrapping_mul(m));
+    let mut s = r.wrapping_add(acc as u64) as i64;
+    let mi = m as i64;
+    if s >= mi {
+        s = s.wrapping_sub(mi);
+    }
+    if s >= mi {
+        s = s.wrapping_sub(mi);
+    }
+    s as u32
+}
+
+/// `out[j] += a · b[j]` in both fields: the matmul row step.
+#[inline(always)]
+fn mul_add_row_portable(out: &mut [Fp], a: Fp, b: &[Fp]) {
+    let (wp, wq) = (a.p as u64, a.q as u64);
+    let (sp, sq) = ((wp << 32) / P, (wq << 32) / Q);
+    for (o, &bv) in out.iter_mut().zip(b) {
+        o.p = shoup_mul_add(o.p, wp, sp, bv.p, P);
+        o.q = shoup_mul_add(o.q, wq, sq, bv.q, Q);
+    }
+}
+
+/// The matmul with explicit SIMD (x86-64 AVX2): [`Fp`] is `repr(C)`, so one `u64` lane holds
+/// `q << 32 | p`; the `p` and `q` halves are multiplied with `mul_epu32` (32×32→64 bits on the low
+/// half of each lane) after a 32-bit shift for `q`. Identical values to [`mul_add_row_portable`].
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::{mul_add_row_portable, Fp, P, Q};
+    use std::arch::x86_64::*;
+
+    /// Which path this CPU runs.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Level {
+        /// No vector path: the portable loop.
+        Portable,
+        /// AVX2: 4 values per vector.
+        Avx2,
+    }
+
+    /// Detects the best path for this CPU.
+    pub fn detect() -> Level {
+        if is_x86_feature_detected!("avx2") { Level::Avx2 } else { Level::Portable }
+    }
+
+    /// `s < m ? s : s − m` on 64-bit lanes holding values below 2^62 (the signed compare is exact).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn reduce_once(s: __m256i, m: __m256i) -> __m256i {
+        let lt = _mm256_cmpgt_epi64(m, s);
+        _mm256_blendv_epi8(_mm256_sub_epi64(s, m), s, lt)
+    }
+
+    /// One Shoup step on 4 values, `acc + w·b` in both fields: per 64-bit lane, `p` on the low
+    /// half and `q` on the high half; the remainder `w·b − ⌊w'·b / 2^32⌋·m` lies in `[0, 2m)`, plus
+    /// `acc` below `3m`, reduced by two conditional subtractions. `c` = `[w_p, w_q, w'_p, w'_q]`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn step(acc: __m256i, vb: __m256i, c: &[__m256i; 4], moduli: &[__m256i; 3]) -> __m256i {
+        let [v_wp, v_wq, v_sp, v_sq] = *c;
+        let [v_p, v_q, low] = *moduli;
+        let bq = _mm256_srli_epi64::<32>(vb);
+        let qh = _mm256_srli_epi64::<32>(_mm256_mul_epu32(vb, v_sp));
+        let r = _mm256_sub_epi64(_mm256_mul_epu32(vb, v_wp), _mm256_mul_epu32(qh, v_p));
+        let rp = reduce_once(reduce_once(_mm256_add_epi64(r, _mm256_and_si256(acc, low)), v_p), v_p);
+        let qh = _mm256_srli_epi64::<32>(_mm256_mul_epu32(bq, v_sq));
+        let r = _mm256_sub_epi64(_mm256_mul_epu32(bq, v_wq), _mm256_mul_epu32(qh, v_q));
+        let rq = reduce_once(reduce_once(_mm256_add_epi64(r, _mm256_srli_epi64::<32>(acc)), v_q), v_q);
+        _mm256_or_si256(rp, _mm256_slli_epi64::<32>(rq))
+    }
+
+    /// A whole matmul output row: the row is kept in registers, 32 columns at a time, while `k`
+    /// advances in blocks of 64 (so the block of `b` being walked stays in cache).
+    #[target_feature(enable = "avx2")]
+    pub fn matmul_row_avx2(out: &mut [Fp], a: &[Fp], b: &[Fp]) {
+        const KB: usize = 64;
+        const GROUP: usize = 8; // vectors of 4 values: 32 columns
+        let n = out.len();
+        let k = a.len().min(b.len().checked_div(n).unwrap_or(0));
+        let body = n - n % 4;
+        let moduli = [_mm256_set1_epi64x(P as i64), _mm256_set1_epi64x(Q as i64), _mm256_set1_epi64x(0xffff_ffff)];
+        let mut consts = [[_mm256_setzero_si256(); 4]; KB];
+        let mut k0 = 0;
+        while k0 < k {
+            let kb = (k - k0).min(KB);
+            for (c, x) in consts.iter_mut().zip(&a[k0..k0 + kb]) {
+                let (wp, wq) = (x.p as u64, x.q as u64);
+                *c = [
+                    _mm256_set1_epi64x(wp as i64),
+                    _mm256_set1_epi64x(wq as i64),
+                    _mm256_set1_epi64x(((wp << 32) / P) as i64),
+                    _mm256_set1_epi64x(((wq << 32) / Q) as i64),
+                ];
+            }
+            let mut j = 0;
+            while j + 4 * GROUP <= body {
+                // SAFETY: columns `j..j + 32 <= body <= n` of `out` and, for `t < kb`, of row
+                // `k0 + t < k` of `b` (`(k0 + t)·n + j + 32 <= k·n <= b.len()`) are in bounds;
+                // `Fp` is `repr(C)` of two `u32`; the loads and stores are unaligned ones.
+                unsafe {
+                    let o = out.as_mut_ptr().add(j) as *mut __m256i;
+                    let mut acc = [_mm256_setzero_si256(); GROUP];
+                    for (u, a_u) in acc.iter_mut().enumerate() {
+                        *a_u = _mm256_loadu_si256(o.add(u));
+                    }
+                    for (t, c) in consts.iter().enumerate().take(kb) {
+                        let row = b.as_ptr().add((k0 + t) * n + j) as *const __m256i;
+                        for (u, a_u) in acc.iter_mut().enumerate() {
+                            *a_u = step(*a_u, _mm256_loadu_si256(row.add(u)), c, &moduli);
+                        }
+                    }
+                    for (u, a_u) in acc.iter().enumerate() {
+                        _mm256_storeu_si256(o.add(u), *a_u);
+                    }
+                }
+                j += 4 * GROUP;
+            }
+            while j < body {
+                // SAFETY: as above, for the 4 columns `j..j + 4 <= body`.
+                unsafe {
+                    let o = out.as_mut_ptr().add(j) as *mut __m256i;
+                    let mut acc = _mm256_loadu_si256(o);
+                    for (t, c) in consts.iter().enumerate().take(kb) {
+                        acc = step(acc, _mm256_loadu_si256(b.as_ptr().add((k0 + t) * n + j) as *const __m256i), c, &moduli);
+                    }
+                    _mm256_storeu_si256(o, acc);
+                }
+                j += 4;
+            }
+            if body < n {
+                for (t, &x) in a[k0..k0 + kb].iter().enumerate() {
+                    let r = (k0 + t) * n;
+                    mul_add_row_portable(&mut out[body..n], x, &b[r + body..r + n]);
+                }
+            }
+            k0 += kb;
+        }
+    }
+}
+
+/// `base^e mod m`.
+pub fn pow_mod(base: u64, mut e: u64, m: u64) -> u64 {
+    let mut r = 1u64 % m;
+    let mut b = base % m;
+    while e > 0 {
+        if e & 1 == 1 {
+            r = r * b % m;
+        }
+        b = b * b % m;
+        e >>= 1;
+    }
+    r
+}
+
+/// The inverse of `a` modulo the prime `m` (Fermat), with `0⁻¹ := 0`.
+pub fn inv_mod(a: u64, m: u64) -> u64 {
+    pow_mod(a, m - 2, m)
+}
+
+/// SplitMix64's finalizer: a fast bijective mix of 64 bits.
+#[inline(always)]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// `mix64` of a sequence of words, keyed.
+#[inline(always)]
+fn hash_words(key: u64, words: &[u64]) -> u64 {
+    let mut h = key;
+    for &w in words {
+        h = mix64(h.wrapping_add(GOLDEN) ^ w);
+    }
+    h
+}
+
+/// Operator tags of the keyed random functions.
+mod tag {
+    pub const SQRT: u64 = 1;
+    pub const SILU: u64 = 2;
+    pub const GELU: u64 = 3;
+    pub const RELU: u64 = 4;
+    pub const CLAMP: u64 = 5;
+    pub const POW: u64 = 6;
+    pub const MAX_RANK: u64 = 7;
+    pub const EXP_Q: u64 = 8;
+    pub const NON_FINITE: u64 = 9;
+    pub const NEG_INFINITY: u64 = 10;
+    pub const OMEGA: u64 = 11;
+    pub const INPUT: u64 = 12;
+    pub const TRIAL: u64 = 13;
+}
+
+/// Smallest and largest binary exponent of an `f32` value `m · 2^e` with an integer `m`.
+const MIN_EXP2: i32 = -149;
+const MAX_EXP2: i32 = 104;
+
+/// The `Z_p × Z_q` value domain of one trial: the order-`q` element `ω` and the key of the random
+/// functions. Immutable after construction, so one domain is shared by all evaluator threads.
+#[derive(Clone, Debug)]
+pub struct FieldDomain {
+    key: u64,
+    omega: u32,
+    /// `ω^(j · 256^i) mod p` for `i` in 0..4, `j` in 0..256: an exponential is four products.
+    omega_table: Vec<u32>,
+    /// `2^e` in both fields for `e` in `MIN_EXP2..=MAX_EXP2`.
+    pow2: Vec<Fp>,
+    neg_infinity: Fp,
+    /// Which vector path the matmul row step uses (detected once).
+    #[cfg(target_arch = "x86_64")]
+    simd: simd::Level,
+}
+
+impl FieldDomain {
+    /// A domain with random functions keyed by `key` and `ω` derived from it.
+    pub fn new(key: u64) -> Self {
+        // ω = g² for a random g ∉ {0, 1, p−1}: the squares form the subgroup of order q = (p−1)/2,
+        // and g² = 1 only for g = ±1.
+        let mut ctr = 0u64;
+        let omega = loop {
+            let g = hash_words(key, &[tag::OMEGA, ctr]) % P;
+            ctr += 1;
+            if g > 1 && g < P - 1 {
+                break (g * g % P) as u32;
+            }
+        };
+        Self::with_omega(key, omega)
+    }
+
+    /// A domain with an explicit `ω` (it must have order `q` in `Z_p^*`; see [`has_order_q`]).
+    pub fn with_omega(key: u64, omega: u32) -> Self {
+        let mut omega_table = Vec::with_capacity(4 * 256);
+        let mut base = omega as u64;
+        for _ in 0..4 {
+            let mut acc = 1u64;
+            for _ in 0..256 {
+                omega_table.push(acc as u32);
+                acc = acc * base % P;
+            }
+            // base^256
+            base = acc;
+        }
+        let inv2 = Fp { p: inv_mod(2, P) as u32, q: inv_mod(2, Q) as u32 };
+        let two = Fp::from_u64(2);
+        let mut pow2 = Vec::with_capacity((MAX_EXP2 - MIN_EXP2 + 1) as usize);
+        for e in MIN_EXP2..=MAX_EXP2 {
+            let (b, n) = if e < 0 { (inv2, (-e) as u64) } else { (two, e as u64) };
+            pow2.push(Fp { p: pow_mod(b.p as u64, n, P) as u32, q: pow_mod(b.q as u64, n, Q) as u32 });
+        }
+        let h = hash_words(key, &[tag::NEG_INFINITY]);
+        let neg_infinity = Fp { p: (h % P) as u32, q: (mix64(h) % Q) as u32 };
+        FieldDomain {
+            key,
+            omega,
+            omega_table,
+            pow2,
+            neg_infinity,
+            #[cfg(target_arch = "x86_64")]
+            simd: simd::detect(),
+        }
+    }
+
+    /// The trial's `ω`, of order `q` in `Z_p^*`.
+    pub fn omega(&self) -> u32 {
+        self.omega
+    }
+
+    /// The key of the trial's random functions.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The same domain with the vector paths of the matmul switched off (for tests and benchmarks).
+    pub fn portable(mut self) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.simd = simd::Level::Portable;
+        }
+        self
+    }
+
+
+    /// `ω^e mod p` for an exponent `e < q`.
+    #[inline]
+    fn omega_pow(&self, e: u32) -> u32 {
+        let t = &self.omega_table;
+        let mut r = t[(e & 0xff) as usize] as u64;
+        r = r * t[256 + ((e >> 8) & 0xff) as usize] as u64 % P;
+        r = r * t[512 + ((e >> 16) & 0xff) as usize] as u64 % P;
+        r = r * t[768 + (e >> 24) as usize] as u64 % P;
+        r as u32
+    }
+
+    /// A keyed random function of a value (its `p` component) under operator tag `tag`.
+    #[inline]
+    fn keyed(&self, tag: u64, salt: u64, a: Fp) -> Fp {
+        let h = hash_words(self.key, &[tag, salt, a.p as u64]);
+        Fp { p: (h % P) as u32, q: (mix64(h ^ GOLDEN) % Q) as u32 }
+    }
+
+    /// The rank of a value in the random total order that defines `max` (`−∞` is the bottom).
+    #[inline]
+    fn rank(&self, a: Fp) -> u64 {
+        if a.p == self.neg_infinity.p {
+            0
+        } else {
+            // Distinct p components get distinct ranks: the low 32 bits break hash ties.
+            (hash_words(self.key, &[tag::MAX_RANK, a.p as u64]) | (1 << 63)) & !0xffff_ffff | a.p as u64
+        }
+    }
+
+    /// `e^a`.
+    #[inline]
+    pub fn exp(&self, a: Fp) -> Fp {
+        let p = self.omega_pow(a.q);
+        let h = hash_words(self.key, &[tag::EXP_Q, p as u64]);
+        Fp { p, q: (h % Q) as u32 }
+    }
+
+    /// The exact value of the dyadic rational `c` (0.0 and −0.0 are zero); non-finite constants
+    /// are keyed random values.
+    pub fn dyadic(&self, c: f32) -> Fp {
+        if c == 0.0 {
+            return Fp::default();
+        }
+        if !c.is_finite() {
+            return self.keyed(tag::NON_FINITE, 0, Fp { p: c.to_bits(), q: 0 });
+        }
+        let bits = c.to_bits();
+        let negative = bits >> 31 == 1;
+        let biased = ((bits >> 23) & 0xff) as i32;
+        let frac = bits & 0x7f_ffff;
+        let (m, e) = if biased == 0 { (frac, MIN_EXP2) } else { (frac | 0x80_0000, biased - 127 - 23) };
+        let scale = self.pow2[(e - MIN_EXP2) as usize];
+        let v = Fp {
+            p: ((m as u64 % P) * scale.p as u64 % P) as u32,
+            q: ((m as u64 % Q) * scale.q as u64 % Q) as u32,
+        };
+        if negative { self.sub(Fp::default(), v) } else { v }
+    }
+
+    /// Random inputs for a graph with these parameter shapes: independent uniform elements of
+    /// `Z_p × Z_q` for every input, derived from `key` (reproducible, generated in parallel).
+    pub fn random_inputs(key: u64, shapes: &[Vec<usize>]) -> Vec<Tensor<Fp>> {
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| {
+                let n: usize = shape.iter().product();
+                let k = hash_words(key, &[tag::INPUT, i as u64]);
+                let data: Vec<Fp> = (0..n as u64)
+                    .into_par_iter()
+                    .map(|j| {
+                        let h = mix64(k ^ j.wrapping_mul(GOLDEN));
+                        let g = mix64(h ^ GOLDEN);
+                        // Multiply-shift maps 64 uniform bits to [0, m) with bias below 2^-32.
+                        Fp { p: (((h as u128) * P as u128) >> 64) as u32, q: (((g as u128) * Q as u128) >> 64) as u32 }
+                    })
+                    .collect();
+                Tensor { shape: shape.clone(), data }
+            })
+            .collect()
+    }
+}
+
+impl Domain for FieldDomain {
+    type V = Fp;
+
+    fn zero(&self) -> Fp {
+        Fp::default()
+    }
+
+    fn neg_infinity(&self) -> Fp {
+        self.neg_infinity
+    }
+
+    fn count(&self, n: usize) -> Fp {
+        Fp::from_u64(n as u64)
+    }
+
+    fn constant(&self, c: f32) -> Fp {
+        self.dyadic(c)
+    }
+
+    #[inline(always)]
+    fn add(&self, a: Fp, b: Fp) -> Fp {
+        Fp { p: add_mod(a.p, b.p, P), q: add_mod(a.q, b.q, Q) }
+    }
+
+    #[inline(always)]
+    fn sub(&self, a: Fp, b: Fp) -> Fp {
+        Fp { p: sub_mod(a.p, b.p, P), q: sub_mod(a.q, b.q, Q) }
+    }
+
+    #[inline(always)]
+    fn mul(&self, a: Fp, b: Fp) -> Fp {
+        Fp { p: (a.p as u64 * b.p as u64 % P) as u32, q: (a.q as u64 * b.q as u64 % Q) as u32 }
+    }
+
+    fn div(&self, a: Fp, b: Fp) -> Fp {
+        let inv = Fp { p: inv_mod(b.p as u64, P) as u32, q: inv_mod(b.q as u64, Q) as u32 };
+        self.mul(a, inv)
+    }
+
+    fn pow(&self, a: Fp, b: Fp) -> Fp {
+        self.keyed(tag::POW, b.p as u64, a)
+    }
+
+    #[inline]
+    fn max(&self, a: Fp, b: Fp) -> Fp {
+        if self.rank(a) >= self.rank(b) { a } else { b }
+    }
+
+    fn unary(&self, op: &UnaryOp, a: Fp) -> Fp {
+        match op {
+            UnaryOp::Exp => self.exp(a),
+            UnaryOp::Square => self.mul(a, a),
+            UnaryOp::Sqrt => self.keyed(tag::SQRT, 0, a),
+            UnaryOp::Silu => self.keyed(tag::SILU, 0, a),
+            UnaryOp::Gelu => self.keyed(tag::GELU, 0, a),
+            UnaryOp::Relu => self.keyed(tag::RELU, 0, a),
+            UnaryOp::Neg => self.sub(Fp::default(), a),
+            UnaryOp::Recip => self.div(Fp::from_u64(1), a),
+            UnaryOp::Clamp { lo, hi } => {
+                let salt = (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64;
+                self.keyed(tag::CLAMP, salt, a)
+            }
+            UnaryOp::MulScalar { c } => self.mul(self.dyadic(c.0), a),
+        }
+    }
+
+    #[inline(always)]
+    fn mul_add(&self, acc: Fp, a: Fp, b: Fp) -> Fp {
+        // (p−1)² + (p−1) < 2^64: one reduction per component.
+        Fp {
+            p: ((acc.p as u64 + a.p as u64 * b.p as u64) % P) as u32,
+            q: ((acc.q as u64 + a.q as u64 * b.q as u64) % Q) as u32,
+        }
+    }
+
+    fn matmul_row(&self, out: &mut [Fp], a: &[Fp], b: &[Fp]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd == simd::Level::Avx2 {
+            // SAFETY: `simd` is `Avx2` only if `simd::detect` found AVX2 on this CPU.
+            return unsafe { simd::matmul_row_avx2(out, a, b) };
+        }
+        let n = out.len();
+        for (kk, &av) in a.iter().enumerate() {
+            mul_add_row_portable(out, av, &b[kk * n..(kk + 1) * n]);
+        }
+    }
+}
+
+/// Whether `omega` has order exactly `q` in `Z_p^*` (`q` is prime, so: `ω ≠ 1` and `ω^q = 1`).
+pub fn has_order_q(omega: u32) -> bool {
+    omega != 1 && omega != 0 && pow_mod(omega as u64, Q, P) == 1
+}
+
+/// How a verification is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// Independent trials (fresh inputs, `ω` and keys each); at least 2 are always run.
+    pub trials: usize,
+    /// Seed of all randomness: the same seed gives the same trials.
+    pub seed: u64,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        VerifyConfig { trials: 2, seed: 0x6d69_7261_6765 }
+    }
+}
+
+/// Why a verification could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// The evaluator refused a graph.
+    #[error("evaluating the {which}: {source}")]
+    Eval {
+        /// `program` or `candidate`.
+        which: &'static str,
+        /// The evaluator's error.
+        source: EvalError,
+    },
+}
+
+/// The evidence that a candidate is not equivalent to the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Witness {
+    /// The signatures differ (input count, shapes or element types; output count, shapes or
+    /// element types), so no evaluation was needed.
+    Signature {
+        /// What differs, with what was expected and found.
+        reason: String,
+    },
+    /// A program output has no equal candidate output.
+    Value {
+        /// The trial (0-based) in which it was found.
+        trial: usize,
+        /// The program output that no distinct candidate output matches.
+        output: usize,
+        /// The candidate output of the same shape it was compared with, if any.
+        candidate_output: Option<usize>,
+        /// The first index where the two differ.
+        index: Vec<usize>,
+        /// The program's value there.
+        program: Fp,
+        /// The candidate's value there.
+        candidate: Fp,
+    },
+}
+
+impl std::fmt::Display for Witness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Witness::Signature { reason } => write!(f, "signatures differ: {reason}"),
+            Witness::Value { trial, output, candidate_output: Some(c), index, program, candidate } => write!(
+                f,
+                "trial {trial}: program output {output} has no equal candidate output; at index {index:?} it is {program}, candidate output {c} has {candidate}"
+            ),
+            Witness::Value { trial, output, candidate_output: None, .. } => {
+                write!(f, "trial {trial}: program output {output} has no candidate output of its shape left to match")
+            }
+        }
+    }
+}
+
+/// The answer of a verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every trial gave equal outputs (up to the order of the outputs).
+    Equivalent,
+    /// A difference was found.
+    NotEquivalent {
+        /// What differs, where.
+        witness: Witness,
+    },
+}
+
+impl Verdict {
+    /// Whether the verdict is [`Verdict::Equivalent`].
+    pub fn is_equivalent(&self) -> bool {
+        matches!(self, Verdict::Equivalent)
+    }
+}
+
+/// One trial: its domain, inputs and the program's outputs.
+struct Trial {
+    domain: FieldDomain,
+    inputs: Vec<Tensor<Fp>>,
+    outputs: Vec<Tensor<Fp>>,
+}
+
+/// A program's signature: input and output shapes and element types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Signature {
+    inputs: Vec<(Vec<usize>, DType)>,
+    outputs: Vec<(Vec<usize>, DType)>,
+}
+
+fn signature(g: &KernelGraph) -> Signature {
+    let inputs = g.inputs().iter().map(|d| (d.shape.clone(), d.dtype)).collect();
+    let outputs = g
+        .outputs()
+        .iter()
+        .filter_map(|(t, _)| g.desc(*t).ok().map(|d| (d.shape.clone(), d.dtype)))
+        .collect();
+    Signature { inputs, outputs }
+}
+
+/// The program's fingerprints, computed once per trial, against which candidates are checked.
+///
+/// Holds the trials' inputs and the program's outputs (memory: two values of 4 bytes per input
+/// and output element, per trial). `check` only reads it, so one context can serve several
+/// threads.
+pub struct FingerprintContext {
+    signature: Signature,
+    trials: Vec<Trial>,
+}
+
+impl FingerprintContext {
+    /// Evaluates `program` in `cfg.trials` (at least 2) independent trials.
+    pub fn new(program: &KernelGraph, cfg: &VerifyConfig) -> Result<Self, VerifyError> {
+        let signature = signature(program);
+        let shapes: Vec<Vec<usize>> = signature.inputs.iter().map(|(s, _)| s.clone()).collect();
+        let trials = (0..cfg.trials.max(2))
+            .map(|t| {
+                let key = hash_words(cfg.seed, &[tag::TRIAL, t as u64]);
+                let domain = FieldDomain::new(key);
+                let inputs = FieldDomain::random_inputs(mix64(key ^ tag::INPUT), &shapes);
+                let outputs = evaluate(program, &domain, &inputs).map_err(|source| VerifyError::Eval { which: "program", source })?;
+                Ok(Trial { domain, inputs, outputs })
+            })
+            .collect::<Result<Vec<_>, VerifyError>>()?;
+        Ok(FingerprintContext { signature, trials })
+    }
+
+    /// Number of trials.
+    pub fn trials(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// The program's outputs in trial `trial`.
+    pub fn program_outputs(&self, trial: usize) -> Option<&[Tensor<Fp>]> {
+        self.trials.get(trial).map(|t| t.outputs.as_slice())
+    }
+
+    /// Checks `candidate` against the program: equal signatures, then every trial (stopping at
+    /// the first difference). Outputs are matched as a set: each program output must equal a
+    /// distinct candidate output of the same shape and element type, in any order.
+    pub fn check(&self, candidate: &KernelGraph) -> Result<Verdict, VerifyError> {
+        let sig = signature(candidate);
+        if let Some(reason) = signature_difference(&self.signature, &sig) {
+            return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
+        }
+        let n = sig.outputs.len();
+        // compatible[i][j]: program output i equals candidate output j in every trial so far.
+        let mut compatible: Vec<Vec<bool>> =
+            (0..n).map(|i| (0..n).map(|j| self.signature.outputs[i] == sig.outputs[j]).collect()).collect();
+        for (t, trial) in self.trials.iter().enumerate() {
+            let outs = evaluate(candidate, &trial.domain, &trial.inputs).map_err(|source| VerifyError::Eval { which: "candidate", source })?;
+            for (i, row) in compatible.iter_mut().enumerate() {
+                for (j, ok) in row.iter_mut().enumerate() {
+                    if *ok {
+                        *ok = first_difference(&trial.outputs[i], &outs[j]).is_none();
+                    }
+                }
+            }
+            if let Some(unmatched) = unmatched_output(&compatible) {
+                // Report against a same-shape candidate output (the first one, in order).
+                let same = (0..n).find(|&j| self.signature.outputs[unmatched] == sig.outputs[j]);
+                let witness = match same.and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))) {
+                    Some((j, flat)) => Witness::Value {
+                        trial: t,
+                        output: unmatched,
+                        candidate_output: Some(j),
+                        index: unflatten(flat, &outs[j].shape),
+                        program: trial.outputs[unmatched].data[flat],
+                        candidate: outs[j].data[flat],
+                    },
+                    None => Witness::Value {
+                        trial: t,
+                        output: unmatched,
+                        candidate_output: None,
+                        index: vec![],
+                        program: Fp::default(),
+                        candidate: Fp::default(),
+                    },
+                };
+                return Ok(Verdict::NotEquivalent { witness });
+            }
+        }
+        Ok(Verdict::Equivalent)
+    }
+}
+
+/// Verifies `candidate` against `program` with fingerprints (DESIGN §8.1).
+pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig) -> Result<Verdict, VerifyError> {
+    // A signature mismatch needs no evaluation of the program.
+    if let Some(reason) = signature_difference(&signature(program), &signature(candidate)) {
+        return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
+    }
+    FingerprintContext::new(program, cfg)?.check(candidate)
+}
+
+fn fmt_sig(v: &[(Vec<usize>, DType)]) -> String {
+    v.iter().map(|(s, d)| format!("{s:?}:{d}")).collect::<Vec<_>>().join(", ")
+}
+
+fn signature_difference(program: &Signature, candidate: &Signature) -> Option<String> {
+    if program.inputs != candidate.inputs {
+        return Some(format!(
+            "the program takes inputs ({}), the candidate takes ({})",
+            fmt_sig(&program.inputs),
+            fmt_sig(&candidate.inputs)
+        ));
+    }
+    let mut p = program.outputs.clone();
+    let mut c = candidate.outputs.clone();
+    p.sort();
+    c.sort();
+    if p != c {
+        return Some(format!(
+            "the program returns outputs ({}), the candidate returns ({})",
+            fmt_sig(&program.outputs),
+            fmt_sig(&candidate.outputs)
+        ));
+    }
+    None
+}
+
+/// The first flat index where `a` and `b` differ in the `p` component (`Some(0)` if the shapes
+/// differ).
+fn first_difference(a: &Tensor<Fp>, b: &Tensor<Fp>) -> Option<usize> {
+    if a.shape != b.shape {
+        return Some(0);
+    }
+    a.data.par_iter().zip(&b.data).position_first(|(x, y)| x.p != y.p)
+}
+
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    idx
+}
+
+/// A program output that no perfect matching of program outputs to distinct compatible candidate
+/// outputs can cover, or `None` when a perfect matching exists (Kuhn's augmenting paths).
+fn unmatched_output(compatible: &[Vec<bool>]) -> Option<usize> {
+    let n = compatible.len();
+    let mut owner: Vec<Option<usize>> = vec![None; n];
+    fn augment(i: usize, compatible: &[Vec<bool>], seen: &mut [bool], owner: &mut [Option<usize>]) -> bool {
+        for j in 0..compatible[i].len() {
+            if compatible[i][j] && !seen[j] {
+                seen[j] = true;
+                if owner[j].is_none_or(|k| augment(k, compatible, seen, owner)) {
+                    owner[j] = Some(i);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    (0..n).find(|&i| {
+        let mut seen = vec![false; n];
+        !augment(i, compatible, &mut seen, &mut owner)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic Miller–Rabin for `n < 3.3·10^24` (bases 2..37).
+    fn is_prime(n: u64) -> bool {
+        if n < 2 {
+            return false;
+        }
+        const BASES: [u64; 12] = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37];
+        for &b in &BASES {
+            if n.is_multiple_of(b) {
+                return n == b;
+            }
+        }
+        let (mut d, mut s) = (n - 1, 0);
+        while d % 2 == 0 {
+            d /= 2;
+            s += 1;
+        }
+        let mulm = |a: u64, b: u64| ((a as u128 * b as u128) % n as u128) as u64;
+        let powm = |mut b: u64, mut e: u64| {
+            let mut r = 1u64;
+            while e > 0 {
+                if e & 1 == 1 {
+                    r = mulm(r, b);
+                }
+                b = mulm(b, b);
+                e >>= 1;
+            }
+            r
+        };
+        'bases: for &a in &BASES {
+            let mut x = powm(a, d);
+            if x == 1 || x == n - 1 {
+                continue;
+            }
+            for _ in 1..s {
+                x = mulm(x, x);
+                if x == n - 1 {
+                    continue 'bases;
+                }
+            }
+            return false;
+        }
+        true
+    }
+
+    #[test]
+    fn primes_are_prime_and_q_divides_p_minus_1() {
+        assert!(is_prime(P) && is_prime(Q));
+        assert_eq!((P - 1) % Q, 0);
+        // Q is the largest Sophie Germain prime below 2^31 with 2Q + 1 < 2^32.
+        assert!((Q + 2..(1 << 31)).step_by(2).all(|c| !(is_prime(c) && is_prime(2 * c + 1))));
+    }
+
+    #[test]
+    fn matching_is_a_perfect_set_match() {
+        assert_eq!(unmatched_output(&[vec![true, true], vec![true, false]]), None);
+        assert_eq!(unmatched_output(&[vec![true, false], vec![true, false]]), Some(1));
+        assert_eq!(unmatched_output(&[]), None);
+    }
+
+    #[test]
+    fn mix_is_keyed() {
+        assert_ne!(hash_words(1, &[2]), hash_words(2, &[2]));
+        assert_ne!(hash_words(1, &[2]), hash_words(1, &[3]));
+    }
+}

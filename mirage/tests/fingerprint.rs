@@ -1,0 +1,560 @@
+//! Finite-field fingerprints (DESIGN §8.1): field arithmetic, the verifier on hand-built graphs,
+//! every golden candidate verified against its program at the real shapes, and mutants of the
+//! golden candidates rejected. Run with `--nocapture` to see the counts and times.
+#![cfg(feature = "build")]
+
+use std::time::Instant;
+
+use mirage::eval::{Domain, Tensor};
+use mirage::fingerprint::*;
+use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, TensorRef, UnaryOp};
+use mirage::programs::golden_cases;
+use mirage::reference::{max_scaled_error, run, HostTensor};
+
+fn values(key: u64, n: usize) -> Vec<Fp> {
+    FieldDomain::random_inputs(key, &[vec![n]]).remove(0).data
+}
+
+#[test]
+fn division_inverts_multiplication() {
+    let d = FieldDomain::new(1);
+    let one = d.count(1);
+    for (a, b) in values(1, 200).into_iter().zip(values(2, 200)) {
+        if b.p == 0 || b.q == 0 {
+            continue;
+        }
+        assert_eq!(d.div(d.mul(a, b), b), a);
+        assert_eq!(d.mul(b, d.div(one, b)), one);
+        assert_eq!(d.unary(&UnaryOp::Recip, b), d.div(one, b));
+        assert_eq!(d.add(d.sub(a, b), b), a);
+        assert_eq!(d.add(a, d.unary(&UnaryOp::Neg, a)), d.zero());
+    }
+    assert_eq!(inv_mod(0, P), 0, "0⁻¹ is defined as 0");
+}
+
+#[test]
+fn omega_has_order_exactly_q() {
+    for key in 0..20 {
+        let d = FieldDomain::new(key);
+        let w = d.omega() as u64;
+        assert!(has_order_q(d.omega()), "key {key}: ω = {w}");
+        assert_eq!(pow_mod(w, Q, P), 1);
+        // q is prime: ω ≠ 1 and ω^q = 1 means the order is exactly q.
+        assert_ne!(w, 1);
+        assert_ne!(pow_mod(w, 2, P), 1, "ω is not ±1");
+    }
+    // Fresh ω per key.
+    assert_ne!(FieldDomain::new(1).omega(), FieldDomain::new(2).omega());
+}
+
+#[test]
+fn exp_is_a_homomorphism_in_p() {
+    let d = FieldDomain::new(7);
+    for (a, b) in values(3, 300).into_iter().zip(values(4, 300)) {
+        let lhs = d.exp(d.add(a, b));
+        let rhs = d.mul(d.exp(a), d.exp(b));
+        assert_eq!(lhs.p, rhs.p);
+        // exp(a − b) = exp(a) / exp(b)
+        assert_eq!(d.exp(d.sub(a, b)).p, d.div(d.exp(a), d.exp(b)).p);
+        // ω^(x_q) by the table equals the square-and-multiply power.
+        assert_eq!(d.exp(a).p as u64, pow_mod(d.omega() as u64, a.q as u64, P));
+    }
+    assert_eq!(d.exp(d.zero()).p, 1);
+    // Different exponents give different exponentials (ω has order q).
+    assert_ne!(d.exp(d.count(1)).p, d.exp(d.count(2)).p);
+}
+
+#[test]
+fn constants_are_exact_dyadic_rationals() {
+    let d = FieldDomain::new(9);
+    let x = values(5, 1)[0];
+    assert_eq!(d.mul(d.constant(0.5), x), d.div(x, d.count(2)));
+    assert_eq!(d.constant(3.0), d.count(3));
+    assert_eq!(d.constant(1.0), d.count(1));
+    assert_eq!(d.mul(d.constant(-0.25), d.count(4)), d.sub(d.zero(), d.count(1)));
+    assert_eq!(d.mul(d.constant(1.5), d.count(2)), d.count(3));
+    assert_eq!(d.constant(0.0), d.zero());
+    assert_eq!(d.constant(-0.0), d.zero());
+    assert_ne!(d.mul(d.constant(0.1), d.count(10)), d.count(1), "0.1f32 is not exactly 1/10");
+    let tiny = f32::from_bits(1); // 2^-149, subnormal
+    assert_eq!(d.mul(d.constant(tiny), d.mul(d.constant(2f32.powi(100)), d.constant(2f32.powi(49)))), d.count(1));
+    assert_eq!(d.mul(d.constant(f32::MAX), d.zero()), d.zero());
+    assert_eq!(d.unary(&UnaryOp::MulScalar { c: mirage::ir::Scalar(0.5) }, x), d.div(x, d.count(2)));
+    // Non-finite constants are keyed values, distinct from each other.
+    assert_ne!(d.constant(f32::INFINITY), d.constant(f32::NEG_INFINITY));
+}
+
+#[test]
+fn keyed_functions_are_consistent_and_keyed() {
+    let d1 = FieldDomain::new(11);
+    let d2 = FieldDomain::new(12);
+    let xs = values(6, 64);
+    let clamp = |lo: f32, hi: f32| UnaryOp::Clamp { lo: mirage::ir::Scalar(lo), hi: mirage::ir::Scalar(hi) };
+    let ops = [UnaryOp::Sqrt, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::Relu, clamp(0.0, 1.0), clamp(0.0, 2.0)];
+    for op in &ops {
+        let a: Vec<Fp> = xs.iter().map(|&x| d1.unary(op, x)).collect();
+        let again: Vec<Fp> = xs.iter().map(|&x| d1.unary(op, x)).collect();
+        assert_eq!(a, again, "{op}: same value, same result");
+        let mut distinct = a.iter().map(|v| v.p).collect::<Vec<_>>();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), xs.len(), "{op}: different values give different results");
+        let other: Vec<Fp> = xs.iter().map(|&x| d2.unary(op, x)).collect();
+        assert!(a.iter().zip(&other).all(|(u, v)| u != v), "{op}: another trial key gives another function");
+        for op2 in ops.iter().filter(|o| *o != op) {
+            assert!(xs.iter().all(|&x| d1.unary(op, x) != d1.unary(op2, x)), "{op} and {op2} differ");
+        }
+    }
+    // pow depends on both arguments.
+    assert_ne!(d1.pow(xs[0], xs[1]), d1.pow(xs[0], xs[2]));
+    assert_ne!(d1.pow(xs[0], xs[1]), d1.pow(xs[3], xs[1]));
+    assert_eq!(d1.pow(xs[0], xs[1]), d1.pow(xs[0], xs[1]));
+}
+
+#[test]
+fn max_is_a_random_total_order() {
+    let d = FieldDomain::new(13);
+    let xs = values(7, 40);
+    let ninf = d.neg_infinity();
+    for &a in &xs {
+        assert_eq!(d.max(a, a), a);
+        assert_eq!(d.max(a, ninf), a);
+        assert_eq!(d.max(ninf, a), a);
+        for &b in &xs {
+            assert_eq!(d.max(a, b), d.max(b, a));
+            assert!(d.max(a, b) == a || d.max(a, b) == b);
+            for &c in xs.iter().take(10) {
+                assert_eq!(d.max(d.max(a, b), c), d.max(a, d.max(b, c)));
+            }
+        }
+    }
+    // Not the order of the residues: keyed.
+    let wins = xs.windows(2).filter(|w| (d.max(w[0], w[1]) == w[0]) == (w[0].p > w[1].p)).count();
+    assert!(wins < xs.len() - 1);
+}
+
+#[test]
+fn simd_matmul_rows_equal_the_scalar_steps() {
+    let scalar = FieldDomain::new(1);
+    let levels = [FieldDomain::new(1), FieldDomain::new(1).portable()];
+    for (n, k) in [(1, 1), (7, 3), (8, 64), (9, 65), (32, 64), (33, 130), (40, 7), (64, 200), (3, 0)] {
+        let a = values(n as u64, k);
+        let b = values(1000 + k as u64, k * n);
+        let init = values(2000 + n as u64, n);
+        let mut expected = init.clone();
+        for kk in 0..k {
+            for j in 0..n {
+                expected[j] = scalar.mul_add(expected[j], a[kk], b[kk * n + j]);
+            }
+        }
+        for d in &levels {
+            let mut out = init.clone();
+            d.matmul_row(&mut out, &a, &b);
+            assert_eq!(out, expected, "row of {n}, k = {k}");
+        }
+    }
+    // Extremes: p − 1 and q − 1 everywhere.
+    let top = Fp { p: (P - 1) as u32, q: (Q - 1) as u32 };
+    for d in &levels {
+        let mut out = vec![top; 19];
+        d.matmul_row(&mut out, &[top; 3], &[top; 57]);
+        let once = scalar.mul_add(top, top, top);
+        let twice = scalar.mul_add(once, top, top);
+        assert_eq!(out, vec![scalar.mul_add(twice, top, top); 19]);
+    }
+}
+
+fn gated(m: usize, k: usize, n: usize) -> KernelGraph {
+    let mut g = KernelGraph::new();
+    let x = g.input(&[m, k], DType::F16).expect("input");
+    let w1 = g.input(&[k, n], DType::F16).expect("input");
+    let w2 = g.input(&[k, n], DType::F16).expect("input");
+    let a = g.matmul(x, w1).expect("matmul");
+    let a = g.silu(a).expect("silu");
+    let b = g.matmul(x, w2).expect("matmul");
+    let o = g.mul(a, b).expect("mul");
+    g.output(o, None).expect("output");
+    g
+}
+
+/// `x @ (a + b)`, `x @ a + x @ b`, and the same with exps; two outputs.
+fn two_outputs(distribute: bool, swap_outputs: bool, exp_split: bool) -> KernelGraph {
+    let mut g = KernelGraph::new();
+    let x = g.input(&[4, 8], DType::F32).expect("input");
+    let a = g.input(&[8, 6], DType::F32).expect("input");
+    let b = g.input(&[8, 6], DType::F32).expect("input");
+    let lin = if distribute {
+        let xa = g.matmul(x, a).expect("mm");
+        let xb = g.matmul(x, b).expect("mm");
+        g.add(xa, xb).expect("add")
+    } else {
+        let s = g.add(a, b).expect("add");
+        g.matmul(x, s).expect("mm")
+    };
+    let e = if exp_split {
+        let ea = g.exp(a).expect("exp");
+        let eb = g.exp(b).expect("exp");
+        g.mul(ea, eb).expect("mul")
+    } else {
+        let s = g.add(a, b).expect("add");
+        g.exp(s).expect("exp")
+    };
+    if swap_outputs {
+        g.output(e, None).expect("out");
+        g.output(lin, None).expect("out");
+    } else {
+        g.output(lin, None).expect("out");
+        g.output(e, None).expect("out");
+    }
+    g
+}
+
+#[test]
+fn equivalent_rewrites_verify() {
+    let cfg = VerifyConfig::default();
+    let p = two_outputs(false, false, false);
+    for variant in [two_outputs(true, false, false), two_outputs(false, true, false), two_outputs(true, true, true)] {
+        assert_eq!(verify(&p, &variant, &cfg).expect("verifies"), Verdict::Equivalent);
+    }
+    // Block-graph form of gated_mlp at a small shape against the kernel-level program.
+    let (m, k, n) = (8, 64, 32);
+    let prog = gated(m, k, n);
+    let mut g = KernelGraph::new();
+    let x = g.input(&[m, k], DType::F16).expect("input");
+    let w1 = g.input(&[k, n], DType::F16).expect("input");
+    let w2 = g.input(&[k, n], DType::F16).expect("input");
+    let descs: Vec<_> = [x, w1, w2].iter().map(|&t| g.desc(t).expect("desc").clone()).collect();
+    let mut b = BlockGraph::new(descs, [4, 1, 1], 128, 4).expect("block");
+    let bx = b.input(0, [None, None, None], Some(1)).expect("in");
+    let b1 = b.input(1, [Some(1), None, None], Some(0)).expect("in");
+    let b2 = b.input(2, [Some(1), None, None], Some(0)).expect("in");
+    let m1 = b.matmul(bx, b1).expect("mm");
+    let m2 = b.matmul(bx, b2).expect("mm");
+    let a1 = b.accum(AccKind::Sum, &[m1]).expect("acc");
+    let a2 = b.accum(AccKind::Sum, &[m2]).expect("acc");
+    let s = b.unary(UnaryOp::Silu, a1).expect("silu");
+    let o = b.binary(BinaryOp::Mul, a2, s).expect("mul");
+    b.output(o, [Some(1), None, None]).expect("out");
+    let outs = g.custom(&[x, w1, w2], b).expect("custom");
+    g.output(outs[0], None).expect("out");
+    assert_eq!(verify(&prog, &g, &cfg).expect("verifies"), Verdict::Equivalent);
+}
+
+#[test]
+fn inequivalent_graphs_are_rejected_with_a_witness() {
+    let cfg = VerifyConfig::default();
+    let p = gated(4, 16, 8);
+    // silu → gelu
+    let mut q = KernelGraph::new();
+    let x = q.input(&[4, 16], DType::F16).expect("input");
+    let w1 = q.input(&[16, 8], DType::F16).expect("input");
+    let w2 = q.input(&[16, 8], DType::F16).expect("input");
+    let a = q.matmul(x, w1).expect("mm");
+    let a = q.unary(UnaryOp::Gelu, a).expect("gelu");
+    let b = q.matmul(x, w2).expect("mm");
+    let o = q.mul(a, b).expect("mul");
+    q.output(o, None).expect("out");
+    match verify(&p, &q, &cfg).expect("runs") {
+        Verdict::NotEquivalent { witness: Witness::Value { trial, output, candidate_output, index, program, candidate } } => {
+            assert_eq!((trial, output, candidate_output), (0, 0, Some(0)));
+            assert_eq!(index.len(), 2);
+            assert_ne!(program.p, candidate.p);
+        }
+        other => panic!("expected a value witness, got {other:?}"),
+    }
+    // The weights swapped: silu(X@W2) * (X@W1).
+    let mut q = KernelGraph::new();
+    let x = q.input(&[4, 16], DType::F16).expect("input");
+    let w1 = q.input(&[16, 8], DType::F16).expect("input");
+    let w2 = q.input(&[16, 8], DType::F16).expect("input");
+    let a = q.matmul(x, w2).expect("mm");
+    let a = q.silu(a).expect("silu");
+    let b = q.matmul(x, w1).expect("mm");
+    let o = q.mul(a, b).expect("mul");
+    q.output(o, None).expect("out");
+    assert!(!verify(&p, &q, &cfg).expect("runs").is_equivalent());
+    // Same inputs read twice must not be confused with two different inputs (independent
+    // randomness per input).
+    let mut q = KernelGraph::new();
+    let x = q.input(&[4, 16], DType::F16).expect("input");
+    let w1 = q.input(&[16, 8], DType::F16).expect("input");
+    let _w2 = q.input(&[16, 8], DType::F16).expect("input");
+    let a = q.matmul(x, w1).expect("mm");
+    let a = q.silu(a).expect("silu");
+    let b = q.matmul(x, w1).expect("mm");
+    let o = q.mul(a, b).expect("mul");
+    q.output(o, None).expect("out");
+    assert!(!verify(&p, &q, &cfg).expect("runs").is_equivalent());
+    // Signatures.
+    let other_shape = gated(4, 16, 16);
+    match verify(&p, &other_shape, &cfg).expect("runs") {
+        Verdict::NotEquivalent { witness: Witness::Signature { reason } } => assert!(reason.contains("inputs"), "{reason}"),
+        v => panic!("{v:?}"),
+    }
+    let mut fewer = KernelGraph::new();
+    let x = fewer.input(&[4, 16], DType::F16).expect("input");
+    fewer.output(x, None).expect("out");
+    assert!(matches!(verify(&p, &fewer, &cfg), Ok(Verdict::NotEquivalent { witness: Witness::Signature { .. } })));
+    // Output set matching: both outputs equal to the same program output is not a match.
+    let p2 = two_outputs(false, false, false);
+    let mut dup = KernelGraph::new();
+    let x = dup.input(&[4, 8], DType::F32).expect("input");
+    let a = dup.input(&[8, 6], DType::F32).expect("input");
+    let b = dup.input(&[8, 6], DType::F32).expect("input");
+    let s = dup.add(a, b).expect("add");
+    let lin = dup.matmul(x, s).expect("mm");
+    dup.output(lin, None).expect("out");
+    dup.output(s, None).expect("out");
+    assert!(!verify(&p2, &dup, &cfg).expect("runs").is_equivalent());
+}
+
+#[test]
+fn trials_are_independent_and_reproducible() {
+    let p = gated(2, 8, 4);
+    let cfg = VerifyConfig { trials: 3, seed: 42 };
+    let a = FingerprintContext::new(&p, &cfg).expect("ctx");
+    let b = FingerprintContext::new(&p, &cfg).expect("ctx");
+    assert_eq!(a.trials(), 3);
+    assert_eq!(a.program_outputs(0), b.program_outputs(0));
+    assert_ne!(a.program_outputs(0), a.program_outputs(1));
+    let one = FingerprintContext::new(&p, &VerifyConfig { trials: 1, seed: 42 }).expect("ctx");
+    assert_eq!(one.trials(), 2, "at least two trials are always run");
+    let other = FingerprintContext::new(&p, &VerifyConfig { trials: 2, seed: 43 }).expect("ctx");
+    assert_ne!(a.program_outputs(0), other.program_outputs(0));
+}
+
+#[test]
+fn every_golden_candidate_verifies_at_the_real_shapes() {
+    let start = Instant::now();
+    let mut total = 0;
+    for case in golden_cases() {
+        let program = (case.program)().expect("program builds");
+        let candidates = case.candidates().expect("imports");
+        let t = Instant::now();
+        let ctx = FingerprintContext::new(&program, &VerifyConfig::default()).expect("program evaluates");
+        let t_ctx = t.elapsed();
+        let t = Instant::now();
+        for (j, c) in candidates.iter().enumerate() {
+            let v = ctx.check(c).expect("candidate evaluates");
+            assert_eq!(v, Verdict::Equivalent, "{} candidate {j}", case.name);
+        }
+        total += candidates.len();
+        println!(
+            "{}: program fingerprinted in {:.2?} ({} trials), {} candidates equivalent, {:.2?} per candidate",
+            case.name,
+            t_ctx,
+            ctx.trials(),
+            candidates.len(),
+            t.elapsed() / candidates.len() as u32
+        );
+    }
+    assert_eq!(total, 181);
+    println!("{total} golden candidates verified in {:.1?}", start.elapsed());
+}
+
+/// One structural edit of a kernel graph.
+#[derive(Clone, Debug)]
+enum Edit {
+    /// Replace block operator `(kernel node, block node)`.
+    BlockOp((usize, usize), BlockOp),
+    /// Replace the operands of a block operator.
+    BlockInputs((usize, usize), Vec<TensorRef>),
+    /// Change the forloop range of kernel node `.0`'s block graph.
+    Forloop(usize, usize),
+    /// Replace the operands of kernel node `.0`.
+    KernelInputs(usize, Vec<TensorRef>),
+}
+
+/// Rebuilds `g` through the builders with `edit` applied; `None` when a shape rule fails.
+fn rebuild(g: &KernelGraph, edit: &Edit) -> Option<KernelGraph> {
+    let mut out = KernelGraph::new();
+    for (ni, node) in g.nodes().iter().enumerate() {
+        let mut inputs = node.inputs.clone();
+        if let Edit::KernelInputs(at, new) = edit
+            && *at == ni
+        {
+            inputs = new.clone();
+        }
+        let op = match &node.op {
+            KernelOp::Custom { block } => {
+                let frange = match edit {
+                    Edit::Forloop(at, f) if *at == ni => *f,
+                    _ => block.forloop_range(),
+                };
+                let mut b = BlockGraph::new(block.inputs().to_vec(), block.grid(), block.threads(), frange).ok()?;
+                for (bi, bn) in block.nodes().iter().enumerate() {
+                    let (mut op, mut ins) = (bn.op.clone(), bn.inputs.clone());
+                    match edit {
+                        Edit::BlockOp(at, o) if *at == (ni, bi) => op = o.clone(),
+                        Edit::BlockInputs(at, i) if *at == (ni, bi) => ins = i.clone(),
+                        _ => {}
+                    }
+                    b.push(op, &ins).ok()?;
+                }
+                b.validate().ok()?;
+                KernelOp::Custom { block: Box::new(b) }
+            }
+            other => other.clone(),
+        };
+        out.push(op, &inputs).ok()?;
+    }
+    Some(out)
+}
+
+fn other_maps(map: GridMap, grid: [usize; 3], rank: usize, allow_none: bool) -> Vec<GridMap> {
+    let mut out = Vec::new();
+    for axis in (0..3).filter(|&a| grid[a] > 1) {
+        let alts = (0..rank).map(Some).chain(allow_none.then_some(None));
+        for alt in alts.filter(|&o| o != map[axis]) {
+            let mut m = map;
+            m[axis] = alt;
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// Every single-edit mutant of `g`, by kind.
+fn mutants(g: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
+    let mut edits: Vec<(&'static str, Edit)> = Vec::new();
+    for (ni, node) in g.nodes().iter().enumerate() {
+        match &node.op {
+            KernelOp::Binary { op: BinaryOp::Div | BinaryOp::Sub | BinaryOp::Pow } | KernelOp::Matmul => {
+                edits.push(("swapped operands", Edit::KernelInputs(ni, vec![node.inputs[1], node.inputs[0]])));
+            }
+            KernelOp::Custom { block } => {
+                let grid = block.grid();
+                let f = block.forloop_range();
+                for nf in [f * 2, f / 2, f + 1] {
+                    if nf >= 1 && nf != f {
+                        edits.push(("forloop range", Edit::Forloop(ni, nf)));
+                    }
+                }
+                for (bi, bn) in block.nodes().iter().enumerate() {
+                    let at = (ni, bi);
+                    match &bn.op {
+                        BlockOp::Input { input, imap, forloop_dim } => {
+                            let rank = block.inputs()[*input].shape.len();
+                            for m in other_maps(*imap, grid, rank, true) {
+                                edits.push(("imap", Edit::BlockOp(at, BlockOp::Input { input: *input, imap: m, forloop_dim: *forloop_dim })));
+                            }
+                            // With one iteration the forloop dim means nothing: no mutant.
+                            for fd in (0..rank).map(Some).chain([None]).filter(|d| f > 1 && d != forloop_dim) {
+                                edits.push(("forloop dim", Edit::BlockOp(at, BlockOp::Input { input: *input, imap: *imap, forloop_dim: fd })));
+                            }
+                        }
+                        BlockOp::Output { omap } => {
+                            let rank = block.tile(bn.inputs[0]).map(|t| t.shape.len()).unwrap_or(0);
+                            for m in other_maps(*omap, grid, rank, false) {
+                                edits.push(("omap", Edit::BlockOp(at, BlockOp::Output { omap: m })));
+                            }
+                        }
+                        BlockOp::Binary { op: BinaryOp::Div | BinaryOp::Sub | BinaryOp::Pow } | BlockOp::Matmul => {
+                            edits.push(("swapped operands", Edit::BlockInputs(at, vec![bn.inputs[1], bn.inputs[0]])));
+                        }
+                        BlockOp::Unary { op: UnaryOp::Exp } => edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Silu }))),
+                        BlockOp::Unary { op: UnaryOp::Silu } => edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Exp }))),
+                        BlockOp::Accum { acc } => {
+                            // A dropped accumulator: only the iterations' maximum (not the sum)
+                            // survives, or the reduction of the last dim is dropped or changed;
+                            // a wrong reduction width.
+                            let alts: Vec<(&str, AccKind)> = match acc {
+                                AccKind::Sum if f > 1 => vec![("accumulator", AccKind::Max)],
+                                AccKind::SumLast => vec![("accumulator", AccKind::RmsLast), ("reduction width", AccKind::SumTo { width: 2 })],
+                                AccKind::RmsLast => vec![("accumulator", AccKind::SumLast)],
+                                AccKind::SumTo { width } => vec![
+                                    ("reduction width", AccKind::SumTo { width: width * 2 }),
+                                    ("reduction width", AccKind::SumTo { width: (width / 2).max(1) }),
+                                    ("reduction width", AccKind::SumLast),
+                                ],
+                                _ => vec![],
+                            };
+                            for (kind, a) in alts.into_iter().filter(|(_, a)| a != acc) {
+                                edits.push((kind, Edit::BlockOp(at, BlockOp::Accum { acc: a })));
+                            }
+                        }
+                        BlockOp::ReduceSumTo { dim, width } => {
+                            for w in [width * 2, width / 2] {
+                                if w >= 1 {
+                                    edits.push(("reduction width", Edit::BlockOp(at, BlockOp::ReduceSumTo { dim: *dim, width: w })));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    edits.into_iter().filter_map(|(kind, e)| rebuild(g, &e).map(|m| (kind, m))).collect()
+}
+
+fn f32_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
+    let key = seed;
+    g.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let n: usize = d.shape.iter().product();
+            let data = (0..n as u64)
+                .map(|j| {
+                    let h = mix64(key ^ mix64(i as u64) ^ j.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    (h >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+                })
+                .collect();
+            Tensor { shape: d.shape.clone(), data }
+        })
+        .collect()
+}
+
+#[test]
+fn mutants_of_every_golden_file_are_rejected() {
+    let start = Instant::now();
+    let mut by_kind: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut kept: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut rejected = 0;
+    for case in golden_cases() {
+        let program = (case.program)().expect("program builds");
+        let candidates = case.candidates().expect("imports");
+        let ctx = FingerprintContext::new(&program, &VerifyConfig::default()).expect("program evaluates");
+        let inputs = f32_inputs(&program, 77);
+        let mut want: Option<Vec<HostTensor>> = None;
+        // Mutants of the first candidate of each file; per kind at most 4 checked and 2 rejected,
+        // to exercise every kind of edit on every kind of graph in a CI budget.
+        let mut tried: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+        for (kind, m) in mutants(&candidates[0]) {
+            let (n, r) = tried.entry(kind).or_default();
+            if *n >= 4 || *r >= 2 {
+                continue;
+            }
+            *n += 1;
+            match ctx.check(&m).expect("mutant evaluates") {
+                Verdict::NotEquivalent { .. } => {
+                    *r += 1;
+                    rejected += 1;
+                    *by_kind.entry(kind).or_default() += 1;
+                }
+                Verdict::Equivalent => {
+                    // Only acceptable if the edit did not change the meaning (e.g. another
+                    // forloop range re-tiles the same computation): the f32 reference decides.
+                    let want = want.get_or_insert_with(|| run(&program, &inputs).expect("program runs"));
+                    let got = run(&m, &inputs).expect("mutant runs");
+                    let err = want.iter().zip(&got).map(|(w, g)| max_scaled_error(g, w, 1e-3, 1e-3).unwrap_or(f32::INFINITY)).fold(0.0, f32::max);
+                    assert!(err <= 1.0, "{}: a {kind} mutant passed the fingerprint check but differs in f32 (scaled error {err})", case.name);
+                    *kept.entry(kind).or_default() += 1;
+                }
+            }
+        }
+        println!("{}: (checked, rejected) per kind {tried:?}", case.name);
+    }
+    println!("rejected {rejected} mutants in {:.1?}: {by_kind:?}", start.elapsed());
+    println!("meaning-preserving edits accepted (confirmed in f32): {kept:?}");
+    assert!(rejected >= 30, "too few mutants were built: {rejected}");
+    // No single forloop-dim edit of a golden candidate passes the shape rules (the tiles of a
+    // matmul or an element-wise pair stop fitting), so that kind is counted when it occurs.
+    for kind in ["imap", "omap", "swapped operands", "accumulator", "exp <-> silu", "reduction width"] {
+        assert!(by_kind.get(kind).copied().unwrap_or(0) > 0, "no {kind} mutant was rejected");
+    }
+    assert!(kept.get("forloop range").copied().unwrap_or(0) > 0, "re-tiling with another forloop range keeps the meaning");
+}
