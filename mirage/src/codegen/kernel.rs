@@ -448,7 +448,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
 
     // Matmuls whose only user is acc_sum accumulate in registers (f16/bf16 operands only).
     for (i, nd) in nodes.iter().enumerate() {
-        if matches!(nd.op, BlockOp::Matmul) && in_loop(i) && users[i][0].len() == 1 {
+        if frange > 1 && matches!(nd.op, BlockOp::Matmul) && in_loop(i) && users[i][0].len() == 1 {
             let u = users[i][0][0];
             let operand_dtype = bg.tile(nd.inputs[0]).map(|t| t.dtype).unwrap_or(DType::F32);
             if nodes[u].op == (BlockOp::Accum { acc: AccKind::Sum }) && operand_dtype != DType::F32 {
@@ -733,7 +733,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     })
                     .collect();
                 let ty = ctype(desc.dtype);
-                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({}[e]);", terms.join(" + "), t.var));
+                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({});", terms.join(" + "), t.load(&idx)));
                 saver += 1;
             }
             BlockOp::Accum { .. } => {}
