@@ -1,19 +1,26 @@
 //! Build script of the workspace's own package: compiles the CUDA sources of the integration
 //! tests (`tests/cuda/*.cu`) to `$OUT_DIR/cuda/<name>.cubin` with `mirage::nvcc`, the way a
 //! user's build script would, so tests can `include_bytes!` them; and generates and compiles the
-//! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`).
+//! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`);
+//! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`) and of the
+//! tests (`tests/kernels/mod.rs`) with `mirage::build::compile`, exactly as a user's build.rs does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match compile_test_kernels().and_then(|()| golden_artifacts()) {
+    match compile_test_kernels().and_then(|()| golden_artifacts()).and_then(|()| mugraph_kernels()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The `#[mugraph]` functions of the examples and tests: `mirage::build::compile`, the user's path.
+fn mugraph_kernels() -> Result<(), String> {
+    mirage::build::compile(["examples/kernels/mod.rs", "tests/kernels/mod.rs"]).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Compiles every `tests/cuda/*.cu` into `$OUT_DIR/cuda/<stem>.cubin`.

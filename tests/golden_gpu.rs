@@ -7,90 +7,39 @@
 //! `#[ignore = "needs a CUDA GPU"]`: run on the GPU machine with `--ignored` (../shared/gpu/).
 
 use half::{bf16, f16};
-use mirage::codegen::plan::{ArgRef, LaunchPlan};
+use mirage::codegen::plan::{tensor_spec, LaunchPlan};
 use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::programs::{coverage_cases, golden_cases};
 use mirage::reference::{run, HostTensor};
-use mirage_runtime::{DeviceTensor, Element, Gpu, Kernel, LaunchConfig, Module};
+use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 
-/// Conversions between the 16-bit element types and f32 on the host.
-trait Half: Element + Copy {
-    fn from_f32(v: f32) -> Self;
-    fn to_f32(self) -> f32;
-}
-impl Half for f16 {
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-}
-impl Half for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-}
-impl Half for bf16 {
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
+/// A value rounded to an element type, so the reference sees exactly what the GPU sees.
+fn round_to(dtype: DType, v: f32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_f32(v).to_f32(),
+        DType::Bf16 => bf16::from_f32(v).to_f32(),
+        DType::F32 => v,
     }
 }
 
-/// Row-major logical values → host storage of the tensor's device layout.
-fn to_storage<T: Half>(desc: &TensorDesc, values: &[f32]) -> Vec<T> {
-    let len = mirage::ir::storage_len(&desc.shape, &desc.strides);
-    let mut out = vec![T::from_f32(0.0); len];
-    let rm = mirage::ir::row_major_strides(&desc.shape);
-    for (flat, &v) in values.iter().enumerate() {
-        let off: usize = (0..desc.shape.len()).map(|d| (flat / rm[d]) % desc.shape[d] * desc.strides[d]).sum();
-        out[off] = T::from_f32(v);
-    }
-    out
-}
-
-/// Runs a launch plan whose tensors all have element type `T`; outputs are poisoned with NaN
-/// first so that an element no kernel writes is caught.
-fn run_plan<T: Half>(gpu: &Gpu, module: &'static Module, plan: &LaunchPlan, inputs: &[DeviceTensor<T>]) -> Vec<Vec<f32>> {
-    let nan = |d: &TensorDesc| -> DeviceTensor<T> {
-        let n: usize = d.shape.iter().product();
-        gpu.upload(&vec![T::from_f32(f32::NAN); n], &d.shape).unwrap_or_else(|e| panic!("allocating: {e}"))
+/// Runs a launch plan with the runtime's executor (`mirage_runtime::Program`); outputs and
+/// intermediate buffers are poisoned with NaN first so that an element no kernel writes is caught.
+fn run_plan(gpu: &Gpu, program: &'static Program, inputs: &[AnyTensor]) -> Vec<Vec<f32>> {
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
+    let stream = gpu.stream();
+    let nan = |spec: &mirage_runtime::TensorSpec| {
+        AnyTensor::upload_f32(stream, spec, &vec![f32::NAN; spec.num_elements()]).unwrap_or_else(|e| panic!("allocating: {e}"))
     };
-    let outputs: Vec<DeviceTensor<T>> = plan.outputs.iter().map(nan).collect();
-    let buffers: Vec<DeviceTensor<T>> = plan.buffers.iter().map(|b| nan(&b.desc)).collect();
-    for k in &plan.kernels {
-        let name: &'static str = Box::leak(k.name.clone().into_boxed_str());
-        let kernel: &'static Kernel<'static> = Box::leak(Box::new(Kernel::new(module, name)));
-        let mut args = kernel.args(gpu.stream()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for a in &k.args {
-            // One stream: kernels run in order, so passing outputs by shared reference is sound.
-            match a {
-                ArgRef::Input(i) => args.tensor(&inputs[*i]),
-                ArgRef::Output(i) => args.tensor(&outputs[*i]),
-                ArgRef::Buffer(i) => args.tensor(&buffers[*i]),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid: (k.grid[0] as u32, k.grid[1] as u32, k.grid[2] as u32),
-            block: (k.threads as u32, 1, 1),
-            dynamic_smem_bytes: k.smem_bytes as u32,
-        };
-        // SAFETY: the arguments are the kernel's parameters in order (device pointers of the
-        // element type the generated code declares), sized by the plan the code was generated with.
-        unsafe { args.launch(cfg) }.unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
+    let mut outputs: Vec<AnyTensor> = plan.outputs.iter().map(nan).collect();
+    let mut buffers: Vec<AnyTensor> = plan.buffers.iter().map(|b| nan(&b.desc)).collect();
+    let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
+    program.launch(stream, &args, &mut outputs, &mut buffers).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
     gpu.synchronize().unwrap_or_else(|e| panic!("{}: {e}", plan.name));
-    outputs.iter().map(|o| gpu.download(o).unwrap_or_else(|e| panic!("download: {e}")).into_iter().map(T::to_f32).collect()).collect()
+    outputs.iter().map(|o| o.to_host_f32().unwrap_or_else(|e| panic!("download: {e}"))).collect()
 }
 
 /// ‖got − want‖ / ‖want‖, infinite when anything is NaN.
@@ -107,13 +56,17 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// Runs every plan of a unit against the reference of its graph (`graphs[i]` for `plans[i]`).
-fn check_unit<T: Half>(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: &str, graphs: &[KernelGraph], tol: f64, seed: u64) -> (usize, f64) {
+fn check_unit(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: &str, graphs: &[KernelGraph], tol: f64, seed: u64) -> (usize, f64) {
     let plans: Vec<LaunchPlan> = serde_json::from_str(plans_json).unwrap_or_else(|e| panic!("{unit}: plans: {e}"));
     assert_eq!(plans.len(), graphs.len(), "{unit}: one plan per graph");
-    let module: &'static Module = Box::leak(Box::new(Module::from_cubin(Box::leak(unit.to_string().into_boxed_str()), cubin)));
+    let unit_name: &'static str = Box::leak(unit.to_string().into_boxed_str());
     let mut worst = 0.0f64;
-    let mut cache: Option<(Vec<TensorDesc>, Vec<DeviceTensor<T>>, Vec<HostTensor>)> = None;
-    for (plan, graph) in plans.iter().zip(graphs) {
+    let mut cache: Option<(Vec<TensorDesc>, Vec<AnyTensor>, Vec<HostTensor>)> = None;
+    for (plan, graph) in plans.into_iter().zip(graphs) {
+        let name = plan.name.clone();
+        // One program per plan, all sharing the unit's cubin; programs live in statics normally.
+        let program: &'static Program =
+            Box::leak(Box::new(Program::with_plan(unit_name, cubin, plan).unwrap_or_else(|e| panic!("{name}: {e}"))));
         // Graphs with the same inputs (a program and its candidates) share inputs and reference.
         let key: Vec<TensorDesc> = graph.inputs().into_iter().cloned().collect();
         let fresh = cache.as_ref().is_none_or(|c| c.0 != key);
@@ -123,24 +76,23 @@ fn check_unit<T: Half>(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: 
             let mut dev_inputs = Vec::new();
             for d in graph.inputs() {
                 let n: usize = d.shape.iter().product();
-                // Values rounded to the element type, so the reference sees exactly what the GPU sees.
-                let values: Vec<f32> = (0..n).map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)).to_f32()).collect();
-                dev_inputs.push(gpu.upload_strided(&to_storage::<T>(d, &values), &d.shape, &d.strides).unwrap_or_else(|e| panic!("upload: {e}")));
+                let values: Vec<f32> = (0..n).map(|_| round_to(d.dtype, rng.random_range(-1.0f32..1.0))).collect();
+                dev_inputs.push(AnyTensor::upload_f32(gpu.stream(), &tensor_spec(d), &values).unwrap_or_else(|e| panic!("upload: {e}")));
                 host_inputs.push(HostTensor::new(d.shape.clone(), values).expect("shape and data agree"));
             }
             cache = Some((key, dev_inputs, host_inputs));
         }
         let (_, dev_inputs, host_inputs) = cache.as_ref().expect("inputs prepared");
         let expected = run(graph, host_inputs).expect("reference runs");
-        let got = run_plan::<T>(gpu, module, plan, dev_inputs);
-        assert_eq!(got.len(), expected.len(), "{}: output count", plan.name);
+        let got = run_plan(gpu, program, dev_inputs);
+        assert_eq!(got.len(), expected.len(), "{name}: output count");
         for (k, (g, w)) in got.iter().zip(&expected).enumerate() {
             let e = rel_l2(g, &w.data);
-            assert!(e <= tol, "{} output {k}: relative L2 error {e:.3e} exceeds {tol:.1e}", plan.name);
+            assert!(e <= tol, "{name} output {k}: relative L2 error {e:.3e} exceeds {tol:.1e}");
             worst = worst.max(e);
         }
     }
-    (plans.len(), worst)
+    (graphs.len(), worst)
 }
 
 fn tolerance(dtype: DType) -> f64 {
@@ -151,18 +103,10 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
-fn check<T: Half>(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans: &str, graphs: &[KernelGraph], dtype: DType, seed: u64) -> usize {
-    let (n, worst) = check_unit::<T>(gpu, unit, cubin, plans, graphs, tolerance(dtype), seed);
+fn dispatch(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans: &str, graphs: &[KernelGraph], dtype: DType, seed: u64) -> usize {
+    let (n, worst) = check_unit(gpu, unit, cubin, plans, graphs, tolerance(dtype), seed);
     println!("{unit}: {n} µGraphs match the reference ({}), worst relative L2 error {worst:.2e}", dtype.name());
     n
-}
-
-fn dispatch(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans: &str, graphs: &[KernelGraph], dtype: DType, seed: u64) -> usize {
-    match dtype {
-        DType::F16 => check::<f16>(gpu, unit, cubin, plans, graphs, dtype, seed),
-        DType::Bf16 => check::<bf16>(gpu, unit, cubin, plans, graphs, dtype, seed),
-        DType::F32 => check::<f32>(gpu, unit, cubin, plans, graphs, dtype, seed),
-    }
 }
 
 fn open() -> (Gpu, u64) {

@@ -4,8 +4,10 @@
 //! The attribute parses and checks the function with the DSL syntax module shared with
 //! `mirage::lower` (the same source files are compiled into both crates, so the macro and the
 //! build script can never disagree about a program) and reports every user error as a compile
-//! error at the offending tokens. The expansion into a typed launcher that embeds the build
-//! artifacts lives in `expand.rs`.
+//! error at the offending tokens. A checked function expands into a typed launcher that embeds the
+//! artifacts `mirage::build::compile` wrote in the package's build script (`expand.rs`); when they
+//! are missing or belong to another version of the function, into a compile error saying what to
+//! add to build.rs or to redo.
 //!
 //! ```compile_fail
 //! use mirage_macros::mugraph;
@@ -41,7 +43,19 @@ pub fn mugraph(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let checked = syntax::parse_attr_args(attr.into()).and_then(|()| syntax::parse(&item));
     match checked {
-        Ok(program) => expand::expand(&program, &item).into(),
+        Ok(program) => {
+            let out_dir = std::env::var_os("OUT_DIR").map(std::path::PathBuf::from);
+            expand::expand(&program, &item, &source_file(), out_dir.as_deref()).into()
+        }
         Err(err) => err.to_compile_error().into(),
     }
+}
+
+/// The file being compiled, relative to the package root (what build.rs lists).
+fn source_file() -> String {
+    let span = proc_macro::Span::call_site();
+    let file = span.local_file().unwrap_or_else(|| std::path::PathBuf::from(span.file()));
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from);
+    let cwd = std::env::current_dir().ok();
+    expand::package_relative(&file, manifest_dir.as_deref(), cwd.as_deref())
 }

@@ -231,6 +231,28 @@ pub enum RuntimeError {
         source: DriverError,
     },
 
+    /// A launch plan that cannot be used: unparsable, inconsistent, or not the program's.
+    #[error("launch plan of `{program}`: {reason}")]
+    Plan {
+        /// The program's name.
+        program: String,
+        /// What is wrong, as expected vs found.
+        reason: String,
+    },
+
+    /// A tensor passed to a program that does not match its parameter.
+    #[error("`{program}`: parameter `{param}`: expected {expected}, found {found}")]
+    Argument {
+        /// The program's name.
+        program: String,
+        /// The parameter's name.
+        param: String,
+        /// What the parameter needs.
+        expected: String,
+        /// What was given.
+        found: String,
+    },
+
     /// A timing request that cannot produce a measurement.
     #[error("invalid timing request: {0}")]
     Timing(String),

@@ -9,6 +9,9 @@
 //! - [`Module`] and [`Kernel`] load a cubin once per process (they live in `static`s) and
 //!   [`KernelArgs`] launches a kernel with a [`LaunchConfig`], raising the dynamic shared memory
 //!   limit when a kernel needs more than 48 KiB.
+//! - [`Program`] runs a built `#[mugraph]` program: its cubin and [`plan::LaunchPlan`] (read
+//!   from JSON without the compiler), checking every input against the plan, with
+//!   [`TensorArg`] and [`AnyTensor`] for tensors of any element type.
 //! - [`time_median`] times GPU work with CUDA events, flushing the L2 cache ([`L2Flush`])
 //!   between calls.
 //!
@@ -39,6 +42,8 @@
 mod device;
 mod error;
 mod kernel;
+pub mod plan;
+mod program;
 mod tensor;
 mod timing;
 
@@ -51,6 +56,8 @@ pub use kernel::{
     DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig,
     MAX_THREADS_PER_BLOCK, Module, ModuleImage, check_image, check_shared_memory,
 };
+pub use plan::{LaunchPlan, TensorSpec};
+pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors};
 pub use tensor::{DType, DeviceTensor, Element, Layout};
 pub use timing::{
     L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with,

@@ -1,0 +1,28 @@
+//! Attention of rms-normed queries and values of the benchmark set at batch 1 and 8
+//! (Q[2b, 256, 64], K[2b, 64, 4096], V[2b, 4096, 64], f16): prints the chosen µGraph, and with a
+//! GPU checks the launcher against the CPU reference and times it.
+//!
+//! `cargo run --release --example qknorm_gqa`
+
+mod common;
+mod kernels;
+
+use common::Case;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    common::main_for(
+        "qknorm_gqa",
+        &[
+            Case {
+                name: "qknorm_gqa_bs1",
+                program: &kernels::qknorm_gqa_bs1::PROGRAM,
+                launch: |gpu, i| Ok(vec![kernels::qknorm_gqa_bs1(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
+            },
+            Case {
+                name: "qknorm_gqa_bs8",
+                program: &kernels::qknorm_gqa_bs8::PROGRAM,
+                launch: |gpu, i| Ok(vec![kernels::qknorm_gqa_bs8(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
+            },
+        ],
+    )
+}

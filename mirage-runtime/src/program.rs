@@ -1,0 +1,643 @@
+//! The executor of built `#[mugraph]` programs: [`Program`] holds a cubin and its
+//! [`LaunchPlan`], checks the caller's tensors against the plan, allocates outputs and
+//! intermediate buffers and launches every kernel in order on a stream.
+//!
+//! Tensors of mixed element types pass through [`TensorArg`] (borrowed) and [`AnyTensor`]
+//! (owned), enums over the three element types.
+//!
+//! ```no_run
+//! use mirage_runtime::{AnyTensor, Gpu, Program, ProgramArtifacts, RuntimeError, TensorArg};
+//! use mirage_runtime::half::f16;
+//!
+//! // What `#[mugraph]` generates (the bytes come from `include_bytes!` of the build artifacts).
+//! static SCALE: Program = Program::new(ProgramArtifacts {
+//!     name: "scale",
+//!     fingerprint: "0123456789abcdef",
+//!     cubin: &[],
+//!     plan_json: "{}",
+//!     mugraph_json: "{}",
+//! });
+//!
+//! fn main() -> Result<(), RuntimeError> {
+//!     let gpu = Gpu::new(0)?;
+//!     let x = gpu.upload(&vec![f16::ONE; 8 * 16], &[8, 16])?;
+//!     let outputs: Vec<AnyTensor> = SCALE.run(gpu.stream(), &[TensorArg::from(&x)])?;
+//!     let y = outputs.into_iter().next().expect("one output").into_f16()?;
+//!     println!("{:?}", gpu.download(&y)?);
+//!     Ok(())
+//! }
+//! ```
+
+use std::sync::OnceLock;
+
+use half::{bf16, f16};
+
+use crate::device::Stream;
+use crate::error::RuntimeError;
+use crate::kernel::{Kernel, KernelArgs, Module};
+use crate::plan::{ArgRef, LaunchPlan, TensorSpec};
+use crate::tensor::{DType, DeviceTensor, Element};
+
+/// A borrowed device tensor of any element type: an input of [`Program::run`].
+#[derive(Clone, Copy, Debug)]
+pub enum TensorArg<'a> {
+    /// A `half::f16` tensor.
+    F16(&'a DeviceTensor<f16>),
+    /// A `half::bf16` tensor.
+    BF16(&'a DeviceTensor<bf16>),
+    /// An `f32` tensor.
+    F32(&'a DeviceTensor<f32>),
+}
+
+impl<'a> From<&'a DeviceTensor<f16>> for TensorArg<'a> {
+    fn from(t: &'a DeviceTensor<f16>) -> Self {
+        TensorArg::F16(t)
+    }
+}
+impl<'a> From<&'a DeviceTensor<bf16>> for TensorArg<'a> {
+    fn from(t: &'a DeviceTensor<bf16>) -> Self {
+        TensorArg::BF16(t)
+    }
+}
+impl<'a> From<&'a DeviceTensor<f32>> for TensorArg<'a> {
+    fn from(t: &'a DeviceTensor<f32>) -> Self {
+        TensorArg::F32(t)
+    }
+}
+
+impl TensorArg<'_> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorArg::F16(_) => DType::F16,
+            TensorArg::BF16(_) => DType::BF16,
+            TensorArg::F32(_) => DType::F32,
+        }
+    }
+
+    /// Element type, shape and strides.
+    pub fn spec(&self) -> TensorSpec {
+        let layout = match self {
+            TensorArg::F16(t) => t.layout(),
+            TensorArg::BF16(t) => t.layout(),
+            TensorArg::F32(t) => t.layout(),
+        };
+        TensorSpec { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
+    }
+
+    fn push<'k>(&self, args: &mut KernelArgs<'k>)
+    where
+        Self: 'k,
+    {
+        match *self {
+            TensorArg::F16(t) => args.tensor(t),
+            TensorArg::BF16(t) => args.tensor(t),
+            TensorArg::F32(t) => args.tensor(t),
+        };
+    }
+}
+
+/// An owned device tensor of any element type: an output of [`Program::run`].
+#[derive(Debug)]
+pub enum AnyTensor {
+    /// A `half::f16` tensor.
+    F16(DeviceTensor<f16>),
+    /// A `half::bf16` tensor.
+    BF16(DeviceTensor<bf16>),
+    /// An `f32` tensor.
+    F32(DeviceTensor<f32>),
+}
+
+macro_rules! any_conversions {
+    ($($variant:ident $ty:ty => $into:ident, $as:ident;)*) => {$(
+        impl From<DeviceTensor<$ty>> for AnyTensor {
+            fn from(t: DeviceTensor<$ty>) -> Self {
+                AnyTensor::$variant(t)
+            }
+        }
+
+        impl TryFrom<AnyTensor> for DeviceTensor<$ty> {
+            type Error = RuntimeError;
+            fn try_from(t: AnyTensor) -> Result<Self, RuntimeError> {
+                t.$into()
+            }
+        }
+
+        impl AnyTensor {
+            #[doc = concat!("The tensor as a `DeviceTensor<", stringify!($ty), ">`, or an error naming the element type it has.")]
+            pub fn $into(self) -> Result<DeviceTensor<$ty>, RuntimeError> {
+                match self {
+                    AnyTensor::$variant(t) => Ok(t),
+                    other => Err(other.type_error(<$ty as Element>::DTYPE)),
+                }
+            }
+
+            #[doc = concat!("Borrows the tensor as a `DeviceTensor<", stringify!($ty), ">`, or an error naming the element type it has.")]
+            pub fn $as(&self) -> Result<&DeviceTensor<$ty>, RuntimeError> {
+                match self {
+                    AnyTensor::$variant(t) => Ok(t),
+                    other => Err(other.type_error(<$ty as Element>::DTYPE)),
+                }
+            }
+        }
+    )*};
+}
+
+any_conversions! {
+    F16 f16 => into_f16, as_f16;
+    BF16 bf16 => into_bf16, as_bf16;
+    F32 f32 => into_f32, as_f32;
+}
+
+impl AnyTensor {
+    fn type_error(&self, expected: DType) -> RuntimeError {
+        RuntimeError::Mismatch {
+            what: "converting a tensor of any element type to a typed tensor",
+            expected: format!("a {expected} tensor"),
+            found: format!("a {} tensor of shape {:?}", self.dtype(), self.shape()),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.as_arg().dtype()
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            AnyTensor::F16(t) => t.shape(),
+            AnyTensor::BF16(t) => t.shape(),
+            AnyTensor::F32(t) => t.shape(),
+        }
+    }
+
+    /// Element type, shape and strides.
+    pub fn spec(&self) -> TensorSpec {
+        self.as_arg().spec()
+    }
+
+    /// Borrows the tensor as a [`TensorArg`].
+    pub fn as_arg(&self) -> TensorArg<'_> {
+        match self {
+            AnyTensor::F16(t) => TensorArg::F16(t),
+            AnyTensor::BF16(t) => TensorArg::BF16(t),
+            AnyTensor::F32(t) => TensorArg::F32(t),
+        }
+    }
+
+    /// Downloads the tensor's storage (row-major values for a row-major tensor) converted to
+    /// `f32`, waiting on the stream the tensor was allocated on.
+    pub fn to_host_f32(&self) -> Result<Vec<f32>, RuntimeError> {
+        Ok(match self {
+            AnyTensor::F16(t) => t.to_host()?.into_iter().map(f16::to_f32).collect(),
+            AnyTensor::BF16(t) => t.to_host()?.into_iter().map(bf16::to_f32).collect(),
+            AnyTensor::F32(t) => t.to_host()?,
+        })
+    }
+
+    /// Uploads row-major `f32` values converted to the element type of `spec`, with the layout of
+    /// `spec` (strided specs get a storage buffer of exactly the layout's size).
+    pub fn upload_f32(stream: &Stream, spec: &TensorSpec, values: &[f32]) -> Result<AnyTensor, RuntimeError> {
+        fn storage<T: Copy>(spec: &TensorSpec, values: &[f32], zero: T, conv: impl Fn(f32) -> T) -> Result<Vec<T>, RuntimeError> {
+            let layout = crate::tensor::Layout::strided(&spec.shape, &spec.strides)?;
+            if values.len() != layout.num_elements() {
+                return Err(RuntimeError::Length {
+                    what: "host values",
+                    shape: spec.shape.clone(),
+                    strides: spec.strides.clone(),
+                    expected: layout.num_elements(),
+                    at_least: false,
+                    found: values.len(),
+                });
+            }
+            let mut out = vec![zero; layout.storage_len()];
+            let rm = crate::plan::row_major_strides(&spec.shape);
+            for (flat, &v) in values.iter().enumerate() {
+                let off: usize = (0..spec.shape.len()).map(|d| flat / rm[d] % spec.shape[d] * spec.strides[d]).sum();
+                out[off] = conv(v);
+            }
+            Ok(out)
+        }
+        Ok(match spec.dtype {
+            DType::F16 => {
+                AnyTensor::F16(stream.upload_strided(&storage(spec, values, f16::ZERO, f16::from_f32)?, &spec.shape, &spec.strides)?)
+            }
+            DType::BF16 => AnyTensor::BF16(stream.upload_strided(
+                &storage(spec, values, bf16::ZERO, bf16::from_f32)?,
+                &spec.shape,
+                &spec.strides,
+            )?),
+            DType::F32 => AnyTensor::F32(stream.upload_strided(&storage(spec, values, 0.0, |v| v)?, &spec.shape, &spec.strides)?),
+        })
+    }
+
+    /// An uninitialised row-major tensor of `spec`'s shape and element type (a plan's outputs
+    /// and buffers are row-major).
+    fn alloc(stream: &Stream, spec: &TensorSpec) -> Result<AnyTensor, RuntimeError> {
+        // SAFETY: every bit pattern is a valid f16, bf16 and f32, so reading unwritten device
+        // memory is never undefined behaviour; the plan's kernels write every element of the
+        // outputs and buffers before anything reads them (the code generator's contract, checked
+        // on the GPU with NaN-poisoned outputs by the golden test).
+        unsafe {
+            Ok(match spec.dtype {
+                DType::F16 => AnyTensor::F16(stream.alloc_uninit(&spec.shape)?),
+                DType::BF16 => AnyTensor::BF16(stream.alloc_uninit(&spec.shape)?),
+                DType::F32 => AnyTensor::F32(stream.alloc_uninit(&spec.shape)?),
+            })
+        }
+    }
+
+    fn push_mut<'k>(&'k mut self, args: &mut KernelArgs<'k>) {
+        match self {
+            AnyTensor::F16(t) => args.tensor_mut(t),
+            AnyTensor::BF16(t) => args.tensor_mut(t),
+            AnyTensor::F32(t) => args.tensor_mut(t),
+        };
+    }
+}
+
+/// The build artifacts of one program, as `&'static` data (from `include_bytes!` and
+/// `include_str!` in generated code).
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramArtifacts {
+    /// The program's name (the `#[mugraph]` function's name).
+    pub name: &'static str,
+    /// The `fingerprint_hash` of the `#[mugraph]` program (16 hex digits); the plan must record
+    /// the same one. Empty to skip the check.
+    pub fingerprint: &'static str,
+    /// The cubin holding every kernel of the plan.
+    pub cubin: &'static [u8],
+    /// The launch plan as JSON ([`LaunchPlan::from_json`]).
+    pub plan_json: &'static str,
+    /// The chosen µGraph as JSON, for inspection (mirage's `KernelGraph::from_json` reads it).
+    pub mugraph_json: &'static str,
+}
+
+/// A built program: a cubin and its launch plan, loaded on first use and run on any stream of
+/// the device it was first used on.
+///
+/// Put it in a `static` (`Program::new` is a `const fn`): [`Program::run`] takes `&'static self`
+/// because the kernels it looks up borrow the program's module. Their names are interned once per
+/// program (a bounded, one-time allocation that lives as long as the program).
+pub struct Program {
+    artifacts: ProgramArtifacts,
+    module: Module,
+    plan: OnceLock<Result<LaunchPlan, RuntimeError>>,
+    kernels: OnceLock<Vec<Kernel<'static>>>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program").field("name", &self.artifacts.name).field("fingerprint", &self.artifacts.fingerprint).finish()
+    }
+}
+
+impl Program {
+    /// A program from its build artifacts; nothing is parsed or loaded until first use.
+    pub const fn new(artifacts: ProgramArtifacts) -> Program {
+        Program { module: Module::from_cubin(artifacts.name, artifacts.cubin), artifacts, plan: OnceLock::new(), kernels: OnceLock::new() }
+    }
+
+    /// A program from a cubin and an already parsed plan (e.g. one of several plans sharing a
+    /// cubin); the plan is validated now.
+    pub fn with_plan(name: &'static str, cubin: &'static [u8], plan: LaunchPlan) -> Result<Program, RuntimeError> {
+        plan.validate()?;
+        let program = Program::new(ProgramArtifacts { name, fingerprint: "", cubin, plan_json: "", mugraph_json: "" });
+        let _ = program.plan.set(Ok(plan));
+        Ok(program)
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &'static str {
+        self.artifacts.name
+    }
+
+    /// The program's build artifacts.
+    pub fn artifacts(&self) -> &ProgramArtifacts {
+        &self.artifacts
+    }
+
+    /// The chosen µGraph as JSON.
+    pub fn mugraph_json(&self) -> &'static str {
+        self.artifacts.mugraph_json
+    }
+
+    /// The launch plan, parsed on first use (pure: no CUDA call). Fails when the plan is invalid
+    /// or was built for another version of the program (a stale artifact).
+    pub fn plan(&self) -> Result<&LaunchPlan, RuntimeError> {
+        let parsed = self.plan.get_or_init(|| {
+            let plan = LaunchPlan::from_json(self.artifacts.plan_json).map_err(|e| match e {
+                RuntimeError::Plan { reason, .. } => RuntimeError::Plan { program: self.artifacts.name.to_owned(), reason },
+                other => other,
+            })?;
+            let expected = self.artifacts.fingerprint;
+            if !expected.is_empty() && plan.fingerprint != expected {
+                return Err(RuntimeError::Plan {
+                    program: self.artifacts.name.to_owned(),
+                    reason: format!(
+                        "expected the artifact of program fingerprint {expected}, found one built for {:?}: the artifact is stale, rebuild (cargo build)",
+                        plan.fingerprint
+                    ),
+                });
+            }
+            Ok(plan)
+        });
+        match parsed {
+            Ok(plan) => Ok(plan),
+            Err(e) => Err(RuntimeError::Plan { program: self.artifacts.name.to_owned(), reason: plan_error_reason(e) }),
+        }
+    }
+
+    /// Checks tensors (element type, shape, strides) against the plan's inputs (pure: no CUDA
+    /// call). The error names the parameter, what it needs and what was given.
+    pub fn check_inputs(&self, found: &[TensorSpec]) -> Result<(), RuntimeError> {
+        check_tensors(self.plan()?, found)
+    }
+
+    /// Runs the program on `stream`: checks the inputs, allocates the outputs and intermediate
+    /// buffers, and queues every kernel in order. Asynchronous like any launch: the outputs are
+    /// ready once the stream reaches this point (downloads on the stream wait for it).
+    pub fn run(&'static self, stream: &Stream, inputs: &[TensorArg<'_>]) -> Result<Vec<AnyTensor>, RuntimeError> {
+        let plan = self.plan()?;
+        self.check_args(plan, inputs)?;
+        let mut outputs = self.alloc_outputs(stream)?;
+        let mut buffers = self.alloc_buffers(stream)?;
+        self.launch(stream, inputs, &mut outputs, &mut buffers)?;
+        Ok(outputs)
+    }
+
+    /// [`Program::run`] for a program with `N` outputs, returned as an array (what `#[mugraph]`
+    /// launchers use).
+    pub fn run_exact<const N: usize>(&'static self, stream: &Stream, inputs: &[TensorArg<'_>]) -> Result<[AnyTensor; N], RuntimeError> {
+        let plan = self.plan()?;
+        if plan.outputs.len() != N {
+            return Err(RuntimeError::Plan {
+                program: self.artifacts.name.to_owned(),
+                reason: format!("expected {N} outputs (the function's signature), found {} in the plan", plan.outputs.len()),
+            });
+        }
+        let outputs = self.run(stream, inputs)?;
+        let found = outputs.len();
+        outputs.try_into().map_err(|_| RuntimeError::Plan {
+            program: self.artifacts.name.to_owned(),
+            reason: format!("expected {N} outputs, found {found}"),
+        })
+    }
+
+    /// Runs the program into caller-allocated outputs (checked against the plan), allocating the
+    /// intermediate buffers; useful to time launches without allocations, or to poison outputs.
+    pub fn run_into(&'static self, stream: &Stream, inputs: &[TensorArg<'_>], outputs: &mut [AnyTensor]) -> Result<(), RuntimeError> {
+        let mut buffers = self.alloc_buffers(stream)?;
+        self.launch(stream, inputs, outputs, &mut buffers)
+    }
+
+    /// Uninitialised outputs of the plan's shapes and element types.
+    pub fn alloc_outputs(&self, stream: &Stream) -> Result<Vec<AnyTensor>, RuntimeError> {
+        self.plan()?.outputs.iter().map(|s| AnyTensor::alloc(stream, s)).collect()
+    }
+
+    /// Uninitialised intermediate buffers of the plan.
+    pub fn alloc_buffers(&self, stream: &Stream) -> Result<Vec<AnyTensor>, RuntimeError> {
+        self.plan()?.buffers.iter().map(|b| AnyTensor::alloc(stream, &b.desc)).collect()
+    }
+
+    /// Queues every kernel of the plan on `stream` with the given inputs, outputs and
+    /// intermediate buffers, all checked against the plan first.
+    pub fn launch(
+        &'static self,
+        stream: &Stream,
+        inputs: &[TensorArg<'_>],
+        outputs: &mut [AnyTensor],
+        buffers: &mut [AnyTensor],
+    ) -> Result<(), RuntimeError> {
+        let plan = self.plan()?;
+        self.check_args(plan, inputs)?;
+        let name = self.artifacts.name;
+        check_owned(name, "output", &plan.outputs, outputs)?;
+        let buffer_specs: Vec<TensorSpec> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
+        check_owned(name, "buffer", &buffer_specs, buffers)?;
+        let kernels = self.kernels(plan);
+        for (launch, kernel) in plan.kernels.iter().zip(kernels) {
+            let config = launch.config()?;
+            let mut args = kernel.args(stream)?;
+            push_args(&mut args, &launch.args, inputs, outputs, buffers);
+            // SAFETY: the plan was generated together with the cubin: its argument list is the
+            // kernel's parameter list (device pointers of the element types checked above, in
+            // order), every tensor has the plan's layout (checked above), and the kernels write
+            // only their output arguments, which are passed with `tensor_mut`.
+            unsafe { args.launch(config) }?;
+        }
+        Ok(())
+    }
+
+    fn check_args(&self, plan: &LaunchPlan, inputs: &[TensorArg<'_>]) -> Result<(), RuntimeError> {
+        let found: Vec<TensorSpec> = inputs.iter().map(TensorArg::spec).collect();
+        check_tensors(plan, &found)
+    }
+
+    fn kernels(&'static self, plan: &LaunchPlan) -> &'static [Kernel<'static>] {
+        self.kernels.get_or_init(|| {
+            plan.kernels
+                .iter()
+                .map(|k| {
+                    // Interned once per program (see the type's documentation).
+                    let name: &'static str = Box::leak(k.name.clone().into_boxed_str());
+                    Kernel::new(&self.module, name)
+                })
+                .collect()
+        })
+    }
+}
+
+fn plan_error_reason(e: &RuntimeError) -> String {
+    match e {
+        RuntimeError::Plan { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Checks tensors against a plan's inputs (pure): their number, then each one's element type,
+/// shape and strides, in order. The error names the program, the parameter, what it needs and
+/// what was given.
+pub fn check_tensors(plan: &LaunchPlan, found: &[TensorSpec]) -> Result<(), RuntimeError> {
+    if found.len() != plan.inputs.len() {
+        return Err(RuntimeError::Mismatch {
+            what: "the number of tensors passed to a program",
+            expected: format!("{} ({})", plan.inputs.len(), (0..plan.inputs.len()).map(|i| plan.input_name(i)).collect::<Vec<_>>().join(", ")),
+            found: found.len().to_string(),
+        });
+    }
+    for (i, (want, got)) in plan.inputs.iter().zip(found).enumerate() {
+        check_tensor(&plan.name, &plan.input_name(i), want, got)?;
+    }
+    Ok(())
+}
+
+/// Checks one tensor against a parameter's spec (pure). The error names the program and the
+/// parameter and says what was expected and found.
+pub fn check_tensor(program: &str, param: &str, want: &TensorSpec, got: &TensorSpec) -> Result<(), RuntimeError> {
+    let fail = |expected: String, found: String| {
+        Err(RuntimeError::Argument { program: program.to_owned(), param: param.to_owned(), expected, found })
+    };
+    if want.dtype != got.dtype {
+        return fail(format!("element type {}", want.dtype), format!("{}", got.dtype));
+    }
+    if want.shape != got.shape {
+        return fail(format!("shape {:?}", want.shape), format!("shape {:?}", got.shape));
+    }
+    if want.strides != got.strides {
+        let layout = if want.is_row_major() { " (row-major)" } else { "" };
+        return fail(format!("strides {:?}{layout} for shape {:?}", want.strides, want.shape), format!("strides {:?}", got.strides));
+    }
+    Ok(())
+}
+
+fn check_owned(program: &str, what: &str, specs: &[TensorSpec], tensors: &[AnyTensor]) -> Result<(), RuntimeError> {
+    if specs.len() != tensors.len() {
+        return Err(RuntimeError::Plan {
+            program: program.to_owned(),
+            reason: format!("expected {} {what} tensors, found {}", specs.len(), tensors.len()),
+        });
+    }
+    for (i, (want, got)) in specs.iter().zip(tensors).enumerate() {
+        check_tensor(program, &format!("{what} {i}"), want, &got.spec())?;
+    }
+    Ok(())
+}
+
+/// Pushes a launch's arguments: inputs read-only; outputs and buffers written by this kernel
+/// (appearing once) mutably, ones it only reads (appearing more than once) read-only.
+fn push_args<'k>(
+    args: &mut KernelArgs<'k>,
+    refs: &[ArgRef],
+    inputs: &'k [TensorArg<'k>],
+    outputs: &'k mut [AnyTensor],
+    buffers: &'k mut [AnyTensor],
+) {
+    let count = |a: &ArgRef| refs.iter().filter(|b| *b == a).count();
+    let mut outs: Vec<Option<&'k mut AnyTensor>> = outputs.iter_mut().map(Some).collect();
+    let mut bufs: Vec<Option<&'k mut AnyTensor>> = buffers.iter_mut().map(Some).collect();
+    let mut shared: Vec<(ArgRef, &'k AnyTensor)> = Vec::new();
+    for a in refs {
+        let slot = match *a {
+            ArgRef::Input(i) => {
+                if let Some(t) = inputs.get(i) {
+                    t.push(args);
+                }
+                continue;
+            }
+            ArgRef::Output(i) => outs.get_mut(i),
+            ArgRef::Buffer(i) => bufs.get_mut(i),
+        };
+        if let Some((_, t)) = shared.iter().find(|(b, _)| b == a) {
+            t.as_arg().push(args);
+            continue;
+        }
+        // Indices were checked by `LaunchPlan::validate`.
+        let Some(t) = slot.and_then(Option::take) else { continue };
+        if count(a) == 1 {
+            t.push_mut(args);
+        } else {
+            let t: &'k AnyTensor = t;
+            shared.push((a.clone(), t));
+            t.as_arg().push(args);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Buffer, KernelLaunch, PLAN_VERSION};
+
+    fn plan_json(fingerprint: &str) -> String {
+        LaunchPlan {
+            version: PLAN_VERSION,
+            name: "p".into(),
+            fingerprint: fingerprint.into(),
+            input_names: vec!["x".into(), "w".into()],
+            inputs: vec![
+                TensorSpec::row_major(&[8, 64], DType::F16),
+                TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 },
+            ],
+            outputs: vec![TensorSpec::row_major(&[8, 32], DType::F32)],
+            buffers: vec![Buffer { desc: TensorSpec::row_major(&[8, 1], DType::F32) }],
+            kernels: vec![KernelLaunch {
+                name: "p_k0".into(),
+                grid: [1, 1, 1],
+                threads: 128,
+                smem_bytes: 0,
+                args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
+            }],
+        }
+        .to_json()
+    }
+
+    fn leak(s: String) -> &'static str {
+        Box::leak(s.into_boxed_str())
+    }
+
+    fn program(plan_fingerprint: &str, fingerprint: &'static str) -> Program {
+        Program::new(ProgramArtifacts {
+            name: "p",
+            fingerprint,
+            cubin: &[],
+            plan_json: leak(plan_json(plan_fingerprint)),
+            mugraph_json: "",
+        })
+    }
+
+    #[test]
+    fn inputs_checked_before_any_cuda_call() {
+        let p = program("00000000000000aa", "00000000000000aa");
+        let good = [TensorSpec::row_major(&[8, 64], DType::F16), TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 }];
+        p.check_inputs(&good).expect("matching tensors");
+
+        let mut bad = good.clone();
+        bad[0].shape = vec![8, 65];
+        bad[0].strides = vec![65, 1];
+        let e = p.check_inputs(&bad).expect_err("shape");
+        assert_eq!(e.to_string(), "`p`: parameter `x`: expected shape [8, 64], found shape [8, 65]");
+
+        let mut bad = good.clone();
+        bad[1].dtype = DType::F16;
+        let e = p.check_inputs(&bad).expect_err("dtype");
+        assert_eq!(e.to_string(), "`p`: parameter `w`: expected element type bf16, found f16");
+
+        let mut bad = good.clone();
+        bad[1].strides = vec![32, 1];
+        let e = p.check_inputs(&bad).expect_err("strides");
+        assert_eq!(e.to_string(), "`p`: parameter `w`: expected strides [1, 64] for shape [64, 32], found strides [32, 1]");
+
+        let e = p.check_inputs(&good[..1]).expect_err("count");
+        assert!(e.to_string().contains("expected 2 (x, w), found 1"), "{e}");
+    }
+
+    #[test]
+    fn stale_plans_rejected() {
+        let p = program("00000000000000bb", "00000000000000aa");
+        let e = p.plan().expect_err("stale");
+        assert!(e.to_string().contains("the artifact is stale"), "{e}");
+        // The error is cached and stays the same.
+        assert_eq!(p.plan().expect_err("stale").to_string(), e.to_string());
+        // An empty expected fingerprint skips the check.
+        assert!(program("00000000000000bb", "").plan().is_ok());
+    }
+
+    #[test]
+    fn invalid_plans_rejected() {
+        static BROKEN: Program =
+            Program::new(ProgramArtifacts { name: "broken", fingerprint: "", cubin: &[], plan_json: "{", mugraph_json: "" });
+        let e = BROKEN.plan().expect_err("invalid");
+        assert!(e.to_string().starts_with("launch plan of `broken`: expected a launch plan in JSON"), "{e}");
+    }
+
+    #[test]
+    fn with_plan_validates() {
+        let mut plan = LaunchPlan::from_json(&plan_json("")).expect("valid");
+        assert!(Program::with_plan("p", &[], plan.clone()).is_ok());
+        plan.kernels.clear();
+        assert!(Program::with_plan("p", &[], plan).is_err());
+    }
+}

@@ -1,0 +1,436 @@
+//! The build-script API (DESIGN §11): `mirage::build::compile(files)` in a user's build.rs finds
+//! every `#[mugraph]` function of the files, lowers it, optimizes it, generates CUDA, compiles a
+//! cubin with nvcc and writes the artifacts the `#[mugraph]` expansion embeds.
+//!
+//! ```no_run
+//! // build.rs (with `[build-dependencies] mirage = { version = "0.1", features = ["build"] }`)
+//! fn main() {
+//!     mirage::build::compile(["src/kernels.rs"]).unwrap();
+//! }
+//! ```
+//!
+//! Artifacts go to `$OUT_DIR/mirage/`, four files per function, named
+//! `<fn name>-<fingerprint hash>` ([`artifact_stem`]; the macro computes the same name from its
+//! tokens, so an artifact of an older version of the function is simply not found):
+//! `.cubin` (the kernels), `.plan.json` (the launch plan, read at run time, recording the
+//! fingerprint), `.mugraph.json` (the chosen µGraph) and `.cu` (the CUDA source, for
+//! inspection). A file is written only when its content changes.
+//!
+//! The superoptimizer (search, verification, cost model) does not exist yet: a function's own
+//! kernel graph is used, every kernel operator lowered to a default block graph, and a
+//! `cargo:warning=` line says so.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+use crate::codegen::{self, CodegenError, KernelOptions};
+use crate::ir::KernelGraph;
+use crate::lower::{self, LowerError};
+use crate::nvcc::{self, NvccError};
+
+/// The directory under `$OUT_DIR` holding the artifacts.
+pub const ARTIFACT_DIR: &str = "mirage";
+
+/// Steps slower than this are reported with a `cargo:warning=` line.
+const SLOW_STEP: Duration = Duration::from_secs(1);
+
+/// The file stem of a function's artifacts: `<fn name>-<fingerprint hash>`.
+pub fn artifact_stem(name: &str, fingerprint_hash: &str) -> String {
+    format!("{name}-{fingerprint_hash}")
+}
+
+/// Why a build failed. Messages name the file, line, column and function where there is one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A `#[mugraph]` function (or its file) could not be read, parsed, checked or lowered.
+    #[error("mirage: {0}")]
+    Lower(#[from] LowerError),
+
+    /// Code generation failed for a function.
+    #[error("mirage: {file}:{line}:{column}: `{function}`: code generation failed: {source}")]
+    Codegen {
+        /// The source file.
+        file: String,
+        /// 1-based line of the function's name.
+        line: usize,
+        /// 1-based column of the function's name.
+        column: usize,
+        /// The function's path (`module::name`).
+        function: String,
+        /// What went wrong.
+        source: CodegenError,
+    },
+
+    /// nvcc could not be found or failed for a function.
+    #[error("mirage: {file}:{line}:{column}: `{function}`: {source}")]
+    Nvcc {
+        /// The source file.
+        file: String,
+        /// 1-based line of the function's name.
+        line: usize,
+        /// 1-based column of the function's name.
+        column: usize,
+        /// The function's path (`module::name`).
+        function: String,
+        /// What went wrong (a missing nvcc names the ways to provide one).
+        source: NvccError,
+    },
+
+    /// No output directory: `compile` runs in a build script, where cargo sets `OUT_DIR`.
+    #[error(
+        "mirage: OUT_DIR is not set: expected mirage::build::compile to run in a build script \
+         (build.rs), where cargo sets OUT_DIR, or an output directory set with Builder::out_dir"
+    )]
+    NoOutDir,
+
+    /// Writing an artifact failed.
+    #[error("mirage: writing {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The artifacts written for one function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactPaths {
+    /// The cubin.
+    pub cubin: PathBuf,
+    /// The launch plan (JSON).
+    pub plan: PathBuf,
+    /// The chosen µGraph (JSON).
+    pub mugraph: PathBuf,
+    /// The CUDA source.
+    pub cuda: PathBuf,
+}
+
+/// What was built for one `#[mugraph]` function.
+#[derive(Clone, Debug)]
+pub struct BuiltProgram {
+    /// The source file.
+    pub file: PathBuf,
+    /// The function's position: 1-based line and column of its name.
+    pub line_column: (usize, usize),
+    /// The inline modules enclosing it in its file, outermost first.
+    pub module_path: Vec<String>,
+    /// The function's name.
+    pub name: String,
+    /// The program's fingerprint hash (the macro computes the same).
+    pub fingerprint_hash: String,
+    /// The artifacts' file stem ([`artifact_stem`]).
+    pub stem: String,
+    /// The artifacts.
+    pub paths: ArtifactPaths,
+    /// The chosen µGraph (kernel operators lowered to default block graphs).
+    pub mugraph: KernelGraph,
+    /// The launch plan.
+    pub plan: codegen::plan::LaunchPlan,
+    /// Whether the cubin came from nvcc's cache.
+    pub nvcc_cached: bool,
+    /// Time spent generating and compiling it.
+    pub elapsed: Duration,
+}
+
+impl BuiltProgram {
+    /// `module::name` (just `name` at the top level of its file).
+    pub fn path(&self) -> String {
+        qualified(&self.module_path, &self.name)
+    }
+}
+
+/// What a build produced.
+#[derive(Clone, Debug)]
+pub struct BuildReport {
+    /// The directory holding the artifacts (`$OUT_DIR/mirage`).
+    pub artifact_dir: PathBuf,
+    /// The target architecture.
+    pub arch: String,
+    /// Every function built, in file order then source order.
+    pub programs: Vec<BuiltProgram>,
+}
+
+/// Builds the `#[mugraph]` functions of the given files with the default settings: artifacts in
+/// `$OUT_DIR/mirage/`, architecture from `MIRAGE_CUDA_ARCH` (default sm_90a), cargo directives
+/// on stdout. See [`Builder`] for the settings.
+pub fn compile<I, P>(files: I) -> Result<BuildReport, BuildError>
+where
+    I: IntoIterator<Item = P>,
+    P: AsRef<Path>,
+{
+    Builder::new().files(files).compile()
+}
+
+/// Settings of a build; [`compile`] uses the defaults.
+#[derive(Clone, Debug)]
+pub struct Builder {
+    files: Vec<PathBuf>,
+    out_dir: Option<PathBuf>,
+    arch: Option<String>,
+    cargo_directives: bool,
+    kernel_options: KernelOptions,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// No files yet; defaults for everything else.
+    pub fn new() -> Builder {
+        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default() }
+    }
+
+    /// Adds a source file (relative paths are relative to the package root, the build script's
+    /// working directory).
+    pub fn file(mut self, file: impl AsRef<Path>) -> Builder {
+        self.files.push(file.as_ref().to_path_buf());
+        self
+    }
+
+    /// Adds source files.
+    pub fn files<I, P>(mut self, files: I) -> Builder
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Path>,
+    {
+        self.files.extend(files.into_iter().map(|f| f.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Writes the artifacts under `dir/mirage/` instead of `$OUT_DIR/mirage/`.
+    pub fn out_dir(mut self, dir: impl AsRef<Path>) -> Builder {
+        self.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Targets `arch` (e.g. `sm_80`) instead of `MIRAGE_CUDA_ARCH` or sm_90a.
+    pub fn arch(mut self, arch: impl Into<String>) -> Builder {
+        self.arch = Some(arch.into());
+        self
+    }
+
+    /// Whether to print `cargo:` directives (rerun-if-changed, warnings); on by default.
+    pub fn cargo_directives(mut self, on: bool) -> Builder {
+        self.cargo_directives = on;
+        self
+    }
+
+    /// Code generation options.
+    pub fn kernel_options(mut self, opts: KernelOptions) -> Builder {
+        self.kernel_options = opts;
+        self
+    }
+
+    fn say(&self, line: &str) {
+        if self.cargo_directives {
+            println!("{line}");
+        }
+    }
+
+    /// Runs the build: lower every file, then generate and compile every function (in parallel),
+    /// then write the artifacts. The first error in file and source order is returned.
+    pub fn compile(&self) -> Result<BuildReport, BuildError> {
+        for file in &self.files {
+            self.say(&format!("cargo:rerun-if-changed={}", file.display()));
+        }
+        for var in nvcc::ENV_VARS {
+            self.say(&format!("cargo:rerun-if-env-changed={var}"));
+        }
+        let out_dir = match &self.out_dir {
+            Some(dir) => dir.clone(),
+            None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or(BuildError::NoOutDir)?),
+        };
+        let artifact_dir = out_dir.join(ARTIFACT_DIR);
+        std::fs::create_dir_all(&artifact_dir).map_err(|source| BuildError::Io { path: artifact_dir.clone(), source })?;
+        let env_arch = std::env::var(nvcc::ARCH_ENV).ok();
+        let arch = nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| BuildError::Nvcc {
+            file: "<build>".into(),
+            line: 0,
+            column: 0,
+            function: "<all>".into(),
+            source,
+        })?;
+
+        let started = Instant::now();
+        let mut jobs = Vec::new();
+        for file in &self.files {
+            let programs = lower::lower_file(file)?;
+            let positions = fn_positions(file);
+            for program in programs {
+                let line_column = positions
+                    .iter()
+                    .find(|(m, n, _)| *m == program.module_path && *n == program.name)
+                    .map_or((0, 0), |(_, _, lc)| *lc);
+                jobs.push((file.clone(), line_column, program));
+            }
+        }
+        if started.elapsed() > SLOW_STEP {
+            self.say(&format!("cargo:warning=mirage: parsed and lowered {} programs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64()));
+        }
+        if !jobs.is_empty() {
+            self.say(&format!(
+                "cargo:warning=mirage: the superoptimizer (search, verification, cost model) is not implemented yet: \
+                 each of the {} #[mugraph] programs is compiled from its own kernel graph, every operator lowered to a default block graph",
+                jobs.len()
+            ));
+        }
+        let nvcc_opts = nvcc::CompileOptions {
+            arch: Some(arch.clone()),
+            cache_dir: Some(artifact_dir.join("nvcc-cache")),
+            ..Default::default()
+        };
+        let results: Vec<Result<BuiltProgram, BuildError>> = jobs
+            .par_iter()
+            .map(|(file, line_column, program)| self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts))
+            .collect();
+        let mut programs = Vec::with_capacity(results.len());
+        for r in results {
+            let built = r?;
+            if !built.nvcc_cached || built.elapsed > SLOW_STEP {
+                self.say(&format!(
+                    "cargo:warning=mirage: built `{}` ({}, {} kernels, {}) in {:.1} s",
+                    built.path(),
+                    built.file.display(),
+                    built.plan.kernels.len(),
+                    if built.nvcc_cached { "cubin from nvcc's cache" } else { "nvcc" },
+                    built.elapsed.as_secs_f64()
+                ));
+            }
+            programs.push(built);
+        }
+        Ok(BuildReport { artifact_dir, arch, programs })
+    }
+
+    fn build_one(
+        &self,
+        file: &Path,
+        (line, column): (usize, usize),
+        program: &lower::Program,
+        artifact_dir: &Path,
+        nvcc_opts: &nvcc::CompileOptions,
+    ) -> Result<BuiltProgram, BuildError> {
+        let started = Instant::now();
+        let function = qualified(&program.module_path, &program.name);
+        let codegen_err = |source: CodegenError| BuildError::Codegen {
+            file: file.display().to_string(),
+            line,
+            column,
+            function: function.clone(),
+            source,
+        };
+        let stem = artifact_stem(&program.name, &program.fingerprint_hash);
+        // Not searched yet: the program's own kernel graph, with default block graphs.
+        let mugraph = codegen::default_blocks::lower_to_blocks(&program.graph).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
+        let kernel_prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options).map_err(codegen_err)?;
+        generated.plan.name = program.name.clone();
+        generated.plan.fingerprint = program.fingerprint_hash.clone();
+        generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
+        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc {
+            file: file.display().to_string(),
+            line,
+            column,
+            function: function.clone(),
+            source,
+        })?;
+        let paths = ArtifactPaths {
+            cubin: artifact_dir.join(format!("{stem}.cubin")),
+            plan: artifact_dir.join(format!("{stem}.plan.json")),
+            mugraph: artifact_dir.join(format!("{stem}.mugraph.json")),
+            cuda: artifact_dir.join(format!("{stem}.cu")),
+        };
+        write_if_changed(&paths.cuda, generated.source.as_bytes())?;
+        write_if_changed(&paths.mugraph, mugraph.to_json().as_bytes())?;
+        write_if_changed(&paths.cubin, &cubin.bytes)?;
+        // The plan last: the macro looks for it, so it appears only with everything else.
+        write_if_changed(&paths.plan, generated.plan.to_json().as_bytes())?;
+        Ok(BuiltProgram {
+            file: file.to_path_buf(),
+            line_column: (line, column),
+            module_path: program.module_path.clone(),
+            name: program.name.clone(),
+            fingerprint_hash: program.fingerprint_hash.clone(),
+            stem,
+            paths,
+            mugraph,
+            plan: generated.plan,
+            nvcc_cached: cubin.cached,
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+fn qualified(module_path: &[String], name: &str) -> String {
+    module_path.iter().map(String::as_str).chain([name]).collect::<Vec<_>>().join("::")
+}
+
+/// Writes a file only when its content changes (keeps the mtimes of unchanged artifacts, so
+/// nothing that includes them is rebuilt), through a temporary file and a rename.
+pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let io = |source| BuildError::Io { path: path.to_path_buf(), source };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// The (module path, name, (line, column)) of every `#[mugraph]` function of a file (empty when
+/// it cannot be read or parsed: lowering reports that).
+fn fn_positions(file: &Path) -> Vec<(Vec<String>, String, (usize, usize))> {
+    fn walk(items: &[syn::Item], path: &mut Vec<String>, out: &mut Vec<(Vec<String>, String, (usize, usize))>) {
+        for item in items {
+            match item {
+                syn::Item::Fn(f) if f.attrs.iter().any(lower::is_mugraph_attr) => {
+                    let start = f.sig.ident.span().start();
+                    out.push((path.clone(), f.sig.ident.to_string(), (start.line, start.column + 1)));
+                }
+                syn::Item::Mod(m) => {
+                    if let Some((_, items)) = &m.content {
+                        path.push(m.ident.to_string());
+                        walk(items, path, out);
+                        path.pop();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(parsed) = std::fs::read_to_string(file).ok().and_then(|text| syn::parse_file(&text).ok()) {
+        walk(&parsed.items, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_and_paths() {
+        assert_eq!(artifact_stem("gated_mlp", "0123456789abcdef"), "gated_mlp-0123456789abcdef");
+        assert_eq!(qualified(&["a".into(), "b".into()], "f"), "a::b::f");
+        assert_eq!(qualified(&[], "f"), "f");
+    }
+
+    #[test]
+    fn missing_out_dir_is_an_error() {
+        if std::env::var_os("OUT_DIR").is_some() {
+            return;
+        }
+        let e = Builder::new().cargo_directives(false).compile().expect_err("no OUT_DIR");
+        assert!(e.to_string().contains("OUT_DIR is not set"), "{e}");
+    }
+}

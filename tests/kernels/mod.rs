@@ -1,0 +1,2 @@
+//! placeholder
+#![allow(dead_code)]
