@@ -17,6 +17,14 @@ use rand::{Rng, SeedableRng};
 
 include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 
+/// Inputs are drawn from [-INPUT_RANGE, INPUT_RANGE]. Mirage's attention program computes
+/// `exp(Q·K)` without subtracting the maximum; with unit-range inputs `Q·K` reaches ~12 and
+/// `exp` overflows f16 (max 65504) in the intermediate buffers of any µGraph, the program's own
+/// included — a property of the program, not of the kernels. A quarter range keeps every golden
+/// program finite in f16 while relative errors stay comparable.
+const INPUT_RANGE: f32 = 0.25;
+
+
 /// A value rounded to an element type, so the reference sees exactly what the GPU sees.
 fn round_to(dtype: DType, v: f32) -> f32 {
     match dtype {
@@ -76,7 +84,7 @@ fn check_unit(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: &str, gra
             let mut dev_inputs = Vec::new();
             for d in graph.inputs() {
                 let n: usize = d.shape.iter().product();
-                let values: Vec<f32> = (0..n).map(|_| round_to(d.dtype, rng.random_range(-1.0f32..1.0))).collect();
+                let values: Vec<f32> = (0..n).map(|_| round_to(d.dtype, rng.random_range(-INPUT_RANGE..INPUT_RANGE))).collect();
                 dev_inputs.push(AnyTensor::upload_f32(gpu.stream(), &tensor_spec(d), &values).unwrap_or_else(|e| panic!("upload: {e}")));
                 host_inputs.push(HostTensor::new(d.shape.clone(), values).expect("shape and data agree"));
             }
