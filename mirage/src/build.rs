@@ -3,9 +3,11 @@
 //! cubin with nvcc and writes the artifacts the `#[mugraph]` expansion embeds.
 //!
 //! ```no_run
-//! // build.rs (with `[build-dependencies] mirage = { version = "0.1", features = ["build"] }`)
-//! fn main() {
-//!     mirage::build::compile(["src/kernels.rs"]).unwrap();
+//! // In build.rs's `fn main()`, with
+//! // `[build-dependencies] mirage = { version = "0.1", features = ["build"] }`:
+//! let report = mirage::build::compile(["src/kernels.rs"]).unwrap();
+//! for program in &report.programs {
+//!     println!("{} -> {}", program.path(), program.paths.cubin.display());
 //! }
 //! ```
 //!
@@ -47,34 +49,22 @@ pub fn artifact_stem(name: &str, fingerprint_hash: &str) -> String {
 pub enum BuildError {
     /// A `#[mugraph]` function (or its file) could not be read, parsed, checked or lowered.
     #[error("mirage: {0}")]
-    Lower(#[from] LowerError),
+    Lower(Box<LowerError>),
 
     /// Code generation failed for a function.
-    #[error("mirage: {file}:{line}:{column}: `{function}`: code generation failed: {source}")]
+    #[error("mirage: {at}: code generation failed: {source}")]
     Codegen {
-        /// The source file.
-        file: String,
-        /// 1-based line of the function's name.
-        line: usize,
-        /// 1-based column of the function's name.
-        column: usize,
-        /// The function's path (`module::name`).
-        function: String,
+        /// The function.
+        at: Box<FnLocation>,
         /// What went wrong.
         source: CodegenError,
     },
 
     /// nvcc could not be found or failed for a function.
-    #[error("mirage: {file}:{line}:{column}: `{function}`: {source}")]
+    #[error("mirage: {at}: {source}")]
     Nvcc {
-        /// The source file.
-        file: String,
-        /// 1-based line of the function's name.
-        line: usize,
-        /// 1-based column of the function's name.
-        column: usize,
-        /// The function's path (`module::name`).
-        function: String,
+        /// The function (`<all>` for a setting every function shares, such as the architecture).
+        at: Box<FnLocation>,
         /// What went wrong (a missing nvcc names the ways to provide one).
         source: NvccError,
     },
@@ -95,6 +85,25 @@ pub enum BuildError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Where a `#[mugraph]` function is: `file:line:column: `module::name``.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FnLocation {
+    /// The source file.
+    pub file: String,
+    /// 1-based line of the function's name.
+    pub line: usize,
+    /// 1-based column of the function's name.
+    pub column: usize,
+    /// The function's path (`module::name`).
+    pub function: String,
+}
+
+impl std::fmt::Display for FnLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: `{}`", self.file, self.line, self.column, self.function)
+    }
 }
 
 /// The artifacts written for one function.
@@ -252,10 +261,7 @@ impl Builder {
         std::fs::create_dir_all(&artifact_dir).map_err(|source| BuildError::Io { path: artifact_dir.clone(), source })?;
         let env_arch = std::env::var(nvcc::ARCH_ENV).ok();
         let arch = nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| BuildError::Nvcc {
-            file: "<build>".into(),
-            line: 0,
-            column: 0,
-            function: "<all>".into(),
+            at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
             source,
         })?;
 
@@ -294,7 +300,7 @@ impl Builder {
         let mut programs = Vec::with_capacity(results.len());
         for r in results {
             let built = r?;
-            if !built.nvcc_cached || built.elapsed > SLOW_STEP {
+            if built.elapsed > SLOW_STEP {
                 self.say(&format!(
                     "cargo:warning=mirage: built `{}` ({}, {} kernels, {}) in {:.1} s",
                     built.path(),
@@ -305,6 +311,15 @@ impl Builder {
                 ));
             }
             programs.push(built);
+        }
+        if started.elapsed() > SLOW_STEP {
+            let compiled = programs.iter().filter(|p| !p.nvcc_cached).count();
+            self.say(&format!(
+                "cargo:warning=mirage: built {} #[mugraph] programs ({compiled} compiled by nvcc for {arch}, {} from its cache) in {:.1} s",
+                programs.len(),
+                programs.len() - compiled,
+                started.elapsed().as_secs_f64()
+            ));
         }
         Ok(BuildReport { artifact_dir, arch, programs })
     }
@@ -318,14 +333,8 @@ impl Builder {
         nvcc_opts: &nvcc::CompileOptions,
     ) -> Result<BuiltProgram, BuildError> {
         let started = Instant::now();
-        let function = qualified(&program.module_path, &program.name);
-        let codegen_err = |source: CodegenError| BuildError::Codegen {
-            file: file.display().to_string(),
-            line,
-            column,
-            function: function.clone(),
-            source,
-        };
+        let at = || Box::new(FnLocation { file: file.display().to_string(), line, column, function: qualified(&program.module_path, &program.name) });
+        let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
         // Not searched yet: the program's own kernel graph, with default block graphs.
         let mugraph = codegen::default_blocks::lower_to_blocks(&program.graph).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
@@ -334,13 +343,7 @@ impl Builder {
         generated.plan.name = program.name.clone();
         generated.plan.fingerprint = program.fingerprint_hash.clone();
         generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
-        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc {
-            file: file.display().to_string(),
-            line,
-            column,
-            function: function.clone(),
-            source,
-        })?;
+        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc { at: at(), source })?;
         let paths = ArtifactPaths {
             cubin: artifact_dir.join(format!("{stem}.cubin")),
             plan: artifact_dir.join(format!("{stem}.plan.json")),
@@ -365,6 +368,12 @@ impl Builder {
             nvcc_cached: cubin.cached,
             elapsed: started.elapsed(),
         })
+    }
+}
+
+impl From<LowerError> for BuildError {
+    fn from(e: LowerError) -> Self {
+        BuildError::Lower(Box::new(e))
     }
 }
 

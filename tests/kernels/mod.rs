@@ -1,2 +1,193 @@
-//! placeholder
+//! One `#[mugraph]` function per operator of the language (and per signature feature: strided
+//! parameters, tuple results, bf16, f32, mixed element types), built by the root build.rs with
+//! `mirage::build::compile` like a user's kernels. That this module compiles is the "pass" test
+//! of the macro for every operator (the expansion needs the real artifacts, so these are compiled
+//! here rather than by trybuild, whose fixture crates have no build script); `tests/mugraph.rs`
+//! checks the launchers' signatures and shape errors without a GPU and runs every program against
+//! the CPU reference on one.
+//!
+//! Inputs of the GPU test are uniform in [-1, 1): operators undefined there (sqrt, recip, pow of
+//! a negative base) take `exp` or `square` of their operand.
+// Each test uses some of the programs.
 #![allow(dead_code)]
+
+use mirage::prelude::*;
+
+/// `x @ w`.
+#[mugraph]
+pub fn op_matmul(x: Tensor<f16, 16, 64>, w: Tensor<f16, 64, 32>) -> Tensor<f16, 16, 32> {
+    x.matmul(w)
+}
+
+/// Batched `a @ b`.
+#[mugraph]
+pub fn op_matmul_batched(a: Tensor<f16, 2, 16, 64>, b: Tensor<f16, 2, 64, 32>) -> Tensor<f16, 2, 16, 32> {
+    matmul(a, b)
+}
+
+/// `x @ w` with a column-major `w`.
+#[mugraph]
+pub fn op_matmul_strided(x: Tensor<f16, 16, 64>, #[strides(1, 64)] w: Tensor<f16, 64, 32>) -> Tensor<f16, 16, 32> {
+    x.matmul(w)
+}
+
+/// `exp(x)`.
+#[mugraph]
+pub fn op_exp(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    exp(x)
+}
+
+/// `square(x)`.
+#[mugraph]
+pub fn op_square(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    x.square()
+}
+
+/// `sqrt(x²)`.
+#[mugraph]
+pub fn op_sqrt(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    sqrt(square(x))
+}
+
+/// `silu(x)`.
+#[mugraph]
+pub fn op_silu(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    silu(x)
+}
+
+/// `gelu(x)`.
+#[mugraph]
+pub fn op_gelu(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    gelu(x)
+}
+
+/// `relu(x)`.
+#[mugraph]
+pub fn op_relu(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    relu(x)
+}
+
+/// `-x` and `neg(x)`.
+#[mugraph]
+pub fn op_neg(x: Tensor<f16, 16, 64>) -> (Tensor<f16, 16, 64>, Tensor<f16, 16, 64>) {
+    (-x, neg(x))
+}
+
+/// `recip(exp(x))`.
+#[mugraph]
+pub fn op_recip(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    recip(exp(x))
+}
+
+/// `clamp(x, -0.5, 0.5)`.
+#[mugraph]
+pub fn op_clamp(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    clamp(x, -0.5, 0.5)
+}
+
+/// Scalars: `2 * x / 4`.
+#[mugraph]
+pub fn op_scalar(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    2.0 * x / 4.0
+}
+
+/// `a + b`.
+#[mugraph]
+pub fn op_add(a: Tensor<f16, 16, 64>, b: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    a + b
+}
+
+/// `a - b`.
+#[mugraph]
+pub fn op_sub(a: Tensor<f16, 16, 64>, b: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    a - b
+}
+
+/// `a * b`.
+#[mugraph]
+pub fn op_mul(a: Tensor<f16, 16, 64>, b: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    a * b
+}
+
+/// `a / exp(b)`.
+#[mugraph]
+pub fn op_div(a: Tensor<f16, 16, 64>, b: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    a / exp(b)
+}
+
+/// `pow(exp(a), b)`.
+#[mugraph]
+pub fn op_pow(a: Tensor<f16, 16, 64>, b: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    pow(exp(a), b)
+}
+
+/// Size-1 broadcasting: `x + row * col`.
+#[mugraph]
+pub fn op_broadcast(x: Tensor<f16, 16, 64>, row: Tensor<f16, 1, 64>, col: Tensor<f16, 16, 1>) -> Tensor<f16, 16, 64> {
+    x + row * col
+}
+
+/// `x.sum(1)` and `reduce_sum(x, 0)`.
+#[mugraph]
+pub fn op_sum(x: Tensor<f16, 16, 64>) -> (Tensor<f16, 16, 1>, Tensor<f16, 1, 64>) {
+    (x.sum(1), reduce_sum(x, 0))
+}
+
+/// `x.max(1)`.
+#[mugraph]
+pub fn op_max(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 1> {
+    x.max(1)
+}
+
+/// `rms_norm(x, 1e-6)`.
+#[mugraph]
+pub fn op_rms_norm(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    rms_norm(x, 1e-6)
+}
+
+/// `rms_norm_weighted(x, g)`.
+#[mugraph]
+pub fn op_rms_norm_weighted(x: Tensor<f16, 16, 64>, g: Tensor<f16, 1, 64>) -> Tensor<f16, 16, 64> {
+    rms_norm_weighted(x, g)
+}
+
+/// `concat(a, b, 1)`.
+#[mugraph]
+pub fn op_concat(a: Tensor<f16, 16, 32>, b: Tensor<f16, 16, 32>) -> Tensor<f16, 16, 64> {
+    concat(a, b, 1)
+}
+
+/// `softmax(x, 1)`.
+#[mugraph]
+pub fn op_softmax(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
+    softmax(x, 1)
+}
+
+/// A bf16 program.
+#[mugraph]
+pub fn op_bf16(x: Tensor<bf16, 16, 64>, w: Tensor<bf16, 64, 32>) -> Tensor<bf16, 16, 32> {
+    silu(x.matmul(w))
+}
+
+/// An f32 program.
+#[mugraph]
+pub fn op_f32(x: Tensor<f32, 16, 64>, w: Tensor<f32, 64, 32>) -> Tensor<f32, 16, 32> {
+    x.matmul(w) * 0.5
+}
+
+/// Parameters and results of different element types.
+#[mugraph]
+pub fn op_mixed(a: Tensor<bf16, 16, 64>, b: Tensor<f32, 8, 32>) -> (Tensor<bf16, 16, 1>, Tensor<f32, 8, 32>) {
+    (a.sum(1), exp(b))
+}
+
+/// In an inline module (artifact names do not depend on the module path).
+pub mod nested {
+    use mirage::prelude::*;
+
+    /// `x * y`.
+    #[mugraph]
+    pub fn op_nested(x: Tensor<f16, 4, 8>, y: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> {
+        x * y
+    }
+}

@@ -1,0 +1,187 @@
+//! The `#[mugraph]` pipeline end to end, as a user meets it: the kernels of `tests/kernels/mod.rs`
+//! (one per operator) are built by the root build.rs with `mirage::build::compile` and expand to
+//! typed launchers. Without a GPU: the launchers' signatures, their artifacts (plan, µGraph,
+//! fingerprint) and the shape/dtype/strides checks that run before any CUDA call. With one
+//! (`--ignored`): every launcher against the CPU reference interpreter.
+
+mod kernels;
+
+use mirage::codegen::default_blocks::lower_to_blocks;
+use mirage::ir::KernelGraph;
+use mirage::lower::{lower_source, Program as Lowered};
+use mirage::prelude::*;
+use mirage::{DType, TensorSpec};
+
+const SOURCE: &str = include_str!("kernels/mod.rs");
+
+fn lowered(name: &str) -> Lowered {
+    let programs = lower_source(SOURCE).unwrap_or_else(|e| panic!("{e}"));
+    programs.into_iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no #[mugraph] fn {name}"))
+}
+
+/// Every built program with its name, as the launchers' modules expose them.
+fn programs() -> Vec<&'static Program> {
+    use kernels::*;
+    vec![
+        &op_matmul::PROGRAM,
+        &op_matmul_batched::PROGRAM,
+        &op_matmul_strided::PROGRAM,
+        &op_exp::PROGRAM,
+        &op_square::PROGRAM,
+        &op_sqrt::PROGRAM,
+        &op_silu::PROGRAM,
+        &op_gelu::PROGRAM,
+        &op_relu::PROGRAM,
+        &op_neg::PROGRAM,
+        &op_recip::PROGRAM,
+        &op_clamp::PROGRAM,
+        &op_scalar::PROGRAM,
+        &op_add::PROGRAM,
+        &op_sub::PROGRAM,
+        &op_mul::PROGRAM,
+        &op_div::PROGRAM,
+        &op_pow::PROGRAM,
+        &op_broadcast::PROGRAM,
+        &op_sum::PROGRAM,
+        &op_max::PROGRAM,
+        &op_rms_norm::PROGRAM,
+        &op_rms_norm_weighted::PROGRAM,
+        &op_concat::PROGRAM,
+        &op_softmax::PROGRAM,
+        &op_bf16::PROGRAM,
+        &op_f32::PROGRAM,
+        &op_mixed::PROGRAM,
+        &nested::op_nested::PROGRAM,
+    ]
+}
+
+#[test]
+fn launchers_have_typed_signatures() {
+    type F16 = DeviceTensor<f16>;
+    type Bf16 = DeviceTensor<bf16>;
+    type F32 = DeviceTensor<f32>;
+    type R<T> = Result<T, RuntimeError>;
+    type Binary<A, B, O> = fn(&Gpu, &A, &B) -> R<O>;
+    let _: Binary<F16, F16, F16> = kernels::op_matmul;
+    let _: fn(&Stream, &F16, &F16) -> R<F16> = kernels::op_matmul_on;
+    let _: fn(&Gpu, &F16) -> R<(F16, F16)> = kernels::op_neg;
+    let _: Binary<Bf16, Bf16, Bf16> = kernels::op_bf16;
+    let _: Binary<F32, F32, F32> = kernels::op_f32;
+    let _: Binary<Bf16, F32, (Bf16, F32)> = kernels::op_mixed;
+    let _: Binary<F16, F16, F16> = kernels::nested::op_nested;
+}
+
+#[test]
+fn artifacts_belong_to_their_programs() {
+    for program in programs() {
+        let name = program.name();
+        let source = lowered(name);
+        let plan = program.plan().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(plan.fingerprint, source.fingerprint_hash, "{name}");
+        assert_eq!(program.artifacts().fingerprint, source.fingerprint_hash, "{name}: the macro and the build agree");
+        assert_eq!(plan.input_names, source.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), "{name}");
+        let specs: Vec<TensorSpec> = source.params.iter().map(|p| mirage::codegen::plan::tensor_spec(&p.desc)).collect();
+        assert_eq!(plan.inputs, specs, "{name}");
+        program.check_inputs(&specs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The chosen µGraph is the program's own kernel graph with default block graphs (no search yet).
+        let mugraph = KernelGraph::from_json(program.mugraph_json()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let expected = lower_to_blocks(&source.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(mugraph.canonical_hash(), expected.canonical_hash(), "{name}");
+        assert_eq!(plan.kernels.len(), mugraph.num_kernels(), "{name}");
+        assert!(program.artifacts().cubin.starts_with(b"\x7fELF"), "{name}: a cubin");
+    }
+}
+
+#[test]
+fn bad_tensors_are_errors_naming_the_parameter() {
+    let p = &kernels::op_matmul_strided::PROGRAM;
+    let x = TensorSpec::row_major(&[16, 64], DType::F16);
+    let w = TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::F16 };
+    p.check_inputs(&[x.clone(), w.clone()]).expect("the signature's tensors");
+
+    let e = p.check_inputs(&[TensorSpec::row_major(&[16, 65], DType::F16), w.clone()]).expect_err("shape");
+    assert_eq!(e.to_string(), "`op_matmul_strided`: parameter `x`: expected shape [16, 64], found shape [16, 65]");
+    let e = p.check_inputs(&[x.clone(), TensorSpec::row_major(&[64, 32], DType::F16)]).expect_err("strides");
+    assert_eq!(
+        e.to_string(),
+        "`op_matmul_strided`: parameter `w`: expected strides [1, 64] for shape [64, 32], found strides [32, 1]"
+    );
+    let e = p.check_inputs(&[TensorSpec::row_major(&[16, 64], DType::F32), w.clone()]).expect_err("dtype");
+    assert_eq!(e.to_string(), "`op_matmul_strided`: parameter `x`: expected element type f16, found f32");
+    let e = p.check_inputs(&[x]).expect_err("arity");
+    assert!(e.to_string().contains("expected 2 (x, w), found 1"), "{e}");
+
+    let mixed = &kernels::op_mixed::PROGRAM;
+    let e = mixed
+        .check_inputs(&[TensorSpec::row_major(&[16, 64], DType::BF16), TensorSpec::row_major(&[8, 32], DType::BF16)])
+        .expect_err("dtype");
+    assert_eq!(e.to_string(), "`op_mixed`: parameter `b`: expected element type f32, found bf16");
+}
+
+#[test]
+fn without_a_gpu_launching_is_an_error_not_a_panic() {
+    // A launcher needs a `Gpu`; without a driver or device opening one is an `Err`.
+    match Gpu::new(0) {
+        Ok(gpu) => println!("GPU present ({}): covered by the ignored GPU test", gpu.info()),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// With a GPU: every launcher on random inputs against the CPU reference of its program.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn launchers_match_the_reference_on_the_gpu() {
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    for program in programs() {
+        let name = program.name();
+        let source = lowered(name);
+        let plan = program.plan().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut host = Vec::new();
+        let mut device = Vec::new();
+        for spec in &plan.inputs {
+            let values: Vec<f32> = (0..spec.num_elements())
+                .map(|_| {
+                    let v = next();
+                    match spec.dtype {
+                        DType::F16 => f16::from_f32(v).to_f32(),
+                        DType::BF16 => bf16::from_f32(v).to_f32(),
+                        _ => v,
+                    }
+                })
+                .collect();
+            device.push(AnyTensor::upload_f32(gpu.stream(), spec, &values).unwrap_or_else(|e| panic!("{name}: {e}")));
+            host.push(mirage::reference::HostTensor::new(spec.shape.clone(), values).expect("shape and data agree"));
+        }
+        let args: Vec<TensorArg<'_>> = device.iter().map(AnyTensor::as_arg).collect();
+        let got = program.run(gpu.stream(), &args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = mirage::reference::run(&source.graph, &host).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = g.to_host_f32().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for (&a, &b) in g.iter().zip(&w.data) {
+                num += f64::from(a - b).powi(2);
+                den += f64::from(b).powi(2);
+            }
+            let rel = (num / den.max(1e-30)).sqrt();
+            let tol = if plan.outputs[k].dtype == DType::BF16 { 3e-2 } else { 1e-2 };
+            assert!(rel <= tol, "{name} output {k}: relative L2 error {rel:.3e} exceeds {tol:.0e}");
+        }
+    }
+    // The typed launchers too.
+    let x = gpu.upload(&vec![f16::from_f32(0.5); 16 * 64], &[16, 64]).expect("upload");
+    let w = gpu.upload(&vec![f16::from_f32(0.25); 64 * 32], &[64, 32]).expect("upload");
+    let y = kernels::op_matmul(&gpu, &x, &w).expect("launch");
+    let y = gpu.download(&y).expect("download");
+    assert!(y.iter().all(|v| (v.to_f32() - 8.0).abs() < 1e-2), "{:?}", &y[..4]);
+    // Bad shapes are errors naming the parameter, before any launch.
+    let e = kernels::op_matmul(&gpu, &w, &w).expect_err("bad shape");
+    assert!(e.to_string().contains("parameter `x`: expected shape [16, 64], found shape [64, 32]"), "{e}");
+}
