@@ -34,6 +34,8 @@ pub mod prelude {
 #[cfg(feature = "build")]
 pub mod build;
 #[cfg(feature = "build")]
+pub mod absexpr;
+#[cfg(feature = "build")]
 pub mod codegen;
 #[cfg(feature = "build")]
 pub mod eval;
