@@ -183,6 +183,7 @@ pub struct Builder {
     arch: Option<String>,
     cargo_directives: bool,
     kernel_options: KernelOptions,
+    nvcc: Option<PathBuf>,
 }
 
 impl Default for Builder {
@@ -194,7 +195,7 @@ impl Default for Builder {
 impl Builder {
     /// No files yet; defaults for everything else.
     pub fn new() -> Builder {
-        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default() }
+        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default(), nvcc: None }
     }
 
     /// Adds a source file (relative paths are relative to the package root, the build script's
@@ -229,6 +230,13 @@ impl Builder {
     /// Whether to print `cargo:` directives (rerun-if-changed, warnings); on by default.
     pub fn cargo_directives(mut self, on: bool) -> Builder {
         self.cargo_directives = on;
+        self
+    }
+
+    /// Uses this nvcc binary instead of finding one (`NVCC`, `CUDA_HOME`/`CUDA_PATH`, `PATH`, the
+    /// Python package; see `mirage::nvcc::find_nvcc`).
+    pub fn nvcc(mut self, path: impl AsRef<Path>) -> Builder {
+        self.nvcc = Some(path.as_ref().to_path_buf());
         self
     }
 
@@ -291,6 +299,7 @@ impl Builder {
         let nvcc_opts = nvcc::CompileOptions {
             arch: Some(arch.clone()),
             cache_dir: Some(artifact_dir.join("nvcc-cache")),
+            nvcc: self.nvcc.clone(),
             ..Default::default()
         };
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
@@ -432,6 +441,70 @@ mod tests {
         assert_eq!(artifact_stem("gated_mlp", "0123456789abcdef"), "gated_mlp-0123456789abcdef");
         assert_eq!(qualified(&["a".into(), "b".into()], "f"), "a::b::f");
         assert_eq!(qualified(&[], "f"), "f");
+    }
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mirage-build-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    const KERNELS: &str = "use mirage::prelude::*;\n\nmod inner {\n    #[mugraph]\n    fn double(x: Tensor<f32, 4, 8>) -> Tensor<f32, 4, 8> {\n        x * 2.0\n    }\n}\n";
+
+    #[test]
+    fn errors_name_file_line_column_and_function() {
+        let dir = temp_dir("errors");
+        let file = dir.join("kernels.rs");
+        std::fs::write(&file, KERNELS).expect("write");
+        let builder = Builder::new().file(&file).out_dir(&dir).cargo_directives(false).nvcc(dir.join("no-such-nvcc"));
+        let e = builder.compile().expect_err("no nvcc there");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("{}:5:8: `inner::double`", file.display())), "{msg}");
+        assert!(msg.contains("Provide nvcc"), "names the ways to provide nvcc: {msg}");
+
+        std::fs::write(&file, KERNELS.replace("x * 2.0", "x + 2.0")).expect("write");
+        let e = builder.compile().expect_err("a DSL error");
+        assert!(matches!(e, BuildError::Lower(_)), "{e}");
+        assert!(e.to_string().contains(&format!("{}:6:9:", file.display())), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Needs nvcc (CI installs it): the whole pipeline into a temporary directory.
+    #[test]
+    fn builds_artifacts_and_rewrites_only_changes() {
+        if nvcc::find_nvcc().is_err() {
+            eprintln!("skipped: no nvcc");
+            return;
+        }
+        let dir = temp_dir("artifacts");
+        let file = dir.join("kernels.rs");
+        std::fs::write(&file, KERNELS).expect("write");
+        let builder = Builder::new().file(&file).out_dir(&dir).arch("sm_80").cargo_directives(false);
+        let report = builder.compile().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.arch, "sm_80");
+        let [built] = report.programs.as_slice() else { panic!("one program, found {}", report.programs.len()) };
+        assert_eq!(built.path(), "inner::double");
+        assert_eq!(built.line_column, (5, 8));
+        assert!(built.stem.starts_with("double-") && built.stem.len() == "double-".len() + 16, "{}", built.stem);
+        assert_eq!(built.paths.cubin, dir.join("mirage").join(format!("{}.cubin", built.stem)));
+        let plan = mirage_runtime::LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan).expect("plan")).expect("valid plan");
+        assert_eq!(plan.fingerprint, built.fingerprint_hash);
+        assert_eq!(plan.input_names, ["x"]);
+        let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph")).expect("valid µGraph");
+        assert_eq!(mugraph.num_kernels(), plan.kernels.len());
+        assert!(std::fs::read(&built.paths.cubin).expect("cubin").starts_with(b"\x7fELF"));
+        assert!(std::fs::read_to_string(&built.paths.cuda).expect("source").contains("__global__"));
+
+        // A second build rewrites nothing.
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
+        let before: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
+        std::thread::sleep(Duration::from_millis(20));
+        let again = builder.compile().unwrap_or_else(|e| panic!("{e}"));
+        assert!(again.programs[0].nvcc_cached);
+        let after: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
+        assert_eq!(before, after);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
