@@ -53,3 +53,9 @@ pub mod nvcc;
 pub mod programs;
 #[cfg(feature = "build")]
 pub mod reference;
+#[cfg(feature = "build")]
+pub mod search;
+#[cfg(feature = "build")]
+pub mod cost;
+#[cfg(feature = "build")]
+pub mod cache;

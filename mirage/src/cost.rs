@@ -1,0 +1,411 @@
+//! The analytic cost model of DESIGN §9: ranks µGraphs without a GPU.
+//!
+//! Every kernel of a µGraph is a block graph (kernel-level operators are costed through their
+//! default block graphs, [`crate::codegen::default_blocks`]). Per kernel the model counts
+//!
+//! - **bytes from device memory**: every input tensor read once (the union of the tiles the blocks
+//!   read), plus the replicated re-reads (tiles read by several blocks) — those hit L2 when the
+//!   tensor fits in half of it, and come from DRAM otherwise; every output written once;
+//! - **matrix work** on tensor cores (f16/bf16 tiles, padded to the `m16n8k16` instruction shape)
+//!   and **element-wise work** on the FMA pipes;
+//! - **waves** of blocks over the SMs, with the blocks per SM limited by shared memory (from
+//!   [`crate::codegen::generate_kernel`]'s plan), threads and the hardware limit; a partial wave
+//!   runs on fewer SMs and so pulls less bandwidth;
+//! - a **latency** per wave (the first tile's load is not hidden), a small **per-iteration**
+//!   overhead of the for-loop (barrier, pipeline bookkeeping), and the **launch** overhead.
+//!
+//! A wave takes `latency + max(memory, compute) + iterations · overhead` (memory and compute
+//! overlap through the `cp.async` pipeline; without a loop they do not, and add). The model is
+//! deliberately simple and symmetric in the grid axes; its purpose is ranking.
+
+use std::fmt;
+
+use crate::codegen::default_blocks::default_block_graph;
+use crate::codegen::{generate_kernel, CodegenError, KernelOptions};
+use crate::ir::{num_elements, AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc};
+
+/// Constants of a GPU architecture.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arch {
+    /// The target name used in cache keys and `MIRAGE_CUDA_ARCH` (`sm_90`, `sm_80`).
+    pub name: &'static str,
+    /// The GPU the constants were taken from.
+    pub gpu: &'static str,
+    /// Streaming multiprocessors.
+    pub num_sms: usize,
+    /// Device-memory bandwidth (measured copy), bytes per µs.
+    pub dram_bytes_per_us: f64,
+    /// Most device-memory bandwidth one SM can pull, bytes per µs.
+    pub sm_dram_bytes_per_us: f64,
+    /// L2 cache size in bytes.
+    pub l2_bytes: usize,
+    /// L2 bandwidth, bytes per µs.
+    pub l2_bytes_per_us: f64,
+    /// Dense f16 tensor-core throughput, FLOP per µs.
+    pub tensor_flops_per_us: f64,
+    /// f32 FMA-pipe throughput (non-tensor work), FLOP per µs.
+    pub fma_flops_per_us: f64,
+    /// Shared memory one block may use (opt-in maximum), bytes.
+    pub smem_per_block: usize,
+    /// Shared memory per SM, bytes.
+    pub smem_per_sm: usize,
+    /// Resident threads per SM.
+    pub max_threads_per_sm: usize,
+    /// Resident blocks per SM.
+    pub max_blocks_per_sm: usize,
+    /// Overhead of one kernel launch, µs.
+    pub launch_us: f64,
+    /// Latency of a wave's first global-memory tile, µs.
+    pub latency_us: f64,
+    /// Overhead of one for-loop iteration (barrier, pipeline bookkeeping), µs.
+    pub iteration_us: f64,
+}
+
+impl Arch {
+    /// H100 SXM / H200 (sm_90): 132 SMs, ~4.3 TB/s measured copy, ~790 TFLOP/s dense f16,
+    /// 227 KB shared memory per block, ~4 µs per launch.
+    pub fn sm90() -> Self {
+        Arch {
+            name: "sm_90",
+            gpu: "H100/H200",
+            num_sms: 132,
+            dram_bytes_per_us: 4.3e6,
+            sm_dram_bytes_per_us: 2.0 * 4.3e6 / 132.0,
+            l2_bytes: 50 << 20,
+            l2_bytes_per_us: 10.0e6,
+            tensor_flops_per_us: 790.0e6,
+            fma_flops_per_us: 60.0e6,
+            smem_per_block: 227 * 1024,
+            smem_per_sm: 228 * 1024,
+            max_threads_per_sm: 2048,
+            max_blocks_per_sm: 32,
+            launch_us: 4.0,
+            latency_us: 0.8,
+            iteration_us: 0.03,
+        }
+    }
+
+    /// A100 (sm_80): 108 SMs, ~1.6 TB/s, 312 TFLOP/s dense f16, 163 KB shared memory per block.
+    pub fn sm80() -> Self {
+        Arch {
+            name: "sm_80",
+            gpu: "A100",
+            num_sms: 108,
+            dram_bytes_per_us: 1.6e6,
+            sm_dram_bytes_per_us: 2.0 * 1.6e6 / 108.0,
+            l2_bytes: 40 << 20,
+            l2_bytes_per_us: 4.5e6,
+            tensor_flops_per_us: 312.0e6,
+            fma_flops_per_us: 19.5e6,
+            smem_per_block: 163 * 1024,
+            smem_per_sm: 164 * 1024,
+            max_threads_per_sm: 2048,
+            max_blocks_per_sm: 32,
+            launch_us: 4.0,
+            latency_us: 1.0,
+            iteration_us: 0.04,
+        }
+    }
+
+    /// The architecture named `sm_90`/`sm_90a` or `sm_80`/`sm_86`… (`None` for others).
+    pub fn from_name(name: &str) -> Option<Self> {
+        let n = name.trim().trim_start_matches("compute_");
+        if n.starts_with("sm_9") || n.starts_with("sm_10") {
+            Some(Arch::sm90())
+        } else if n.starts_with("sm_8") {
+            Some(Arch::sm80())
+        } else {
+            None
+        }
+    }
+}
+
+impl Default for Arch {
+    fn default() -> Self {
+        Arch::sm90()
+    }
+}
+
+/// The estimate of one kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelCost {
+    /// Bytes from device memory (reads that miss L2, and writes).
+    pub bytes: f64,
+    /// Bytes re-read from L2 (replicated tiles of tensors that fit in it).
+    pub l2_bytes: f64,
+    /// Tensor-core FLOPs (padded to the instruction shape).
+    pub flops: f64,
+    /// Non-tensor FLOPs (element-wise, reductions, FMA matmuls).
+    pub fma_flops: f64,
+    /// Waves of blocks over the SMs.
+    pub waves: usize,
+    /// Shared memory per block, bytes.
+    pub smem: usize,
+    /// Resident blocks per SM.
+    pub blocks_per_sm: usize,
+    /// Estimated time including the launch, µs (infinite when the kernel cannot run).
+    pub us: f64,
+    /// How the estimate came about, in words.
+    pub why: String,
+}
+
+/// The estimate of a µGraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostReport {
+    /// Sum over kernels, µs.
+    pub total_us: f64,
+    /// One entry per kernel, in launch order.
+    pub kernels: Vec<KernelCost>,
+}
+
+impl CostReport {
+    /// Whether every kernel can run on the architecture (shared memory fits).
+    pub fn feasible(&self) -> bool {
+        self.total_us.is_finite()
+    }
+}
+
+impl fmt::Display for CostReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:.2} µs in {} kernel(s)", self.total_us, self.kernels.len())?;
+        for (i, k) in self.kernels.iter().enumerate() {
+            writeln!(f, "  k{i}: {}", k.why)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a graph could not be costed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CostError {
+    /// A kernel-level operator has no block graph (or the graph breaks a rule).
+    #[error("cannot cost the µGraph: {0}")]
+    Ir(#[from] IrError),
+}
+
+/// Estimates the run time of `graph` on `arch`.
+pub fn estimate(graph: &KernelGraph, arch: &Arch) -> Result<CostReport, CostError> {
+    let mut kernels = Vec::new();
+    for node in graph.nodes() {
+        let block = match &node.op {
+            KernelOp::Input { .. } | KernelOp::Output { .. } => continue,
+            KernelOp::Custom { block } => (**block).clone(),
+            op => {
+                let descs = node.inputs.iter().map(|&t| graph.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
+                default_block_graph(op, &descs)?
+            }
+        };
+        let mut k = estimate_block(&block, arch);
+        if !matches!(node.op, KernelOp::Custom { .. }) {
+            k.why = format!("{} (default block graph): {}", node.op.name(), k.why);
+        }
+        kernels.push(k);
+    }
+    let total_us = kernels.iter().map(|k| k.us).sum();
+    Ok(CostReport { total_us, kernels })
+}
+
+/// How shared memory per block is obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmemMode {
+    /// The code generator's plan ([`generate_kernel`]); exact, about 0.1 ms per kernel.
+    Planned,
+    /// A sum of tile sizes (inputs in their element type, pipelined over up to 4 stages while
+    /// that fits; other tiles in f32); for ranking many candidates quickly.
+    Estimated,
+}
+
+/// The tile-size estimate of a block graph's shared memory (`None`: it cannot fit).
+fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
+    let looped = bg.forloop_range() > 1;
+    let (mut fixed, mut per_stage) = (0usize, 0usize);
+    for n in bg.nodes() {
+        for t in &n.outputs {
+            match n.op {
+                BlockOp::Input { forloop_dim: Some(_), .. } if looped => per_stage += num_elements(&t.shape) * t.dtype.size_bytes(),
+                BlockOp::Input { .. } => fixed += num_elements(&t.shape) * t.dtype.size_bytes(),
+                _ => fixed += num_elements(&t.shape) * 4,
+            }
+        }
+    }
+    let max_stages = if looped { bg.forloop_range().min(4) } else { 1 };
+    (1..=max_stages).rev().map(|s| fixed + s * per_stage).find(|&b| b <= arch.smem_per_block)
+}
+
+/// Shared memory of a block graph: the code generator's plan, or (when it cannot generate the
+/// kernel for another reason, or when asked to) the tile-size estimate.
+fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str) {
+    if mode == SmemMode::Estimated {
+        return (smem_estimate(bg, arch), "estimated");
+    }
+    let opts = KernelOptions { max_smem_bytes: arch.smem_per_block, ..KernelOptions::default() };
+    match generate_kernel(bg, "cost_probe", &opts) {
+        Ok(k) => (Some(k.smem_bytes), "planned"),
+        Err(CodegenError::SharedMemory { .. }) => (None, "planned"),
+        Err(_) => (smem_estimate(bg, arch), "estimated"),
+    }
+}
+
+fn pad(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// Estimates one block graph (one kernel launch), with the planned shared memory.
+pub fn estimate_block(bg: &BlockGraph, arch: &Arch) -> KernelCost {
+    estimate_block_with(bg, arch, SmemMode::Planned)
+}
+
+/// Estimates one block graph with shared memory obtained as `mode` says.
+pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
+    let blocks = bg.num_blocks();
+    let frange = bg.forloop_range();
+    let inputs = bg.inputs();
+    // Bytes read: per input iterator, the tile times the iterations it is loaded, times blocks.
+    let mut requested = vec![0f64; inputs.len()];
+    let mut flops = 0f64;
+    let mut fma = 0f64;
+    for node in bg.nodes() {
+        let execs = match node.outputs.first().map(|t| t.phase) {
+            Some(Phase::InLoop) => frange as f64,
+            _ => 1.0,
+        };
+        match &node.op {
+            BlockOp::Input { input, forloop_dim, .. } => {
+                let t = &node.outputs[0];
+                let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
+                if let Some(r) = requested.get_mut(*input) {
+                    *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks as f64;
+                }
+            }
+            BlockOp::Matmul => {
+                let (Ok(a), Ok(b)) = (bg.tile(node.inputs[0]), bg.tile(node.inputs[1])) else { continue };
+                let r = a.shape.len();
+                let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+                if a.dtype == DType::F32 {
+                    fma += 2.0 * (m * k * n) as f64 * execs * blocks as f64;
+                } else {
+                    flops += 2.0 * (pad(m, 16) * pad(k, 16) * pad(n, 8)) as f64 * execs * blocks as f64;
+                }
+            }
+            BlockOp::Output { .. } => {}
+            BlockOp::Accum { acc } => {
+                let Ok(x) = bg.tile(node.inputs[0]) else { continue };
+                let per = if *acc == AccKind::RmsLast { 2.0 } else { 1.0 };
+                fma += per * num_elements(&x.shape) as f64 * frange as f64 * blocks as f64;
+            }
+            op => {
+                let weight = match op {
+                    BlockOp::Unary { .. } | BlockOp::RmsNorm { .. } => 4.0,
+                    _ => 1.0,
+                };
+                let elems: usize = node.inputs.iter().filter_map(|&t| bg.tile(t).ok()).map(|t| num_elements(&t.shape)).max().unwrap_or(0);
+                fma += weight * elems as f64 * execs * blocks as f64;
+            }
+        }
+    }
+    let mut dram = 0f64;
+    let mut l2 = 0f64;
+    for (desc, req) in inputs.iter().zip(&requested) {
+        if *req == 0.0 {
+            continue;
+        }
+        let unique = tensor_bytes(desc).min(*req);
+        let replicated = req - unique;
+        dram += unique;
+        if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
+            l2 += replicated;
+        } else {
+            dram += replicated;
+        }
+    }
+    let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
+    dram += written;
+
+    let (smem, smem_how) = smem_of(bg, arch, mode);
+    let Some(smem) = smem else {
+        return KernelCost {
+            bytes: dram,
+            l2_bytes: l2,
+            flops,
+            fma_flops: fma,
+            waves: 0,
+            smem: arch.smem_per_block + 1,
+            blocks_per_sm: 0,
+            us: f64::INFINITY,
+            why: format!("grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block", bg.grid(), bg.threads(), frange, arch.smem_per_block / 1024),
+        };
+    };
+    let by_smem = if smem == 0 { arch.max_blocks_per_sm } else { arch.smem_per_sm / smem };
+    let blocks_per_sm = by_smem.min(arch.max_threads_per_sm / bg.threads().max(1)).min(arch.max_blocks_per_sm).max(1);
+    let capacity = arch.num_sms * blocks_per_sm;
+    let waves = blocks.div_ceil(capacity).max(1);
+
+    // Per-block shares of the work; each wave runs its blocks on min(blocks, SMs) SMs.
+    let per_block = |x: f64| x / blocks as f64;
+    let (dram_b, l2_b, tc_b, fma_b) = (per_block(dram), per_block(l2), per_block(flops), per_block(fma));
+    let mut body = 0f64;
+    let mut remaining = blocks;
+    let pipelined = frange > 1;
+    while remaining > 0 {
+        let n = remaining.min(capacity);
+        remaining -= n;
+        let sms = n.min(arch.num_sms) as f64;
+        let frac = sms / arch.num_sms as f64;
+        let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us);
+        let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
+        let comp = tc_b * n as f64 / (arch.tensor_flops_per_us * frac) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
+        let overlap = if pipelined { mem.max(comp) } else { mem + comp };
+        body += arch.latency_us + overlap + frange as f64 * arch.iteration_us;
+    }
+    let us = body + arch.launch_us;
+    let why = format!(
+        "grid {:?} × {} threads, F {}: {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor + {:.3} GFLOP FMA, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
+        bg.grid(),
+        bg.threads(),
+        frange,
+        dram / 1e6,
+        l2 / 1e6,
+        flops / 1e9,
+        fma / 1e9,
+        smem as f64 / 1024.0,
+        blocks_per_sm,
+        waves,
+        body,
+        arch.launch_us
+    );
+    KernelCost { bytes: dram, l2_bytes: l2, flops, fma_flops: fma, waves, smem, blocks_per_sm, us, why }
+}
+
+/// A lower bound of [`estimate_block`] computed from the input iterators alone (launch, one
+/// wave's latency, the loop overhead, every input's unique bytes at full DRAM bandwidth and the
+/// replicated bytes at full L2 bandwidth): the search skips configurations whose bound already
+/// exceeds the best µGraph found.
+pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
+    let blocks = bg.num_blocks() as f64;
+    let frange = bg.forloop_range();
+    let mut requested = vec![0f64; bg.inputs().len()];
+    for node in bg.nodes() {
+        if let BlockOp::Input { input, forloop_dim, .. } = &node.op {
+            let t = &node.outputs[0];
+            let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
+            if let Some(r) = requested.get_mut(*input) {
+                *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks;
+            }
+        }
+    }
+    let (mut dram, mut l2) = (0f64, 0f64);
+    for (desc, req) in bg.inputs().iter().zip(&requested) {
+        let unique = tensor_bytes(desc).min(*req);
+        dram += unique;
+        if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
+            l2 += req - unique;
+        } else {
+            dram += req - unique;
+        }
+    }
+    arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
+}
+
+fn tensor_bytes(d: &TensorDesc) -> f64 {
+    num_elements(&d.shape) as f64 * d.dtype.size_bytes() as f64
+}

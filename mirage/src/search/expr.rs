@@ -1,0 +1,339 @@
+//! Abstract expressions (DESIGN §7) in a normal form, and the pruning hook of the search.
+//!
+//! An abstract expression forgets which elements a tensor holds but keeps what was computed from
+//! which inputs and how many terms each sum has: a matmul of `a, b` with inner size `k` is
+//! `sum(k, a·b)`, an accumulator over `F` iterations is `sum(F, ·)`, `acc_rms_last` is `rms(F·L, ·)`.
+//! The smart constructors keep every expression in a normal form, so that equal computations
+//! written differently get equal terms:
+//!
+//! - every reduction is tagged with the dimension class it reduces (see the enumerator): sums
+//!   over one class merge, `sum(1, x) = x`, `sum(c, a, sum(c, b, x)) = sum(c, a·b, x)` (and the
+//!   same for `max`), sums over different classes nest in tag order;
+//! - `sum(n, x / y) = sum(n, x) / y` (the sum/div axiom of Mirage's pruner, unconditional — an
+//!   abstract expression has no indices to check it with; pruning may keep too much, never decide
+//!   equivalence);
+//! - `+` and `·` are flattened and sorted (associativity, commutativity); `a · (b / c) = (a·b) / c`,
+//!   `(a / b) / c = a / (b·c)`, `a / (b / c) = (a·c) / b`; `x² = x·x`; `c·x` is a product with
+//!   the constant `c`;
+//! - `rms_norm(x)` over `n` elements is `x / rms(n, x)`.
+//!
+//! [`Pruner`] is the search's hook: given the expression of a tensor a prefix has just produced,
+//! it says whether the prefix may still contribute to the program's outputs. [`StructuralPruner`]
+//! is the default: the expression must match a subterm of a program output's expression, where a
+//! partial sum `sum(m, x)` matches `sum(n, x)` when `m` divides `n` (an accumulator or a later
+//! kernel completes it) and a sub-multiset of a `+` or `·` matches the whole (associativity). A
+//! z3-backed oracle (`absexpr`) can replace it through the same trait.
+
+use std::sync::Arc;
+
+use crate::ir::{BinaryOp, UnaryOp};
+
+/// An abstract expression in normal form (build it with the constructors, not the variants).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Expr {
+    /// Program input `i`.
+    Var(usize),
+    /// A constant (its `f32` bits).
+    Const(u32),
+    /// A sum of two or more terms, sorted.
+    Add(Vec<Arc<Expr>>),
+    /// A product of two or more factors, sorted.
+    Mul(Vec<Arc<Expr>>),
+    /// A quotient.
+    Div(Arc<Expr>, Arc<Expr>),
+    /// A difference.
+    Sub(Arc<Expr>, Arc<Expr>),
+    /// A power.
+    Pow(Arc<Expr>, Arc<Expr>),
+    /// An uninterpreted element-wise function (name and parameter bits).
+    Fn(&'static str, u64, Arc<Expr>),
+    /// A sum of `n` terms over the dimension class `tag`.
+    Sum(u64, u64, Arc<Expr>),
+    /// A maximum of `n` terms over class `tag`.
+    Max(u64, u64, Arc<Expr>),
+    /// `sqrt(Σ x² / n + eps)` over `n` terms of class `tag` (`eps` as `f32` bits).
+    Rms(u64, u64, u32, Arc<Expr>),
+    /// A concatenation.
+    Concat(Arc<Expr>, Arc<Expr>),
+}
+
+/// A shared expression.
+pub type E = Arc<Expr>;
+
+/// Program input `i`.
+pub fn var(i: usize) -> E {
+    Arc::new(Expr::Var(i))
+}
+
+/// A constant.
+pub fn constant(c: f32) -> E {
+    Arc::new(Expr::Const(c.to_bits()))
+}
+
+/// `Σ` of `n` terms of `x` over class `tag`. Sums over one class merge; nested sums over
+/// different classes are ordered by tag (sums commute).
+pub fn sum(tag: u64, n: u64, x: &E) -> E {
+    match &**x {
+        _ if n <= 1 => x.clone(),
+        Expr::Sum(t, m, y) if *t == tag => sum(tag, n.saturating_mul(*m), y),
+        Expr::Sum(t, m, y) if *t > tag => sum(*t, *m, &sum(tag, n, y)),
+        Expr::Div(a, b) => div(&sum(tag, n, a), b),
+        _ => Arc::new(Expr::Sum(tag, n, x.clone())),
+    }
+}
+
+/// `max` of `n` terms of `x` over class `tag`.
+pub fn max(tag: u64, n: u64, x: &E) -> E {
+    match &**x {
+        _ if n <= 1 => x.clone(),
+        Expr::Max(t, m, y) if *t == tag => max(tag, n.saturating_mul(*m), y),
+        _ => Arc::new(Expr::Max(tag, n, x.clone())),
+    }
+}
+
+/// `sqrt(Σ x² / n)` over class `tag`.
+pub fn rms(tag: u64, n: u64, x: &E) -> E {
+    rms_eps(tag, n, 0.0, x)
+}
+
+/// `sqrt(Σ x² / n + eps)` over class `tag`.
+pub fn rms_eps(tag: u64, n: u64, eps: f32, x: &E) -> E {
+    Arc::new(Expr::Rms(tag, n, eps.to_bits(), x.clone()))
+}
+
+/// `x / rms(n, x)` over class `tag`.
+pub fn rms_norm(tag: u64, n: u64, x: &E) -> E {
+    div(x, &rms(tag, n, x))
+}
+
+fn flatten(out: &mut Vec<E>, x: &E, is_add: bool) {
+    match (&**x, is_add) {
+        (Expr::Add(xs), true) | (Expr::Mul(xs), false) => out.extend(xs.iter().cloned()),
+        _ => out.push(x.clone()),
+    }
+}
+
+/// `a + b`.
+pub fn add(a: &E, b: &E) -> E {
+    let mut xs = Vec::new();
+    flatten(&mut xs, a, true);
+    flatten(&mut xs, b, true);
+    xs.sort();
+    Arc::new(Expr::Add(xs))
+}
+
+/// `a · b`.
+pub fn mul(a: &E, b: &E) -> E {
+    // Pull a division out: a · (p / q) = (a · p) / q.
+    if let Expr::Div(p, q) = &**b {
+        return div(&mul(a, p), q);
+    }
+    if let Expr::Div(p, q) = &**a {
+        return div(&mul(p, b), q);
+    }
+    let mut xs = Vec::new();
+    flatten(&mut xs, a, false);
+    flatten(&mut xs, b, false);
+    xs.sort();
+    Arc::new(Expr::Mul(xs))
+}
+
+/// `a / b`.
+pub fn div(a: &E, b: &E) -> E {
+    if let Expr::Div(p, q) = &**a {
+        return div(p, &mul(q, b));
+    }
+    if let Expr::Div(p, q) = &**b {
+        return div(&mul(a, q), p);
+    }
+    Arc::new(Expr::Div(a.clone(), b.clone()))
+}
+
+/// A binary operator.
+pub fn binary(op: BinaryOp, a: &E, b: &E) -> E {
+    match op {
+        BinaryOp::Add => add(a, b),
+        BinaryOp::Mul => mul(a, b),
+        BinaryOp::Div => div(a, b),
+        BinaryOp::Sub => Arc::new(Expr::Sub(a.clone(), b.clone())),
+        BinaryOp::Pow => Arc::new(Expr::Pow(a.clone(), b.clone())),
+    }
+}
+
+/// A unary operator.
+pub fn unary(op: &UnaryOp, x: &E) -> E {
+    match op {
+        UnaryOp::Square => mul(x, x),
+        UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
+        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Fn("clamp", (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64, x.clone())),
+        other => Arc::new(Expr::Fn(other.name(), 0, x.clone())),
+    }
+}
+
+/// `matmul(a, b)` with inner size `k` of class `tag`.
+pub fn matmul(tag: u64, k: u64, a: &E, b: &E) -> E {
+    sum(tag, k, &mul(a, b))
+}
+
+/// A concatenation.
+pub fn concat(a: &E, b: &E) -> E {
+    Arc::new(Expr::Concat(a.clone(), b.clone()))
+}
+
+impl Expr {
+    /// The direct operands.
+    pub fn children(&self) -> Vec<&E> {
+        match self {
+            Expr::Var(_) | Expr::Const(_) => vec![],
+            Expr::Add(xs) | Expr::Mul(xs) => xs.iter().collect(),
+            Expr::Div(a, b) | Expr::Sub(a, b) | Expr::Pow(a, b) | Expr::Concat(a, b) => vec![a, b],
+            Expr::Fn(_, _, x) | Expr::Sum(_, _, x) | Expr::Max(_, _, x) | Expr::Rms(_, _, _, x) => vec![x],
+        }
+    }
+
+    /// Every subterm (including the term itself), each once.
+    pub fn subterms(self: &Arc<Self>) -> Vec<E> {
+        let mut out: Vec<E> = Vec::new();
+        let mut stack = vec![self.clone()];
+        while let Some(e) = stack.pop() {
+            if out.contains(&e) {
+                continue;
+            }
+            stack.extend(e.children().into_iter().cloned());
+            out.push(e);
+        }
+        out
+    }
+}
+
+/// Whether multiset `small` (sorted) is contained in multiset `big` (sorted).
+fn sub_multiset(small: &[E], big: &[E]) -> bool {
+    let mut j = 0;
+    for x in small {
+        while j < big.len() && big[j] < *x {
+            j += 1;
+        }
+        if j == big.len() || big[j] != *x {
+            return false;
+        }
+        j += 1;
+    }
+    true
+}
+
+/// Whether candidate `c` can become target subterm `t`: equal, a partial sum (or maximum) of
+/// it, a sub-multiset of its `+`/`·`, or a quotient with such a numerator and the same divisor
+/// (or a factor of it).
+pub fn completes_to(c: &Expr, t: &Expr) -> bool {
+    if c == t {
+        return true;
+    }
+    match (c, t) {
+        (Expr::Sum(s, m, x), Expr::Sum(t, n, y)) | (Expr::Max(s, m, x), Expr::Max(t, n, y)) => s == t && n % m == 0 && x == y,
+        (Expr::Add(cs), Expr::Add(ts)) | (Expr::Mul(cs), Expr::Mul(ts)) => cs.len() < ts.len() && sub_multiset(cs, ts),
+        // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
+        // completes to or occurs in the target's: the normalization of an operand before a
+        // reduction (the normal form moves divisions out of sums).
+        (Expr::Div(a, b), Expr::Div(p, q)) => {
+            let factor = b == q || matches!(&**q, Expr::Mul(xs) if xs.contains(b));
+            factor && (completes_to(a, p) || (b != q && p.subterms().contains(a)))
+        }
+        _ => false,
+    }
+}
+
+/// The search's pruning hook (DESIGN §7): whether a prefix whose newest tensor has abstract
+/// expression `expr` can still contribute to the program's outputs. Pruning is a heuristic: it
+/// may lose µGraphs, never admit a wrong one (verification decides).
+pub trait Pruner: Send + Sync {
+    /// Keep the prefix?
+    fn keep(&self, expr: &Expr) -> bool;
+    /// A short name for reports.
+    fn name(&self) -> &str;
+}
+
+/// The default pruner: the expression must complete to a subterm of a program output's
+/// expression ([`completes_to`]).
+#[derive(Clone, Debug)]
+pub struct StructuralPruner {
+    subterms: Vec<E>,
+}
+
+impl StructuralPruner {
+    /// A pruner for a program whose outputs have expressions `targets`.
+    pub fn new(targets: &[E]) -> Self {
+        let mut subterms: Vec<E> = Vec::new();
+        for t in targets {
+            for s in t.subterms() {
+                if !subterms.contains(&s) {
+                    subterms.push(s);
+                }
+            }
+        }
+        StructuralPruner { subterms }
+    }
+}
+
+impl Pruner for StructuralPruner {
+    fn keep(&self, expr: &Expr) -> bool {
+        self.subterms.iter().any(|t| completes_to(expr, t))
+    }
+    fn name(&self) -> &str {
+        "structural"
+    }
+}
+
+/// Keeps everything (the ablation baseline: only shape rules and the final expression check).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPruning;
+
+impl Pruner for NoPruning {
+    fn keep(&self, _: &Expr) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "none"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_division_moves_after_the_matmul() {
+        let (x, w) = (var(0), var(1));
+        // Program: rms_norm(X) @ W, k = 4096.
+        let program = matmul(1, 4096, &rms_norm(1, 4096, &x), &w);
+        // Candidate: acc_sum(matmul(x_tile, w_tile)) / acc_rms_last(x_tile), 32 iterations of 128.
+        let cand = div(&sum(1, 32, &matmul(1, 128, &x, &w)), &rms(1, 32 * 128, &x));
+        assert_eq!(program, cand);
+        let p = StructuralPruner::new(&[program]);
+        assert!(p.keep(&matmul(1, 128, &x, &w)), "a partial sum is kept");
+        assert!(!p.keep(&matmul(2, 128, &x, &w)), "a sum over another class is not");
+        assert!(!p.keep(&sum(1, 32, &x)), "a sum of the raw input is not a subterm");
+        assert!(!p.keep(&unary(&UnaryOp::Exp, &x)));
+    }
+
+    #[test]
+    fn associativity_keeps_partial_products() {
+        let (x, g, w) = (var(0), var(1), var(2));
+        let t = matmul(0, 64, &mul(&rms_norm(0, 64, &x), &g), &w);
+        let p = StructuralPruner::new(&[t]);
+        assert!(p.keep(&mul(&x, &g)));
+        assert!(p.keep(&matmul(0, 8, &mul(&x, &g), &w)));
+    }
+}
+
+#[cfg(test)]
+mod tag_tests {
+    use super::*;
+
+    #[test]
+    fn sums_over_different_classes_commute_and_do_not_merge() {
+        let x = var(0);
+        assert_eq!(sum(1, 4, &sum(2, 8, &x)), sum(2, 8, &sum(1, 4, &x)));
+        assert_ne!(sum(1, 32, &x), sum(1, 4, &sum(2, 8, &x)));
+        assert_eq!(sum(1, 32, &x), sum(1, 4, &sum(1, 8, &x)));
+    }
+}

@@ -1,0 +1,533 @@
+//! The superoptimizer (DESIGN §6, §8, §9): enumerate µGraphs for a program, keep those proven
+//! equivalent, pick the cheapest by the cost model, and cache the answer.
+//!
+//! [`superoptimize`] is the entry point:
+//!
+//! 1. With a [`Cache`], a hit is re-verified against the program with fingerprints and returned
+//!    without searching; a corrupt or wrong entry is reported in [`SearchResult::notes`] and
+//!    searched again. With `MIRAGE_OFFLINE=1` (or [`SearchConfig::offline`]) a miss is an error.
+//! 2. The enumerator ([`enumerate`](self) module docs) builds µGraphs of up to
+//!    [`SearchConfig::max_kernels`] kernels, fewer kernels first, within a wall-clock budget
+//!    (the best found so far is used when it runs out), in parallel on all cores.
+//! 3. Every complete candidate is costed ([`crate::cost::estimate`]); candidates are sorted by
+//!    cost, ties by canonical hash (so the result does not depend on thread timing), and verified
+//!    in that order with finite-field fingerprints at the program's real shapes
+//!    ([`FingerprintContext`]); the first equivalent one that also passes the f32 float check
+//!    (DESIGN §8.2) is chosen.
+//!
+//! ```no_run
+//! use mirage::search::{superoptimize, SearchConfig};
+//! use mirage::cache::Cache;
+//! let program = mirage::programs::rmsnorm_linear(2, 4096, 6144, mirage::ir::DType::F16)?;
+//! let result = superoptimize(&program, &SearchConfig::default(), Some(&Cache::at_workspace(".")))?;
+//! println!("{result}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod benchmarks;
+mod enumerate;
+pub mod expr;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+use crate::cache::{Cache, CacheEntry, CacheKey, CachedCandidate};
+use crate::cost::{estimate, Arch, CostReport};
+use crate::eval::EvalError;
+use crate::fingerprint::{mix64, FingerprintContext, Verdict, VerifyConfig, VerifyError};
+use crate::ir::{BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
+use crate::reference::{max_scaled_error, run, HostTensor};
+pub use expr::{NoPruning, Pruner, StructuralPruner};
+
+/// Version of the search algorithm; part of every cache key.
+pub const SEARCH_ALGORITHM_VERSION: u32 = 1;
+
+/// Limits and presets of the search.
+#[derive(Clone, Debug)]
+pub struct SearchConfig {
+    /// The target the cost model ranks for.
+    pub arch: Arch,
+    /// Most kernels in a µGraph (1 = one fused kernel; 2 allows split reductions with a combine
+    /// kernel and unfused variants).
+    pub max_kernels: usize,
+    /// Most operators in a block graph, not counting input iterators and output savers.
+    pub max_block_ops: usize,
+    /// Most kernel tensors one block graph reads.
+    pub max_block_inputs: usize,
+    /// Most tensors one block graph writes.
+    pub max_block_outputs: usize,
+    /// Most blocks in a grid.
+    pub max_blocks: usize,
+    /// Most blocks along one grid axis.
+    pub max_axis_blocks: usize,
+    /// Candidate for-loop ranges (1, no loop, is always tried).
+    pub forloop_ranges: Vec<usize>,
+    /// Candidate threads per block.
+    pub threads: Vec<usize>,
+    /// Try kernel-level (library) operators as kernels of their own.
+    pub kernel_level_ops: bool,
+    /// Intermediate kernels kept per kernel position (cheapest per output signature).
+    pub max_intermediates: usize,
+    /// Intermediate custom kernels must split a reduction across the grid (split-K / split-KV
+    /// partial results, combined by a later kernel); unfused variants still come from
+    /// kernel-level operators.
+    pub split_intermediates_only: bool,
+    /// Let a later kernel read program inputs an earlier kernel already read.
+    pub reread_inputs: bool,
+    /// Wall-clock budget of the enumeration; the best candidates found by then are used.
+    pub budget: Duration,
+    /// Prune with abstract expressions ([`StructuralPruner`]); off only for ablations.
+    pub pruning: bool,
+    /// Fingerprint verification settings.
+    pub verify: VerifyConfig,
+    /// How many of the cheapest candidates to verify for the report (the winner always is).
+    pub verify_top: usize,
+    /// Most candidates tried before giving up on finding a verified one.
+    pub max_verify: usize,
+    /// Candidates listed in the result.
+    pub top_k: usize,
+    /// Run the f32 float check on the chosen µGraph.
+    pub float_check: bool,
+    /// Treat a cache miss as an error; `None` reads `MIRAGE_OFFLINE` (`1` = offline).
+    pub offline: Option<bool>,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            arch: Arch::sm90(),
+            max_kernels: 2,
+            max_block_ops: 9,
+            max_block_inputs: 4,
+            max_block_outputs: 2,
+            max_blocks: 4096,
+            max_axis_blocks: 1024,
+            forloop_ranges: vec![4, 8, 16, 32, 64],
+            threads: vec![128, 256],
+            kernel_level_ops: true,
+            max_intermediates: 8,
+            split_intermediates_only: true,
+            reread_inputs: false,
+            budget: Duration::from_secs(60),
+            pruning: true,
+            verify: VerifyConfig::default(),
+            verify_top: 1,
+            max_verify: 32,
+            top_k: 5,
+            float_check: true,
+            offline: None,
+        }
+    }
+}
+
+impl SearchConfig {
+    /// One fused kernel only: the fast preset for element-wise, norm and GEMM-epilogue programs.
+    pub fn single_kernel() -> Self {
+        SearchConfig { max_kernels: 1, ..SearchConfig::default() }
+    }
+
+    /// The default limits for another architecture.
+    pub fn for_arch(arch: Arch) -> Self {
+        SearchConfig { arch, ..SearchConfig::default() }
+    }
+
+    /// The version string of everything that changes which µGraph is chosen (not the budget,
+    /// verification effort or reporting): part of the cache key.
+    pub fn version(&self) -> String {
+        let text = format!(
+            "{SEARCH_ALGORITHM_VERSION}|{:?}|{}|{}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{}|{}",
+            self.arch,
+            self.max_kernels,
+            self.max_block_ops,
+            self.max_block_inputs,
+            self.max_block_outputs,
+            self.max_blocks,
+            self.max_axis_blocks,
+            self.forloop_ranges,
+            self.threads,
+            self.kernel_level_ops,
+            self.max_intermediates,
+            self.split_intermediates_only,
+            self.reread_inputs,
+            self.pruning
+        );
+        let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
+        format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+    }
+
+    fn is_offline(&self) -> bool {
+        self.offline.unwrap_or_else(|| std::env::var("MIRAGE_OFFLINE").is_ok_and(|v| v.trim() == "1"))
+    }
+}
+
+/// A costed candidate µGraph.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The µGraph (program inputs and outputs in the program's order).
+    pub graph: KernelGraph,
+    /// Its cost estimate.
+    pub cost: CostReport,
+    /// Its canonical hash.
+    pub hash: CanonicalHash,
+    /// Fingerprint verdict: `Some(true)` equivalent, `Some(false)` rejected, `None` not checked.
+    pub verified: Option<bool>,
+}
+
+/// What the search did.
+#[derive(Clone, Debug, Default)]
+pub struct SearchStats {
+    /// Prefixes (kernel- and block-level states) visited.
+    pub states: u64,
+    /// Operator applications the pruner rejected.
+    pub pruned: u64,
+    /// Block configurations skipped because their cost lower bound exceeded the best found.
+    pub bounded: u64,
+    /// Distinct complete candidates found.
+    pub candidates: usize,
+    /// Candidates verified equivalent.
+    pub verified: usize,
+    /// Candidates rejected by fingerprints or the float check.
+    pub rejected: usize,
+    /// The budget ran out before the enumeration finished.
+    pub timed_out: bool,
+    /// Time spent enumerating and costing.
+    pub search_time: Duration,
+    /// Time spent verifying.
+    pub verify_time: Duration,
+    /// The pruner used.
+    pub pruner: String,
+}
+
+/// The answer of [`superoptimize`].
+#[derive(Clone, Debug)]
+pub struct SearchResult {
+    /// Canonical hash of the program.
+    pub program_hash: CanonicalHash,
+    /// The chosen µGraph (verified).
+    pub best: Candidate,
+    /// The cheapest candidates, the chosen one first.
+    pub top: Vec<Candidate>,
+    /// What the search did (zeros on a cache hit).
+    pub stats: SearchStats,
+    /// Whether the answer came from the cache.
+    pub from_cache: bool,
+    /// The cache file read or written.
+    pub cache_path: Option<PathBuf>,
+    /// Warnings: corrupt or stale cache entries, cache write failures.
+    pub notes: Vec<String>,
+    /// The architecture the costs are for.
+    pub arch: String,
+}
+
+/// Why no µGraph could be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// The program cannot be searched.
+    #[error("cannot search this program: {0}")]
+    Program(String),
+    /// Offline mode and no usable cache entry.
+    #[error(
+        "MIRAGE_OFFLINE=1 and the search cache has no usable entry for program {program} (arch {arch}, search {version}): expected {path}{reason}. Run the build once without MIRAGE_OFFLINE to search and fill the cache, then commit the .mirage directory"
+    )]
+    Offline {
+        /// Program hash (hex).
+        program: String,
+        /// Architecture.
+        arch: String,
+        /// Search configuration version.
+        version: String,
+        /// Where the entry should be.
+        path: String,
+        /// Why the entry there is not usable, if there is one.
+        reason: String,
+    },
+    /// Verification could not run.
+    #[error("verification failed to run: {0}")]
+    Verify(#[from] VerifyError),
+    /// The float check could not run.
+    #[error("float check failed to run: {0}")]
+    Eval(#[from] EvalError),
+    /// Nothing verified within the limits.
+    #[error("no verified µGraph found: {0}")]
+    NotFound(String),
+}
+
+/// Superoptimizes `program`: the cheapest verified µGraph, from `cache` when it holds one.
+pub fn superoptimize(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>) -> Result<SearchResult, SearchError> {
+    superoptimize_with(program, cfg, cache, None)
+}
+
+/// [`superoptimize`] with a custom pruner (`None`: the configuration's default).
+pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+    program.validate().map_err(|e| SearchError::Program(e.to_string()))?;
+    let program_hash = program.canonical_hash();
+    let key = CacheKey { program_hash, arch: cfg.arch.name.to_string(), search_version: cfg.version() };
+    let mut notes = Vec::new();
+    let mut unusable = String::new();
+    if let Some(cache) = cache {
+        let path = cache.path(&key);
+        match cache.load(&key) {
+            Ok(Some((_, graph))) => match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
+                Verdict::Equivalent => {
+                    let cost = estimate(&graph, &cfg.arch).map_err(|e| SearchError::Program(e.to_string()))?;
+                    let best = Candidate { hash: graph.canonical_hash(), graph, cost, verified: Some(true) };
+                    return Ok(SearchResult {
+                        program_hash,
+                        top: vec![best.clone()],
+                        best,
+                        stats: SearchStats::default(),
+                        from_cache: true,
+                        cache_path: Some(path),
+                        notes,
+                        arch: cfg.arch.name.to_string(),
+                    });
+                }
+                Verdict::NotEquivalent { witness } => {
+                    unusable = format!("; the entry there does not compute the program ({witness})");
+                    notes.push(format!("cached µGraph {} does not compute the program ({witness}); searching again", path.display()));
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                unusable = format!("; {e}");
+                notes.push(e.to_string());
+            }
+        }
+    }
+    if cfg.is_offline() {
+        let path = cache.map_or_else(|| "a search cache (none was given)".to_string(), |c| c.path(&key).display().to_string());
+        return Err(SearchError::Offline {
+            program: program_hash.to_hex(),
+            arch: key.arch.clone(),
+            version: key.search_version.clone(),
+            path,
+            reason: unusable,
+        });
+    }
+    let mut result = search(program, cfg, pruner)?;
+    result.notes.splice(0..0, notes);
+    if let Some(cache) = cache {
+        let top = result
+            .top
+            .iter()
+            .map(|c| CachedCandidate { hash: c.hash.to_hex(), kernels: c.graph.num_kernels(), cost_us: c.cost.total_us, verified: c.verified })
+            .collect();
+        let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top).and_then(|e| cache.store(&key, &e));
+        match stored {
+            Ok(p) => result.cache_path = Some(p),
+            Err(e) => result.notes.push(format!("could not write the search cache: {e}")),
+        }
+    }
+    Ok(result)
+}
+
+/// Searches without any cache.
+fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+    let start = Instant::now();
+    let info = enumerate::analyze(program).map_err(SearchError::Program)?;
+    let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
+    let structural = StructuralPruner::new(&targets);
+    let pruner: &dyn Pruner = match pruner {
+        Some(p) => p,
+        None if cfg.pruning => &structural,
+        None => &NoPruning,
+    };
+    let run = enumerate::Run {
+        info: &info,
+        cfg,
+        pruner,
+        deadline: start + cfg.budget,
+        states: AtomicU64::new(0),
+        pruned: AtomicU64::new(0),
+        timed_out: AtomicBool::new(false),
+        best_us: AtomicU64::new(f64::INFINITY.to_bits()),
+        bounded: AtomicU64::new(0),
+    };
+    let found = enumerate::enumerate(&run);
+    let mut cands: Vec<Candidate> = found
+        .into_par_iter()
+        .filter_map(|f| {
+            let cost = estimate(&f.graph, &cfg.arch).ok()?;
+            cost.feasible().then(|| Candidate { hash: f.graph.canonical_hash(), graph: f.graph, cost, verified: None })
+        })
+        .collect();
+    cands.sort_by(|a, b| a.cost.total_us.total_cmp(&b.cost.total_us).then_with(|| a.hash.cmp(&b.hash)));
+    cands.dedup_by(|a, b| a.hash == b.hash);
+    let mut stats = SearchStats {
+        states: run.states.load(Ordering::Relaxed),
+        pruned: run.pruned.load(Ordering::Relaxed),
+        bounded: run.bounded.load(Ordering::Relaxed),
+        candidates: cands.len(),
+        timed_out: run.timed_out.load(Ordering::Relaxed),
+        search_time: start.elapsed(),
+        pruner: pruner.name().to_string(),
+        ..SearchStats::default()
+    };
+    let vstart = Instant::now();
+    if cands.is_empty() {
+        return Err(SearchError::NotFound(format!(
+            "{} states visited in {:.1} s{}, no complete candidate; raise max_kernels, max_block_ops or the budget",
+            stats.states,
+            stats.search_time.as_secs_f64(),
+            if stats.timed_out { " (budget exhausted)" } else { "" }
+        )));
+    }
+    let ctx = FingerprintContext::new(program, &cfg.verify)?;
+    let mut best: Option<usize> = None;
+    let mut tried = 0;
+    let mut notes = Vec::new();
+    for i in 0..cands.len() {
+        let verified_enough = best.is_some() && cands[..i].iter().filter(|c| c.verified == Some(true)).count() >= cfg.verify_top.max(1);
+        if verified_enough || tried >= cfg.max_verify {
+            break;
+        }
+        tried += 1;
+        let ok = ctx.check(&cands[i].graph)?.is_equivalent();
+        let ok = ok && (best.is_some() || !cfg.float_check || {
+            match float_check(program, &cands[i].graph)? {
+                Ok(()) => true,
+                Err(msg) => {
+                    notes.push(format!("candidate {} passed fingerprints but failed the float check: {msg}", cands[i].hash));
+                    false
+                }
+            }
+        });
+        cands[i].verified = Some(ok);
+        if ok {
+            stats.verified += 1;
+            best.get_or_insert(i);
+        } else {
+            stats.rejected += 1;
+        }
+    }
+    stats.verify_time = vstart.elapsed();
+    let Some(b) = best else {
+        return Err(SearchError::NotFound(format!("{} candidates, the {tried} cheapest were rejected by verification", cands.len())));
+    };
+    let best = cands[b].clone();
+    let top: Vec<Candidate> = std::iter::once(best.clone()).chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone())).take(cfg.top_k.max(1)).collect();
+    Ok(SearchResult { program_hash: program.canonical_hash(), best, top, stats, from_cache: false, cache_path: None, notes, arch: cfg.arch.name.to_string() })
+}
+
+/// Deterministic inputs in `[-0.5, 0.5)` for the float check.
+fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError> {
+    g.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let n: usize = d.shape.iter().product();
+            let base = mix64(seed ^ (i as u64 + 1));
+            let data = (0..n).map(|j| (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            HostTensor::new(d.shape.clone(), data)
+        })
+        .collect()
+}
+
+/// The f32 float check of DESIGN §8.2: program and candidate on the same random inputs, every
+/// output within the element type's tolerance (relative to the output's largest magnitude).
+/// The outer `Result` is a failure to run, the inner one the verdict.
+pub fn float_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
+    let inputs = float_inputs(program, 0x666c_6f61_7421)?;
+    let want = run(program, &inputs)?;
+    let got = run(candidate, &inputs)?;
+    let dtype = program.inputs().first().map_or(DType::F32, |d| d.dtype);
+    let rtol = match dtype {
+        DType::F16 => 1e-2,
+        DType::Bf16 => 2e-2,
+        DType::F32 => 1e-4,
+    };
+    if want.len() != got.len() {
+        return Ok(Err(format!("{} outputs, expected {}", got.len(), want.len())));
+    }
+    for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+        let scale = w.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        match max_scaled_error(g, w, rtol * 0.1 * scale.max(f32::MIN_POSITIVE), rtol) {
+            Some(e) if e <= 1.0 => {}
+            Some(e) => return Ok(Err(format!("output {k}: scaled error {e:.3} exceeds the {dtype} tolerance"))),
+            None => return Ok(Err(format!("output {k}: shape {:?}, expected {:?}", g.shape, w.shape))),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Writes a µGraph kernel by kernel: grid, threads, loop, iterators, operators, savers.
+pub fn describe(g: &KernelGraph) -> String {
+    let mut s = String::new();
+    let mut k = 0;
+    for (i, n) in g.nodes().iter().enumerate() {
+        let args = n.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+        match &n.op {
+            KernelOp::Input { desc } => s += &format!("  %{i} = input {:?} {}\n", desc.shape, desc.dtype),
+            KernelOp::Output { .. } => s += &format!("  output {args}\n"),
+            KernelOp::Custom { block } => {
+                s += &format!("  %{i} = k{k}: custom({args}) grid {:?}, {} threads, forloop_range {}\n", block.grid(), block.threads(), block.forloop_range());
+                for (j, b) in block.nodes().iter().enumerate() {
+                    let bargs = b.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                    let shape = b.outputs.first().map(|t| format!(" -> {:?}", t.shape)).unwrap_or_default();
+                    let what = match &b.op {
+                        BlockOp::Input { input, imap, forloop_dim } => format!("input {input} imap {} forloop_dim {}", fmt_map(imap), forloop_dim.map_or("-".into(), |d| d.to_string())),
+                        BlockOp::Output { omap } => format!("output {bargs} omap {}", fmt_map(omap)),
+                        op => format!("{}({bargs})", op.name()),
+                    };
+                    s += &format!("      %{j} = {what}{shape}\n");
+                }
+                k += 1;
+            }
+            op => {
+                s += &format!("  %{i} = k{k}: {}({args}) (library kernel)\n", op.name());
+                k += 1;
+            }
+        }
+    }
+    s
+}
+
+fn fmt_map(m: &[Option<usize>; 3]) -> String {
+    let f = |e: Option<usize>| e.map_or("-".to_string(), |d| d.to_string());
+    format!("({}, {}, {})", f(m[0]), f(m[1]), f(m[2]))
+}
+
+impl fmt::Display for SearchResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = &self.program_hash.to_hex()[..16];
+        if self.from_cache {
+            writeln!(f, "program {short}: µGraph from the search cache ({}), re-verified", self.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string()))?;
+        } else {
+            let s = &self.stats;
+            writeln!(
+                f,
+                "program {short}: searched {} states ({} pruned by the {} pruner, {} configurations bounded by cost), {} candidates, {} verified, {} rejected; search {:.2} s{}, verification {:.2} s",
+                s.states,
+                s.pruned,
+                s.pruner,
+                s.bounded,
+                s.candidates,
+                s.verified,
+                s.rejected,
+                s.search_time.as_secs_f64(),
+                if s.timed_out { " (budget exhausted: best so far)" } else { "" },
+                s.verify_time.as_secs_f64()
+            )?;
+        }
+        writeln!(f, "chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):", self.best.graph.num_kernels(), self.best.cost.total_us, self.arch)?;
+        write!(f, "{}", describe(&self.best.graph))?;
+        write!(f, "cost: {}", self.best.cost)?;
+        writeln!(f, "top candidates:")?;
+        for (i, c) in self.top.iter().enumerate() {
+            let v = match c.verified {
+                Some(true) => "verified",
+                Some(false) => "rejected",
+                None => "not verified",
+            };
+            writeln!(f, "  #{i}: {:.2} µs, {} kernel(s), {v}, {}", c.cost.total_us, c.graph.num_kernels(), &c.hash.to_hex()[..16])?;
+        }
+        for n in &self.notes {
+            writeln!(f, "note: {n}")?;
+        }
+        Ok(())
+    }
+}
