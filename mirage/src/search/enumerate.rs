@@ -287,6 +287,9 @@ pub(crate) struct Run<'a> {
     pub bounded: AtomicU64,
 }
 
+/// Configurations tried from each end of a pattern's list to find a representative.
+const REPRESENTATIVE_TRIES: usize = 2;
+
 /// A configuration is skipped when its lower bound exceeds this multiple of the best µGraph so
 /// far (the slack keeps the final, planned-shared-memory ranking and ties independent of the
 /// order in which threads found things).
@@ -744,8 +747,9 @@ struct BState {
 /// is final: its outputs must be exactly those program outputs.
 ///
 /// Per pattern, operator structures are enumerated (depth-first, pruned) at two representative
-/// configurations — the largest and the smallest tiles — and then replayed, with every thread
-/// count, on every configuration of the pattern.
+/// configurations — the first from each end of the pattern's list (largest and smallest tiles)
+/// at which a structure closes — and then replayed, with every thread count, on every
+/// configuration of the pattern.
 fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, TensorDesc)]>) -> Vec<BlockResult> {
     let mut classes: Vec<Class> = set.iter().flat_map(|&i| s.tensors[i].classes.iter().flatten().copied()).collect();
     classes.sort_unstable();
@@ -758,12 +762,39 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
             if run.out_of_time() {
                 return Vec::new();
             }
+            // Representatives: among the configurations whose input tiles have the fewest
+            // leading (batch) dims above 1 — a tile matmul needs them to be 1 — the first from
+            // each end of the pattern's list (largest and smallest tiles) at which some
+            // structure closes.
+            let threads = run.cfg.threads.first().copied().unwrap_or(128);
+            let keys: Vec<usize> = p
+                .configs
+                .iter()
+                .map(|c| {
+                    initial(s, set, c, threads).map_or(usize::MAX, |st| {
+                        st.tiles
+                            .iter()
+                            .filter_map(|t| st.bg.tile(t.r).ok())
+                            .map(|t| t.shape.iter().rev().skip(2).filter(|&&d| d > 1).count())
+                            .sum()
+                    })
+                })
+                .collect();
+            let best_key = keys.iter().copied().min().unwrap_or(usize::MAX);
+            let eligible: Vec<usize> = (0..p.configs.len()).filter(|&i| keys[i] == best_key && best_key != usize::MAX).collect();
             let mut structures: Vec<Structure> = Vec::new();
-            let reps = [p.configs.first(), p.configs.last()];
-            for c in reps.into_iter().flatten() {
-                for st in structures_at(run, s, set, c, targets) {
-                    if !structures.contains(&st) {
-                        structures.push(st);
+            let n = eligible.len();
+            for order in [&mut (0..n) as &mut dyn Iterator<Item = usize>, &mut (0..n).rev()] {
+                for i in order.take(REPRESENTATIVE_TRIES) {
+                    let found = structures_at(run, s, set, &p.configs[eligible[i]], targets);
+                    let any = !found.is_empty();
+                    for st in found {
+                        if !structures.contains(&st) {
+                            structures.push(st);
+                        }
+                    }
+                    if any {
+                        break;
                     }
                 }
             }
@@ -869,14 +900,22 @@ fn structures_at(run: &Run<'_>, s: &KState, set: &[usize], c: &BlockConfig, targ
 }
 
 /// One candidate operator application: the op and its operand tiles.
-fn block_moves(run: &Run<'_>, st: &BState) -> Vec<(BlockOp, Vec<usize>)> {
+///
+/// Without a loop (`frange == 1`) an accumulator is the identity and in-loop and epilogue
+/// placements of an operator are the same computation; to enumerate each once, only binary
+/// operators (combining accumulators) act after the loop, and accumulators take computed tiles
+/// (or reduce inputs: `acc_rms_last`, `acc_sum_last`).
+fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<usize>)> {
     let ops = &run.info.ops;
     let n = st.tiles.len();
     let mut moves = Vec::new();
+    let no_loop = frange == 1;
     for i in 0..n {
         let ti = &st.tiles[i];
         let Ok(tile) = st.bg.tile(ti.r) else { continue };
         let shape = &tile.shape;
+        let epilogue_only_binary = no_loop && ti.phase == Phase::AfterLoop;
+        if !epilogue_only_binary {
         for u in &ops.unary {
             moves.push((BlockOp::Unary { op: *u }, vec![i]));
         }
@@ -890,8 +929,11 @@ fn block_moves(run: &Run<'_>, st: &BState) -> Vec<(BlockOp, Vec<usize>)> {
                 }
             }
         }
+        }
         if ti.phase == Phase::InLoop {
-            moves.push((BlockOp::Accum { acc: AccKind::Sum }, vec![i]));
+            if !(no_loop && ti.is_input) {
+                moves.push((BlockOp::Accum { acc: AccKind::Sum }, vec![i]));
+            }
             if ops.reduce_sum {
                 moves.push((BlockOp::Accum { acc: AccKind::SumLast }, vec![i]));
             }
@@ -911,7 +953,7 @@ fn block_moves(run: &Run<'_>, st: &BState) -> Vec<(BlockOp, Vec<usize>)> {
             if st.tiles[j].phase != ti.phase {
                 continue;
             }
-            if ops.matmul {
+            if ops.matmul && !epilogue_only_binary {
                 moves.push((BlockOp::Matmul, vec![i, j]));
             }
             for b in &ops.binary {
@@ -1031,7 +1073,7 @@ fn dfs(
     if st.log.len() >= run.cfg.max_block_ops {
         return;
     }
-    for (op, ins) in block_moves(run, st) {
+    for (op, ins) in block_moves(run, st, c.frange) {
         let id = ins.iter().fold(mix64(op_tag(&op)), |h, &i| mix64(h ^ st.tiles[i].id.rotate_left(7)));
         let key = st.key.wrapping_add(id);
         if visited.contains(&key) {
