@@ -335,7 +335,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             why: format!("grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block", bg.grid(), bg.threads(), frange, arch.smem_per_block / 1024),
         };
     };
-    let by_smem = if smem == 0 { arch.max_blocks_per_sm } else { arch.smem_per_sm / smem };
+    let by_smem = arch.smem_per_sm.checked_div(smem).unwrap_or(arch.max_blocks_per_sm);
     let blocks_per_sm = by_smem.min(arch.max_threads_per_sm / bg.threads().max(1)).min(arch.max_blocks_per_sm).max(1);
     let capacity = arch.num_sms * blocks_per_sm;
     let waves = blocks.div_ceil(capacity).max(1);

@@ -263,10 +263,11 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
         ops.binary.push(BinaryOp::Div); // the normalization moved after a matmul
     }
     for (_, d, _) in &outputs {
-        if let Some(&w) = d.shape.last() {
-            if w > 1 && !ops.sum_to_widths.contains(&w) {
-                ops.sum_to_widths.push(w);
-            }
+        if let Some(&w) = d.shape.last()
+            && w > 1
+            && !ops.sum_to_widths.contains(&w)
+        {
+            ops.sum_to_widths.push(w);
         }
     }
     Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops })
@@ -602,10 +603,10 @@ fn coverage(run: &Run<'_>, exprs: &[&E]) -> usize {
     // Each output covers the largest target subterm it completes to; distinct subterms count once.
     let mut covered: Vec<&E> = Vec::new();
     for x in exprs {
-        if let Some(t) = subterms.iter().filter(|t| expr::completes_to(x, t)).max_by_key(|t| t.subterms().len()) {
-            if !covered.contains(&t) {
-                covered.push(t);
-            }
+        if let Some(t) = subterms.iter().filter(|t| expr::completes_to(x, t)).max_by_key(|t| t.subterms().len())
+            && !covered.contains(&t)
+        {
+            covered.push(t);
         }
     }
     covered.iter().map(|t| t.subterms().len()).sum()
@@ -637,7 +638,7 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
 /// Per-axis split sizes for a class of `n` elements: divisors `g ≥ 2` with `g` or `n / g` a
 /// power of two, at most `max`.
 fn split_sizes(n: usize, max: usize) -> Vec<usize> {
-    (2..=n.min(max)).filter(|g| n % g == 0 && (g.is_power_of_two() || (n / g).is_power_of_two())).collect()
+    (2..=n.min(max)).filter(|&g| n.is_multiple_of(g) && (g.is_power_of_two() || (n / g).is_power_of_two())).collect()
 }
 
 /// The configurations of one *pattern* (which classes the grid axes split, which class the loop
@@ -704,7 +705,7 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
                         let split = (0..3).find(|&a| axis[a] == Some(c)).map_or(1, |a| grid[a]);
                         let slab = sizes[c as usize] / split;
                         for &f in &cfg.forloop_ranges {
-                            if f > 1 && slab % f == 0 {
+                            if f > 1 && slab.is_multiple_of(f) {
                                 configs.push(BlockConfig { grid, axis_class: axis, loop_class: lc, frange: f });
                             }
                         }
@@ -807,11 +808,11 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
                 if run.out_of_time() {
                     break;
                 }
-                if let Some(init) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128)) {
-                    if s.cost_us + lower_bound_us(&init.bg, &run.cfg.arch) + after > BOUND_SLACK * run.best() {
-                        run.bounded.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
+                if let Some(init) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128))
+                    && s.cost_us + lower_bound_us(&init.bg, &run.cfg.arch) + after > BOUND_SLACK * run.best()
+                {
+                    run.bounded.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
                 for &threads in &run.cfg.threads {
                     for st in &structures {
@@ -835,12 +836,7 @@ fn initial(s: &KState, set: &[usize], c: &BlockConfig, threads: usize) -> Option
     let mut tiles = Vec::new();
     for (k, &i) in set.iter().enumerate() {
         let t = &s.tensors[i];
-        let mut imap: GridMap = [None; 3];
-        for a in 0..3 {
-            if let Some(cl) = c.axis_class[a] {
-                imap[a] = t.classes.iter().position(|&x| x == Some(cl));
-            }
-        }
+        let imap: GridMap = c.axis_class.map(|ac| ac.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl))));
         let fdim = c.loop_class.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl)));
         let r = bg.input(k, imap, fdim).ok()?;
         let id = mix64(0x1000 + k as u64);
@@ -1061,7 +1057,7 @@ fn dfs(
     out: &mut Vec<Structure>,
 ) {
     let n_states = run.states.fetch_add(1, Ordering::Relaxed);
-    if n_states % 256 == 0 && run.out_of_time() {
+    if n_states.is_multiple_of(256) && run.out_of_time() {
         return;
     }
     if run.timed_out.load(Ordering::Relaxed) {

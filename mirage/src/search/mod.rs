@@ -325,8 +325,10 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
     Ok(result)
 }
 
-/// Searches without any cache.
-fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+/// The enumeration and costing alone, without verification: every distinct complete candidate,
+/// cheapest first (ties by canonical hash), none verified yet. [`superoptimize`] verifies them in
+/// this order.
+pub fn candidates(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
     let start = Instant::now();
     let info = enumerate::analyze(program).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
@@ -357,7 +359,7 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         .collect();
     cands.sort_by(|a, b| a.cost.total_us.total_cmp(&b.cost.total_us).then_with(|| a.hash.cmp(&b.hash)));
     cands.dedup_by(|a, b| a.hash == b.hash);
-    let mut stats = SearchStats {
+    let stats = SearchStats {
         states: run.states.load(Ordering::Relaxed),
         pruned: run.pruned.load(Ordering::Relaxed),
         bounded: run.bounded.load(Ordering::Relaxed),
@@ -367,6 +369,12 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         pruner: pruner.name().to_string(),
         ..SearchStats::default()
     };
+    Ok((cands, stats))
+}
+
+/// Searches without any cache.
+fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+    let (mut cands, mut stats) = candidates(program, cfg, pruner)?;
     let vstart = Instant::now();
     if cands.is_empty() {
         return Err(SearchError::NotFound(format!(
