@@ -7,22 +7,6 @@
 mod common;
 mod kernels;
 
-use common::Case;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::main_for(
-        "gqa",
-        &[
-            Case {
-                name: "gqa_bs1",
-                program: &kernels::gqa_bs1::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::gqa_bs1(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
-            },
-            Case {
-                name: "gqa_bs8",
-                program: &kernels::gqa_bs8::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::gqa_bs8(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
-            },
-        ],
-    )
+    common::main_for("gqa", &common::cases_of("gqa"))
 }

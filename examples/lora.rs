@@ -7,17 +7,6 @@
 mod common;
 mod kernels;
 
-use common::Case;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::main_for(
-        "lora",
-        &[
-            Case {
-                name: "lora",
-                program: &kernels::lora::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::lora(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?, i[3].as_f16()?)?.into()]),
-            },
-        ],
-    )
+    common::main_for("lora", &common::cases_of("lora"))
 }

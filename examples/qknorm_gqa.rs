@@ -7,22 +7,6 @@
 mod common;
 mod kernels;
 
-use common::Case;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::main_for(
-        "qknorm_gqa",
-        &[
-            Case {
-                name: "qknorm_gqa_bs1",
-                program: &kernels::qknorm_gqa_bs1::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::qknorm_gqa_bs1(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
-            },
-            Case {
-                name: "qknorm_gqa_bs8",
-                program: &kernels::qknorm_gqa_bs8::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::qknorm_gqa_bs8(gpu, i[0].as_f16()?, i[1].as_f16()?, i[2].as_f16()?)?.into()]),
-            },
-        ],
-    )
+    common::main_for("qknorm_gqa", &common::cases_of("qknorm_gqa"))
 }

@@ -7,22 +7,6 @@
 mod common;
 mod kernels;
 
-use common::Case;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::main_for(
-        "rmsnorm_linear",
-        &[
-            Case {
-                name: "rmsnorm_linear_bs1",
-                program: &kernels::rmsnorm_linear_bs1::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::rmsnorm_linear_bs1(gpu, i[0].as_f16()?, i[1].as_f16()?)?.into()]),
-            },
-            Case {
-                name: "rmsnorm_linear_bs8",
-                program: &kernels::rmsnorm_linear_bs8::PROGRAM,
-                launch: |gpu, i| Ok(vec![kernels::rmsnorm_linear_bs8(gpu, i[0].as_f16()?, i[1].as_f16()?)?.into()]),
-            },
-        ],
-    )
+    common::main_for("rmsnorm_linear", &common::cases_of("rmsnorm_linear"))
 }

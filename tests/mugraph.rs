@@ -7,6 +7,7 @@
 mod kernels;
 
 use mirage::codegen::default_blocks::lower_to_blocks;
+use mirage::fingerprint::{verify, Verdict, VerifyConfig};
 use mirage::ir::KernelGraph;
 use mirage::lower::{lower_source, Program as Lowered};
 use mirage::prelude::*;
@@ -83,10 +84,18 @@ fn artifacts_belong_to_their_programs() {
         let specs: Vec<TensorSpec> = source.params.iter().map(|p| mirage::codegen::plan::tensor_spec(&p.desc)).collect();
         assert_eq!(plan.inputs, specs, "{name}");
         program.check_inputs(&specs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        // The chosen µGraph is the program's own kernel graph with default block graphs (no search yet).
+        // The chosen µGraph is the superoptimizer's (fingerprint-equivalent to the program), or
+        // the program's own kernel graph with default block graphs; the plan says which.
         let mugraph = KernelGraph::from_json(program.mugraph_json()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let expected = lower_to_blocks(&source.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(mugraph.canonical_hash(), expected.canonical_hash(), "{name}");
+        let report = plan.search_report.as_deref().unwrap_or_else(|| panic!("{name}: the plan records how its µGraph was chosen"));
+        if report.contains("chosen µGraph") {
+            let verdict = verify(&source.graph, &mugraph, &VerifyConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(verdict, Verdict::Equivalent, "{name}: the searched µGraph computes the program");
+        } else {
+            assert!(report.starts_with("not superoptimized ("), "{name}: {report}");
+            let expected = lower_to_blocks(&source.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(mugraph.canonical_hash(), expected.canonical_hash(), "{name}");
+        }
         assert_eq!(plan.kernels.len(), mugraph.num_kernels(), "{name}");
         assert!(program.artifacts().cubin.starts_with(b"\x7fELF"), "{name}: a cubin");
     }

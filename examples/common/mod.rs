@@ -13,7 +13,8 @@ use mirage::{AnyTensor, Gpu, Program, RuntimeError, TensorArg};
 /// The typed launcher of a program, called with uploaded inputs (in parameter order).
 pub type Launcher = fn(&Gpu, &[AnyTensor]) -> Result<Vec<AnyTensor>, RuntimeError>;
 
-/// One program of an example: its name in the kernels file, its built program and its launcher.
+/// One program of an example: its name in the kernels file, its built program, its launcher and
+/// the scale of each random input.
 pub struct Case {
     /// The `#[mugraph]` function's name.
     pub name: &'static str,
@@ -21,6 +22,56 @@ pub struct Case {
     pub program: &'static Program,
     /// Calls `kernels::<name>(&gpu, ...)`.
     pub launch: Launcher,
+    /// Inputs are uniform in `[-scale, scale)`, one scale per parameter: the factors of
+    /// `bench/torch_baselines.py` (weights × 0.02 or 0.05; attention Q and K × 0.1 so that
+    /// `exp(Q·K)`, which these programs do not shift by the row maximum, stays finite in f16).
+    pub scales: &'static [f32],
+}
+
+macro_rules! case {
+    ($name:ident, [$($scale:expr),+]) => {
+        Case {
+            name: stringify!($name),
+            program: &crate::kernels::$name::PROGRAM,
+            launch: |gpu, i| {
+                let mut k = 0;
+                Ok(vec![crate::kernels::$name(gpu, $({
+                    let _ = $scale;
+                    k += 1;
+                    input(stringify!($name), i, k - 1)?.as_f16()?
+                }),+)?.into()])
+            },
+            scales: &[$($scale),+],
+        }
+    };
+}
+
+/// Input `k` of a launcher's inputs, or an error naming the program.
+fn input<'a>(program: &str, inputs: &'a [AnyTensor], k: usize) -> Result<&'a AnyTensor, RuntimeError> {
+    inputs.get(k).ok_or_else(|| RuntimeError::Plan { program: program.to_string(), reason: format!("expected an input {k}, found {} inputs", inputs.len()) })
+}
+
+/// Every benchmark program of DESIGN §14 at the shapes and input scales of
+/// `bench/torch_baselines.py`.
+pub fn all_cases() -> Vec<Case> {
+    vec![
+        case!(gated_mlp_bs1, [1.0, 0.02, 0.02]),
+        case!(gated_mlp_bs8, [1.0, 0.02, 0.02]),
+        case!(rmsnorm_linear_bs1, [1.0, 0.02]),
+        case!(rmsnorm_linear_bs8, [1.0, 0.02]),
+        case!(gqa_bs1, [0.1, 0.1, 1.0]),
+        case!(gqa_bs8, [0.1, 0.1, 1.0]),
+        case!(qknorm_gqa_bs1, [1.0, 0.1, 1.0]),
+        case!(qknorm_gqa_bs8, [1.0, 0.1, 1.0]),
+        case!(ntrans_bs1, [1.0, 1.0, 1.0]),
+        case!(ntrans_bs8, [1.0, 1.0, 1.0]),
+        case!(lora, [1.0, 0.05, 0.05, 0.05]),
+    ]
+}
+
+/// The cases of one example: `program` itself or its `_bs1`/`_bs8` variants.
+pub fn cases_of(program: &str) -> Vec<Case> {
+    all_cases().into_iter().filter(|c| c.name == program || c.name.strip_prefix(program).is_some_and(|rest| rest.starts_with("_bs"))).collect()
 }
 
 const KERNELS_SOURCE: &str = include_str!("../kernels/mod.rs");
@@ -110,8 +161,17 @@ fn show(case: &Case, lowered: &Lowered) -> Result<(), Box<dyn Error>> {
     let params: Vec<String> = lowered.params.iter().map(|p| format!("{}: {} {:?}", p.name, p.desc.dtype, p.desc.shape)).collect();
     println!();
     println!("{}({}) -> {:?}", case.name, params.join(", "), lowered.outputs.iter().map(|o| &o.shape).collect::<Vec<_>>());
-    println!("  chosen µGraph ({} kernels; no search yet: the program's own kernel graph with default block graphs):", plan.kernels.len());
+    println!("  µGraph ({} kernels):", plan.kernels.len());
     println!("{}", describe(&mugraph));
+    match &plan.search_report {
+        Some(report) => {
+            println!("  how it was chosen:");
+            for line in report.lines() {
+                println!("    {line}");
+            }
+        }
+        None => println!("  (the plan records no search report)"),
+    }
     println!(
         "  artifacts: {}/mirage/{}-{}.{{cubin,plan.json,mugraph.json,cu}}",
         env!("OUT_DIR"),
@@ -121,13 +181,30 @@ fn show(case: &Case, lowered: &Lowered) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn run_on_gpu(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<(), Box<dyn Error>> {
+/// The outcome of running a case once against the CPU reference.
+pub struct Checked {
+    /// Worst relative L2 error over the outputs.
+    pub worst_rel: f64,
+    /// One line per output: max abs error, largest |reference|, relative L2 error.
+    pub lines: Vec<String>,
+    /// The uploaded inputs (kept for timing).
+    pub inputs: Vec<AnyTensor>,
+}
+
+/// The tolerance on the relative L2 error against the f32 reference (f16 programs).
+pub const TOLERANCE: f64 = 2e-2;
+
+/// Uploads random inputs at the case's scales, runs the typed launcher once and compares every
+/// output with the CPU reference interpreter.
+pub fn check(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<Checked, Box<dyn Error>> {
     let plan = case.program.plan()?;
     let stream = gpu.stream();
     let mut host = Vec::new();
     let mut device = Vec::new();
     for (i, spec) in plan.inputs.iter().enumerate() {
+        let scale = case.scales.get(i).copied().ok_or_else(|| format!("{}: no input scale for input {i}", case.name))?;
         let mut values = random_values(spec.num_elements(), 17 + i as u64);
+        values.iter_mut().for_each(|v| *v *= scale);
         round_to(spec.dtype, &mut values);
         device.push(AnyTensor::upload_f32(stream, spec, &values)?);
         host.push(mirage::reference::HostTensor::new(spec.shape.clone(), values)?);
@@ -138,6 +215,7 @@ fn run_on_gpu(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<(), Box<dyn E
     let want = mirage::reference::run(&lowered.graph, &host)?;
     let reference_s = t.elapsed().as_secs_f64();
     let mut worst_rel = 0.0f64;
+    let mut lines = Vec::new();
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         let (mut max_abs, mut num, mut den, mut scale) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for (&a, &b) in g.iter().zip(&w.data) {
@@ -147,20 +225,37 @@ fn run_on_gpu(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<(), Box<dyn E
             den += f64::from(b) * f64::from(b);
             scale = scale.max(f64::from(b.abs()));
         }
-        let rel = (num / den.max(1e-30)).sqrt();
+        let rel = if num.is_finite() { (num / den.max(1e-30)).sqrt() } else { f64::INFINITY };
         worst_rel = worst_rel.max(rel);
-        println!(
-            "  output {k}: max abs error {max_abs:.3e} (largest |reference| {scale:.3e}), relative L2 error {rel:.2e} (reference on the CPU: {reference_s:.1} s)"
-        );
+        lines.push(format!(
+            "output {k}: max abs error {max_abs:.3e} (largest |reference| {scale:.3e}), relative L2 error {rel:.2e} (reference on the CPU: {reference_s:.1} s)"
+        ));
     }
-    let inputs: Vec<TensorArg<'_>> = device.iter().map(AnyTensor::as_arg).collect();
+    if got.len() != want.len() {
+        return Err(format!("{}: {} outputs, the reference has {}", case.name, got.len(), want.len()).into());
+    }
+    Ok(Checked { worst_rel, lines, inputs: device })
+}
+
+/// Times the case's program on `inputs` with CUDA events: `warmup` untimed launches, then the
+/// median of `iters` launches, the L2 cache flushed before each (not timed).
+pub fn time(gpu: &Gpu, case: &Case, inputs: &[AnyTensor], warmup: usize, iters: usize) -> Result<mirage::TimingStats, RuntimeError> {
+    let stream = gpu.stream();
+    let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
     let mut outs = case.program.alloc_outputs(stream)?;
     let mut bufs = case.program.alloc_buffers(stream)?;
-    let stats = mirage::time_median(stream, 10, 100, true, || case.program.launch(stream, &inputs, &mut outs, &mut bufs))?;
+    mirage::time_median(stream, warmup, iters, true, || case.program.launch(stream, &args, &mut outs, &mut bufs))
+}
+
+fn run_on_gpu(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<(), Box<dyn Error>> {
+    let checked = check(gpu, case, lowered)?;
+    for line in &checked.lines {
+        println!("  {line}");
+    }
+    let stats = time(gpu, case, &checked.inputs, 10, 100)?;
     println!("  time: median {:.1} µs (min {:.1}, max {:.1}; {} runs, L2 flushed)", stats.median_us, stats.min_us, stats.max_us, stats.samples);
-    let tolerance = 2e-2;
-    if worst_rel.is_nan() || worst_rel > tolerance {
-        return Err(format!("{}: relative L2 error {worst_rel:.2e} exceeds {tolerance:.0e}", case.name).into());
+    if checked.worst_rel.is_nan() || checked.worst_rel > TOLERANCE {
+        return Err(format!("{}: relative L2 error {:.2e} exceeds {TOLERANCE:.0e}", case.name, checked.worst_rel).into());
     }
     Ok(())
 }

@@ -172,6 +172,11 @@ pub struct LaunchPlan {
     pub buffers: Vec<Buffer>,
     /// The launches, in order.
     pub kernels: Vec<KernelLaunch>,
+    /// How the µGraph was chosen, as text: the superoptimizer's report (the chosen µGraph, the
+    /// top candidates with their estimated costs, the search statistics or cache file), when the
+    /// plan was built by `mirage::build`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_report: Option<String>,
 }
 
 impl LaunchPlan {
@@ -280,6 +285,7 @@ mod tests {
                     args: vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)],
                 },
             ],
+            search_report: Some("chosen µGraph (2 kernel(s))".into()),
         }
     }
 

@@ -570,6 +570,7 @@ mod tests {
                 smem_bytes: 0,
                 args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
             }],
+            search_report: None,
         }
         .to_json()
     }

@@ -18,19 +18,26 @@
 //! fingerprint), `.mugraph.json` (the chosen µGraph) and `.cu` (the CUDA source, for
 //! inspection). A file is written only when its content changes.
 //!
-//! The superoptimizer (search, verification, cost model) does not exist yet: a function's own
-//! kernel graph is used, every kernel operator lowered to a default block graph, and a
-//! `cargo:warning=` line says so.
+//! Each program is superoptimized ([`crate::search::superoptimize`]): the cheapest µGraph proven
+//! equivalent to it, read from the persistent search cache `.mirage/` at the workspace root when
+//! the cache holds one (re-verified, never trusted), searched and stored there otherwise. Commit
+//! `.mirage/` so that other machines and CI build without searching; with `MIRAGE_OFFLINE=1` a
+//! cache miss is a build error. A program the search cannot handle is compiled from its own
+//! kernel graph (every operator lowered to a default block graph) and a `cargo:warning=` line
+//! says why. Kernel-level operators left in the chosen µGraph get default block graphs.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
+use crate::cache::Cache;
 use crate::codegen::{self, CodegenError, KernelOptions};
+use crate::cost::Arch;
 use crate::ir::KernelGraph;
 use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
+use crate::search::{self, SearchConfig, SearchError};
 
 /// The directory under `$OUT_DIR` holding the artifacts.
 pub const ARTIFACT_DIR: &str = "mirage";
@@ -75,6 +82,16 @@ pub enum BuildError {
          (build.rs), where cargo sets OUT_DIR, or an output directory set with Builder::out_dir"
     )]
     NoOutDir,
+
+    /// The superoptimizer could not produce a µGraph in a way a fallback would hide: offline
+    /// mode with no cache entry, or verification that could not run.
+    #[error("mirage: {at}: {source}")]
+    Search {
+        /// The function.
+        at: Box<FnLocation>,
+        /// What went wrong.
+        source: SearchError,
+    },
 
     /// Writing an artifact failed.
     #[error("mirage: writing {}: {source}", path.display())]
@@ -138,6 +155,14 @@ pub struct BuiltProgram {
     pub paths: ArtifactPaths,
     /// The chosen µGraph (kernel operators lowered to default block graphs).
     pub mugraph: KernelGraph,
+    /// How it was chosen: the search's report (chosen µGraph, top candidates and their
+    /// estimated costs, search statistics or the cache file), or why the program's own graph
+    /// was used.
+    pub search_report: String,
+    /// Whether the µGraph came from the search (or its cache) rather than the fallback.
+    pub searched: bool,
+    /// Whether it came from the search cache.
+    pub from_cache: bool,
     /// The launch plan.
     pub plan: codegen::plan::LaunchPlan,
     /// Whether the cubin came from nvcc's cache.
@@ -184,6 +209,8 @@ pub struct Builder {
     cargo_directives: bool,
     kernel_options: KernelOptions,
     nvcc: Option<PathBuf>,
+    search: Option<SearchConfig>,
+    cache_dir: Option<PathBuf>,
 }
 
 impl Default for Builder {
@@ -195,7 +222,7 @@ impl Default for Builder {
 impl Builder {
     /// No files yet; defaults for everything else.
     pub fn new() -> Builder {
-        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default(), nvcc: None }
+        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default(), nvcc: None, search: None, cache_dir: None }
     }
 
     /// Adds a source file (relative paths are relative to the package root, the build script's
@@ -246,6 +273,19 @@ impl Builder {
         self
     }
 
+    /// Search settings (default: [`SearchConfig::for_arch`] of the target architecture).
+    pub fn search_config(mut self, cfg: SearchConfig) -> Builder {
+        self.search = Some(cfg);
+        self
+    }
+
+    /// Keeps the search cache in `dir` instead of `.mirage/` at the workspace root (the topmost
+    /// directory above the package, `CARGO_MANIFEST_DIR`, whose Cargo.toml has `[workspace]`).
+    pub fn cache_dir(mut self, dir: impl AsRef<Path>) -> Builder {
+        self.cache_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
     fn say(&self, line: &str) {
         if self.cargo_directives {
             println!("{line}");
@@ -289,13 +329,15 @@ impl Builder {
         if started.elapsed() > SLOW_STEP {
             self.say(&format!("cargo:warning=mirage: parsed and lowered {} programs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64()));
         }
-        if !jobs.is_empty() {
-            self.say(&format!(
-                "cargo:warning=mirage: the superoptimizer (search, verification, cost model) is not implemented yet: \
-                 each of the {} #[mugraph] programs is compiled from its own kernel graph, every operator lowered to a default block graph",
-                jobs.len()
-            ));
-        }
+        self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
+        let search_cfg = match &self.search {
+            Some(cfg) => cfg.clone(),
+            None => SearchConfig::for_arch(Arch::from_name(&arch).unwrap_or_default()),
+        };
+        let cache = Cache::new(match &self.cache_dir {
+            Some(dir) => dir.clone(),
+            None => workspace_root().join(".mirage"),
+        });
         let nvcc_opts = nvcc::CompileOptions {
             arch: Some(arch.clone()),
             cache_dir: Some(artifact_dir.join("nvcc-cache")),
@@ -304,17 +346,30 @@ impl Builder {
         };
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
             .par_iter()
-            .map(|(file, line_column, program)| self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts))
+            .map(|(file, line_column, program)| self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, &search_cfg, &cache))
             .collect();
         let mut programs = Vec::with_capacity(results.len());
         for r in results {
             let built = r?;
+            if !built.searched {
+                self.say(&format!("cargo:warning=mirage: `{}` ({}): {}", built.path(), built.file.display(), built.search_report.lines().next().unwrap_or("")));
+            }
+            for note in built.search_report.lines().filter(|l| l.starts_with("note: ")) {
+                self.say(&format!("cargo:warning=mirage: `{}`: {}", built.path(), &note[6..]));
+            }
             if built.elapsed > SLOW_STEP {
                 self.say(&format!(
-                    "cargo:warning=mirage: built `{}` ({}, {} kernels, {}) in {:.1} s",
+                    "cargo:warning=mirage: built `{}` ({}, {} kernels, {}, {}) in {:.1} s",
                     built.path(),
                     built.file.display(),
                     built.plan.kernels.len(),
+                    if built.from_cache {
+                        "µGraph from the search cache"
+                    } else if built.searched {
+                        "searched"
+                    } else {
+                        "not searched"
+                    },
                     if built.nvcc_cached { "cubin from nvcc's cache" } else { "nvcc" },
                     built.elapsed.as_secs_f64()
                 ));
@@ -340,18 +395,30 @@ impl Builder {
         program: &lower::Program,
         artifact_dir: &Path,
         nvcc_opts: &nvcc::CompileOptions,
+        search_cfg: &SearchConfig,
+        cache: &Cache,
     ) -> Result<BuiltProgram, BuildError> {
         let started = Instant::now();
         let at = || Box::new(FnLocation { file: file.display().to_string(), line, column, function: qualified(&program.module_path, &program.name) });
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
-        // Not searched yet: the program's own kernel graph, with default block graphs.
-        let mugraph = codegen::default_blocks::lower_to_blocks(&program.graph).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
+        let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(&program.graph, search_cfg, Some(cache)) {
+            Ok(result) => (result.best.graph.clone(), result.to_string(), result.summary(), true, result.from_cache),
+            Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
+                return Err(BuildError::Search { at: at(), source });
+            }
+            Err(e) => {
+                let report = format!("not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n");
+                (program.graph.clone(), report.clone(), report, false, false)
+            }
+        };
+        let mugraph = codegen::default_blocks::lower_to_blocks(&chosen).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
         let kernel_prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options).map_err(codegen_err)?;
         generated.plan.name = program.name.clone();
         generated.plan.fingerprint = program.fingerprint_hash.clone();
         generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
+        generated.plan.search_report = Some(plan_report);
         let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc { at: at(), source })?;
         let paths = ArtifactPaths {
             cubin: artifact_dir.join(format!("{stem}.cubin")),
@@ -373,6 +440,9 @@ impl Builder {
             stem,
             paths,
             mugraph,
+            search_report,
+            searched,
+            from_cache,
             plan: generated.plan,
             nvcc_cached: cubin.cached,
             elapsed: started.elapsed(),
@@ -384,6 +454,21 @@ impl From<LowerError> for BuildError {
     fn from(e: LowerError) -> Self {
         BuildError::Lower(Box::new(e))
     }
+}
+
+/// The workspace root of the package being built: the topmost directory from
+/// `CARGO_MANIFEST_DIR` (or the current directory) upwards whose Cargo.toml declares
+/// `[workspace]`; the package directory itself when none does.
+pub fn workspace_root() -> PathBuf {
+    let start = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("."));
+    let mut root = start.clone();
+    for dir in start.ancestors() {
+        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
+        if is_workspace {
+            root = dir.to_path_buf();
+        }
+    }
+    root
 }
 
 fn qualified(module_path: &[String], name: &str) -> String {
@@ -457,7 +542,7 @@ mod tests {
         let dir = temp_dir("errors");
         let file = dir.join("kernels.rs");
         std::fs::write(&file, KERNELS).expect("write");
-        let builder = Builder::new().file(&file).out_dir(&dir).cargo_directives(false).nvcc(dir.join("no-such-nvcc"));
+        let builder = Builder::new().file(&file).out_dir(&dir).cache_dir(dir.join(".mirage")).cargo_directives(false).nvcc(dir.join("no-such-nvcc"));
         let e = builder.compile().expect_err("no nvcc there");
         let msg = e.to_string();
         assert!(msg.contains(&format!("{}:5:8: `inner::double`", file.display())), "{msg}");
@@ -480,7 +565,8 @@ mod tests {
         let dir = temp_dir("artifacts");
         let file = dir.join("kernels.rs");
         std::fs::write(&file, KERNELS).expect("write");
-        let builder = Builder::new().file(&file).out_dir(&dir).arch("sm_80").cargo_directives(false);
+        let cache = dir.join(".mirage");
+        let builder = Builder::new().file(&file).out_dir(&dir).cache_dir(&cache).arch("sm_80").cargo_directives(false);
         let report = builder.compile().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(report.arch, "sm_80");
         let [built] = report.programs.as_slice() else { panic!("one program, found {}", report.programs.len()) };
@@ -495,16 +581,52 @@ mod tests {
         assert_eq!(mugraph.num_kernels(), plan.kernels.len());
         assert!(std::fs::read(&built.paths.cubin).expect("cubin").starts_with(b"\x7fELF"));
         assert!(std::fs::read_to_string(&built.paths.cuda).expect("source").contains("__global__"));
+        // Searched (costed for the A100), recorded in the plan, stored in the cache.
+        assert!(built.searched && !built.from_cache, "{}", built.search_report);
+        assert!(built.search_report.contains("chosen µGraph") && built.search_report.contains("on sm_80"), "{}", built.search_report);
+        let recorded = plan.search_report.as_deref().expect("the plan records the search");
+        assert!(recorded.starts_with("chosen µGraph") && built.search_report.contains(recorded), "{recorded}");
+        assert_eq!(std::fs::read_dir(&cache).expect("cache dir").count(), 1);
 
-        // A second build rewrites nothing.
+        // A second build rewrites nothing and takes the µGraph from the cache.
         let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
         let before: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         std::thread::sleep(Duration::from_millis(20));
         let again = builder.compile().unwrap_or_else(|e| panic!("{e}"));
         assert!(again.programs[0].nvcc_cached);
+        assert!(again.programs[0].from_cache, "{}", again.programs[0].search_report);
+        assert_eq!(again.programs[0].mugraph.canonical_hash(), built.mugraph.canonical_hash());
         let after: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         assert_eq!(before, after);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Offline with an empty cache: a build error naming MIRAGE_OFFLINE, the function and the
+    /// cache file, not a silent fallback.
+    #[test]
+    fn offline_without_a_cache_entry_is_an_error() {
+        let dir = temp_dir("offline");
+        let file = dir.join("kernels.rs");
+        std::fs::write(&file, KERNELS).expect("write");
+        let builder = Builder::new()
+            .file(&file)
+            .out_dir(&dir)
+            .cache_dir(dir.join(".mirage"))
+            .search_config(SearchConfig { offline: Some(true), ..SearchConfig::default() })
+            .cargo_directives(false)
+            .nvcc(dir.join("no-such-nvcc"));
+        let e = builder.compile().expect_err("offline, nothing cached");
+        let msg = e.to_string();
+        assert!(matches!(e, BuildError::Search { .. }), "{msg}");
+        assert!(msg.contains("MIRAGE_OFFLINE=1") && msg.contains("`inner::double`") && msg.contains(".mirage"), "{msg}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_workspace_root_has_the_workspace_manifest() {
+        let root = workspace_root();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("a Cargo.toml at the root");
+        assert!(manifest.lines().any(|l| l.trim() == "[workspace]"), "{}", root.display());
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
         outputs,
         buffers,
         kernels,
+        search_report: None,
     };
     Ok(GeneratedProgram { source, kernels_source, plan })
 }

@@ -219,6 +219,9 @@ pub struct SearchResult {
     pub cache_path: Option<PathBuf>,
     /// Warnings: corrupt or stale cache entries, cache write failures.
     pub notes: Vec<String>,
+    /// On a cache hit, the top candidates the search recorded in the entry (costs as estimated
+    /// then); empty otherwise.
+    pub cached_top: Vec<CachedCandidate>,
     /// The architecture the costs are for.
     pub arch: String,
 }
@@ -271,7 +274,7 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
     if let Some(cache) = cache {
         let path = cache.path(&key);
         match cache.load(&key) {
-            Ok(Some((_, graph))) => match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
+            Ok(Some((entry, graph))) => match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
                 Verdict::Equivalent => {
                     let cost = estimate(&graph, &cfg.arch).map_err(|e| SearchError::Program(e.to_string()))?;
                     let best = Candidate { hash: graph.canonical_hash(), graph, cost, verified: Some(true) };
@@ -283,6 +286,7 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
                         from_cache: true,
                         cache_path: Some(path),
                         notes,
+                        cached_top: entry.top,
                         arch: cfg.arch.name.to_string(),
                     });
                 }
@@ -418,7 +422,7 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     };
     let best = cands[b].clone();
     let top: Vec<Candidate> = std::iter::once(best.clone()).chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone())).take(cfg.top_k.max(1)).collect();
-    Ok(SearchResult { program_hash: program.canonical_hash(), best, top, stats, from_cache: false, cache_path: None, notes, arch: cfg.arch.name.to_string() })
+    Ok(SearchResult { program_hash: program.canonical_hash(), best, top, stats, from_cache: false, cache_path: None, notes, cached_top: Vec::new(), arch: cfg.arch.name.to_string() })
 }
 
 /// Deterministic inputs in `[-0.5, 0.5)` for the float check.
@@ -499,6 +503,33 @@ fn fmt_map(m: &[Option<usize>; 3]) -> String {
     format!("({}, {}, {})", f(m[0]), f(m[1]), f(m[2]))
 }
 
+impl SearchResult {
+    /// The chosen µGraph, its cost estimate and the top candidates with theirs: the part of the
+    /// report that is the same whether the answer was searched or read from the cache (the build
+    /// records it in the launch plan, which therefore does not change on a cache hit).
+    pub fn summary(&self) -> String {
+        let mut s = format!("chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):\n", self.best.graph.num_kernels(), self.best.cost.total_us, self.arch);
+        s += &describe(&self.best.graph);
+        s += &format!("cost: {}", self.best.cost);
+        s += "top candidates:\n";
+        let verdict = |v: Option<bool>| match v {
+            Some(true) => "verified",
+            Some(false) => "rejected",
+            None => "not verified",
+        };
+        if self.from_cache {
+            for (i, c) in self.cached_top.iter().enumerate() {
+                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost_us, c.kernels, verdict(c.verified), c.hash.get(..16).unwrap_or(&c.hash));
+            }
+        } else {
+            for (i, c) in self.top.iter().enumerate() {
+                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost.total_us, c.graph.num_kernels(), verdict(c.verified), &c.hash.to_hex()[..16]);
+            }
+        }
+        s
+    }
+}
+
 impl fmt::Display for SearchResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let short = &self.program_hash.to_hex()[..16];
@@ -521,18 +552,7 @@ impl fmt::Display for SearchResult {
                 s.verify_time.as_secs_f64()
             )?;
         }
-        writeln!(f, "chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):", self.best.graph.num_kernels(), self.best.cost.total_us, self.arch)?;
-        write!(f, "{}", describe(&self.best.graph))?;
-        write!(f, "cost: {}", self.best.cost)?;
-        writeln!(f, "top candidates:")?;
-        for (i, c) in self.top.iter().enumerate() {
-            let v = match c.verified {
-                Some(true) => "verified",
-                Some(false) => "rejected",
-                None => "not verified",
-            };
-            writeln!(f, "  #{i}: {:.2} µs, {} kernel(s), {v}, {}", c.cost.total_us, c.graph.num_kernels(), &c.hash.to_hex()[..16])?;
-        }
+        write!(f, "{}", self.summary())?;
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
