@@ -16,7 +16,7 @@ python3 .gpu/torch_baselines.py "$@" --json "$out/torch.json" 2>&1 | tee "$out/t
 if [ -z "${MIRAGE_SKIP_TRITON:-}" ]; then
   python3 .gpu/triton_fused.py 2>&1 | tee "$out/triton.txt" || status=1
 fi
-bench=$(ls .gpu/bin/bench/gpu-* 2>/dev/null | head -1)
+bench=$(ls .gpu/bin/bench/gpu-* .gpu/bin/test/gpu-* 2>/dev/null | head -1)
 if [ -z "$bench" ]; then
   echo "no .gpu/bin/bench/gpu-* binary: run scripts/gpu-pack.sh first" >&2
   exit 1

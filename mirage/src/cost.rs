@@ -59,6 +59,9 @@ pub struct Arch {
     pub latency_us: f64,
     /// Overhead of one for-loop iteration (barrier, pipeline bookkeeping), µs.
     pub iteration_us: f64,
+    /// One dependent m16n8k16 tensor-core step of a warp (mma latency with its fragment loads),
+    /// µs: a warp's chain of dependent mma steps cannot run faster than this.
+    pub mma_step_us: f64,
 }
 
 impl Arch {
@@ -82,6 +85,7 @@ impl Arch {
             launch_us: 4.0,
             latency_us: 0.8,
             iteration_us: 0.03,
+            mma_step_us: 0.02,
         }
     }
 
@@ -104,6 +108,7 @@ impl Arch {
             launch_us: 4.0,
             latency_us: 1.0,
             iteration_us: 0.04,
+            mma_step_us: 0.025,
         }
     }
 
@@ -234,15 +239,18 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
 
 /// Shared memory of a block graph: the code generator's plan, or (when it cannot generate the
 /// kernel for another reason, or when asked to) the tile-size estimate.
-fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str) {
+/// Shared memory of the kernel code generation would emit, how it was obtained, and its pipeline
+/// stages (estimated: as many as the loop allows).
+fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str, usize) {
+    let default_stages = KernelOptions::default().max_stages.clamp(1, bg.forloop_range().max(1));
     if mode == SmemMode::Estimated {
-        return (smem_estimate(bg, arch), "estimated");
+        return (smem_estimate(bg, arch), "estimated", default_stages);
     }
     let opts = KernelOptions { max_smem_bytes: arch.smem_per_block, ..KernelOptions::default() };
     match generate_kernel(bg, "cost_probe", &opts) {
-        Ok(k) => (Some(k.smem_bytes), "planned"),
-        Err(CodegenError::SharedMemory { .. }) => (None, "planned"),
-        Err(_) => (smem_estimate(bg, arch), "estimated"),
+        Ok(k) => (Some(k.smem_bytes), "planned", k.stages),
+        Err(CodegenError::SharedMemory { .. }) => (None, "planned", 1),
+        Err(_) => (smem_estimate(bg, arch), "estimated", default_stages),
     }
 }
 
@@ -264,6 +272,10 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let mut requested = vec![0f64; inputs.len()];
     let mut flops = 0f64;
     let mut fma = 0f64;
+    // The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
+    // to warps round-robin, k-steps split over 4 independent accumulator chains).
+    let mut mma_chain = 0f64;
+    let warps = (bg.threads() / 32).max(1);
     for node in bg.nodes() {
         let execs = match node.outputs.first().map(|t| t.phase) {
             Some(Phase::InLoop) => frange as f64,
@@ -285,6 +297,8 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
                     fma += 2.0 * (m * k * n) as f64 * execs * blocks as f64;
                 } else {
                     flops += 2.0 * (pad(m, 16) * pad(k, 16) * pad(n, 8)) as f64 * execs * blocks as f64;
+                    let per_warp = (m.div_ceil(16) * n.div_ceil(8)).div_ceil(warps);
+                    mma_chain += (per_warp * k.div_ceil(16).div_ceil(4)) as f64 * execs;
                 }
             }
             BlockOp::Output { .. } => {}
@@ -321,7 +335,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
     dram += written;
 
-    let (smem, smem_how) = smem_of(bg, arch, mode);
+    let (smem, smem_how, stages) = smem_of(bg, arch, mode);
     let Some(smem) = smem else {
         return KernelCost {
             bytes: dram,
@@ -345,7 +359,9 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let (dram_b, l2_b, tc_b, fma_b) = (per_block(dram), per_block(l2), per_block(flops), per_block(fma));
     let mut body = 0f64;
     let mut remaining = blocks;
-    let pipelined = frange > 1;
+    // Loads overlap compute only when the loop's tiles have two or more stages.
+    let pipelined = frange > 1 && stages > 1;
+    let serial_mma = mma_chain * arch.mma_step_us;
     while remaining > 0 {
         let n = remaining.min(capacity);
         remaining -= n;
@@ -353,19 +369,21 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         let frac = sms / arch.num_sms as f64;
         let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us);
         let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
-        let comp = tc_b * n as f64 / (arch.tensor_flops_per_us * frac) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
+        let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
         body += arch.latency_us + overlap + frange as f64 * arch.iteration_us;
     }
     let us = body + arch.launch_us;
     let why = format!(
-        "grid {:?} × {} threads, F {}: {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor + {:.3} GFLOP FMA, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
+        "grid {:?} × {} threads, F {} ({} stage(s)): {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor ({:.2} µs mma chain per warp) + {:.3} GFLOP FMA, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
         bg.grid(),
         bg.threads(),
         frange,
+        stages,
         dram / 1e6,
         l2 / 1e6,
         flops / 1e9,
+        serial_mma,
         fma / 1e9,
         smem as f64 / 1024.0,
         blocks_per_sm,

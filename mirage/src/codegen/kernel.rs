@@ -39,6 +39,12 @@ pub struct KernelSource {
     pub threads: usize,
     /// Dynamic shared memory in bytes.
     pub smem_bytes: usize,
+    /// Static shared memory in bytes (block-reduction scratch); dynamic plus static must fit the
+    /// per-block limit.
+    pub static_smem_bytes: usize,
+    /// Pipeline stages of the tiles walked by the for-loop (1: each iteration's loads are waited
+    /// for before its compute, no overlap).
+    pub stages: usize,
 }
 
 /// Options of kernel generation.
@@ -165,6 +171,8 @@ struct Gen<'a> {
     fused: Vec<Option<usize>>,
     stages: usize,
     out: String,
+    /// A block-wide reduction uses the static scratch array `red` (one float per warp).
+    uses_red: bool,
 }
 
 /// How an input iterator's copy is done.
@@ -251,6 +259,27 @@ impl<'a> Gen<'a> {
             self.line(indent + 1, &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)));
             self.line(indent + 1, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent, "}");
+        } else if outputs * 2 <= self.warps && extent / width >= 64 * (self.warps / outputs) {
+            // Few long reductions: every warp takes a strided share of one output, the partial
+            // results meet in the static scratch array `red` (one slot per warp).
+            let wpo = self.warps / outputs;
+            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
+            self.uses_red = true;
+            self.line(indent, "{");
+            self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
+            self.line(indent + 1, &format!("float v = {init};"));
+            self.line(indent + 1, &format!("if (o < {outputs}) {{"));
+            self.line(indent + 2, &format!("for (int r = {} + (part * 32 + lane) * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * wpo * width, op("v", &x)));
+            self.line(indent + 1, "}");
+            self.line(indent + 1, &format!("v = {warp_op}(v);"));
+            self.line(indent + 1, "if (lane == 0) red[warp] = v;");
+            self.line(indent + 1, "__syncthreads();");
+            self.line(indent + 1, &format!("if (tid < {outputs}) {{"));
+            self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
+            self.line(indent + 2, &format!("for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}", op("v", &format!("red[o * {wpo} + q]"))));
+            self.line(indent + 2, &store.replace("{o}", "o").replace("{v}", "v"));
+            self.line(indent + 1, "}");
+            self.line(indent, "}");
         } else {
             let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
             self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
@@ -326,8 +355,14 @@ impl<'a> Gen<'a> {
                 format!("mirage::pack2<{ty}>({}, {})", b_at(row, col), b_at(&format!("{row}+1"), col))
             }
         };
+        // B through ldmatrix.trans when the tile is row-major [k][n] in the mma type with 16-byte
+        // aligned rows (every tile starts 16-byte aligned in shared memory).
+        let b_ldmatrix = b.ctype == ty && sb1 == 1 && sb0 % 8 == 0 && n % 8 == 0 && k % 16 == 0 && b.offset % 16 == 0 && b.bytes % 16 == 0;
+        // Independent accumulator chains over the k-steps: mma latency, not issue, bounds one
+        // chain; 4 chains keep the tensor pipe busy.
+        let chains = kt.clamp(1, 4);
         let tpw = tiles.div_ceil(self.warps);
-        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps"));
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps in {chains} chain(s){}", if b_ldmatrix { ", B by ldmatrix.trans" } else { "" }));
         self.line(indent, "{");
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
@@ -338,18 +373,34 @@ impl<'a> Gen<'a> {
             Some(name) => self.line(indent + 3, &format!("float* d = {name}[j];")),
             None => self.line(indent + 3, "float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};"),
         }
-        self.line(indent + 3, &format!("for (int kt = 0; kt < {kt}; ++kt) {{"));
-        self.line(indent + 4, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
-        self.line(indent + 4, "const int nb = nt * 8 + (lane >> 2);");
-        self.line(indent + 4, "uint32_t fa[4], fb[2];");
-        self.line(indent + 4, &format!("fa[0] = {};", a_pair("r0", "c0")));
-        self.line(indent + 4, &format!("fa[1] = {};", a_pair("r0+8", "c0")));
-        self.line(indent + 4, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
-        self.line(indent + 4, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
-        self.line(indent + 4, &format!("fb[0] = {};", b_pair("c0", "nb")));
-        self.line(indent + 4, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
-        self.line(indent + 4, &format!("mirage::mma_16816<{ty}>(d, fa, fb);"));
+        self.line(indent + 3, &format!("float dc[{chains}][4];"));
+        self.line(indent + 3, "#pragma unroll");
+        self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"));
+        self.line(indent + 3, &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"));
+        self.line(indent + 4, "#pragma unroll");
+        self.line(indent + 4, &format!("for (int c = 0; c < {chains}; ++c) {{"));
+        self.line(indent + 5, "const int kt = kb + c;");
+        if kt % chains != 0 {
+            self.line(indent + 5, &format!("if (kt >= {kt}) break;"));
+        }
+        self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
+        self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
+        self.line(indent + 5, "uint32_t fa[4], fb[2];");
+        self.line(indent + 5, &format!("fa[0] = {};", a_pair("r0", "c0")));
+        self.line(indent + 5, &format!("fa[1] = {};", a_pair("r0+8", "c0")));
+        self.line(indent + 5, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
+        self.line(indent + 5, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
+        if b_ldmatrix {
+            self.line(indent + 5, &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var));
+        } else {
+            self.line(indent + 5, &format!("fb[0] = {};", b_pair("c0", "nb")));
+            self.line(indent + 5, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
+        }
+        self.line(indent + 5, &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"));
+        self.line(indent + 4, "}");
         self.line(indent + 3, "}");
+        self.line(indent + 3, "#pragma unroll");
+        self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ d[0] += dc[c][0]; d[1] += dc[c][1]; d[2] += dc[c][2]; d[3] += dc[c][3]; }}"));
         if let Some(c) = c {
             self.store_fragment(indent + 3, c, m, n);
         }
@@ -389,19 +440,22 @@ fn two(row: &str, col: &str, r: usize) -> Vec<String> {
 
 const FOREVER: usize = usize::MAX / 2;
 
+/// Placeholder for the static shared-memory declarations, known only after the body is generated.
+const RED_MARKER: &str = "/*@static-shared@*/";
+
 /// Generates the kernel `name` for block graph `bg`.
 pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
         match try_generate(bg, name, stages) {
-            Ok(k) if k.smem_bytes <= opts.max_smem_bytes => return Ok(k),
+            Ok(k) if k.smem_bytes + k.static_smem_bytes <= opts.max_smem_bytes => return Ok(k),
             Ok(k) if stages > 1 => {
                 let _ = k;
                 stages -= 1;
             }
             Ok(k) => {
-                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes, available: opts.max_smem_bytes });
+                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes + k.static_smem_bytes, available: opts.max_smem_bytes });
             }
             Err(e) => return Err(e),
         }
@@ -413,7 +467,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let n = nodes.len();
     let frange = bg.forloop_range();
     let threads = bg.threads();
-    let mut g = Gen { bg, threads, warps: threads / 32, tiles: vec![Vec::new(); n], fused: vec![None; n], stages: 1, out: String::new() };
+    let mut g = Gen { bg, threads, warps: threads / 32, tiles: vec![Vec::new(); n], fused: vec![None; n], stages: 1, out: String::new(), uses_red: false };
 
     // Users of every tile.
     let mut users: Vec<Vec<Vec<usize>>> = nodes.iter().map(|nd| vec![Vec::new(); nd.outputs.len()]).collect();
@@ -524,6 +578,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     writeln!(g.out, "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory", grid, threads, frange, g.stages, smem_bytes).ok();
     writeln!(g.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{", params.join(", ")).ok();
     g.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
+    g.line(1, RED_MARKER);
     g.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
     g.line(1, "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;");
     g.line(1, "(void)warp; (void)lane; (void)bx; (void)by; (void)bz;");
@@ -681,6 +736,19 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
             continue;
         }
         gen_op(&mut g, 2, i, &scratch)?;
+        // A matmul accumulated in registers writes no shared memory: the next op needs no
+        // barrier when it is one too (it reads only tiles that were already complete).
+        let register_matmul = |j: usize| matches!(nodes[j].op, BlockOp::Matmul) && g.fused[j].is_some();
+        let next = (i + 1..n).find(|&j| {
+            let skipped = matches!(nodes[j].op, BlockOp::Input { .. })
+                || !in_loop(j)
+                || (matches!(nodes[j].op, BlockOp::Accum { .. }) && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()));
+            !skipped
+        });
+        if register_matmul(i) && next.is_some_and(register_matmul) {
+            g.line(2, "// no barrier: both matmuls accumulate in registers");
+            continue;
+        }
         g.sync(2);
     }
     g.line(1, "}");
@@ -745,7 +813,10 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.line(0, "}");
-    Ok(KernelSource { name: name.to_string(), code: g.out, grid, threads, smem_bytes })
+    let red = if g.uses_red { format!("__shared__ float red[{}];", g.warps) } else { String::new() };
+    let code = g.out.replacen(&format!("  {RED_MARKER}\n"), &if red.is_empty() { String::new() } else { format!("  {red}\n") }, 1);
+    let static_smem_bytes = if g.uses_red { 4 * g.warps } else { 0 };
+    Ok(KernelSource { name: name.to_string(), code, grid, threads, smem_bytes, static_smem_bytes, stages: g.stages })
 }
 
 fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
