@@ -59,6 +59,8 @@ pub struct Arch {
     pub latency_us: f64,
     /// Overhead of one for-loop iteration (barrier, pipeline bookkeeping), µs.
     pub iteration_us: f64,
+    /// Extra cost of every wave after the first (pipeline refill and tail), µs.
+    pub wave_refill_us: f64,
     /// One dependent m16n8k16 tensor-core step of a warp (mma latency with its fragment loads),
     /// µs: a warp's chain of dependent mma steps cannot run faster than this.
     pub mma_step_us: f64,
@@ -73,7 +75,10 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            sm_dram_bytes_per_us: 2.0 * 4.3e6 / 132.0,
+            // H200, 2026-11-30 (benches/results/NOTES.md, runs 2 and 3): the same rmsnorm_linear
+            // kernel at 96 blocks ran 1.25x slower than at 128 (one SM pulls no more than its
+            // share), and 256-block two-wave grids ran 2-8 µs slower than 128-block ones.
+            sm_dram_bytes_per_us: 4.3e6 / 132.0,
             l2_bytes: 50 << 20,
             l2_bytes_per_us: 10.0e6,
             tensor_flops_per_us: 790.0e6,
@@ -85,6 +90,7 @@ impl Arch {
             launch_us: 4.0,
             latency_us: 0.8,
             iteration_us: 0.03,
+            wave_refill_us: 3.0,
             mma_step_us: 0.02,
         }
     }
@@ -96,7 +102,7 @@ impl Arch {
             gpu: "A100",
             num_sms: 108,
             dram_bytes_per_us: 1.6e6,
-            sm_dram_bytes_per_us: 2.0 * 1.6e6 / 108.0,
+            sm_dram_bytes_per_us: 1.6e6 / 108.0,
             l2_bytes: 40 << 20,
             l2_bytes_per_us: 4.5e6,
             tensor_flops_per_us: 312.0e6,
@@ -108,6 +114,7 @@ impl Arch {
             launch_us: 4.0,
             latency_us: 1.0,
             iteration_us: 0.04,
+            wave_refill_us: 3.0,
             mma_step_us: 0.025,
         }
     }
@@ -371,7 +378,8 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
         let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
-        body += arch.latency_us + overlap + frange as f64 * arch.iteration_us;
+        let refill = if remaining + n < blocks { arch.wave_refill_us } else { 0.0 };
+        body += arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
     }
     let us = body + arch.launch_us;
     let why = format!(

@@ -104,6 +104,25 @@ impl Tile {
     }
 }
 
+/// Row-major strides of an f32 tile with its rows padded by 4 floats when they are a multiple of
+/// 32 floats long and there are at least 8 of them (mma fragment stores and operand loads touch
+/// 8 rows at once: unpadded, all 8 start in the same bank), and the size in elements.
+fn padded_f32_strides(shape: &[usize]) -> (Vec<usize>, usize) {
+    let r = shape.len();
+    let n = shape[r - 1];
+    let rows: usize = shape[..r - 1].iter().product();
+    if r < 2 || n % 32 != 0 || rows < 8 {
+        return (row_major(shape), shape.iter().product());
+    }
+    let mut strides = vec![1; r];
+    let mut s = n + 4;
+    for d in (0..r - 1).rev() {
+        strides[d] = s;
+        s *= shape[d];
+    }
+    (strides, s)
+}
+
 fn row_major(shape: &[usize]) -> Vec<usize> {
     crate::ir::row_major_strides(shape)
 }
@@ -197,18 +216,27 @@ fn copy_plan(desc: &TensorDesc, tile: &[usize]) -> CopyPlan {
     CopyPlan { vec_dim: None, vec: 1 }
 }
 
-/// Shared-memory strides of an input tile: the device layout's dim order, compact.
-fn input_tile_strides(desc: &TensorDesc, tile: &[usize]) -> Vec<usize> {
+/// Shared-memory strides of an input tile and its size in elements: the device layout's dim
+/// order, compact, except that a vector-copied tile whose rows are a multiple of 32 bytes gets
+/// each row padded by 16 bytes. Unpadded, the rows of such a tile start in the same few banks,
+/// so the eight rows an `ldmatrix` or an mma fragment load touches at once conflict (up to 8-way
+/// for 128-byte rows); padded, consecutive rows start 4 banks apart.
+fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (Vec<usize>, usize) {
     let mut order: Vec<usize> = (0..tile.len()).collect();
     // innermost first: ascending device stride
     order.sort_by_key(|&d| (desc.strides[d], std::cmp::Reverse(d)));
+    let es = desc.dtype.size_bytes();
+    let rows: usize = order.iter().skip(1).map(|&d| tile[d]).product();
     let mut strides = vec![0; tile.len()];
     let mut s = 1;
-    for d in order {
+    for (k, d) in order.into_iter().enumerate() {
         strides[d] = s;
         s *= tile[d];
+        if k == 0 && vectorized && rows > 1 && (s * es) % 32 == 0 {
+            s += 16 / es;
+        }
     }
-    strides
+    (strides, s)
 }
 
 impl<'a> Gen<'a> {
@@ -303,10 +331,11 @@ impl<'a> Gen<'a> {
             // FMA fallback: one output element per thread.
             let c = c.expect("f32 matmuls are never fused");
             let body = format!(
-                "const int i = e / {n}, j = e % {n};\nfloat s = 0.0f;\nfor (int q = 0; q < {k}; ++q) s += {} * {};\n{}[e] = s;",
+                "const int i = e / {n}, j = e % {n};\nfloat s = 0.0f;\nfor (int q = 0; q < {k}; ++q) s += {} * {};\n{}[{}] = s;",
                 a.load(&two("i", "q", r)),
                 b.load(&two("q", "j", r)),
-                c.var
+                c.var,
+                c.offset_expr(&two("i", "j", r))
             );
             self.elementwise(indent, m * n, &body);
             return;
@@ -424,7 +453,8 @@ impl<'a> Gen<'a> {
             if conds.is_empty() { String::new() } else { format!("if ({}) ", conds.join(" && ")) }
         };
         for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
-            self.line(indent + 1, &format!("{}{}[({row})*{n} + ({col})] = d[{i}];", guard(row, col), c.var));
+            let r = c.shape.len();
+            self.line(indent + 1, &format!("{}{}[{}] = d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
         }
         self.line(indent, "}");
     }
@@ -534,8 +564,8 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     let kdesc = &bg.inputs()[*input];
                     let plan = copy_plan(kdesc, &desc.shape);
                     let pipelined = forloop_dim.is_some() && frange > 1 && plan.vec > 1;
-                    let strides = input_tile_strides(kdesc, &desc.shape);
-                    let bytes = desc.shape.iter().product::<usize>() * kdesc.dtype.size_bytes();
+                    let (strides, elements) = input_tile_strides(kdesc, &desc.shape, plan.vec > 1);
+                    let bytes = elements * kdesc.dtype.size_bytes();
                     let stage_bytes = bytes.div_ceil(super::smem::ALIGN) * super::smem::ALIGN;
                     let nst = if pipelined { g.stages } else { 1 };
                     let offset = planner.alloc(stage_bytes * nst, Interval { start: 0, end: FOREVER });
@@ -546,8 +576,12 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     let numel: usize = desc.shape.iter().product();
                     let persistent = matches!(nd.op, BlockOp::Accum { .. }) || (matches!(nd.op, BlockOp::RunningMax { .. }) && p == 0);
                     let live = if persistent { Interval { start: 0, end: FOREVER } } else { Interval { start: pos(i), end: last_use(i, p) } };
-                    let offset = planner.alloc(numel * 4, live);
-                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides: row_major(&desc.shape), offset, bytes: numel * 4, pipelined: false }
+                    // Tiles written by matmul fragments or element-wise ops and read as mma
+                    // operands: rows padded by 16 bytes (see `padded_f32_strides`).
+                    let padded = matches!(nd.op, BlockOp::Matmul | BlockOp::Unary { .. } | BlockOp::Binary { .. });
+                    let (strides, elements) = if padded { padded_f32_strides(&desc.shape) } else { (row_major(&desc.shape), numel) };
+                    let offset = planner.alloc(elements * 4, live);
+                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
                 }
             };
             tiles.push(Some(tile));
@@ -844,13 +878,13 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
         BlockOp::Unary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[e] = {};", out.var, unary_expr(&op, &args[0].load(&idx)));
+            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), unary_expr(&op, &args[0].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Binary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[e] = {};", out.var, binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
+            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::ReduceSumTo { dim, .. } => {
