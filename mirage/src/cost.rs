@@ -277,6 +277,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let inputs = bg.inputs();
     // Bytes read: per input iterator, the tile times the iterations it is loaded, times blocks.
     let mut requested = vec![0f64; inputs.len()];
+    let mut dram_factor = vec![1f64; inputs.len()];
     let mut flops = 0f64;
     let mut fma = 0f64;
     // The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
@@ -294,6 +295,9 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
                 let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
                 if let Some(r) = requested.get_mut(*input) {
                     *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks as f64;
+                }
+                if let (Some(f), Some(desc)) = (dram_factor.get_mut(*input), inputs.get(*input)) {
+                    *f = f.max(segment_factor(desc, &t.shape));
                 }
             }
             BlockOp::Matmul => {
@@ -326,17 +330,17 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     }
     let mut dram = 0f64;
     let mut l2 = 0f64;
-    for (desc, req) in inputs.iter().zip(&requested) {
+    for ((desc, req), factor) in inputs.iter().zip(&requested).zip(&dram_factor) {
         if *req == 0.0 {
             continue;
         }
         let unique = tensor_bytes(desc).min(*req);
         let replicated = req - unique;
-        dram += unique;
+        dram += unique * factor;
         if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
             l2 += replicated;
         } else {
-            dram += replicated;
+            dram += replicated * factor;
         }
     }
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
@@ -430,6 +434,20 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
         }
     }
     arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
+}
+
+/// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
+/// contiguous dim shorter than the whole dim are separate segments, and short segments waste
+/// DRAM bursts: `1 + 16 / segment bytes` (32-byte rows cost 1.5×, 128-byte rows 1.125×).
+/// Calibrated on the H200 (benches/results/NOTES.md, run 4): 256-block weight-bound kernels
+/// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
+fn segment_factor(desc: &TensorDesc, tile: &[usize]) -> f64 {
+    let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };
+    if tile.get(c).copied().unwrap_or(1) >= desc.shape[c] {
+        return 1.0; // whole rows: the segments of consecutive rows are adjacent
+    }
+    let seg = tile[c] * desc.dtype.size_bytes();
+    1.0 + 16.0 / seg.max(2) as f64
 }
 
 fn tensor_bytes(d: &TensorDesc) -> f64 {
