@@ -217,10 +217,13 @@ fn copy_plan(desc: &TensorDesc, tile: &[usize]) -> CopyPlan {
 }
 
 /// Shared-memory strides of an input tile and its size in elements: the device layout's dim
-/// order, compact, except that a vector-copied tile whose rows are a multiple of 32 bytes gets
-/// each row padded by 16 bytes. Unpadded, the rows of such a tile start in the same few banks,
-/// so the eight rows an `ldmatrix` or an mma fragment load touches at once conflict (up to 8-way
-/// for 128-byte rows); padded, consecutive rows start 4 banks apart.
+/// order, compact, except that a vector-copied tile whose rows are a multiple of 32 bytes and at
+/// least 128 bytes long gets each row padded by 16 bytes. Unpadded, the rows of such a tile start
+/// in the same bank, so the eight rows an `ldmatrix` or an mma fragment load touches at once
+/// conflict 8-way; padded, consecutive rows start 4 banks apart. Shorter rows conflict at most
+/// 4-way and pay relatively more shared memory for the padding (fewer pipeline stages): on the
+/// H200 (run 5, benches/results/NOTES.md) padding 64- and 96-byte weight rows made the
+/// weight-bound batch-1 kernels 10–25% slower.
 fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (Vec<usize>, usize) {
     let mut order: Vec<usize> = (0..tile.len()).collect();
     // innermost first: ascending device stride
@@ -232,7 +235,7 @@ fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (V
     for (k, d) in order.into_iter().enumerate() {
         strides[d] = s;
         s *= tile[d];
-        if k == 0 && vectorized && rows > 1 && (s * es) % 32 == 0 {
+        if k == 0 && vectorized && rows > 1 && (s * es) % 32 == 0 && s * es >= 128 {
             s += 16 / es;
         }
     }
