@@ -3,18 +3,19 @@
 # the PyTorch anchors (torch_baselines.py) and the hand-written Triton kernels (triton_fused.py)
 # first, then our GPU bench binary with the PyTorch JSON, which checks every case against the
 # CPU reference, times it and prints one table. Results go to $OUT (the device tool's output
-# folder) or benches/results/latest: torch.json/.txt, triton.txt, gpu-bench.md/.json.
+# folder) or benches/results/latest: torch.json, gpu-bench.md/.json (few files: the device tool
+# returns only a handful); everything else is printed.
 #
 #   bash scripts/gpu-bench.sh [CASE ...]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 status=0
-python3 .gpu/torch_baselines.py "$@" --json "$out/torch.json" 2>&1 | tee "$out/torch.txt" || status=1
+python3 .gpu/torch_baselines.py "$@" --json "$out/torch.json" 2>&1 || status=1
 if [ -z "${MIRAGE_SKIP_TRITON:-}" ]; then
-  python3 .gpu/triton_fused.py 2>&1 | tee "$out/triton.txt" || status=1
+  python3 .gpu/triton_fused.py 2>&1 || status=1
 fi
 bench=$(ls .gpu/bin/bench/gpu-* .gpu/bin/test/gpu-* 2>/dev/null | head -1)
 if [ -z "$bench" ]; then
