@@ -109,9 +109,12 @@ impl Tile {
 /// 8 rows at once: unpadded, all 8 start in the same bank), and the size in elements.
 fn padded_f32_strides(shape: &[usize]) -> (Vec<usize>, usize) {
     let r = shape.len();
+    if r < 2 {
+        return (row_major(shape), shape.iter().product());
+    }
     let n = shape[r - 1];
     let rows: usize = shape[..r - 1].iter().product();
-    if r < 2 || n % 32 != 0 || rows < 8 {
+    if n % 32 != 0 || rows < 8 {
         return (row_major(shape), shape.iter().product());
     }
     let mut strides = vec![1; r];
