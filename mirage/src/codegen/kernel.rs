@@ -12,10 +12,13 @@
 
 use std::fmt::Write;
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp,
+};
 
-use super::smem::{Interval, SmemPlanner};
 use super::CodegenError;
+use super::fusion::{RegisterPlan, RowBands};
+use super::smem::{Interval, SmemPlanner};
 
 /// The C type of an element type.
 pub fn ctype(dtype: DType) -> &'static str {
@@ -59,7 +62,10 @@ pub struct KernelOptions {
 impl Default for KernelOptions {
     fn default() -> Self {
         // H100/H200: 227 KB of shared memory per block with opt-in.
-        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4 }
+        KernelOptions {
+            max_smem_bytes: 227 * 1024,
+            max_stages: 4,
+        }
     }
 }
 
@@ -92,15 +98,29 @@ impl Tile {
     /// contribute nothing).
     fn load(&self, idx: &[String]) -> String {
         let off = self.offset_expr(idx);
-        if self.ctype == "float" { format!("{}[{off}]", self.var) } else { format!("mirage::to_f32({}[{off}])", self.var) }
+        if self.ctype == "float" {
+            format!("{}[{off}]", self.var)
+        } else {
+            format!("mirage::to_f32({}[{off}])", self.var)
+        }
     }
 
     fn offset_expr(&self, idx: &[String]) -> String {
         let terms: Vec<String> = (0..self.shape.len())
             .filter(|&d| self.shape[d] > 1)
-            .map(|d| if self.strides[d] == 1 { format!("({})", idx[d]) } else { format!("({})*{}", idx[d], self.strides[d]) })
+            .map(|d| {
+                if self.strides[d] == 1 {
+                    format!("({})", idx[d])
+                } else {
+                    format!("({})*{}", idx[d], self.strides[d])
+                }
+            })
             .collect();
-        if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
     }
 }
 
@@ -152,7 +172,11 @@ fn float_lit(v: f32) -> String {
     if v.is_nan() {
         "__int_as_float(0x7fc00000)".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "__int_as_float(0x7f800000)".into() } else { "__int_as_float(0xff800000)".into() }
+        if v > 0.0 {
+            "__int_as_float(0x7f800000)".into()
+        } else {
+            "__int_as_float(0xff800000)".into()
+        }
     } else {
         format!("{v:?}f")
     }
@@ -168,7 +192,11 @@ fn unary_expr(op: &UnaryOp, x: &str) -> String {
         UnaryOp::Relu => format!("mirage::relu({x})"),
         UnaryOp::Neg => format!("(-({x}))"),
         UnaryOp::Recip => format!("(1.0f/({x}))"),
-        UnaryOp::Clamp { lo, hi } => format!("mirage::clampf({x}, {}, {})", float_lit(lo.0), float_lit(hi.0)),
+        UnaryOp::Clamp { lo, hi } => format!(
+            "mirage::clampf({x}, {}, {})",
+            float_lit(lo.0),
+            float_lit(hi.0)
+        ),
         UnaryOp::MulScalar { c } => format!("({}*({x}))", float_lit(c.0)),
     }
 }
@@ -183,6 +211,30 @@ fn binary_expr(op: BinaryOp, a: &str, b: &str) -> String {
     }
 }
 
+/// Where a row-owned matmul's A operand comes from.
+enum ASource<'t> {
+    /// A shared-memory tile.
+    Smem(&'t Tile),
+    /// Fragments loaded before the loop (`name[band][k-step][4]`).
+    Preloaded(String),
+    /// A register value (`name[band][tile][4]` accumulator fragments).
+    Regs(String),
+}
+
+/// Where a row-owned matmul's result goes.
+enum RowOut<'t> {
+    /// A fresh register value `name[band][tile][4]`.
+    Regs(String),
+    /// The register accumulator `name[band * tiles + tile][4]`, across iterations.
+    Acc(String),
+    /// A shared-memory f32 tile.
+    Smem(&'t Tile),
+}
+
+fn unary_name(op: &UnaryOp) -> String {
+    BlockOp::Unary { op: op.clone() }.name()
+}
+
 /// Kernel generation state.
 struct Gen<'a> {
     bg: &'a BlockGraph,
@@ -191,6 +243,8 @@ struct Gen<'a> {
     tiles: Vec<Vec<Option<Tile>>>,
     /// Matmul nodes whose result accumulates in registers (node → the acc_sum node).
     fused: Vec<Option<usize>>,
+    /// Hoisting and register-chain decisions.
+    rp: RegisterPlan,
     stages: usize,
     out: String,
     /// A block-wide reduction uses the static scratch array `red` (one float per warp).
@@ -210,13 +264,23 @@ fn copy_plan(desc: &TensorDesc, tile: &[usize]) -> CopyPlan {
     let per16 = 16 / es;
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
     if let Some(c) = c {
-        let others_aligned = (0..desc.shape.len()).all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es) % 16 == 0);
+        let others_aligned = (0..desc.shape.len())
+            .all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es) % 16 == 0);
         if tile[c] % per16 == 0 && others_aligned {
-            return CopyPlan { vec_dim: Some(c), vec: per16 };
+            return CopyPlan {
+                vec_dim: Some(c),
+                vec: per16,
+            };
         }
-        return CopyPlan { vec_dim: Some(c), vec: 1 };
+        return CopyPlan {
+            vec_dim: Some(c),
+            vec: 1,
+        };
     }
-    CopyPlan { vec_dim: None, vec: 1 }
+    CopyPlan {
+        vec_dim: None,
+        vec: 1,
+    }
 }
 
 /// Shared-memory strides of an input tile and its size in elements: the device layout's dim
@@ -248,7 +312,9 @@ fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (V
 impl<'a> Gen<'a> {
     fn tile(&self, t: TensorRef) -> &Tile {
         // Every operand was assigned a tile before its users are generated.
-        self.tiles[t.node][t.port].as_ref().expect("operand tile planned before use")
+        self.tiles[t.node][t.port]
+            .as_ref()
+            .expect("operand tile planned before use")
     }
 
     fn line(&mut self, indent: usize, s: &str) {
@@ -261,7 +327,10 @@ impl<'a> Gen<'a> {
 
     /// `for (int e = tid; e < n; e += THREADS) { body(e) }`.
     fn elementwise(&mut self, indent: usize, n: usize, body: &str) {
-        self.line(indent, &format!("for (int e = tid; e < {n}; e += {}) {{", self.threads));
+        self.line(
+            indent,
+            &format!("for (int e = tid; e < {n}; e += {}) {{", self.threads),
+        );
         for l in body.lines() {
             self.line(indent + 1, l);
         }
@@ -275,32 +344,72 @@ impl<'a> Gen<'a> {
     /// Reduction of `src` along `dim` to `width` with strided grouping; `map` transforms each
     /// element (`{x}`), `combine` is "sum" or "max"; `store` is a statement template with `{o}`
     /// (flat output index) and `{v}` (the reduced value).
-    fn reduce(&mut self, indent: usize, src: &Tile, dim: usize, width: usize, map: &str, combine: &str, store: &str) {
+    fn reduce(
+        &mut self,
+        indent: usize,
+        src: &Tile,
+        dim: usize,
+        width: usize,
+        map: &str,
+        combine: &str,
+        store: &str,
+    ) {
         let mut out_shape = src.shape.clone();
         out_shape[dim] = width;
         let outputs: usize = out_shape.iter().product();
         let extent = src.shape[dim];
-        let init = if combine == "sum" { "0.0f" } else { "__int_as_float(0xff800000)" };
-        let op = |a: &str, b: &str| if combine == "sum" { format!("{a} + {b}") } else { format!("fmaxf({a}, {b})") };
+        let init = if combine == "sum" {
+            "0.0f"
+        } else {
+            "__int_as_float(0xff800000)"
+        };
+        let op = |a: &str, b: &str| {
+            if combine == "sum" {
+                format!("{a} + {b}")
+            } else {
+                format!("fmaxf({a}, {b})")
+            }
+        };
         let idx = unflatten("o", &out_shape);
         let mut sidx = idx.clone();
         sidx[dim] = "r".to_string();
         let x = map.replace("{x}", &src.load(&sidx));
-        let per_output_threads = if outputs >= self.threads || extent / width < 32 { 1 } else { 32 };
+        let per_output_threads = if outputs >= self.threads || extent / width < 32 {
+            1
+        } else {
+            32
+        };
         if per_output_threads == 1 {
-            self.line(indent, &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads));
+            self.line(
+                indent,
+                &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads),
+            );
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(indent + 1, &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)));
+            self.line(
+                indent + 1,
+                &format!(
+                    "for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}",
+                    idx[dim],
+                    op("v", &x)
+                ),
+            );
             self.line(indent + 1, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent, "}");
         } else if outputs * 2 <= self.warps && extent / width >= 64 * (self.warps / outputs) {
             // Few long reductions: every warp takes a strided share of one output, the partial
             // results meet in the static scratch array `red` (one slot per warp).
             let wpo = self.warps / outputs;
-            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
+            let warp_op = if combine == "sum" {
+                "mirage::warp_sum"
+            } else {
+                "mirage::warp_max"
+            };
             self.uses_red = true;
             self.line(indent, "{");
-            self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
+            self.line(
+                indent + 1,
+                &format!("const int o = warp / {wpo}, part = warp % {wpo};"),
+            );
             self.line(indent + 1, &format!("float v = {init};"));
             self.line(indent + 1, &format!("if (o < {outputs}) {{"));
             self.line(indent + 2, &format!("for (int r = {} + (part * 32 + lane) * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * wpo * width, op("v", &x)));
@@ -309,18 +418,48 @@ impl<'a> Gen<'a> {
             self.line(indent + 1, "if (lane == 0) red[warp] = v;");
             self.line(indent + 1, "__syncthreads();");
             self.line(indent + 1, &format!("if (tid < {outputs}) {{"));
-            self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
-            self.line(indent + 2, &format!("for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}", op("v", &format!("red[o * {wpo} + q]"))));
+            self.line(
+                indent + 2,
+                &format!("const int o = tid; float v = red[o * {wpo}];"),
+            );
+            self.line(
+                indent + 2,
+                &format!(
+                    "for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}",
+                    op("v", &format!("red[o * {wpo} + q]"))
+                ),
+            );
             self.line(indent + 2, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent + 1, "}");
             self.line(indent, "}");
         } else {
-            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
-            self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
+            let warp_op = if combine == "sum" {
+                "mirage::warp_sum"
+            } else {
+                "mirage::warp_max"
+            };
+            self.line(
+                indent,
+                &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps),
+            );
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(indent + 1, &format!("for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * width, op("v", &x)));
+            self.line(
+                indent + 1,
+                &format!(
+                    "for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}",
+                    idx[dim],
+                    32 * width,
+                    op("v", &x)
+                ),
+            );
             self.line(indent + 1, &format!("v = {warp_op}(v);"));
-            self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
+            self.line(
+                indent + 1,
+                &format!(
+                    "if (lane == 0) {{ {} }}",
+                    store.replace("{o}", "o").replace("{v}", "v")
+                ),
+            );
             self.line(indent, "}");
         }
     }
@@ -330,9 +469,11 @@ impl<'a> Gen<'a> {
     fn matmul(&mut self, indent: usize, a: &Tile, b: &Tile, c: Option<&Tile>, acc: Option<&str>) {
         let r = a.shape.len();
         let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
-        let (sa0, sa1) = (a.strides[r - 2], a.strides[r - 1]);
-        let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
-        let dtype = if a.dtype != DType::F32 { a.dtype } else { b.dtype };
+        let dtype = if a.dtype != DType::F32 {
+            a.dtype
+        } else {
+            b.dtype
+        };
         if dtype == DType::F32 {
             // FMA fallback: one output element per thread.
             let c = c.expect("f32 matmuls are never fused");
@@ -349,50 +490,10 @@ impl<'a> Gen<'a> {
         let ty = ctype(dtype);
         let (mt, nt, kt) = (m.div_ceil(16), n.div_ceil(8), k.div_ceil(16));
         let tiles = mt * nt;
-        // Element loads with bounds checks only where the shape is not a multiple of the mma tile.
-        let a_at = |row: &str, col: &str| -> String {
-            let mut conds = Vec::new();
-            if m % 16 != 0 {
-                conds.push(format!("({row}) < {m}"));
-            }
-            if k % 16 != 0 {
-                conds.push(format!("({col}) < {k}"));
-            }
-            let v = a.load(&two(row, col, r));
-            if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
-        };
-        let b_at = |row: &str, col: &str| -> String {
-            let mut conds = Vec::new();
-            if k % 16 != 0 {
-                conds.push(format!("({row}) < {k}"));
-            }
-            if n % 8 != 0 {
-                conds.push(format!("({col}) < {n}"));
-            }
-            let v = b.load(&two(row, col, r));
-            if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
-        };
-        // A 32-bit register holding two consecutive-k elements: a direct load when the tile holds
-        // the mma type with k contiguous, else two loads and a pack.
-        let a_pair = |row: &str, col: &str| -> String {
-            if a.ctype == ty && sa1 == 1 && sa0 % 2 == 0 && k % 16 == 0 {
-                let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])", a.var);
-                if m % 16 != 0 { format!("(({row}) < {m} ? {load} : 0u)") } else { load }
-            } else {
-                format!("mirage::pack2<{ty}>({}, {})", a_at(row, col), a_at(row, &format!("{col}+1")))
-            }
-        };
-        let b_pair = |row: &str, col: &str| -> String {
-            if b.ctype == ty && sb0 == 1 && sb1 % 2 == 0 && k % 16 == 0 {
-                let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])", b.var);
-                if n % 8 != 0 { format!("(({col}) < {n} ? {load} : 0u)") } else { load }
-            } else {
-                format!("mirage::pack2<{ty}>({}, {})", b_at(row, col), b_at(&format!("{row}+1"), col))
-            }
-        };
-        // B through ldmatrix.trans when the tile is row-major [k][n] in the mma type with 16-byte
-        // aligned rows (every tile starts 16-byte aligned in shared memory).
-        let b_ldmatrix = b.ctype == ty && sb1 == 1 && sb0 % 8 == 0 && n % 8 == 0 && k % 16 == 0 && b.offset % 16 == 0 && b.bytes % 16 == 0;
+        let a_pair = |row: &str, col: &str| a_pair_expr(a, ty, m, k, row, col);
+        let b_pair = |row: &str, col: &str| b_pair_expr(b, ty, k, n, row, col);
+        let b_ldmatrix = b_by_ldmatrix(b, ty, k, n);
+        let sb0 = b.strides[r - 2];
         // Independent accumulator chains over the k-steps: mma latency, not issue, bounds one
         // chain; 4 chains keep the tensor pipe busy.
         let chains = kt.clamp(1, 4);
@@ -401,9 +502,15 @@ impl<'a> Gen<'a> {
         self.line(indent, "{");
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-        self.line(indent + 2, &format!("const int t = warp + j * {};", self.warps));
+        self.line(
+            indent + 2,
+            &format!("const int t = warp + j * {};", self.warps),
+        );
         self.line(indent + 2, &format!("if (t < {tiles}) {{"));
-        self.line(indent + 3, &format!("const int mt = t / {nt}, nt = t % {nt};"));
+        self.line(
+            indent + 3,
+            &format!("const int mt = t / {nt}, nt = t % {nt};"),
+        );
         match acc {
             Some(name) => self.line(indent + 3, &format!("float* d = {name}[j];")),
             None => self.line(indent + 3, "float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};"),
@@ -411,14 +518,23 @@ impl<'a> Gen<'a> {
         self.line(indent + 3, &format!("float dc[{chains}][4];"));
         self.line(indent + 3, "#pragma unroll");
         self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"));
-        self.line(indent + 3, &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"));
+        self.line(
+            indent + 3,
+            &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"),
+        );
         self.line(indent + 4, "#pragma unroll");
-        self.line(indent + 4, &format!("for (int c = 0; c < {chains}; ++c) {{"));
+        self.line(
+            indent + 4,
+            &format!("for (int c = 0; c < {chains}; ++c) {{"),
+        );
         self.line(indent + 5, "const int kt = kb + c;");
         if kt % chains != 0 {
             self.line(indent + 5, &format!("if (kt >= {kt}) break;"));
         }
-        self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
+        self.line(
+            indent + 5,
+            "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
+        );
         self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
         self.line(indent + 5, "uint32_t fa[4], fb[2];");
         self.line(indent + 5, &format!("fa[0] = {};", a_pair("r0", "c0")));
@@ -426,12 +542,21 @@ impl<'a> Gen<'a> {
         self.line(indent + 5, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
         self.line(indent + 5, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
         if b_ldmatrix {
-            self.line(indent + 5, &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var));
+            self.line(
+                indent + 5,
+                &format!(
+                    "mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);",
+                    b.var
+                ),
+            );
         } else {
             self.line(indent + 5, &format!("fb[0] = {};", b_pair("c0", "nb")));
             self.line(indent + 5, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
         }
-        self.line(indent + 5, &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"));
+        self.line(
+            indent + 5,
+            &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"),
+        );
         self.line(indent + 4, "}");
         self.line(indent + 3, "}");
         self.line(indent + 3, "#pragma unroll");
@@ -444,10 +569,294 @@ impl<'a> Gen<'a> {
         self.line(indent, "}");
     }
 
+    /// Tile matmul `[m, k] x [k, n]` with whole 16-row bands per warp (warp `w` owns bands
+    /// `w, w + warps, …`; `fusion::RegisterPlan::row_owned`). Each k-step loads one A fragment
+    /// and runs the band's `n / 8` mma tiles on it: that many independent accumulators.
+    fn matmul_rows(
+        &mut self,
+        indent: usize,
+        bands: RowBands,
+        dtype: DType,
+        a: &ASource,
+        b: &Tile,
+        out: &RowOut,
+    ) {
+        let r = b.shape.len();
+        let (k, n) = (b.shape[r - 2], b.shape[r - 1]);
+        let m = bands.mt * 16;
+        let ty = ctype(dtype);
+        let ldm = b_by_ldmatrix(b, ty, k, n);
+        let sb0 = b.strides[r - 2];
+        let RowBands {
+            mt,
+            per_warp,
+            nt,
+            kt,
+        } = bands;
+        let warps = self.warps;
+        let src = match a {
+            ASource::Smem(_) => "A from shared memory",
+            ASource::Preloaded(_) => "A preloaded in registers",
+            ASource::Regs(_) => "A from registers",
+        };
+        let dst = match out {
+            RowOut::Regs(_) => "result in registers",
+            RowOut::Acc(_) => "accumulated in registers",
+            RowOut::Smem(_) => "result to shared memory",
+        };
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {mt} bands of 16 rows, {per_warp} per warp, {nt} mma tiles of 16x8 per band, {kt} k-steps; {src}, {dst}{}", if ldm { ", B by ldmatrix.trans" } else { "" }));
+        if let RowOut::Regs(name) = out {
+            self.line(indent, &format!("float {name}[{per_warp}][{nt}][4];"));
+        }
+        self.line(indent, "{");
+        self.line(indent + 1, "#pragma unroll");
+        self.line(
+            indent + 1,
+            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
+        );
+        self.line(indent + 2, &format!("const int mt = warp + mi * {warps};"));
+        // The target of tile `nt` of band `mi`.
+        let target = match out {
+            RowOut::Regs(name) => format!("{name}[mi][nt]"),
+            RowOut::Acc(name) => format!("{name}[mi * {nt} + nt]"),
+            RowOut::Smem(_) => "dl[nt]".to_string(),
+        };
+        match out {
+            RowOut::Regs(_) => {
+                self.line(indent + 2, "#pragma unroll");
+                self.line(indent + 2, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ {target}[0] = {target}[1] = {target}[2] = {target}[3] = 0.0f; }}"));
+            }
+            RowOut::Smem(_) => {
+                self.line(indent + 2, &format!("float dl[{nt}][4];"));
+                self.line(indent + 2, "#pragma unroll");
+                self.line(indent + 2, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ dl[nt][0] = dl[nt][1] = dl[nt][2] = dl[nt][3] = 0.0f; }}"));
+            }
+            RowOut::Acc(_) => {}
+        }
+        self.line(indent + 2, &format!("if (mt < {mt}) {{"));
+        self.line(indent + 3, "#pragma unroll");
+        self.line(indent + 3, &format!("for (int kt = 0; kt < {kt}; ++kt) {{"));
+        self.line(indent + 4, "uint32_t fa[4];");
+        match a {
+            ASource::Smem(t) => {
+                self.line(
+                    indent + 4,
+                    "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
+                );
+                for (q, (row, col)) in [
+                    ("r0", "c0"),
+                    ("r0+8", "c0"),
+                    ("r0", "c0+8"),
+                    ("r0+8", "c0+8"),
+                ]
+                .iter()
+                .enumerate()
+                {
+                    self.line(
+                        indent + 4,
+                        &format!("fa[{q}] = {};", a_pair_expr(t, ty, m, k, row, col)),
+                    );
+                }
+            }
+            ASource::Preloaded(name) => {
+                self.line(indent + 4, &format!("fa[0] = {name}[mi][kt][0]; fa[1] = {name}[mi][kt][1]; fa[2] = {name}[mi][kt][2]; fa[3] = {name}[mi][kt][3];"));
+            }
+            ASource::Regs(name) => {
+                // Accumulator fragments of tiles 2kt and 2kt+1 = the A fragment of k-step kt.
+                self.line(
+                    indent + 4,
+                    &format!(
+                        "fa[0] = mirage::pack2<{ty}>({name}[mi][2 * kt][0], {name}[mi][2 * kt][1]);"
+                    ),
+                );
+                self.line(
+                    indent + 4,
+                    &format!(
+                        "fa[1] = mirage::pack2<{ty}>({name}[mi][2 * kt][2], {name}[mi][2 * kt][3]);"
+                    ),
+                );
+                self.line(indent + 4, &format!("fa[2] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][0], {name}[mi][2 * kt + 1][1]);"));
+                self.line(indent + 4, &format!("fa[3] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][2], {name}[mi][2 * kt + 1][3]);"));
+            }
+        }
+        self.line(indent + 4, "#pragma unroll");
+        self.line(indent + 4, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+        self.line(indent + 5, "uint32_t fb[2];");
+        if ldm {
+            self.line(
+                indent + 5,
+                &format!(
+                    "mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);",
+                    b.var
+                ),
+            );
+        } else {
+            self.line(
+                indent + 5,
+                "const int c0 = kt * 16 + (lane & 3) * 2, nb = nt * 8 + (lane >> 2);",
+            );
+            self.line(
+                indent + 5,
+                &format!("fb[0] = {};", b_pair_expr(b, ty, k, n, "c0", "nb")),
+            );
+            self.line(
+                indent + 5,
+                &format!("fb[1] = {};", b_pair_expr(b, ty, k, n, "c0+8", "nb")),
+            );
+        }
+        self.line(
+            indent + 5,
+            &format!("mirage::mma_16816<{ty}>({target}, fa, fb);"),
+        );
+        self.line(indent + 4, "}");
+        self.line(indent + 3, "}");
+        if let RowOut::Smem(c) = out {
+            self.line(indent + 3, "#pragma unroll");
+            self.line(indent + 3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+            self.line(indent + 4, "const float* d = dl[nt];");
+            self.store_fragment(indent + 4, c, m, n);
+            self.line(indent + 3, "}");
+        }
+        self.line(indent + 2, "}");
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// Loads the A fragments of a row-owned matmul into `name[per_warp][kt][4]` (before the loop).
+    fn preload_a(&mut self, indent: usize, bands: RowBands, dtype: DType, a: &Tile, name: &str) {
+        let r = a.shape.len();
+        let (m, k) = (a.shape[r - 2], a.shape[r - 1]);
+        let ty = ctype(dtype);
+        let RowBands {
+            per_warp, kt, mt, ..
+        } = bands;
+        self.line(indent, &format!("// A fragments of a loop-invariant operand, loaded once: {per_warp} band(s) x {kt} k-steps"));
+        self.line(indent, &format!("uint32_t {name}[{per_warp}][{kt}][4];"));
+        self.line(indent, "#pragma unroll");
+        self.line(
+            indent,
+            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
+        );
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int kt = 0; kt < {kt}; ++kt) {{"));
+        self.line(
+            indent + 2,
+            &format!("const int mt = warp + mi * {};", self.warps),
+        );
+        self.line(
+            indent + 2,
+            "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
+        );
+        self.line(indent + 2, &format!("{name}[mi][kt][0] = {name}[mi][kt][1] = {name}[mi][kt][2] = {name}[mi][kt][3] = 0u;"));
+        self.line(indent + 2, &format!("if (mt < {mt}) {{"));
+        for (q, (row, col)) in [
+            ("r0", "c0"),
+            ("r0+8", "c0"),
+            ("r0", "c0+8"),
+            ("r0+8", "c0+8"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            self.line(
+                indent + 3,
+                &format!(
+                    "{name}[mi][kt][{q}] = {};",
+                    a_pair_expr(a, ty, m, k, row, col)
+                ),
+            );
+        }
+        self.line(indent + 2, "}");
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// `out = f(x)` on register fragments `x[per_warp][nt][4]`.
+    fn unary_regs(&mut self, indent: usize, op: &UnaryOp, bands: RowBands, x: &str, out: &str) {
+        let RowBands { per_warp, nt, .. } = bands;
+        self.line(
+            indent,
+            &format!("// {} on register fragments", unary_name(op)),
+        );
+        self.line(indent, &format!("float {out}[{per_warp}][{nt}][4];"));
+        self.line(indent, "#pragma unroll");
+        self.line(
+            indent,
+            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
+        );
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+        self.line(indent + 2, "#pragma unroll");
+        self.line(
+            indent + 2,
+            &format!(
+                "for (int q = 0; q < 4; ++q) {{ {out}[mi][nt][q] = {}; }}",
+                unary_expr(op, &format!("{x}[mi][nt][q]"))
+            ),
+        );
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// `acc[row] += Σ_cols x[row, cols]` for register fragments `x`: each lane sums its pairs,
+    /// the four lanes of a row meet by two shuffles, one adds to the shared-memory accumulator
+    /// (the rows of a band belong to one warp, so no other warp touches them).
+    fn row_sum_regs(&mut self, indent: usize, bands: RowBands, x: &str, acc: &Tile) {
+        let RowBands {
+            per_warp, nt, mt, ..
+        } = bands;
+        let r = acc.shape.len();
+        let at = |row: &str| acc.offset_expr(&two(row, "0", r));
+        self.line(indent, "// row sums of register fragments");
+        self.line(indent, "#pragma unroll");
+        self.line(
+            indent,
+            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
+        );
+        self.line(
+            indent + 1,
+            &format!("const int mt = warp + mi * {};", self.warps),
+        );
+        self.line(indent + 1, "float v0 = 0.0f, v1 = 0.0f;");
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ v0 += {x}[mi][nt][0] + {x}[mi][nt][1]; v1 += {x}[mi][nt][2] + {x}[mi][nt][3]; }}"));
+        self.line(
+            indent + 1,
+            "v0 += __shfl_xor_sync(0xffffffffu, v0, 1); v0 += __shfl_xor_sync(0xffffffffu, v0, 2);",
+        );
+        self.line(
+            indent + 1,
+            "v1 += __shfl_xor_sync(0xffffffffu, v1, 1); v1 += __shfl_xor_sync(0xffffffffu, v1, 2);",
+        );
+        self.line(indent + 1, &format!("if (mt < {mt} && (lane & 3) == 0) {{"));
+        self.line(indent + 2, "const int r = mt * 16 + (lane >> 2);");
+        self.line(
+            indent + 2,
+            &format!(
+                "{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v0;",
+                acc.var,
+                at("r")
+            ),
+        );
+        self.line(
+            indent + 2,
+            &format!(
+                "{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v1;",
+                acc.var,
+                at("r+8")
+            ),
+        );
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
     /// Stores fragment `d` of tile (mt, nt) into the row-major f32 tile `c`.
     fn store_fragment(&mut self, indent: usize, c: &Tile, m: usize, n: usize) {
         self.line(indent, "{");
-        self.line(indent + 1, "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;");
+        self.line(
+            indent + 1,
+            "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;",
+        );
         let guard = |row: &str, col: &str| {
             let mut conds = Vec::new();
             if m % 16 != 0 {
@@ -456,14 +865,121 @@ impl<'a> Gen<'a> {
             if n % 8 != 0 {
                 conds.push(format!("{col} < {n}"));
             }
-            if conds.is_empty() { String::new() } else { format!("if ({}) ", conds.join(" && ")) }
+            if conds.is_empty() {
+                String::new()
+            } else {
+                format!("if ({}) ", conds.join(" && "))
+            }
         };
-        for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
+        for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")]
+            .iter()
+            .enumerate()
+        {
             let r = c.shape.len();
-            self.line(indent + 1, &format!("{}{}[{}] = d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
+            self.line(
+                indent + 1,
+                &format!(
+                    "{}{}[{}] = d[{i}];",
+                    guard(row, col),
+                    c.var,
+                    c.offset_expr(&two(row, col, r))
+                ),
+            );
         }
         self.line(indent, "}");
     }
+}
+
+/// A 32-bit register holding two consecutive-k elements of A (`[m, k]`) at (`row`, `col`): a
+/// direct load when the tile holds the mma type with k contiguous, else two loads and a pack;
+/// zero outside the tile where the shape is not a multiple of the mma tile.
+fn a_pair_expr(a: &Tile, ty: &str, m: usize, k: usize, row: &str, col: &str) -> String {
+    let r = a.shape.len();
+    let (sa0, sa1) = (a.strides[r - 2], a.strides[r - 1]);
+    if a.ctype == ty && sa1 == 1 && sa0 % 2 == 0 && k % 16 == 0 {
+        let load = format!(
+            "*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])",
+            a.var
+        );
+        if m % 16 != 0 {
+            format!("(({row}) < {m} ? {load} : 0u)")
+        } else {
+            load
+        }
+    } else {
+        let at = |row: &str, col: &str| -> String {
+            let mut conds = Vec::new();
+            if m % 16 != 0 {
+                conds.push(format!("({row}) < {m}"));
+            }
+            if k % 16 != 0 {
+                conds.push(format!("({col}) < {k}"));
+            }
+            let v = a.load(&two(row, col, r));
+            if conds.is_empty() {
+                v
+            } else {
+                format!("(({}) ? {v} : 0.0f)", conds.join(" && "))
+            }
+        };
+        format!(
+            "mirage::pack2<{ty}>({}, {})",
+            at(row, col),
+            at(row, &format!("{col}+1"))
+        )
+    }
+}
+
+/// A 32-bit register holding two consecutive-k elements of B (`[k, n]`) at (`row`, `col`).
+fn b_pair_expr(b: &Tile, ty: &str, k: usize, n: usize, row: &str, col: &str) -> String {
+    let r = b.shape.len();
+    let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
+    if b.ctype == ty && sb0 == 1 && sb1 % 2 == 0 && k % 16 == 0 {
+        let load = format!(
+            "*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])",
+            b.var
+        );
+        if n % 8 != 0 {
+            format!("(({col}) < {n} ? {load} : 0u)")
+        } else {
+            load
+        }
+    } else {
+        let at = |row: &str, col: &str| -> String {
+            let mut conds = Vec::new();
+            if k % 16 != 0 {
+                conds.push(format!("({row}) < {k}"));
+            }
+            if n % 8 != 0 {
+                conds.push(format!("({col}) < {n}"));
+            }
+            let v = b.load(&two(row, col, r));
+            if conds.is_empty() {
+                v
+            } else {
+                format!("(({}) ? {v} : 0.0f)", conds.join(" && "))
+            }
+        };
+        format!(
+            "mirage::pack2<{ty}>({}, {})",
+            at(row, col),
+            at(&format!("{row}+1"), col)
+        )
+    }
+}
+
+/// Whether B goes through `ldmatrix.trans`: a row-major `[k][n]` tile in the mma type with
+/// 16-byte aligned rows (every tile starts 16-byte aligned in shared memory).
+fn b_by_ldmatrix(b: &Tile, ty: &str, k: usize, n: usize) -> bool {
+    let r = b.shape.len();
+    let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
+    b.ctype == ty
+        && sb1 == 1
+        && sb0 % 8 == 0
+        && n % 8 == 0
+        && k % 16 == 0
+        && b.offset % 16 == 0
+        && b.bytes % 16 == 0
 }
 
 /// A multi-index for a rank-`r` tile whose leading dims are 1.
@@ -480,7 +996,11 @@ const FOREVER: usize = usize::MAX / 2;
 const RED_MARKER: &str = "/*@static-shared@*/";
 
 /// Generates the kernel `name` for block graph `bg`.
-pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+pub fn generate_kernel(
+    bg: &BlockGraph,
+    name: &str,
+    opts: &KernelOptions,
+) -> Result<KernelSource, CodegenError> {
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
@@ -491,22 +1011,44 @@ pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Res
                 stages -= 1;
             }
             Ok(k) => {
-                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes + k.static_smem_bytes, available: opts.max_smem_bytes });
+                return Err(CodegenError::SharedMemory {
+                    kernel: name.to_string(),
+                    needed: k.smem_bytes + k.static_smem_bytes,
+                    available: opts.max_smem_bytes,
+                });
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<KernelSource, CodegenError> {
+fn try_generate(
+    bg: &BlockGraph,
+    name: &str,
+    max_stages: usize,
+) -> Result<KernelSource, CodegenError> {
     let nodes = bg.nodes();
     let n = nodes.len();
     let frange = bg.forloop_range();
     let threads = bg.threads();
-    let mut g = Gen { bg, threads, warps: threads / 32, tiles: vec![Vec::new(); n], fused: vec![None; n], stages: 1, out: String::new(), uses_red: false };
+    let rp = RegisterPlan::new(bg);
+    let mut g = Gen {
+        bg,
+        threads,
+        warps: threads / 32,
+        tiles: vec![Vec::new(); n],
+        fused: rp.fused.clone(),
+        rp,
+        stages: 1,
+        out: String::new(),
+        uses_red: false,
+    };
 
     // Users of every tile.
-    let mut users: Vec<Vec<Vec<usize>>> = nodes.iter().map(|nd| vec![Vec::new(); nd.outputs.len()]).collect();
+    let mut users: Vec<Vec<Vec<usize>>> = nodes
+        .iter()
+        .map(|nd| vec![Vec::new(); nd.outputs.len()])
+        .collect();
     for (i, nd) in nodes.iter().enumerate() {
         for t in &nd.inputs {
             users[t.node][t.port].push(i);
@@ -516,7 +1058,12 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let mut alias: Vec<Option<TensorRef>> = vec![None; n];
     if frange == 1 {
         for (i, nd) in nodes.iter().enumerate() {
-            if matches!(nd.op, BlockOp::Accum { acc: AccKind::Sum | AccKind::Max | AccKind::Rescale }) {
+            if matches!(
+                nd.op,
+                BlockOp::Accum {
+                    acc: AccKind::Sum | AccKind::Max | AccKind::Rescale
+                }
+            ) {
                 let src = nd.inputs[0];
                 alias[i] = Some(alias[src.node].filter(|_| src.port == 0).unwrap_or(src));
             }
@@ -531,31 +1078,37 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     }
     let in_loop = |i: usize| match nodes[i].op {
         BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
-        _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
+        _ => nodes[i]
+            .outputs
+            .first()
+            .is_some_and(|t| t.phase == Phase::InLoop),
     };
-    let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
+    let pos = |i: usize| {
+        if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) {
+            1 + i
+        } else {
+            1 + n + i
+        }
+    };
     let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| pos(u)).max().unwrap_or(pos(i));
 
-    // Matmuls whose only user is acc_sum accumulate in registers (f16/bf16 operands only).
-    for (i, nd) in nodes.iter().enumerate() {
-        if frange > 1 && matches!(nd.op, BlockOp::Matmul) && in_loop(i) && users[i][0].len() == 1 {
-            let u = users[i][0][0];
-            let operand_dtype = bg.tile(nd.inputs[0]).map(|t| t.dtype).unwrap_or(DType::F32);
-            if nodes[u].op == (BlockOp::Accum { acc: AccKind::Sum }) && operand_dtype != DType::F32 {
-                g.fused[i] = Some(u);
-            }
-        }
-    }
-
     let mut planner = SmemPlanner::default();
-    let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
+    let any_pipelined = nodes.iter().any(|nd| {
+        matches!(
+            nd.op,
+            BlockOp::Input {
+                forloop_dim: Some(_),
+                ..
+            }
+        )
+    }) && frange > 1;
     g.stages = if any_pipelined { max_stages } else { 1 };
     let mut copy_plans: Vec<Option<CopyPlan>> = (0..n).map(|_| None).collect();
     let mut scratch: Vec<Option<Tile>> = vec![None; n];
     for (i, nd) in nodes.iter().enumerate() {
         let mut tiles = Vec::new();
         for (p, desc) in nd.outputs.iter().enumerate() {
-            if g.fused[i].is_some() {
+            if g.fused[i].is_some() || g.rp.reg[i] {
                 tiles.push(None);
                 continue;
             }
@@ -564,9 +1117,15 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                 tiles.push(t);
                 continue;
             }
-            let var = if nd.outputs.len() == 1 { format!("t{i}") } else { format!("t{i}_{p}") };
+            let var = if nd.outputs.len() == 1 {
+                format!("t{i}")
+            } else {
+                format!("t{i}_{p}")
+            };
             let tile = match &nd.op {
-                BlockOp::Input { input, forloop_dim, .. } => {
+                BlockOp::Input {
+                    input, forloop_dim, ..
+                } => {
                     let kdesc = &bg.inputs()[*input];
                     let plan = copy_plan(kdesc, &desc.shape);
                     let pipelined = forloop_dim.is_some() && frange > 1 && plan.vec > 1;
@@ -574,32 +1133,96 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     let bytes = elements * kdesc.dtype.size_bytes();
                     let stage_bytes = bytes.div_ceil(super::smem::ALIGN) * super::smem::ALIGN;
                     let nst = if pipelined { g.stages } else { 1 };
-                    let offset = planner.alloc(stage_bytes * nst, Interval { start: 0, end: FOREVER });
+                    let offset = planner.alloc(
+                        stage_bytes * nst,
+                        Interval {
+                            start: 0,
+                            end: FOREVER,
+                        },
+                    );
                     copy_plans[i] = Some(plan);
-                    Tile { var, ctype: ctype(kdesc.dtype), dtype: kdesc.dtype, shape: desc.shape.clone(), strides, offset, bytes: stage_bytes, pipelined }
+                    Tile {
+                        var,
+                        ctype: ctype(kdesc.dtype),
+                        dtype: kdesc.dtype,
+                        shape: desc.shape.clone(),
+                        strides,
+                        offset,
+                        bytes: stage_bytes,
+                        pipelined,
+                    }
                 }
                 _ => {
                     let numel: usize = desc.shape.iter().product();
-                    let persistent = matches!(nd.op, BlockOp::Accum { .. }) || (matches!(nd.op, BlockOp::RunningMax { .. }) && p == 0);
-                    let live = if persistent { Interval { start: 0, end: FOREVER } } else { Interval { start: pos(i), end: last_use(i, p) } };
+                    let persistent = matches!(nd.op, BlockOp::Accum { .. })
+                        || (matches!(nd.op, BlockOp::RunningMax { .. }) && p == 0);
+                    let live = if g.rp.hoisted[i] {
+                        // Written before the loop; free once it starts unless read in it.
+                        let end = if g.rp.dead_in_loop(bg, TensorRef { node: i, port: p }) {
+                            0
+                        } else {
+                            FOREVER
+                        };
+                        Interval { start: 0, end }
+                    } else if persistent {
+                        Interval {
+                            start: 0,
+                            end: FOREVER,
+                        }
+                    } else {
+                        Interval {
+                            start: pos(i),
+                            end: last_use(i, p),
+                        }
+                    };
                     // Tiles written by matmul fragments or element-wise ops and read as mma
                     // operands: rows padded by 16 bytes (see `padded_f32_strides`).
-                    let padded = matches!(nd.op, BlockOp::Matmul | BlockOp::Unary { .. } | BlockOp::Binary { .. });
-                    let (strides, elements) = if padded { padded_f32_strides(&desc.shape) } else { (row_major(&desc.shape), numel) };
+                    let padded = matches!(
+                        nd.op,
+                        BlockOp::Matmul
+                            | BlockOp::Unary { .. }
+                            | BlockOp::Binary { .. }
+                            | BlockOp::RmsNorm { .. }
+                    );
+                    let (strides, elements) = if padded {
+                        padded_f32_strides(&desc.shape)
+                    } else {
+                        (row_major(&desc.shape), numel)
+                    };
                     let offset = planner.alloc(elements * 4, live);
-                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
+                    Tile {
+                        var,
+                        ctype: "float",
+                        dtype: desc.dtype,
+                        shape: desc.shape.clone(),
+                        strides,
+                        offset,
+                        bytes: elements * 4,
+                        pipelined: false,
+                    }
                 }
             };
             tiles.push(Some(tile));
         }
         if let BlockOp::RmsNorm { .. } = nd.op {
-            let rows = nd.outputs[0].shape.iter().product::<usize>() / nd.outputs[0].shape.last().copied().unwrap_or(1);
-            let offset = planner.alloc(rows * 4, Interval { start: pos(i), end: pos(i) });
+            let rows = nd.outputs[0].shape.iter().product::<usize>()
+                / nd.outputs[0].shape.last().copied().unwrap_or(1);
+            let at = if g.rp.hoisted[i] { 0 } else { pos(i) };
+            let offset = planner.alloc(rows * 4, Interval { start: at, end: at });
             let mut shape = nd.outputs[0].shape.clone();
             if let Some(l) = shape.last_mut() {
                 *l = 1;
             }
-            scratch[i] = Some(Tile { var: format!("s{i}"), ctype: "float", dtype: DType::F32, strides: row_major(&shape), shape, offset, bytes: rows * 4, pipelined: false });
+            scratch[i] = Some(Tile {
+                var: format!("s{i}"),
+                ctype: "float",
+                dtype: DType::F32,
+                strides: row_major(&shape),
+                shape,
+                offset,
+                bytes: rows * 4,
+                pipelined: false,
+            });
         }
         g.tiles[i] = tiles;
     }
@@ -616,11 +1239,22 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         params.push(format!("{}* __restrict__ out{k}", ctype(d.dtype)));
     }
     writeln!(g.out, "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory", grid, threads, frange, g.stages, smem_bytes).ok();
-    writeln!(g.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{", params.join(", ")).ok();
+    writeln!(
+        g.out,
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{",
+        params.join(", ")
+    )
+    .ok();
     g.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
     g.line(1, RED_MARKER);
-    g.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
-    g.line(1, "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;");
+    g.line(
+        1,
+        "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;",
+    );
+    g.line(
+        1,
+        "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;",
+    );
     g.line(1, "(void)warp; (void)lane; (void)bx; (void)by; (void)bz;");
     // Pointers of non-pipelined tiles.
     for i in 0..n {
@@ -629,19 +1263,29 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
         for t in g.tiles[i].clone().into_iter().flatten() {
             if !t.pipelined {
-                g.line(1, &format!("{}* const {} = reinterpret_cast<{}*>(smem + {});", t.ctype, t.var, t.ctype, t.offset));
+                g.line(
+                    1,
+                    &format!(
+                        "{}* const {} = reinterpret_cast<{}*>(smem + {});",
+                        t.ctype, t.var, t.ctype, t.offset
+                    ),
+                );
             }
         }
         if let Some(s) = scratch[i].clone() {
-            g.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
+            g.line(
+                1,
+                &format!(
+                    "float* const {} = reinterpret_cast<float*>(smem + {});",
+                    s.var, s.offset
+                ),
+            );
         }
     }
     // Register accumulators of fused matmuls.
     for i in 0..n {
         if g.fused[i].is_some() {
-            let (m, nn) = matmul_mn(bg, i);
-            let tiles = m.div_ceil(16) * nn.div_ceil(8);
-            let tpw = tiles.div_ceil(g.warps);
+            let tpw = racc_len(&g, i);
             g.line(1, &format!("float racc{i}[{tpw}][4];"));
             g.line(1, &format!("#pragma unroll\n  for (int j = 0; j < {tpw}; ++j) {{ racc{i}[j][0] = racc{i}[j][1] = racc{i}[j][2] = racc{i}[j][3] = 0.0f; }}"));
         }
@@ -649,7 +1293,14 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
 
     // ---- loads ----
     let block_offset = |i: usize, iter: &str| -> Vec<String> {
-        let BlockOp::Input { input, imap, forloop_dim } = &nodes[i].op else { return vec![] };
+        let BlockOp::Input {
+            input,
+            imap,
+            forloop_dim,
+        } = &nodes[i].op
+        else {
+            return vec![];
+        };
         let kdesc = &bg.inputs()[*input];
         let tile = &nodes[i].outputs[0].shape;
         (0..kdesc.shape.len())
@@ -663,12 +1314,18 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                 if *forloop_dim == Some(d) {
                     terms.push(format!("({iter})*{}", tile[d]));
                 }
-                if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+                if terms.is_empty() {
+                    "0".into()
+                } else {
+                    terms.join(" + ")
+                }
             })
             .collect()
     };
     let emit_load = |g: &mut Gen, indent: usize, i: usize, iter: &str, buf: &str| {
-        let BlockOp::Input { input, .. } = &nodes[i].op else { return };
+        let BlockOp::Input { input, .. } = &nodes[i].op else {
+            return;
+        };
         let kdesc = &bg.inputs()[*input];
         let tile = g.tiles[i][0].clone().expect("input tiles are planned");
         let plan = copy_plans[i].as_ref().expect("input copy planned");
@@ -685,40 +1342,87 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         let mut gterms = Vec::new();
         let mut sterms = Vec::new();
         for d in 0..shape.len() {
-            let local = if Some(d) == c && plan.vec > 1 { format!("{}*{}", idx[d], plan.vec) } else { idx[d].clone() };
-            gterms.push(format!("(long long)({} + {local})*{}", boff[d], kdesc.strides[d]));
+            let local = if Some(d) == c && plan.vec > 1 {
+                format!("{}*{}", idx[d], plan.vec)
+            } else {
+                idx[d].clone()
+            };
+            gterms.push(format!(
+                "(long long)({} + {local})*{}",
+                boff[d], kdesc.strides[d]
+            ));
             if shape[d] > 1 {
                 sterms.push(format!("({local})*{}", tile.strides[d]));
             }
         }
-        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
-        g.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", g.threads));
-        g.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        let soff = if sterms.is_empty() {
+            "0".to_string()
+        } else {
+            sterms.join(" + ")
+        };
+        g.line(
+            indent,
+            &format!("for (int v = tid; v < {total}; v += {}) {{", g.threads),
+        );
+        g.line(
+            indent + 1,
+            &format!("const long long go = {};", gterms.join(" + ")),
+        );
         if plan.vec > 1 {
-            g.line(indent + 1, &format!("mirage::cp_async16({buf} + ({soff}), in{input} + go);"));
+            g.line(
+                indent + 1,
+                &format!("mirage::cp_async16({buf} + ({soff}), in{input} + go);"),
+            );
         } else {
             g.line(indent + 1, &format!("{buf}[{soff}] = in{input}[go];"));
         }
         g.line(indent, "}");
     };
-    let inputs: Vec<usize> = (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. })).collect();
-    let stage_ptr = |t: &Tile, stage: &str| format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes);
+    let inputs: Vec<usize> = (0..n)
+        .filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. }))
+        .collect();
+    let stage_ptr = |t: &Tile, stage: &str| {
+        format!(
+            "reinterpret_cast<{}*>(smem + {} + ({stage})*{})",
+            t.ctype, t.offset, t.bytes
+        )
+    };
     // Once-loaded tiles (and every tile when there is no loop).
     g.line(1, "// tiles loaded once, before the loop");
     for &i in &inputs {
         let t = g.tiles[i][0].clone().expect("planned");
-        let once = !matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) || frange == 1;
+        let once = !matches!(
+            nodes[i].op,
+            BlockOp::Input {
+                forloop_dim: Some(_),
+                ..
+            }
+        ) || frange == 1;
         if once {
             let var = t.var.clone();
             emit_load(&mut g, 1, i, "0", &var);
         }
     }
     g.line(1, "mirage::cp_async_commit();");
-    let pipelined: Vec<usize> = inputs.iter().copied().filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)).collect();
+    let pipelined: Vec<usize> = inputs
+        .iter()
+        .copied()
+        .filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
+        .collect();
     let sync_looped: Vec<usize> = inputs
         .iter()
         .copied()
-        .filter(|&i| frange > 1 && matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
+        .filter(|&i| {
+            frange > 1
+                && matches!(
+                    nodes[i].op,
+                    BlockOp::Input {
+                        forloop_dim: Some(_),
+                        ..
+                    }
+                )
+                && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)
+        })
         .collect();
     let s = g.stages;
     if !pipelined.is_empty() {
@@ -735,10 +1439,41 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
 
+    // ---- loop-invariant operators and preloaded fragments, before the loop ----
+    let preloads: Vec<usize> = (0..n).filter(|&i| g.rp.preload_a[i]).collect();
+    if g.rp.hoisted.iter().any(|&h| h) || !preloads.is_empty() {
+        // The once-loaded tiles are the first commit group: complete when at most the
+        // prologue's groups are pending.
+        g.line(1, "// loop-invariant operators, once");
+        g.line(
+            1,
+            &format!(
+                "mirage::cp_async_wait<{}>();",
+                if pipelined.is_empty() { 0 } else { s - 1 }
+            ),
+        );
+        g.sync(1);
+        for i in 0..n {
+            if g.rp.hoisted[i] {
+                gen_op(&mut g, 1, i, &scratch)?;
+                g.sync(1);
+            }
+        }
+        for &i in &preloads {
+            let a = g.tile(nodes[i].inputs[0]).clone();
+            let bands = RowBands::of(bg, i).expect("row-owned matmuls have bands");
+            let dtype = mma_dtype_of(&g, i);
+            g.preload_a(1, bands, dtype, &a, &format!("pa{i}"));
+        }
+    }
+
     // ---- the loop ----
     g.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
     if !pipelined.is_empty() {
-        g.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
+        g.line(
+            2,
+            &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1),
+        );
         for &i in &pipelined {
             let t = g.tiles[i][0].clone().expect("planned");
             let buf = stage_ptr(&t, &format!("nit % {s}"));
@@ -752,7 +1487,15 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     }
     for &i in &pipelined {
         let t = g.tiles[i][0].clone().expect("planned");
-        g.line(2, &format!("{}* const {} = {};", t.ctype, t.var, stage_ptr(&t, &format!("it % {s}"))));
+        g.line(
+            2,
+            &format!(
+                "{}* const {} = {};",
+                t.ctype,
+                t.var,
+                stage_ptr(&t, &format!("it % {s}"))
+            ),
+        );
     }
     if !sync_looped.is_empty() {
         g.sync(2);
@@ -762,31 +1505,36 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.sync(2);
+    let skipped = |g: &Gen, j: usize| {
+        matches!(nodes[j].op, BlockOp::Input { .. })
+            || g.rp.hoisted[j]
+            || (matches!(nodes[j].op, BlockOp::Accum { .. })
+                && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
+            || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. }))
+    };
     for i in 0..n {
+        if skipped(&g, i) {
+            continue;
+        }
         let nd = &nodes[i];
         if let BlockOp::Accum { acc } = nd.op {
-            if g.fused.iter().any(|f| *f == Some(i)) || alias[i].is_some() {
-                continue; // accumulated in registers by its matmul, or the identity
+            if g.rp.reg_sum[i] {
+                let x = nd.inputs[0].node;
+                let bands = reg_bands(&g, x);
+                let out = g.tiles[i][0].clone().expect("planned");
+                g.row_sum_regs(2, bands, &format!("r{x}"), &out);
+            } else {
+                gen_accumulate(&mut g, i, acc, frange)?;
             }
-            gen_accumulate(&mut g, i, acc, frange)?;
-            g.sync(2);
-            continue;
+        } else {
+            gen_op(&mut g, 2, i, &scratch)?;
         }
-        if !in_loop(i) || matches!(nd.op, BlockOp::Input { .. }) {
-            continue;
-        }
-        gen_op(&mut g, 2, i, &scratch)?;
-        // A matmul accumulated in registers writes no shared memory: the next op needs no
-        // barrier when it is one too (it reads only tiles that were already complete).
-        let register_matmul = |j: usize| matches!(nodes[j].op, BlockOp::Matmul) && g.fused[j].is_some();
-        let next = (i + 1..n).find(|&j| {
-            let skipped = matches!(nodes[j].op, BlockOp::Input { .. })
-                || !in_loop(j)
-                || (matches!(nodes[j].op, BlockOp::Accum { .. }) && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()));
-            !skipped
-        });
-        if register_matmul(i) && next.is_some_and(register_matmul) {
-            g.line(2, "// no barrier: both matmuls accumulate in registers");
+        // Operators whose results stay with the warp that computed them (register values,
+        // register accumulators, row sums of owned rows) need no barrier between them: each
+        // reads only tiles that were complete before the first of them ran.
+        let next = (i + 1..n).find(|&j| !skipped(&g, j));
+        if g.rp.warp_local(i) && next.is_some_and(|j| g.rp.warp_local(j)) {
+            g.line(2, "// no barrier: the next operator reads only this warp's registers and completed tiles");
             continue;
         }
         g.sync(2);
@@ -799,23 +1547,63 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         if let Some(u) = g.fused[i] {
             let (m, nn) = matmul_mn(bg, i);
             let c = g.tiles[u][0].clone().expect("acc tile planned");
+            if g.rp.row_owned[i] {
+                let RowBands {
+                    mt, per_warp, nt, ..
+                } = RowBands::of(bg, i).expect("row-owned matmuls have bands");
+                g.line(1, "#pragma unroll");
+                g.line(1, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+                g.line(
+                    2,
+                    &format!("const int mt = warp + mi * {}; if (mt < {mt}) {{", g.warps),
+                );
+                g.line(3, "#pragma unroll");
+                g.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+                g.line(4, &format!("const float* d = racc{i}[mi * {nt} + nt];"));
+                g.store_fragment(4, &c, m, nn);
+                g.line(3, "}");
+                g.line(2, "}");
+                g.line(1, "}");
+                continue;
+            }
             let tiles = m.div_ceil(16) * nn.div_ceil(8);
             let tpw = tiles.div_ceil(g.warps);
             g.line(1, "#pragma unroll");
             g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-            g.line(2, &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps));
-            g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
+            g.line(
+                2,
+                &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps),
+            );
+            g.line(
+                3,
+                &format!(
+                    "const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];",
+                    nn.div_ceil(8),
+                    nn.div_ceil(8)
+                ),
+            );
             g.store_fragment(3, &c, m, nn);
             g.line(2, "}");
             g.line(1, "}");
         }
     }
     for i in 0..n {
-        if let BlockOp::Accum { acc: AccKind::RmsLast } = nodes[i].op {
+        if let BlockOp::Accum {
+            acc: AccKind::RmsLast,
+        } = nodes[i].op
+        {
             let x = g.tile(nodes[i].inputs[0]).clone();
             let count = frange * x.shape.last().copied().unwrap_or(1);
             let t = g.tiles[i][0].clone().expect("planned");
-            g.elementwise(1, t.numel(), &format!("{0}[e] = sqrtf({0}[e] / {1});", t.var, float_lit(count as f32)));
+            g.elementwise(
+                1,
+                t.numel(),
+                &format!(
+                    "{0}[e] = sqrtf({0}[e] / {1});",
+                    t.var,
+                    float_lit(count as f32)
+                ),
+            );
         }
     }
     g.sync(1);
@@ -841,7 +1629,15 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     })
                     .collect();
                 let ty = ctype(desc.dtype);
-                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({});", terms.join(" + "), t.load(&idx)));
+                g.elementwise(
+                    1,
+                    t.numel(),
+                    &format!(
+                        "out{saver}[{}] = mirage::from_f32<{ty}>({});",
+                        terms.join(" + "),
+                        t.load(&idx)
+                    ),
+                );
                 saver += 1;
             }
             BlockOp::Accum { .. } => {}
@@ -853,10 +1649,59 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.line(0, "}");
-    let red = if g.uses_red { format!("__shared__ float red[{}];", g.warps) } else { String::new() };
-    let code = g.out.replacen(&format!("  {RED_MARKER}\n"), &if red.is_empty() { String::new() } else { format!("  {red}\n") }, 1);
+    let red = if g.uses_red {
+        format!("__shared__ float red[{}];", g.warps)
+    } else {
+        String::new()
+    };
+    let code = g.out.replacen(
+        &format!("  {RED_MARKER}\n"),
+        &if red.is_empty() {
+            String::new()
+        } else {
+            format!("  {red}\n")
+        },
+        1,
+    );
     let static_smem_bytes = if g.uses_red { 4 * g.warps } else { 0 };
-    Ok(KernelSource { name: name.to_string(), code, grid, threads, smem_bytes, static_smem_bytes, stages: g.stages })
+    Ok(KernelSource {
+        name: name.to_string(),
+        code,
+        grid,
+        threads,
+        smem_bytes,
+        static_smem_bytes,
+        stages: g.stages,
+    })
+}
+
+/// Register accumulator tiles per thread of fused matmul `i`.
+fn racc_len(g: &Gen, i: usize) -> usize {
+    if g.rp.row_owned[i] {
+        let b = RowBands::of(g.bg, i).expect("row-owned matmuls have bands");
+        b.per_warp * b.nt
+    } else {
+        let (m, nn) = matmul_mn(g.bg, i);
+        (m.div_ceil(16) * nn.div_ceil(8)).div_ceil(g.warps)
+    }
+}
+
+/// The bands of register value `x`: those of the matmul at the head of its chain (unary
+/// functions keep the fragment layout).
+fn reg_bands(g: &Gen, x: usize) -> RowBands {
+    let mut cur = x;
+    while !matches!(g.bg.nodes()[cur].op, BlockOp::Matmul) {
+        cur = g.bg.nodes()[cur].inputs[0].node;
+    }
+    RowBands::of(g.bg, cur).expect("register chains start at a matmul")
+}
+
+/// The mma element type of matmul `i` (register chains only admit f16/bf16 matmuls).
+fn mma_dtype_of(g: &Gen, i: usize) -> DType {
+    let nd = &g.bg.nodes()[i];
+    let dt = |t: TensorRef| g.bg.tile(t).map(|d| d.dtype).unwrap_or(DType::F32);
+    let a = dt(nd.inputs[0]);
+    if a != DType::F32 { a } else { dt(nd.inputs[1]) }
 }
 
 fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
@@ -867,9 +1712,49 @@ fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
 }
 
 /// Emits one in-loop or epilogue operator.
-fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Result<(), CodegenError> {
+fn gen_op(
+    g: &mut Gen,
+    indent: usize,
+    i: usize,
+    scratch: &[Option<Tile>],
+) -> Result<(), CodegenError> {
     let nd = &g.bg.nodes()[i];
     let op = nd.op.clone();
+    // Register chains (fusion::RegisterPlan): row-owned matmuls and unary functions on fragments.
+    if matches!(op, BlockOp::Matmul) && g.rp.row_owned[i] {
+        let bands = RowBands::of(g.bg, i).expect("row-owned matmuls have bands");
+        let dtype = mma_dtype_of(g, i);
+        let a_ref = nd.inputs[0];
+        let a_tile = if g.rp.preload_a[i] || g.rp.reg[a_ref.node] {
+            None
+        } else {
+            Some(g.tile(a_ref).clone())
+        };
+        let b_tile = g.tile(nd.inputs[1]).clone();
+        let a = if g.rp.preload_a[i] {
+            ASource::Preloaded(format!("pa{i}"))
+        } else if g.rp.reg[a_ref.node] {
+            ASource::Regs(format!("r{}", a_ref.node))
+        } else {
+            ASource::Smem(a_tile.as_ref().expect("shared-memory A operand"))
+        };
+        let c = g.tiles[i].first().cloned().flatten();
+        let out = if g.rp.reg[i] {
+            RowOut::Regs(format!("r{i}"))
+        } else if g.fused[i].is_some() {
+            RowOut::Acc(format!("racc{i}"))
+        } else {
+            RowOut::Smem(c.as_ref().expect("planned"))
+        };
+        g.matmul_rows(indent, bands, dtype, &a, &b_tile, &out);
+        return Ok(());
+    }
+    if let (BlockOp::Unary { op }, true) = (&op, g.rp.reg[i]) {
+        let x = nd.inputs[0].node;
+        let bands = reg_bands(g, x);
+        g.unary_regs(indent, op, bands, &format!("r{x}"), &format!("r{i}"));
+        return Ok(());
+    }
     let args: Vec<Tile> = nd.inputs.iter().map(|&t| g.tile(t).clone()).collect();
     match op {
         BlockOp::Matmul => {
@@ -884,23 +1769,43 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
         BlockOp::Unary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), unary_expr(&op, &args[0].load(&idx)));
+            let body = format!(
+                "{}[{}] = {};",
+                out.var,
+                out.offset_expr(&idx),
+                unary_expr(&op, &args[0].load(&idx))
+            );
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Binary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
+            let body = format!(
+                "{}[{}] = {};",
+                out.var,
+                out.offset_expr(&idx),
+                binary_expr(op, &args[0].load(&idx), &args[1].load(&idx))
+            );
             g.elementwise(indent, out.numel(), &body);
         }
-        BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::ReduceSumTo { dim, .. } => {
+        BlockOp::ReduceSum { dim }
+        | BlockOp::ReduceMax { dim }
+        | BlockOp::ReduceSumTo { dim, .. } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let (width, combine) = match op {
                 BlockOp::ReduceSumTo { width, .. } => (width, "sum"),
                 BlockOp::ReduceMax { .. } => (1, "max"),
                 _ => (1, "sum"),
             };
-            g.reduce(indent, &args[0], dim, width, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var));
+            g.reduce(
+                indent,
+                &args[0],
+                dim,
+                width,
+                "{x}",
+                combine,
+                &format!("{}[{{o}}] = {{v}};", out.var),
+            );
         }
         BlockOp::RmsNorm { eps } => {
             let out = g.tiles[i][0].clone().expect("planned");
@@ -908,12 +1813,21 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
             let x = &args[0];
             let last = x.shape.len() - 1;
             let nlast = x.shape[last];
-            g.reduce(indent, x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", s.var));
+            g.reduce(
+                indent,
+                x,
+                last,
+                1,
+                "({x})*({x})",
+                "sum",
+                &format!("{}[{{o}}] = {{v}};", s.var),
+            );
             g.sync(indent);
             let idx = unflatten("e", &out.shape);
             let body = format!(
-                "{}[e] = {} * rsqrtf({}[e / {nlast}] / {} + {});",
+                "{}[{}] = {} * rsqrtf({}[e / {nlast}] / {} + {});",
                 out.var,
+                out.offset_expr(&idx),
                 x.load(&idx),
                 s.var,
                 float_lit(nlast as f32),
@@ -927,7 +1841,13 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
             let split = args[0].shape[dim];
             let mut bidx = idx.clone();
             bidx[dim] = format!("({} - {split})", idx[dim]);
-            let body = format!("{}[e] = ({} < {split}) ? {} : {};", out.var, idx[dim], args[0].load(&idx), args[1].load(&bidx));
+            let body = format!(
+                "{}[e] = ({} < {split}) ? {} : {};",
+                out.var,
+                idx[dim],
+                args[0].load(&idx),
+                args[1].load(&bidx)
+            );
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::RunningMax { dim } => {
@@ -954,29 +1874,56 @@ fn gen_accumulate(g: &mut Gen, i: usize, acc: AccKind, _frange: usize) -> Result
     let idx = unflatten("e", &out.shape);
     match acc {
         AccKind::Sum => {
-            let body = format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, x.load(&idx));
+            let body = format!(
+                "{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};",
+                out.var,
+                x.load(&idx)
+            );
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::Max => {
-            let body = format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, x.load(&idx));
+            let body = format!(
+                "{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});",
+                out.var,
+                x.load(&idx)
+            );
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::Rescale => {
             let r = g.tile(nd.inputs[1]).clone();
-            let body = format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, x.load(&idx), r.load(&idx));
+            let body = format!(
+                "{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};",
+                out.var,
+                x.load(&idx),
+                r.load(&idx)
+            );
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } => {
-            let width = if let AccKind::SumTo { width } = acc { width } else { 1 };
-            let map = if acc == AccKind::RmsLast { "({x})*({x})" } else { "{x}" };
-            let store = format!("{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};", out.var);
+            let width = if let AccKind::SumTo { width } = acc {
+                width
+            } else {
+                1
+            };
+            let map = if acc == AccKind::RmsLast {
+                "({x})*({x})"
+            } else {
+                "{x}"
+            };
+            let store = format!(
+                "{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};",
+                out.var
+            );
             g.reduce(2, &x, last, width, map, "sum", &store);
         }
         AccKind::SumLastRescale => {
             let r = g.tile(nd.inputs[1]).clone();
             let oidx = unflatten("{o}", &out.shape);
             let rv = r.load(&oidx);
-            let store = format!("{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};", out.var);
+            let store = format!(
+                "{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};",
+                out.var
+            );
             g.reduce(2, &x, last, 1, "{x}", "sum", &store);
         }
     }

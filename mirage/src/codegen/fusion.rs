@@ -1,0 +1,395 @@
+//! Which values of a kernel stay out of shared memory (DESIGN §10).
+//!
+//! Three decisions, all made on the block graph before any code is emitted:
+//! - **register accumulation**: an in-loop matmul whose only user is `acc_sum` accumulates its
+//!   mma fragments in registers across the for-loop iterations;
+//! - **hoisting**: an in-loop operator whose operands do not change from one iteration to the
+//!   next (they derive only from tiles loaded once, before the loop) runs once, before the loop;
+//! - **register chains**: `x = f_k(…f_1(A·B))` (a matmul followed by element-wise unary
+//!   functions) whose users are matmuls taking `x` as their A operand and row sums
+//!   (`acc_sum_last`) stays in mma accumulator fragments. The warps then own whole 16-row bands
+//!   of the matmuls (`row_owned`): the accumulator fragment layout of two adjacent 16×8 tiles is
+//!   the A fragment layout of one 16×16 k-step, so the second matmul reads `x` from registers,
+//!   and a row sum is four lanes' partial sums meeting by two shuffles. No shared-memory round
+//!   trip, no barrier between the operators of the chain (the attention pattern
+//!   `exp(Q·K)·V`, `Σ exp(Q·K)`).
+
+use crate::ir::{AccKind, BlockGraph, BlockOp, DType, Phase, TensorRef};
+
+/// Most f32 registers per thread one register-resident value (or accumulator) may take.
+const MAX_FRAGMENT_FLOATS: usize = 128;
+/// Most 32-bit registers per thread for a matmul's preloaded, loop-invariant A fragments.
+const MAX_PRELOAD_REGS: usize = 32;
+
+/// The register and scheduling decisions of one block graph (indexed by node).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegisterPlan {
+    /// Matmul → the `acc_sum` node it accumulates into, in registers.
+    pub fused: Vec<Option<usize>>,
+    /// Runs once, before the for-loop.
+    pub hoisted: Vec<bool>,
+    /// Output held in registers as row-owned mma accumulator fragments (no shared-memory tile).
+    pub reg: Vec<bool>,
+    /// Matmul computed with whole 16-row bands per warp.
+    pub row_owned: Vec<bool>,
+    /// `acc_sum_last` of a register value: quad shuffles, one lane per row adds to the tile.
+    pub reg_sum: Vec<bool>,
+    /// Row-owned matmul whose A operand is loop-invariant: its fragments are loaded into
+    /// registers once, before the loop.
+    pub preload_a: Vec<bool>,
+}
+
+/// Geometry of a row-owned matmul `[m, k] x [k, n]` over `warps` warps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowBands {
+    /// 16-row bands.
+    pub mt: usize,
+    /// Bands per warp (warp `w` owns bands `w, w + warps, …`).
+    pub per_warp: usize,
+    /// 8-column tiles of the result.
+    pub nt: usize,
+    /// 16-deep k-steps.
+    pub kt: usize,
+}
+
+impl RowBands {
+    /// The bands of matmul node `i` of `bg` (its operands' last two dims).
+    pub fn of(bg: &BlockGraph, i: usize) -> Option<RowBands> {
+        let nd = &bg.nodes()[i];
+        let a = bg.tile(*nd.inputs.first()?).ok()?;
+        let b = bg.tile(*nd.inputs.get(1)?).ok()?;
+        let r = a.shape.len();
+        if r < 2 || b.shape.len() != r {
+            return None;
+        }
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let warps = (bg.threads() / 32).max(1);
+        let mt = m.div_ceil(16);
+        Some(RowBands {
+            mt,
+            per_warp: mt.div_ceil(warps),
+            nt: n.div_ceil(8),
+            kt: k.div_ceil(16),
+        })
+    }
+}
+
+/// The mma element type of a matmul (that of its first non-f32 operand), `None` for an f32
+/// matmul (FMA fallback).
+fn mma_dtype(bg: &BlockGraph, i: usize) -> Option<DType> {
+    let nd = &bg.nodes()[i];
+    let a = bg.tile(nd.inputs[0]).ok()?.dtype;
+    let b = bg.tile(nd.inputs[1]).ok()?.dtype;
+    let d = if a != DType::F32 { a } else { b };
+    (d != DType::F32).then_some(d)
+}
+
+/// Whether matmul `i` has exact mma tile multiples (m, k multiples of 16, n of 8) and only unit
+/// leading dims.
+fn mma_exact(bg: &BlockGraph, i: usize) -> bool {
+    let nd = &bg.nodes()[i];
+    let (Ok(a), Ok(b)) = (bg.tile(nd.inputs[0]), bg.tile(nd.inputs[1])) else {
+        return false;
+    };
+    let r = a.shape.len();
+    r >= 2
+        && a.shape[..r - 2].iter().all(|&d| d == 1)
+        && b.shape[..r - 2].iter().all(|&d| d == 1)
+        && a.shape[r - 2] % 16 == 0
+        && a.shape[r - 1] % 16 == 0
+        && b.shape[r - 1] % 8 == 0
+}
+
+impl RegisterPlan {
+    /// Decides everything for `bg`.
+    pub fn new(bg: &BlockGraph) -> RegisterPlan {
+        let nodes = bg.nodes();
+        let n = nodes.len();
+        let frange = bg.forloop_range();
+        let mut users: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+        for (i, nd) in nodes.iter().enumerate() {
+            for (slot, t) in nd.inputs.iter().enumerate() {
+                if t.port == 0 {
+                    users[t.node].push((i, slot));
+                } else {
+                    // Only single-output values take part in the decisions below; a second
+                    // output pins its producer to shared memory.
+                    users[t.node].push((usize::MAX, slot));
+                }
+            }
+        }
+        let in_loop = |i: usize| match nodes[i].op {
+            BlockOp::Accum { .. } | BlockOp::Output { .. } | BlockOp::Input { .. } => false,
+            _ => nodes[i]
+                .outputs
+                .first()
+                .is_some_and(|t| t.phase == Phase::InLoop),
+        };
+        let mut plan = RegisterPlan {
+            fused: vec![None; n],
+            hoisted: vec![false; n],
+            reg: vec![false; n],
+            row_owned: vec![false; n],
+            reg_sum: vec![false; n],
+            preload_a: vec![false; n],
+        };
+
+        // Register accumulation.
+        for (i, nd) in nodes.iter().enumerate() {
+            if frange > 1 && matches!(nd.op, BlockOp::Matmul) && in_loop(i) && users[i].len() == 1 {
+                let u = users[i][0].0;
+                let operand_dtype = bg.tile(nd.inputs[0]).map(|t| t.dtype).unwrap_or(DType::F32);
+                if u != usize::MAX
+                    && nodes[u].op == (BlockOp::Accum { acc: AccKind::Sum })
+                    && operand_dtype != DType::F32
+                {
+                    plan.fused[i] = Some(u);
+                }
+            }
+        }
+
+        // Hoisting: stateless operators whose operands are all loop-invariant.
+        let mut invariant = vec![false; n];
+        for (i, nd) in nodes.iter().enumerate() {
+            invariant[i] = match nd.op {
+                BlockOp::Input { forloop_dim, .. } => frange > 1 && forloop_dim.is_none(),
+                BlockOp::Unary { .. }
+                | BlockOp::Binary { .. }
+                | BlockOp::ReduceSum { .. }
+                | BlockOp::ReduceSumTo { .. }
+                | BlockOp::ReduceMax { .. }
+                | BlockOp::RmsNorm { .. }
+                | BlockOp::Concat { .. } => {
+                    frange > 1 && in_loop(i) && nd.inputs.iter().all(|t| invariant[t.node])
+                }
+                BlockOp::Matmul => {
+                    frange > 1
+                        && in_loop(i)
+                        && plan.fused[i].is_none()
+                        && nd.inputs.iter().all(|t| invariant[t.node])
+                }
+                _ => false,
+            };
+            plan.hoisted[i] = invariant[i] && !matches!(nd.op, BlockOp::Input { .. });
+        }
+
+        // Register chains, found from their consuming matmuls.
+        for m2 in 0..n {
+            if !matches!(nodes[m2].op, BlockOp::Matmul)
+                || !in_loop(m2)
+                || plan.hoisted[m2]
+                || plan.row_owned[m2]
+            {
+                continue;
+            }
+            let x = nodes[m2].inputs[0];
+            if x.port != 0 {
+                continue;
+            }
+            // Walk back through single-use unary functions to the producing matmul.
+            let mut chain = vec![x.node];
+            let mut cur = x.node;
+            while let BlockOp::Unary { .. } = nodes[cur].op {
+                let src = nodes[cur].inputs[0];
+                if src.port != 0 || !in_loop(cur) || plan.hoisted[cur] || users[src.node].len() != 1
+                {
+                    break;
+                }
+                cur = src.node;
+                chain.push(cur);
+            }
+            let m1 = cur;
+            if !matches!(nodes[m1].op, BlockOp::Matmul)
+                || !in_loop(m1)
+                || plan.hoisted[m1]
+                || plan.fused[m1].is_some()
+            {
+                continue;
+            }
+            if chain[..chain.len() - 1]
+                .iter()
+                .any(|&c| !in_loop(c) || plan.hoisted[c])
+            {
+                continue;
+            }
+            // Every user of x: a matmul taking it as A only, or a row sum.
+            let mut consumers = Vec::new();
+            let mut sums = Vec::new();
+            let mut ok = !users[x.node].is_empty();
+            for &(u, slot) in &users[x.node] {
+                if u == usize::MAX {
+                    ok = false;
+                    break;
+                }
+                match nodes[u].op {
+                    BlockOp::Matmul if slot == 0 && nodes[u].inputs[1] != x => consumers.push(u),
+                    BlockOp::Accum {
+                        acc: AccKind::SumLast,
+                    } => sums.push(u),
+                    _ => ok = false,
+                }
+            }
+            if !ok || consumers.is_empty() {
+                continue;
+            }
+            let Some(b1) = RowBands::of(bg, m1) else {
+                continue;
+            };
+            let geometry_ok = mma_exact(bg, m1)
+                && mma_dtype(bg, m1).is_some()
+                && b1.nt % 2 == 0
+                && b1.per_warp * b1.nt * 4 <= MAX_FRAGMENT_FLOATS
+                && consumers.iter().all(|&u| {
+                    let Some(b2) = RowBands::of(bg, u) else {
+                        return false;
+                    };
+                    mma_exact(bg, u)
+                        && mma_dtype(bg, u).is_some()
+                        && in_loop(u)
+                        && !plan.hoisted[u]
+                        && b2.mt == b1.mt
+                        && b2.kt * 2 == b1.nt
+                        && b2.per_warp * b2.nt * 4 <= MAX_FRAGMENT_FLOATS
+                });
+            if !geometry_ok {
+                continue;
+            }
+            for &c in &chain {
+                plan.reg[c] = true;
+            }
+            plan.row_owned[m1] = true;
+            for &u in &consumers {
+                plan.row_owned[u] = true;
+            }
+            for &s in &sums {
+                plan.reg_sum[s] = true;
+            }
+            let a1 = nodes[m1].inputs[0];
+            if invariant[a1.node] && b1.per_warp * b1.kt * 4 <= MAX_PRELOAD_REGS {
+                plan.preload_a[m1] = true;
+            }
+        }
+        plan
+    }
+
+    /// Whether node `i` writes nothing another warp reads in the same iteration (the barrier
+    /// after it can be left out when the next operator is such a node too).
+    pub fn warp_local(&self, i: usize) -> bool {
+        self.reg[i] || self.reg_sum[i] || self.fused[i].is_some()
+    }
+
+    /// Whether tile `t` is read only by hoisted operators and by matmuls that preload it (so its
+    /// shared memory is free once the loop starts).
+    pub fn dead_in_loop(&self, bg: &BlockGraph, t: TensorRef) -> bool {
+        bg.nodes().iter().enumerate().all(|(u, nd)| {
+            !nd.inputs.contains(&t)
+                || self.hoisted[u]
+                || (self.preload_a[u] && nd.inputs[0] == t && nd.inputs[1] != t)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{DType, GridMap, TensorDesc, UnaryOp};
+
+    /// `O = Σ_i exp(Q·K_i)·V_i`, `s = Σ_i Σ_last exp(Q·K_i)`: the attention block graph.
+    fn attention(norm_q: bool) -> BlockGraph {
+        let q = TensorDesc::new(&[128, 64], DType::F16);
+        let k = TensorDesc::new(&[64, 1024], DType::F16);
+        let v = TensorDesc::new(&[1024, 64], DType::F16);
+        let mut bg = BlockGraph::new(vec![q, k, v], [1, 1, 1], 256, 16).unwrap();
+        let none: GridMap = [None, None, None];
+        let q = bg.input(0, none, None).unwrap();
+        let k = bg.input(1, none, Some(1)).unwrap();
+        let v = bg.input(2, none, Some(0)).unwrap();
+        let q = if norm_q {
+            bg.op(
+                BlockOp::RmsNorm {
+                    eps: crate::ir::Scalar(0.0),
+                },
+                &[q],
+            )
+            .unwrap()
+        } else {
+            q
+        };
+        let s = bg.matmul(q, k).unwrap();
+        let e = bg.unary(UnaryOp::Exp, s).unwrap();
+        let l = bg.accum(AccKind::SumLast, &[e]).unwrap();
+        let o = bg.matmul(e, v).unwrap();
+        let o = bg.accum(AccKind::Sum, &[o]).unwrap();
+        bg.output(l, none).unwrap();
+        bg.output(o, none).unwrap();
+        bg
+    }
+
+    #[test]
+    fn attention_keeps_scores_in_registers() {
+        let bg = attention(false);
+        let p = RegisterPlan::new(&bg);
+        // nodes: 0 q, 1 k, 2 v, 3 s, 4 e, 5 l, 6 o, 7 acc
+        assert_eq!(p.fused[6], Some(7));
+        assert!(p.reg[3] && p.reg[4], "S and exp(S) in registers");
+        assert!(p.row_owned[3] && p.row_owned[6]);
+        assert!(p.reg_sum[5]);
+        assert!(
+            p.preload_a[3],
+            "Q is loaded once: its fragments are preloaded"
+        );
+        assert!(!p.hoisted.iter().any(|&h| h));
+        assert!(p.dead_in_loop(&bg, TensorRef { node: 0, port: 0 }));
+    }
+
+    #[test]
+    fn loop_invariant_norm_is_hoisted() {
+        let bg = attention(true);
+        let p = RegisterPlan::new(&bg);
+        // nodes: 0 q, 1 k, 2 v, 3 rms(q), 4 s, 5 e, 6 l, 7 o, 8 acc
+        assert!(p.hoisted[3]);
+        assert!(p.preload_a[4]);
+        assert!(p.reg[4] && p.reg[5]);
+        assert!(p.dead_in_loop(&bg, TensorRef { node: 3, port: 0 }));
+    }
+
+    #[test]
+    fn a_second_use_of_the_scores_keeps_them_in_shared_memory() {
+        let q = TensorDesc::new(&[64, 64], DType::F16);
+        let k = TensorDesc::new(&[64, 256], DType::F16);
+        let v = TensorDesc::new(&[256, 64], DType::F16);
+        let mut bg = BlockGraph::new(vec![q, k, v], [1, 1, 1], 128, 4).unwrap();
+        let none: GridMap = [None, None, None];
+        let q = bg.input(0, none, None).unwrap();
+        let k = bg.input(1, none, Some(1)).unwrap();
+        let v = bg.input(2, none, Some(0)).unwrap();
+        let s = bg.matmul(q, k).unwrap();
+        let e = bg.unary(UnaryOp::Exp, s).unwrap();
+        let m = bg.accum(AccKind::Max, &[e]).unwrap();
+        let o = bg.matmul(e, v).unwrap();
+        let o = bg.accum(AccKind::Sum, &[o]).unwrap();
+        bg.output(m, none).unwrap();
+        bg.output(o, none).unwrap();
+        let p = RegisterPlan::new(&bg);
+        assert!(!p.reg.iter().any(|&r| r));
+        assert!(!p.row_owned.iter().any(|&r| r));
+        assert_eq!(
+            p.fused[6],
+            Some(7),
+            "register accumulation is independent of the chain"
+        );
+    }
+
+    #[test]
+    fn one_iteration_hoists_nothing() {
+        let q = TensorDesc::new(&[64, 64], DType::F16);
+        let mut bg = BlockGraph::new(vec![q], [1, 1, 1], 128, 1).unwrap();
+        let none: GridMap = [None, None, None];
+        let q = bg.input(0, none, None).unwrap();
+        let e = bg.unary(UnaryOp::Exp, q).unwrap();
+        let e = bg.accum(AccKind::Sum, &[e]).unwrap();
+        bg.output(e, none).unwrap();
+        let p = RegisterPlan::new(&bg);
+        assert!(!p.hoisted.iter().any(|&h| h));
+    }
+}
