@@ -44,9 +44,7 @@ use std::time::{Duration, Instant};
 use z3::ast::{self, Ast, Bool, Dynamic, Int};
 use z3::{FuncDecl, Params, Pattern, SatResult, Solver, Sort, Symbol};
 
-use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, TensorRef, UnaryOp,
-};
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, TensorRef, UnaryOp};
 
 /// A shared, immutable abstract expression.
 pub type E = Arc<Expr>;
@@ -101,12 +99,7 @@ impl fmt::Display for Expr {
             Expr::Gelu(a) => write!(f, "gelu({a})"),
             Expr::Relu(a) => write!(f, "relu({a})"),
             Expr::Neg(a) => write!(f, "neg({a})"),
-            Expr::Clamp(lo, hi, a) => write!(
-                f,
-                "clamp[{:?}, {:?}]({a})",
-                f32::from_bits(*lo),
-                f32::from_bits(*hi)
-            ),
+            Expr::Clamp(lo, hi, a) => write!(f, "clamp[{:?}, {:?}]({a})", f32::from_bits(*lo), f32::from_bits(*hi)),
             Expr::Sum(n, a) => write!(f, "sum({n}, {a})"),
             Expr::Opaque => write!(f, "opaque"),
         }
@@ -115,7 +108,7 @@ impl fmt::Display for Expr {
 
 /// Builders that apply the size rules of sums (`sum(1, x) = x`, `sum(a, sum(b, x)) = sum(a·b, x)`).
 pub mod build {
-    use super::{E, Expr};
+    use super::{Expr, E};
     use std::sync::Arc;
 
     /// Program input `i`.
@@ -153,11 +146,7 @@ pub mod build {
     /// `sqrt(mean(x²) [+ eps])` over `n` elements.
     pub fn rms(x: &E, n: u64, eps: f32) -> E {
         let mean = mul(&sum(n, &mul(x, x)), &constant(1.0 / n as f32));
-        let mean = if eps == 0.0 {
-            mean
-        } else {
-            add(&mean, &constant(eps))
-        };
+        let mean = if eps == 0.0 { mean } else { add(&mean, &constant(eps)) };
         Arc::new(Expr::Sqrt(mean))
     }
     /// An opaque value.
@@ -172,15 +161,8 @@ impl Expr {
         match self {
             Expr::Opaque => true,
             Expr::Var(_) | Expr::Const(_) => false,
-            Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => {
-                a.is_opaque() || b.is_opaque()
-            }
-            Expr::Exp(a)
-            | Expr::Sqrt(a)
-            | Expr::Silu(a)
-            | Expr::Gelu(a)
-            | Expr::Relu(a)
-            | Expr::Neg(a) => a.is_opaque(),
+            Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => a.is_opaque() || b.is_opaque(),
+            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => a.is_opaque(),
             Expr::Clamp(_, _, a) | Expr::Sum(_, a) => a.is_opaque(),
         }
     }
@@ -189,12 +171,7 @@ impl Expr {
         match self {
             Expr::Opaque | Expr::Var(_) | Expr::Const(_) => vec![],
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => vec![a, b],
-            Expr::Exp(a)
-            | Expr::Sqrt(a)
-            | Expr::Silu(a)
-            | Expr::Gelu(a)
-            | Expr::Relu(a)
-            | Expr::Neg(a) => vec![a],
+            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => vec![a],
             Expr::Clamp(_, _, a) | Expr::Sum(_, a) => vec![a],
         }
     }
@@ -263,14 +240,7 @@ impl GraphExprs {
             if let Some(block) = self.block.get(ni) {
                 for (bi, ports) in block.iter().enumerate() {
                     for (port, e) in ports.iter().enumerate() {
-                        out.push((
-                            Location::Block {
-                                node: ni,
-                                block_node: bi,
-                                port,
-                            },
-                            e.clone(),
-                        ));
+                        out.push((Location::Block { node: ni, block_node: bi, port }, e.clone()));
                     }
                 }
             }
@@ -283,10 +253,7 @@ impl GraphExprs {
 }
 
 fn operand(values: &[Vec<E>], node: usize, t: TensorRef) -> Result<&E, AbsExprError> {
-    values
-        .get(t.node)
-        .and_then(|v| v.get(t.port))
-        .ok_or(AbsExprError::Dangling { node, operand: t })
+    values.get(t.node).and_then(|v| v.get(t.port)).ok_or(AbsExprError::Dangling { node, operand: t })
 }
 
 fn unary(op: &UnaryOp, x: &E) -> E {
@@ -300,9 +267,7 @@ fn unary(op: &UnaryOp, x: &E) -> E {
         UnaryOp::Relu => Arc::new(Expr::Relu(x.clone())),
         UnaryOp::Neg => Arc::new(Expr::Neg(x.clone())),
         UnaryOp::Recip => div(&constant(1.0), x),
-        UnaryOp::Clamp { lo, hi } => {
-            Arc::new(Expr::Clamp(lo.0.to_bits(), hi.0.to_bits(), x.clone()))
-        }
+        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Clamp(lo.0.to_bits(), hi.0.to_bits(), x.clone())),
         UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
     }
 }
@@ -326,16 +291,8 @@ pub fn graph_exprs(g: &KernelGraph) -> Result<GraphExprs, AbsExprError> {
     let mut outputs = Vec::new();
     let mut next_input = 0;
     for (ni, node) in g.nodes().iter().enumerate() {
-        let args = node
-            .inputs
-            .iter()
-            .map(|&t| operand(&kernel, ni, t).cloned())
-            .collect::<Result<Vec<E>, _>>()?;
-        let shape = |i: usize| {
-            g.desc(node.inputs[i])
-                .map(|d| d.shape.clone())
-                .unwrap_or_default()
-        };
+        let args = node.inputs.iter().map(|&t| operand(&kernel, ni, t).cloned()).collect::<Result<Vec<E>, _>>()?;
+        let shape = |i: usize| g.desc(node.inputs[i]).map(|d| d.shape.clone()).unwrap_or_default();
         let mut tiles = Vec::new();
         let produced = match &node.op {
             KernelOp::Input { .. } => {
@@ -352,10 +309,7 @@ pub fn graph_exprs(g: &KernelGraph) -> Result<GraphExprs, AbsExprError> {
             }
             KernelOp::Unary { op } => vec![unary(op, &args[0])],
             KernelOp::Binary { op } => vec![binary(*op, &args[0], &args[1])],
-            KernelOp::ReduceSum { dim } => vec![sum(
-                shape(0).get(*dim).copied().unwrap_or(1) as u64,
-                &args[0],
-            )],
+            KernelOp::ReduceSum { dim } => vec![sum(shape(0).get(*dim).copied().unwrap_or(1) as u64, &args[0])],
             KernelOp::ReduceMax { .. } | KernelOp::Concat { .. } => vec![opaque()],
             KernelOp::RmsNorm { eps } => {
                 let n = shape(0).last().copied().unwrap_or(1) as u64;
@@ -374,40 +328,22 @@ pub fn graph_exprs(g: &KernelGraph) -> Result<GraphExprs, AbsExprError> {
         kernel.push(produced);
         block.push(tiles);
     }
-    Ok(GraphExprs {
-        kernel,
-        block,
-        outputs,
-    })
+    Ok(GraphExprs { kernel, block, outputs })
 }
 
 /// The expressions of every tile of a block graph whose kernel operands have expressions
 /// `inputs`; returns the tiles' expressions and those of the saved outputs.
-fn block_exprs(
-    bg: &BlockGraph,
-    inputs: &[E],
-    kernel_node: usize,
-) -> Result<(Vec<Vec<E>>, Vec<E>), AbsExprError> {
+fn block_exprs(bg: &BlockGraph, inputs: &[E], kernel_node: usize) -> Result<(Vec<Vec<E>>, Vec<E>), AbsExprError> {
     use build::*;
     let f = bg.forloop_range() as u64;
     let mut tiles: Vec<Vec<E>> = Vec::with_capacity(bg.nodes().len());
     let mut outs = Vec::new();
     for node in bg.nodes() {
-        let args = node
-            .inputs
-            .iter()
-            .map(|&t| operand(&tiles, kernel_node, t).cloned())
-            .collect::<Result<Vec<E>, _>>()?;
-        let shape = |i: usize| {
-            bg.tile(node.inputs[i])
-                .map(|t| t.shape.clone())
-                .unwrap_or_default()
-        };
+        let args = node.inputs.iter().map(|&t| operand(&tiles, kernel_node, t).cloned()).collect::<Result<Vec<E>, _>>()?;
+        let shape = |i: usize| bg.tile(node.inputs[i]).map(|t| t.shape.clone()).unwrap_or_default();
         let last = |i: usize| shape(i).last().copied().unwrap_or(1) as u64;
         let produced = match &node.op {
-            BlockOp::Input { input, .. } => {
-                vec![inputs.get(*input).cloned().unwrap_or_else(opaque)]
-            }
+            BlockOp::Input { input, .. } => vec![inputs.get(*input).cloned().unwrap_or_else(opaque)],
             BlockOp::Output { .. } => {
                 outs.push(args[0].clone());
                 vec![]
@@ -415,15 +351,9 @@ fn block_exprs(
             BlockOp::Matmul => vec![sum(last(0), &mul(&args[0], &args[1]))],
             BlockOp::Unary { op } => vec![unary(op, &args[0])],
             BlockOp::Binary { op } => vec![binary(*op, &args[0], &args[1])],
-            BlockOp::ReduceSum { dim } => vec![sum(
-                shape(0).get(*dim).copied().unwrap_or(1) as u64,
-                &args[0],
-            )],
+            BlockOp::ReduceSum { dim } => vec![sum(shape(0).get(*dim).copied().unwrap_or(1) as u64, &args[0])],
             BlockOp::ReduceSumTo { dim, width } => {
-                vec![sum(
-                    (shape(0).get(*dim).copied().unwrap_or(1) / (*width).max(1)) as u64,
-                    &args[0],
-                )]
+                vec![sum((shape(0).get(*dim).copied().unwrap_or(1) / (*width).max(1)) as u64, &args[0])]
             }
             BlockOp::RmsNorm { eps } => vec![div(&args[0], &rms(&args[0], last(0), eps.0))],
             BlockOp::ReduceMax { .. } | BlockOp::Concat { .. } => vec![opaque()],
@@ -507,22 +437,12 @@ impl SubexprOracle {
     /// An oracle for `program`'s outputs.
     pub fn new(program: &KernelGraph, cfg: OracleConfig) -> Result<Self, AbsExprError> {
         let exprs = graph_exprs(program)?;
-        Ok(Self::from_targets(
-            exprs.outputs,
-            program.inputs().len(),
-            cfg,
-        ))
+        Ok(Self::from_targets(exprs.outputs, program.inputs().len(), cfg))
     }
 
     /// An oracle for explicit target expressions over `num_vars` inputs.
     pub fn from_targets(targets: Vec<E>, num_vars: usize, cfg: OracleConfig) -> Self {
-        SubexprOracle {
-            targets,
-            num_vars,
-            cfg,
-            memo: Mutex::new(HashMap::new()),
-            stats: Mutex::new(OracleStats::default()),
-        }
+        SubexprOracle { targets, num_vars, cfg, memo: Mutex::new(HashMap::new()), stats: Mutex::new(OracleStats::default()) }
     }
 
     /// The target expressions (the program's outputs).
@@ -565,11 +485,7 @@ impl SubexprOracle {
                     s.pruned_time += dt;
                 }
             }
-            if proved {
-                Answer::Proved
-            } else {
-                Answer::Pruned
-            }
+            if proved { Answer::Proved } else { Answer::Pruned }
         };
         if matches!(answer, Answer::Subterm | Answer::Opaque)
             && let Ok(mut s) = self.stats.lock()
@@ -652,10 +568,7 @@ impl Z3Env {
     }
 
     fn sub_of(&self, a: &Dynamic, b: &Dynamic) -> Bool {
-        self.sub
-            .apply(&[a, b])
-            .as_bool()
-            .unwrap_or_else(|| Bool::from_bool(false))
+        self.sub.apply(&[a, b]).as_bool().unwrap_or_else(|| Bool::from_bool(false))
     }
 
     fn build_axioms(&self) -> Vec<Bool> {
@@ -702,11 +615,7 @@ impl Z3Env {
         ax.push(forall(&[&x, &y, &z], &[&[&l]], &l.eq(&r)));
         // sum(i, sum(j, x)) = sum(i·j, x)
         let l = sum(&i, &sum(&j, &x));
-        ax.push(forall(
-            &[&i, &j, &x],
-            &[&[&l]],
-            &l.eq(sum(&Int::mul(&[&i, &j]), &x)),
-        ));
+        ax.push(forall(&[&i, &j, &x], &[&[&l]], &l.eq(sum(&Int::mul(&[&i, &j]), &x))));
         // sum(i, add(x, y)) = add(sum(i, x), sum(i, y))
         let l = sum(&i, &a2(add, &x, &y));
         let r = a2(add, &sum(&i, &x), &sum(&i, &y));
@@ -727,11 +636,7 @@ impl Z3Env {
         let s = self.sub_of(&x, &x);
         ax.push(forall(&[&x], &[&[&s]], &s));
         let (sxy, syz) = (self.sub_of(&x, &y), self.sub_of(&y, &z));
-        ax.push(forall(
-            &[&x, &y, &z],
-            &[&[&sxy, &syz]],
-            &Bool::and(&[&sxy, &syz]).implies(self.sub_of(&x, &z)),
-        ));
+        ax.push(forall(&[&x, &y, &z], &[&[&sxy, &syz]], &Bool::and(&[&sxy, &syz]).implies(self.sub_of(&x, &z))));
         for f in [add, mul, div, &self.pow] {
             let e = a2(f, &x, &y);
             ax.push(forall(&[&x, &y], &[&[&e]], &self.sub_of(&x, &e)));
@@ -740,9 +645,7 @@ impl Z3Env {
             let e = a2(f, &x, &y);
             ax.push(forall(&[&x, &y], &[&[&e]], &self.sub_of(&y, &e)));
         }
-        for f in [
-            &self.exp, &self.sqrt, &self.silu, &self.gelu, &self.relu, &self.neg,
-        ] {
+        for f in [&self.exp, &self.sqrt, &self.silu, &self.gelu, &self.relu, &self.neg] {
             let e = f.apply(&[&x]);
             ax.push(forall(&[&x], &[&[&e]], &self.sub_of(&x, &e)));
         }
@@ -753,11 +656,7 @@ impl Z3Env {
         // A partial sum is a subexpression of a longer one: i | j ⇒ sum(i, x) ⊑ sum(j, x).
         let (si, sj) = (sum(&i, &x), sum(&j, &x));
         let divides = Bool::and(&[&i.ge(Int::from_i64(1)), &j.modulo(&i).eq(Int::from_i64(0))]);
-        ax.push(forall(
-            &[&i, &j, &x],
-            &[&[&si, &sj]],
-            &divides.implies(self.sub_of(&si, &sj)),
-        ));
+        ax.push(forall(&[&i, &j, &x], &[&[&si, &sj]], &divides.implies(self.sub_of(&si, &sj))));
         ax
     }
 
@@ -765,10 +664,7 @@ impl Z3Env {
         let t = |a: &E| self.term(a, vars);
         let bits = |b: u32| Int::from_i64(b as i64);
         match e {
-            Expr::Var(i) => vars
-                .get(*i)
-                .cloned()
-                .unwrap_or_else(|| Dynamic::new_const(format!("v{i}"), &self.t)),
+            Expr::Var(i) => vars.get(*i).cloned().unwrap_or_else(|| Dynamic::new_const(format!("v{i}"), &self.t)),
             Expr::Const(c) => self.cst.apply(&[&bits(*c)]),
             Expr::Add(a, b) => Self::app2(&self.add, &t(a), &t(b)),
             Expr::Mul(a, b) => Self::app2(&self.mul, &t(a), &t(b)),
@@ -796,9 +692,7 @@ impl Z3Env {
         for a in &self.axioms {
             solver.assert(a);
         }
-        let vars: Vec<Dynamic> = (0..num_vars)
-            .map(|i| Dynamic::new_const(format!("v{i}"), &self.t))
-            .collect();
+        let vars: Vec<Dynamic> = (0..num_vars).map(|i| Dynamic::new_const(format!("v{i}"), &self.t)).collect();
         if vars.len() > 1 {
             solver.assert(Dynamic::distinct(&vars));
         }

@@ -119,11 +119,7 @@ pub struct FnLocation {
 
 impl std::fmt::Display for FnLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: `{}`",
-            self.file, self.line, self.column, self.function
-        )
+        write!(f, "{}:{}:{}: `{}`", self.file, self.line, self.column, self.function)
     }
 }
 
@@ -226,16 +222,7 @@ impl Default for Builder {
 impl Builder {
     /// No files yet; defaults for everything else.
     pub fn new() -> Builder {
-        Builder {
-            files: Vec::new(),
-            out_dir: None,
-            arch: None,
-            cargo_directives: true,
-            kernel_options: KernelOptions::default(),
-            nvcc: None,
-            search: None,
-            cache_dir: None,
-        }
+        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default(), nvcc: None, search: None, cache_dir: None }
     }
 
     /// Adds a source file (relative paths are relative to the package root, the build script's
@@ -251,8 +238,7 @@ impl Builder {
         I: IntoIterator<Item = P>,
         P: AsRef<Path>,
     {
-        self.files
-            .extend(files.into_iter().map(|f| f.as_ref().to_path_buf()));
+        self.files.extend(files.into_iter().map(|f| f.as_ref().to_path_buf()));
         self
     }
 
@@ -320,23 +306,12 @@ impl Builder {
             None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or(BuildError::NoOutDir)?),
         };
         let artifact_dir = out_dir.join(ARTIFACT_DIR);
-        std::fs::create_dir_all(&artifact_dir).map_err(|source| BuildError::Io {
-            path: artifact_dir.clone(),
+        std::fs::create_dir_all(&artifact_dir).map_err(|source| BuildError::Io { path: artifact_dir.clone(), source })?;
+        let env_arch = std::env::var(nvcc::ARCH_ENV).ok();
+        let arch = nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| BuildError::Nvcc {
+            at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
             source,
         })?;
-        let env_arch = std::env::var(nvcc::ARCH_ENV).ok();
-        let arch =
-            nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| {
-                BuildError::Nvcc {
-                    at: Box::new(FnLocation {
-                        file: "<build>".into(),
-                        line: 0,
-                        column: 0,
-                        function: "<all>".into(),
-                    }),
-                    source,
-                }
-            })?;
 
         let started = Instant::now();
         let mut jobs = Vec::new();
@@ -352,11 +327,7 @@ impl Builder {
             }
         }
         if started.elapsed() > SLOW_STEP {
-            self.say(&format!(
-                "cargo:warning=mirage: parsed and lowered {} programs in {:.1} s",
-                jobs.len(),
-                started.elapsed().as_secs_f64()
-            ));
+            self.say(&format!("cargo:warning=mirage: parsed and lowered {} programs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64()));
         }
         self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
         let search_cfg = match &self.search {
@@ -375,39 +346,16 @@ impl Builder {
         };
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
             .par_iter()
-            .map(|(file, line_column, program)| {
-                self.build_one(
-                    file,
-                    *line_column,
-                    program,
-                    &artifact_dir,
-                    &nvcc_opts,
-                    &search_cfg,
-                    &cache,
-                )
-            })
+            .map(|(file, line_column, program)| self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, &search_cfg, &cache))
             .collect();
         let mut programs = Vec::with_capacity(results.len());
         for r in results {
             let built = r?;
             if !built.searched {
-                self.say(&format!(
-                    "cargo:warning=mirage: `{}` ({}): {}",
-                    built.path(),
-                    built.file.display(),
-                    built.search_report.lines().next().unwrap_or("")
-                ));
+                self.say(&format!("cargo:warning=mirage: `{}` ({}): {}", built.path(), built.file.display(), built.search_report.lines().next().unwrap_or("")));
             }
-            for note in built
-                .search_report
-                .lines()
-                .filter(|l| l.starts_with("note: "))
-            {
-                self.say(&format!(
-                    "cargo:warning=mirage: `{}`: {}",
-                    built.path(),
-                    &note[6..]
-                ));
+            for note in built.search_report.lines().filter(|l| l.starts_with("note: ")) {
+                self.say(&format!("cargo:warning=mirage: `{}`: {}", built.path(), &note[6..]));
             }
             if built.elapsed > SLOW_STEP {
                 self.say(&format!(
@@ -422,11 +370,7 @@ impl Builder {
                     } else {
                         "not searched"
                     },
-                    if built.nvcc_cached {
-                        "cubin from nvcc's cache"
-                    } else {
-                        "nvcc"
-                    },
+                    if built.nvcc_cached { "cubin from nvcc's cache" } else { "nvcc" },
                     built.elapsed.as_secs_f64()
                 ));
             }
@@ -441,11 +385,7 @@ impl Builder {
                 started.elapsed().as_secs_f64()
             ));
         }
-        Ok(BuildReport {
-            artifact_dir,
-            arch,
-            programs,
-        })
+        Ok(BuildReport { artifact_dir, arch, programs })
     }
 
     fn build_one(
@@ -459,56 +399,27 @@ impl Builder {
         cache: &Cache,
     ) -> Result<BuiltProgram, BuildError> {
         let started = Instant::now();
-        let at = || {
-            Box::new(FnLocation {
-                file: file.display().to_string(),
-                line,
-                column,
-                function: qualified(&program.module_path, &program.name),
-            })
-        };
+        let at = || Box::new(FnLocation { file: file.display().to_string(), line, column, function: qualified(&program.module_path, &program.name) });
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
-        let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(
-            &program.graph,
-            search_cfg,
-            Some(cache),
-        ) {
-            Ok(result) => (
-                result.best.graph.clone(),
-                result.to_string(),
-                result.summary(),
-                true,
-                result.from_cache,
-            ),
-            Err(
-                source @ (SearchError::Offline { .. }
-                | SearchError::Verify(_)
-                | SearchError::Eval(_)),
-            ) => {
+        let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(&program.graph, search_cfg, Some(cache)) {
+            Ok(result) => (result.best.graph.clone(), result.to_string(), result.summary(), true, result.from_cache),
+            Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
                 return Err(BuildError::Search { at: at(), source });
             }
             Err(e) => {
-                let report = format!(
-                    "not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n"
-                );
+                let report = format!("not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n");
                 (program.graph.clone(), report.clone(), report, false, false)
             }
         };
-        let mugraph = codegen::default_blocks::lower_to_blocks(&chosen)
-            .map_err(|e| codegen_err(CodegenError::Ir(e)))?;
-        let kernel_prefix: String = stem
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options)
-            .map_err(codegen_err)?;
+        let mugraph = codegen::default_blocks::lower_to_blocks(&chosen).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
+        let kernel_prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options).map_err(codegen_err)?;
         generated.plan.name = program.name.clone();
         generated.plan.fingerprint = program.fingerprint_hash.clone();
         generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
         generated.plan.search_report = Some(plan_report);
-        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts)
-            .map_err(|source| BuildError::Nvcc { at: at(), source })?;
+        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc { at: at(), source })?;
         let paths = ArtifactPaths {
             cubin: artifact_dir.join(format!("{stem}.cubin")),
             plan: artifact_dir.join(format!("{stem}.plan.json")),
@@ -549,14 +460,10 @@ impl From<LowerError> for BuildError {
 /// `CARGO_MANIFEST_DIR` (or the current directory) upwards whose Cargo.toml declares
 /// `[workspace]`; the package directory itself when none does.
 pub fn workspace_root() -> PathBuf {
-    let start = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::current_dir().ok())
-        .unwrap_or_else(|| PathBuf::from("."));
+    let start = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("."));
     let mut root = start.clone();
     for dir in start.ancestors() {
-        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml"))
-            .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
+        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
         if is_workspace {
             root = dir.to_path_buf();
         }
@@ -565,12 +472,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 fn qualified(module_path: &[String], name: &str) -> String {
-    module_path
-        .iter()
-        .map(String::as_str)
-        .chain([name])
-        .collect::<Vec<_>>()
-        .join("::")
+    module_path.iter().map(String::as_str).chain([name]).collect::<Vec<_>>().join("::")
 }
 
 /// Writes a file only when its content changes (keeps the mtimes of unchanged artifacts, so
@@ -579,10 +481,7 @@ pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
-    let io = |source| BuildError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| BuildError::Io { path: path.to_path_buf(), source };
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
@@ -593,20 +492,12 @@ pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
 /// The (module path, name, (line, column)) of every `#[mugraph]` function of a file (empty when
 /// it cannot be read or parsed: lowering reports that).
 fn fn_positions(file: &Path) -> Vec<(Vec<String>, String, (usize, usize))> {
-    fn walk(
-        items: &[syn::Item],
-        path: &mut Vec<String>,
-        out: &mut Vec<(Vec<String>, String, (usize, usize))>,
-    ) {
+    fn walk(items: &[syn::Item], path: &mut Vec<String>, out: &mut Vec<(Vec<String>, String, (usize, usize))>) {
         for item in items {
             match item {
                 syn::Item::Fn(f) if f.attrs.iter().any(lower::is_mugraph_attr) => {
                     let start = f.sig.ident.span().start();
-                    out.push((
-                        path.clone(),
-                        f.sig.ident.to_string(),
-                        (start.line, start.column + 1),
-                    ));
+                    out.push((path.clone(), f.sig.ident.to_string(), (start.line, start.column + 1)));
                 }
                 syn::Item::Mod(m) => {
                     if let Some((_, items)) = &m.content {
@@ -620,10 +511,7 @@ fn fn_positions(file: &Path) -> Vec<(Vec<String>, String, (usize, usize))> {
         }
     }
     let mut out = Vec::new();
-    if let Some(parsed) = std::fs::read_to_string(file)
-        .ok()
-        .and_then(|text| syn::parse_file(&text).ok())
-    {
+    if let Some(parsed) = std::fs::read_to_string(file).ok().and_then(|text| syn::parse_file(&text).ok()) {
         walk(&parsed.items, &mut Vec::new(), &mut out);
     }
     out
@@ -635,10 +523,7 @@ mod tests {
 
     #[test]
     fn stems_and_paths() {
-        assert_eq!(
-            artifact_stem("gated_mlp", "0123456789abcdef"),
-            "gated_mlp-0123456789abcdef"
-        );
+        assert_eq!(artifact_stem("gated_mlp", "0123456789abcdef"), "gated_mlp-0123456789abcdef");
         assert_eq!(qualified(&["a".into(), "b".into()], "f"), "a::b::f");
         assert_eq!(qualified(&[], "f"), "f");
     }
@@ -657,30 +542,16 @@ mod tests {
         let dir = temp_dir("errors");
         let file = dir.join("kernels.rs");
         std::fs::write(&file, KERNELS).expect("write");
-        let builder = Builder::new()
-            .file(&file)
-            .out_dir(&dir)
-            .cache_dir(dir.join(".mirage"))
-            .cargo_directives(false)
-            .nvcc(dir.join("no-such-nvcc"));
+        let builder = Builder::new().file(&file).out_dir(&dir).cache_dir(dir.join(".mirage")).cargo_directives(false).nvcc(dir.join("no-such-nvcc"));
         let e = builder.compile().expect_err("no nvcc there");
         let msg = e.to_string();
-        assert!(
-            msg.contains(&format!("{}:5:8: `inner::double`", file.display())),
-            "{msg}"
-        );
-        assert!(
-            msg.contains("Provide nvcc"),
-            "names the ways to provide nvcc: {msg}"
-        );
+        assert!(msg.contains(&format!("{}:5:8: `inner::double`", file.display())), "{msg}");
+        assert!(msg.contains("Provide nvcc"), "names the ways to provide nvcc: {msg}");
 
         std::fs::write(&file, KERNELS.replace("x * 2.0", "x + 2.0")).expect("write");
         let e = builder.compile().expect_err("a DSL error");
         assert!(matches!(e, BuildError::Lower(_)), "{e}");
-        assert!(
-            e.to_string().contains(&format!("{}:6:9:", file.display())),
-            "{e}"
-        );
+        assert!(e.to_string().contains(&format!("{}:6:9:", file.display())), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -695,104 +566,37 @@ mod tests {
         let file = dir.join("kernels.rs");
         std::fs::write(&file, KERNELS).expect("write");
         let cache = dir.join(".mirage");
-        let builder = Builder::new()
-            .file(&file)
-            .out_dir(&dir)
-            .cache_dir(&cache)
-            .arch("sm_80")
-            .cargo_directives(false);
+        let builder = Builder::new().file(&file).out_dir(&dir).cache_dir(&cache).arch("sm_80").cargo_directives(false);
         let report = builder.compile().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(report.arch, "sm_80");
-        let [built] = report.programs.as_slice() else {
-            panic!("one program, found {}", report.programs.len())
-        };
+        let [built] = report.programs.as_slice() else { panic!("one program, found {}", report.programs.len()) };
         assert_eq!(built.path(), "inner::double");
         assert_eq!(built.line_column, (5, 8));
-        assert!(
-            built.stem.starts_with("double-") && built.stem.len() == "double-".len() + 16,
-            "{}",
-            built.stem
-        );
-        assert_eq!(
-            built.paths.cubin,
-            dir.join("mirage").join(format!("{}.cubin", built.stem))
-        );
-        let plan = mirage_runtime::LaunchPlan::from_json(
-            &std::fs::read_to_string(&built.paths.plan).expect("plan"),
-        )
-        .expect("valid plan");
+        assert!(built.stem.starts_with("double-") && built.stem.len() == "double-".len() + 16, "{}", built.stem);
+        assert_eq!(built.paths.cubin, dir.join("mirage").join(format!("{}.cubin", built.stem)));
+        let plan = mirage_runtime::LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan).expect("plan")).expect("valid plan");
         assert_eq!(plan.fingerprint, built.fingerprint_hash);
         assert_eq!(plan.input_names, ["x"]);
-        let mugraph =
-            KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph"))
-                .expect("valid µGraph");
+        let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph")).expect("valid µGraph");
         assert_eq!(mugraph.num_kernels(), plan.kernels.len());
-        assert!(
-            std::fs::read(&built.paths.cubin)
-                .expect("cubin")
-                .starts_with(b"\x7fELF")
-        );
-        assert!(
-            std::fs::read_to_string(&built.paths.cuda)
-                .expect("source")
-                .contains("__global__")
-        );
+        assert!(std::fs::read(&built.paths.cubin).expect("cubin").starts_with(b"\x7fELF"));
+        assert!(std::fs::read_to_string(&built.paths.cuda).expect("source").contains("__global__"));
         // Searched (costed for the A100), recorded in the plan, stored in the cache.
-        assert!(
-            built.searched && !built.from_cache,
-            "{}",
-            built.search_report
-        );
-        assert!(
-            built.search_report.contains("chosen µGraph")
-                && built.search_report.contains("on sm_80"),
-            "{}",
-            built.search_report
-        );
-        let recorded = plan
-            .search_report
-            .as_deref()
-            .expect("the plan records the search");
-        assert!(
-            recorded.starts_with("chosen µGraph") && built.search_report.contains(recorded),
-            "{recorded}"
-        );
+        assert!(built.searched && !built.from_cache, "{}", built.search_report);
+        assert!(built.search_report.contains("chosen µGraph") && built.search_report.contains("on sm_80"), "{}", built.search_report);
+        let recorded = plan.search_report.as_deref().expect("the plan records the search");
+        assert!(recorded.starts_with("chosen µGraph") && built.search_report.contains(recorded), "{recorded}");
         assert_eq!(std::fs::read_dir(&cache).expect("cache dir").count(), 1);
 
         // A second build rewrites nothing and takes the µGraph from the cache.
-        let mtime = |p: &Path| {
-            std::fs::metadata(p)
-                .and_then(|m| m.modified())
-                .expect("mtime")
-        };
-        let before: Vec<_> = [
-            &built.paths.cubin,
-            &built.paths.plan,
-            &built.paths.mugraph,
-            &built.paths.cuda,
-        ]
-        .map(|p| mtime(p))
-        .into();
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
+        let before: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         std::thread::sleep(Duration::from_millis(20));
         let again = builder.compile().unwrap_or_else(|e| panic!("{e}"));
         assert!(again.programs[0].nvcc_cached);
-        assert!(
-            again.programs[0].from_cache,
-            "{}",
-            again.programs[0].search_report
-        );
-        assert_eq!(
-            again.programs[0].mugraph.canonical_hash(),
-            built.mugraph.canonical_hash()
-        );
-        let after: Vec<_> = [
-            &built.paths.cubin,
-            &built.paths.plan,
-            &built.paths.mugraph,
-            &built.paths.cuda,
-        ]
-        .map(|p| mtime(p))
-        .into();
+        assert!(again.programs[0].from_cache, "{}", again.programs[0].search_report);
+        assert_eq!(again.programs[0].mugraph.canonical_hash(), built.mugraph.canonical_hash());
+        let after: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         assert_eq!(before, after);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -808,34 +612,21 @@ mod tests {
             .file(&file)
             .out_dir(&dir)
             .cache_dir(dir.join(".mirage"))
-            .search_config(SearchConfig {
-                offline: Some(true),
-                ..SearchConfig::default()
-            })
+            .search_config(SearchConfig { offline: Some(true), ..SearchConfig::default() })
             .cargo_directives(false)
             .nvcc(dir.join("no-such-nvcc"));
         let e = builder.compile().expect_err("offline, nothing cached");
         let msg = e.to_string();
         assert!(matches!(e, BuildError::Search { .. }), "{msg}");
-        assert!(
-            msg.contains("MIRAGE_OFFLINE=1")
-                && msg.contains("`inner::double`")
-                && msg.contains(".mirage"),
-            "{msg}"
-        );
+        assert!(msg.contains("MIRAGE_OFFLINE=1") && msg.contains("`inner::double`") && msg.contains(".mirage"), "{msg}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn the_workspace_root_has_the_workspace_manifest() {
         let root = workspace_root();
-        let manifest =
-            std::fs::read_to_string(root.join("Cargo.toml")).expect("a Cargo.toml at the root");
-        assert!(
-            manifest.lines().any(|l| l.trim() == "[workspace]"),
-            "{}",
-            root.display()
-        );
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("a Cargo.toml at the root");
+        assert!(manifest.lines().any(|l| l.trim() == "[workspace]"), "{}", root.display());
     }
 
     #[test]
@@ -843,10 +634,7 @@ mod tests {
         if std::env::var_os("OUT_DIR").is_some() {
             return;
         }
-        let e = Builder::new()
-            .cargo_directives(false)
-            .compile()
-            .expect_err("no OUT_DIR");
+        let e = Builder::new().cargo_directives(false).compile().expect_err("no OUT_DIR");
         assert!(e.to_string().contains("OUT_DIR is not set"), "{e}");
     }
 }

@@ -37,23 +37,8 @@ pub struct CacheKey {
 impl CacheKey {
     /// The entry's file name.
     pub fn file_name(&self) -> String {
-        let clean = |s: &str| {
-            s.chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect::<String>()
-        };
-        format!(
-            "{}-{}-{}.json",
-            self.program_hash.to_hex(),
-            clean(&self.arch),
-            clean(&self.search_version)
-        )
+        let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect::<String>();
+        format!("{}-{}-{}.json", self.program_hash.to_hex(), clean(&self.arch), clean(&self.search_version))
     }
 }
 
@@ -98,16 +83,8 @@ pub struct CacheEntry {
 
 impl CacheEntry {
     /// A new entry for `key` holding `mugraph`.
-    pub fn new(
-        key: &CacheKey,
-        mugraph: &KernelGraph,
-        cost_us: f64,
-        top: Vec<CachedCandidate>,
-    ) -> Result<Self, CacheError> {
-        let value = serde_json::from_str(&mugraph.to_json()).map_err(|e| CacheError::Corrupt {
-            path: PathBuf::new(),
-            reason: format!("serializing the µGraph: {e}"),
-        })?;
+    pub fn new(key: &CacheKey, mugraph: &KernelGraph, cost_us: f64, top: Vec<CachedCandidate>) -> Result<Self, CacheError> {
+        let value = serde_json::from_str(&mugraph.to_json()).map_err(|e| CacheError::Corrupt { path: PathBuf::new(), reason: format!("serializing the µGraph: {e}") })?;
         Ok(CacheEntry {
             format: CACHE_FORMAT.into(),
             version: CACHE_VERSION,
@@ -118,10 +95,7 @@ impl CacheEntry {
             cost_us,
             measured_us: None,
             top,
-            created_unix_s: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         })
     }
 
@@ -144,9 +118,7 @@ pub enum CacheError {
         source: std::io::Error,
     },
     /// A cache file exists but is not a valid entry for its key.
-    #[error(
-        "corrupt search cache entry {path}: {reason} (it will be searched again and rewritten)"
-    )]
+    #[error("corrupt search cache entry {path}: {reason} (it will be searched again and rewritten)")]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -190,60 +162,32 @@ impl Cache {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(CacheError::Corrupt {
-                    path,
-                    reason: format!("not UTF-8 text: {e}"),
-                });
+                return Err(CacheError::Corrupt { path, reason: format!("not UTF-8 text: {e}") });
             }
             Err(source) => return Err(CacheError::Io { path, source }),
         };
-        let corrupt = |reason: String| CacheError::Corrupt {
-            path: path.clone(),
-            reason,
-        };
-        let entry: CacheEntry =
-            serde_json::from_str(&text).map_err(|e| corrupt(format!("not a cache entry: {e}")))?;
+        let corrupt = |reason: String| CacheError::Corrupt { path: path.clone(), reason };
+        let entry: CacheEntry = serde_json::from_str(&text).map_err(|e| corrupt(format!("not a cache entry: {e}")))?;
         if entry.format != CACHE_FORMAT || entry.version != CACHE_VERSION {
-            return Err(corrupt(format!(
-                "format {:?} version {}, expected {CACHE_FORMAT:?} version {CACHE_VERSION}",
-                entry.format, entry.version
-            )));
+            return Err(corrupt(format!("format {:?} version {}, expected {CACHE_FORMAT:?} version {CACHE_VERSION}", entry.format, entry.version)));
         }
-        if entry.program_hash != key.program_hash.to_hex()
-            || entry.arch != key.arch
-            || entry.search_version != key.search_version
-        {
+        if entry.program_hash != key.program_hash.to_hex() || entry.arch != key.arch || entry.search_version != key.search_version {
             return Err(corrupt(format!(
                 "the entry is for program {} on {} (search {}), not this key",
                 entry.program_hash, entry.arch, entry.search_version
             )));
         }
-        let graph = entry
-            .graph()
-            .map_err(|e| corrupt(format!("its µGraph is invalid: {e}")))?;
+        let graph = entry.graph().map_err(|e| corrupt(format!("its µGraph is invalid: {e}")))?;
         Ok(Some((entry, graph)))
     }
 
     /// Writes the entry for `key` atomically (temporary file + rename); returns its path.
     pub fn store(&self, key: &CacheKey, entry: &CacheEntry) -> Result<PathBuf, CacheError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| CacheError::Io {
-            path: self.dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| CacheError::Io { path: self.dir.clone(), source })?;
         let path = self.path(key);
-        let text = serde_json::to_string_pretty(entry).map_err(|e| CacheError::Corrupt {
-            path: path.clone(),
-            reason: format!("serializing: {e}"),
-        })?;
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let tmp = self.dir.join(format!(
-            ".{}.tmp.{}.{nanos}",
-            key.file_name(),
-            std::process::id()
-        ));
+        let text = serde_json::to_string_pretty(entry).map_err(|e| CacheError::Corrupt { path: path.clone(), reason: format!("serializing: {e}") })?;
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let tmp = self.dir.join(format!(".{}.tmp.{}.{nanos}", key.file_name(), std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(text.as_bytes())?;
@@ -253,10 +197,7 @@ impl Cache {
         };
         write().map_err(|source| {
             let _ = std::fs::remove_file(&tmp);
-            CacheError::Io {
-                path: path.clone(),
-                source,
-            }
+            CacheError::Io { path: path.clone(), source }
         })?;
         Ok(path)
     }

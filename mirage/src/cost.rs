@@ -21,11 +21,8 @@
 use std::fmt;
 
 use crate::codegen::default_blocks::default_block_graph;
-use crate::codegen::{CodegenError, KernelOptions, generate_kernel};
-use crate::ir::{
-    AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc,
-    num_elements,
-};
+use crate::codegen::{generate_kernel, CodegenError, KernelOptions};
+use crate::ir::{num_elements, AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc};
 
 /// Constants of a GPU architecture.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,12 +179,7 @@ impl CostReport {
 
 impl fmt::Display for CostReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:.2} µs in {} kernel(s)",
-            self.total_us,
-            self.kernels.len()
-        )?;
+        writeln!(f, "{:.2} µs in {} kernel(s)", self.total_us, self.kernels.len())?;
         for (i, k) in self.kernels.iter().enumerate() {
             writeln!(f, "  k{i}: {}", k.why)?;
         }
@@ -211,11 +203,7 @@ pub fn estimate(graph: &KernelGraph, arch: &Arch) -> Result<CostReport, CostErro
             KernelOp::Input { .. } | KernelOp::Output { .. } => continue,
             KernelOp::Custom { block } => (**block).clone(),
             op => {
-                let descs = node
-                    .inputs
-                    .iter()
-                    .map(|&t| graph.desc(t).cloned())
-                    .collect::<Result<Vec<_>, _>>()?;
+                let descs = node.inputs.iter().map(|&t| graph.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
                 default_block_graph(op, &descs)?
             }
         };
@@ -246,20 +234,14 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
     for n in bg.nodes() {
         for t in &n.outputs {
             match n.op {
-                BlockOp::Input {
-                    forloop_dim: Some(_),
-                    ..
-                } if looped => per_stage += num_elements(&t.shape) * t.dtype.size_bytes(),
+                BlockOp::Input { forloop_dim: Some(_), .. } if looped => per_stage += num_elements(&t.shape) * t.dtype.size_bytes(),
                 BlockOp::Input { .. } => fixed += num_elements(&t.shape) * t.dtype.size_bytes(),
                 _ => fixed += num_elements(&t.shape) * 4,
             }
         }
     }
     let max_stages = if looped { bg.forloop_range().min(4) } else { 1 };
-    (1..=max_stages)
-        .rev()
-        .map(|s| fixed + s * per_stage)
-        .find(|&b| b <= arch.smem_per_block)
+    (1..=max_stages).rev().map(|s| fixed + s * per_stage).find(|&b| b <= arch.smem_per_block)
 }
 
 /// Shared memory of a block graph: the code generator's plan, or (when it cannot generate the
@@ -267,16 +249,11 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
 /// Shared memory of the kernel code generation would emit, how it was obtained, and its pipeline
 /// stages (estimated: as many as the loop allows).
 fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str, usize) {
-    let default_stages = KernelOptions::default()
-        .max_stages
-        .clamp(1, bg.forloop_range().max(1));
+    let default_stages = KernelOptions::default().max_stages.clamp(1, bg.forloop_range().max(1));
     if mode == SmemMode::Estimated {
         return (smem_estimate(bg, arch), "estimated", default_stages);
     }
-    let opts = KernelOptions {
-        max_smem_bytes: arch.smem_per_block,
-        ..KernelOptions::default()
-    };
+    let opts = KernelOptions { max_smem_bytes: arch.smem_per_block, ..KernelOptions::default() };
     match generate_kernel(bg, "cost_probe", &opts) {
         Ok(k) => (Some(k.smem_bytes), "planned", k.stages),
         Err(CodegenError::SharedMemory { .. }) => (None, "planned", 1),
@@ -313,45 +290,31 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             _ => 1.0,
         };
         match &node.op {
-            BlockOp::Input {
-                input, forloop_dim, ..
-            } => {
+            BlockOp::Input { input, forloop_dim, .. } => {
                 let t = &node.outputs[0];
-                let loads = if forloop_dim.is_some() {
-                    frange as f64
-                } else {
-                    1.0
-                };
+                let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
                 if let Some(r) = requested.get_mut(*input) {
-                    *r += num_elements(&t.shape) as f64
-                        * t.dtype.size_bytes() as f64
-                        * loads
-                        * blocks as f64;
+                    *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks as f64;
                 }
                 if let (Some(f), Some(desc)) = (dram_factor.get_mut(*input), inputs.get(*input)) {
                     *f = f.max(segment_factor(desc, &t.shape));
                 }
             }
             BlockOp::Matmul => {
-                let (Ok(a), Ok(b)) = (bg.tile(node.inputs[0]), bg.tile(node.inputs[1])) else {
-                    continue;
-                };
+                let (Ok(a), Ok(b)) = (bg.tile(node.inputs[0]), bg.tile(node.inputs[1])) else { continue };
                 let r = a.shape.len();
                 let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
                 if a.dtype == DType::F32 {
                     fma += 2.0 * (m * k * n) as f64 * execs * blocks as f64;
                 } else {
-                    flops +=
-                        2.0 * (pad(m, 16) * pad(k, 16) * pad(n, 8)) as f64 * execs * blocks as f64;
+                    flops += 2.0 * (pad(m, 16) * pad(k, 16) * pad(n, 8)) as f64 * execs * blocks as f64;
                     let per_warp = (m.div_ceil(16) * n.div_ceil(8)).div_ceil(warps);
                     mma_chain += (per_warp * k.div_ceil(16).div_ceil(4)) as f64 * execs;
                 }
             }
             BlockOp::Output { .. } => {}
             BlockOp::Accum { acc } => {
-                let Ok(x) = bg.tile(node.inputs[0]) else {
-                    continue;
-                };
+                let Ok(x) = bg.tile(node.inputs[0]) else { continue };
                 let per = if *acc == AccKind::RmsLast { 2.0 } else { 1.0 };
                 fma += per * num_elements(&x.shape) as f64 * frange as f64 * blocks as f64;
             }
@@ -360,13 +323,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
                     BlockOp::Unary { .. } | BlockOp::RmsNorm { .. } => 4.0,
                     _ => 1.0,
                 };
-                let elems: usize = node
-                    .inputs
-                    .iter()
-                    .filter_map(|&t| bg.tile(t).ok())
-                    .map(|t| num_elements(&t.shape))
-                    .max()
-                    .unwrap_or(0);
+                let elems: usize = node.inputs.iter().filter_map(|&t| bg.tile(t).ok()).map(|t| num_elements(&t.shape)).max().unwrap_or(0);
                 fma += weight * elems as f64 * execs * blocks as f64;
             }
         }
@@ -400,34 +357,17 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             smem: arch.smem_per_block + 1,
             blocks_per_sm: 0,
             us: f64::INFINITY,
-            why: format!(
-                "grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block",
-                bg.grid(),
-                bg.threads(),
-                frange,
-                arch.smem_per_block / 1024
-            ),
+            why: format!("grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block", bg.grid(), bg.threads(), frange, arch.smem_per_block / 1024),
         };
     };
-    let by_smem = arch
-        .smem_per_sm
-        .checked_div(smem)
-        .unwrap_or(arch.max_blocks_per_sm);
-    let blocks_per_sm = by_smem
-        .min(arch.max_threads_per_sm / bg.threads().max(1))
-        .min(arch.max_blocks_per_sm)
-        .max(1);
+    let by_smem = arch.smem_per_sm.checked_div(smem).unwrap_or(arch.max_blocks_per_sm);
+    let blocks_per_sm = by_smem.min(arch.max_threads_per_sm / bg.threads().max(1)).min(arch.max_blocks_per_sm).max(1);
     let capacity = arch.num_sms * blocks_per_sm;
     let waves = blocks.div_ceil(capacity).max(1);
 
     // Per-block shares of the work; each wave runs its blocks on min(blocks, SMs) SMs.
     let per_block = |x: f64| x / blocks as f64;
-    let (dram_b, l2_b, tc_b, fma_b) = (
-        per_block(dram),
-        per_block(l2),
-        per_block(flops),
-        per_block(fma),
-    );
+    let (dram_b, l2_b, tc_b, fma_b) = (per_block(dram), per_block(l2), per_block(flops), per_block(fma));
     let mut body = 0f64;
     let mut remaining = blocks;
     // Loads overlap compute only when the loop's tiles have two or more stages.
@@ -440,14 +380,9 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         let frac = sms / arch.num_sms as f64;
         let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us);
         let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
-        let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma)
-            + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
+        let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
-        let refill = if remaining + n < blocks {
-            arch.wave_refill_us
-        } else {
-            0.0
-        };
+        let refill = if remaining + n < blocks { arch.wave_refill_us } else { 0.0 };
         body += arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
     }
     let us = body + arch.launch_us;
@@ -468,17 +403,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         body,
         arch.launch_us
     );
-    KernelCost {
-        bytes: dram,
-        l2_bytes: l2,
-        flops,
-        fma_flops: fma,
-        waves,
-        smem,
-        blocks_per_sm,
-        us,
-        why,
-    }
+    KernelCost { bytes: dram, l2_bytes: l2, flops, fma_flops: fma, waves, smem, blocks_per_sm, us, why }
 }
 
 /// A lower bound of [`estimate_block`] computed from the input iterators alone (launch, one
@@ -490,16 +415,9 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
     let frange = bg.forloop_range();
     let mut requested = vec![0f64; bg.inputs().len()];
     for node in bg.nodes() {
-        if let BlockOp::Input {
-            input, forloop_dim, ..
-        } = &node.op
-        {
+        if let BlockOp::Input { input, forloop_dim, .. } = &node.op {
             let t = &node.outputs[0];
-            let loads = if forloop_dim.is_some() {
-                frange as f64
-            } else {
-                1.0
-            };
+            let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
             if let Some(r) = requested.get_mut(*input) {
                 *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks;
             }
@@ -515,11 +433,7 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
             dram += req - unique;
         }
     }
-    arch.launch_us
-        + arch.latency_us
-        + frange as f64 * arch.iteration_us
-        + dram / arch.dram_bytes_per_us
-        + l2 / arch.l2_bytes_per_us
+    arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
 }
 
 /// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
@@ -528,9 +442,7 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
 /// Calibrated on the H200 (benches/results/NOTES.md, run 4): 256-block weight-bound kernels
 /// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
 fn segment_factor(desc: &TensorDesc, tile: &[usize]) -> f64 {
-    let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else {
-        return 1.0;
-    };
+    let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };
     if tile.get(c).copied().unwrap_or(1) >= desc.shape[c] {
         return 1.0; // whole rows: the segments of consecutive rows are adjacent
     }

@@ -8,9 +8,7 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp,
-};
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp};
 
 /// A value domain: the arithmetic the evaluator is instantiated with.
 pub trait Domain: Sync {
@@ -109,21 +107,14 @@ impl<V: Copy> Tensor<V> {
     pub fn new(shape: Vec<usize>, data: Vec<V>) -> Result<Self, EvalError> {
         let expected: usize = shape.iter().product();
         if expected != data.len() {
-            return Err(EvalError::DataLength {
-                shape,
-                expected,
-                found: data.len(),
-            });
+            return Err(EvalError::DataLength { shape, expected, found: data.len() });
         }
         Ok(Tensor { shape, data })
     }
 
     /// A tensor filled with `v`.
     pub fn full(shape: &[usize], v: V) -> Self {
-        Tensor {
-            shape: shape.to_vec(),
-            data: vec![v; shape.iter().product()],
-        }
+        Tensor { shape: shape.to_vec(), data: vec![v; shape.iter().product()] }
     }
 
     /// Element at a multi-index.
@@ -134,10 +125,7 @@ impl<V: Copy> Tensor<V> {
 
     /// Element-wise map.
     pub fn map(&self, f: impl Fn(V) -> V) -> Self {
-        Tensor {
-            shape: self.shape.clone(),
-            data: self.data.iter().map(|&v| f(v)).collect(),
-        }
+        Tensor { shape: self.shape.clone(), data: self.data.iter().map(|&v| f(v)).collect() }
     }
 
     /// Copies the box `[offset, offset + shape)` out of this tensor.
@@ -161,10 +149,7 @@ impl<V: Copy> Tensor<V> {
                 idx[d] = 0;
             }
         }
-        Tensor {
-            shape: shape.to_vec(),
-            data,
-        }
+        Tensor { shape: shape.to_vec(), data }
     }
 
     /// Writes `tile` into this tensor at `offset`.
@@ -190,11 +175,7 @@ impl<V: Copy> Tensor<V> {
 
 /// Splits a shape around `dim` into (outer, extent, inner) element counts.
 fn around(shape: &[usize], dim: usize) -> (usize, usize, usize) {
-    (
-        shape[..dim].iter().product(),
-        shape[dim],
-        shape[dim + 1..].iter().product(),
-    )
+    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
 }
 
 /// Tensor operations over a domain: the semantics of every operator.
@@ -227,25 +208,12 @@ impl<D: Domain> Ops<'_, D> {
     }
 
     /// Combines two equal-rank tensors element-wise with size-1 broadcasting.
-    fn zip(
-        &self,
-        a: &Tensor<D::V>,
-        b: &Tensor<D::V>,
-        f: impl Fn(D::V, D::V) -> D::V,
-    ) -> Tensor<D::V> {
+    fn zip(&self, a: &Tensor<D::V>, b: &Tensor<D::V>, f: impl Fn(D::V, D::V) -> D::V) -> Tensor<D::V> {
         if a.shape == b.shape {
             let data = a.data.iter().zip(&b.data).map(|(&x, &y)| f(x, y)).collect();
-            return Tensor {
-                shape: a.shape.clone(),
-                data,
-            };
+            return Tensor { shape: a.shape.clone(), data };
         }
-        let shape: Vec<usize> = a
-            .shape
-            .iter()
-            .zip(&b.shape)
-            .map(|(&x, &y)| x.max(y))
-            .collect();
+        let shape: Vec<usize> = a.shape.iter().zip(&b.shape).map(|(&x, &y)| x.max(y)).collect();
         let (sa, sb) = (row_major(&a.shape), row_major(&b.shape));
         let n: usize = shape.iter().product();
         let mut data = Vec::with_capacity(n);
@@ -283,10 +251,10 @@ impl<D: Domain> Ops<'_, D> {
         let mut data = vec![zero; batch * m * n];
         let d = self.0;
         let row = |(row_idx, row): (usize, &mut [D::V])| {
-            let (bi, i) = (row_idx / m, row_idx % m);
-            let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
-            let bb = &b.data[bi * k * n..(bi + 1) * k * n];
-            d.matmul_row(row, ab, bb);
+                let (bi, i) = (row_idx / m, row_idx % m);
+                let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
+                let bb = &b.data[bi * k * n..(bi + 1) * k * n];
+                d.matmul_row(row, ab, bb);
         };
         if n > 0 && batch * m * n * k >= 1 << 22 {
             // Large products: parallel over output rows.
@@ -299,13 +267,7 @@ impl<D: Domain> Ops<'_, D> {
 
     /// Reduction of `dim` to `width` with strided grouping: output `j` combines inputs
     /// `j, j + width, j + 2·width, …` with `f`.
-    fn reduce(
-        &self,
-        x: &Tensor<D::V>,
-        dim: usize,
-        width: usize,
-        f: impl Fn(D::V, D::V) -> D::V,
-    ) -> Tensor<D::V> {
+    fn reduce(&self, x: &Tensor<D::V>, dim: usize, width: usize, f: impl Fn(D::V, D::V) -> D::V) -> Tensor<D::V> {
         let (outer, extent, inner) = around(&x.shape, dim);
         let mut shape = x.shape.clone();
         shape[dim] = width;
@@ -399,33 +361,18 @@ impl<D: Domain> Ops<'_, D> {
 
 /// Evaluates a kernel graph on `inputs` (one per `Input` node, in order); returns one tensor per
 /// `Output` node, in order.
-pub fn evaluate<D: Domain>(
-    graph: &KernelGraph,
-    domain: &D,
-    inputs: &[Tensor<D::V>],
-) -> Result<Vec<Tensor<D::V>>, EvalError> {
+pub fn evaluate<D: Domain>(graph: &KernelGraph, domain: &D, inputs: &[Tensor<D::V>]) -> Result<Vec<Tensor<D::V>>, EvalError> {
     let params = graph.inputs();
     if params.len() != inputs.len() {
-        return Err(EvalError::InputCount {
-            expected: params.len(),
-            found: inputs.len(),
-        });
+        return Err(EvalError::InputCount { expected: params.len(), found: inputs.len() });
     }
     for (index, (p, t)) in params.iter().zip(inputs).enumerate() {
         if p.shape != t.shape {
-            return Err(EvalError::InputShape {
-                index,
-                expected: p.shape.clone(),
-                found: t.shape.clone(),
-            });
+            return Err(EvalError::InputShape { index, expected: p.shape.clone(), found: t.shape.clone() });
         }
         let expected: usize = t.shape.iter().product();
         if t.data.len() != expected {
-            return Err(EvalError::DataLength {
-                shape: t.shape.clone(),
-                expected,
-                found: t.data.len(),
-            });
+            return Err(EvalError::DataLength { shape: t.shape.clone(), expected, found: t.data.len() });
         }
     }
     let ops = Ops(domain);
@@ -434,11 +381,7 @@ pub fn evaluate<D: Domain>(
     let mut next_input = 0;
     let mut outputs = Vec::new();
     for node in graph.nodes() {
-        let args: Vec<&Tensor<D::V>> = node
-            .inputs
-            .iter()
-            .map(|t| values[t.node][t.port].as_ref())
-            .collect();
+        let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| values[t.node][t.port].as_ref()).collect();
         if let KernelOp::Input { .. } = &node.op {
             next_input += 1;
             values.push(vec![Cow::Borrowed(&inputs[next_input - 1])]);
@@ -473,28 +416,17 @@ enum Carry<V> {
 
 /// Evaluates one block graph: every block independently (in parallel), then concatenates the
 /// blocks' output tiles.
-fn evaluate_block<D: Domain>(
-    bg: &BlockGraph,
-    ops: &Ops<'_, D>,
-    inputs: &[&Tensor<D::V>],
-) -> Vec<Tensor<D::V>> {
+fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
     let grid = bg.grid();
     let per_block: Vec<Vec<(Vec<usize>, Tensor<D::V>)>> = (0..bg.num_blocks())
         .into_par_iter()
         .map(|flat| {
-            let b = [
-                flat % grid[0],
-                (flat / grid[0]) % grid[1],
-                flat / (grid[0] * grid[1]),
-            ];
+            let b = [flat % grid[0], (flat / grid[0]) % grid[1], flat / (grid[0] * grid[1])];
             run_block(bg, ops, inputs, b)
         })
         .collect();
     let descs = bg.output_descs();
-    let mut outs: Vec<Tensor<D::V>> = descs
-        .iter()
-        .map(|d| Tensor::full(&d.shape, ops.0.zero()))
-        .collect();
+    let mut outs: Vec<Tensor<D::V>> = descs.iter().map(|d| Tensor::full(&d.shape, ops.0.zero())).collect();
     for block in per_block {
         for (k, (offset, tile)) in block.into_iter().enumerate() {
             outs[k].write_region(&offset, &tile);
@@ -504,12 +436,7 @@ fn evaluate_block<D: Domain>(
 }
 
 /// Runs block `b`: returns, for each output saver in order, the offset and the tile it writes.
-fn run_block<D: Domain>(
-    bg: &BlockGraph,
-    ops: &Ops<'_, D>,
-    inputs: &[&Tensor<D::V>],
-    b: [usize; 3],
-) -> Vec<(Vec<usize>, Tensor<D::V>)> {
+fn run_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>], b: [usize; 3]) -> Vec<(Vec<usize>, Tensor<D::V>)> {
     let d = ops.0;
     let grid = bg.grid();
     let nodes = bg.nodes();
@@ -523,15 +450,10 @@ fn run_block<D: Domain>(
         })
         .collect();
     let mut values: Vec<Vec<Tensor<D::V>>> = vec![Vec::new(); nodes.len()];
-    let get = |values: &Vec<Vec<Tensor<D::V>>>, t: &TensorRef| -> Tensor<D::V> {
-        values[t.node][t.port].clone()
-    };
+    let get = |values: &Vec<Vec<Tensor<D::V>>>, t: &TensorRef| -> Tensor<D::V> { values[t.node][t.port].clone() };
     let in_loop = |i: usize| match nodes[i].op {
         BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
-        _ => nodes[i]
-            .outputs
-            .first()
-            .is_some_and(|t| t.phase == Phase::InLoop),
+        _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
     };
     // The loop body.
     for it in 0..frange {
@@ -540,15 +462,11 @@ fn run_block<D: Domain>(
                 let x = &values[node.inputs[0].node][node.inputs[0].port];
                 let folded = match acc {
                     AccKind::Sum | AccKind::Max | AccKind::Rescale => x.clone(),
-                    AccKind::SumLast | AccKind::SumLastRescale => {
-                        ops.reduce_sum(x, x.shape.len() - 1, 1)
-                    }
+                    AccKind::SumLast | AccKind::SumLastRescale => ops.reduce_sum(x, x.shape.len() - 1, 1),
                     AccKind::RmsLast => ops.sum_squares_last(x),
                     AccKind::SumTo { width } => ops.reduce_sum(x, x.shape.len() - 1, width),
                 };
-                let Carry::Acc(state) = &mut carry[i] else {
-                    continue;
-                };
+                let Carry::Acc(state) = &mut carry[i] else { continue };
                 *state = Some(match state.take() {
                     None => folded,
                     Some(prev) => match acc {
@@ -566,11 +484,7 @@ fn run_block<D: Domain>(
                 continue;
             }
             let produced = match &node.op {
-                BlockOp::Input {
-                    input,
-                    imap,
-                    forloop_dim,
-                } => {
+                BlockOp::Input { input, imap, forloop_dim } => {
                     if forloop_dim.is_none() && it > 0 {
                         continue; // loaded once, before the loop
                     }
@@ -589,9 +503,7 @@ fn run_block<D: Domain>(
                 }
                 BlockOp::RunningMax { dim } => {
                     let cur = ops.reduce_max(&get(&values, &node.inputs[0]), *dim);
-                    let Carry::RunningMax(prev) = &mut carry[i] else {
-                        continue;
-                    };
+                    let Carry::RunningMax(prev) = &mut carry[i] else { continue };
                     let (m, diff) = match prev.take() {
                         None => (cur.clone(), cur.map(|_| d.neg_infinity())),
                         Some(p) => {
@@ -604,11 +516,7 @@ fn run_block<D: Domain>(
                     vec![m, diff]
                 }
                 op => {
-                    let args: Vec<&Tensor<D::V>> = node
-                        .inputs
-                        .iter()
-                        .map(|t| &values[t.node][t.port])
-                        .collect();
+                    let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
                     match ops.common_block_op(op, &args) {
                         Some(t) => vec![t],
                         None => continue,
@@ -623,16 +531,10 @@ fn run_block<D: Domain>(
     for (i, node) in nodes.iter().enumerate() {
         match &node.op {
             BlockOp::Accum { acc } => {
-                let Carry::Acc(Some(state)) = &mut carry[i] else {
-                    continue;
-                };
+                let Carry::Acc(Some(state)) = &mut carry[i] else { continue };
                 let value = match acc {
                     AccKind::RmsLast => {
-                        let last = nodes[node.inputs[0].node].outputs[node.inputs[0].port]
-                            .shape
-                            .last()
-                            .copied()
-                            .unwrap_or(1);
+                        let last = nodes[node.inputs[0].node].outputs[node.inputs[0].port].shape.last().copied().unwrap_or(1);
                         ops.rms_from_sum(state, frange * last, None)
                     }
                     _ => state.clone(),
@@ -650,11 +552,7 @@ fn run_block<D: Domain>(
                 saved.push((offset, tile));
             }
             op if !in_loop(i) => {
-                let args: Vec<&Tensor<D::V>> = node
-                    .inputs
-                    .iter()
-                    .map(|t| &values[t.node][t.port])
-                    .collect();
+                let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
                 if let Some(t) = ops.common_block_op(op, &args) {
                     values[i] = vec![t];
                 }

@@ -49,7 +49,7 @@
 
 use rayon::prelude::*;
 
-use crate::eval::{Domain, EvalError, Tensor, evaluate};
+use crate::eval::{evaluate, Domain, EvalError, Tensor};
 use crate::ir::{DType, KernelGraph, UnaryOp};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
@@ -74,10 +74,7 @@ pub struct Fp {
 impl Fp {
     /// The value `n` (reduced in both fields).
     pub fn from_u64(n: u64) -> Self {
-        Fp {
-            p: (n % P) as u32,
-            q: (n % Q) as u32,
-        }
+        Fp { p: (n % P) as u32, q: (n % Q) as u32 }
     }
 }
 
@@ -136,7 +133,7 @@ fn mul_add_row_portable(out: &mut [Fp], a: Fp, b: &[Fp]) {
 /// half of each lane) after a 32-bit shift for `q`. Identical values to [`mul_add_row_portable`].
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{Fp, P, Q, mul_add_row_portable};
+    use super::{mul_add_row_portable, Fp, P, Q};
     use std::arch::x86_64::*;
 
     /// Which path this CPU runs.
@@ -150,11 +147,7 @@ mod simd {
 
     /// Detects the best path for this CPU.
     pub fn detect() -> Level {
-        if is_x86_feature_detected!("avx2") {
-            Level::Avx2
-        } else {
-            Level::Portable
-        }
+        if is_x86_feature_detected!("avx2") { Level::Avx2 } else { Level::Portable }
     }
 
     /// `s < m ? s : s − m` on 64-bit lanes holding values below 2^62 (the signed compare is exact).
@@ -176,16 +169,10 @@ mod simd {
         let bq = _mm256_srli_epi64::<32>(vb);
         let qh = _mm256_srli_epi64::<32>(_mm256_mul_epu32(vb, v_sp));
         let r = _mm256_sub_epi64(_mm256_mul_epu32(vb, v_wp), _mm256_mul_epu32(qh, v_p));
-        let rp = reduce_once(
-            reduce_once(_mm256_add_epi64(r, _mm256_and_si256(acc, low)), v_p),
-            v_p,
-        );
+        let rp = reduce_once(reduce_once(_mm256_add_epi64(r, _mm256_and_si256(acc, low)), v_p), v_p);
         let qh = _mm256_srli_epi64::<32>(_mm256_mul_epu32(bq, v_sq));
         let r = _mm256_sub_epi64(_mm256_mul_epu32(bq, v_wq), _mm256_mul_epu32(qh, v_q));
-        let rq = reduce_once(
-            reduce_once(_mm256_add_epi64(r, _mm256_srli_epi64::<32>(acc)), v_q),
-            v_q,
-        );
+        let rq = reduce_once(reduce_once(_mm256_add_epi64(r, _mm256_srli_epi64::<32>(acc)), v_q), v_q);
         _mm256_or_si256(rp, _mm256_slli_epi64::<32>(rq))
     }
 
@@ -198,11 +185,7 @@ mod simd {
         let n = out.len();
         let k = a.len().min(b.len().checked_div(n).unwrap_or(0));
         let body = n - n % 4;
-        let moduli = [
-            _mm256_set1_epi64x(P as i64),
-            _mm256_set1_epi64x(Q as i64),
-            _mm256_set1_epi64x(0xffff_ffff),
-        ];
+        let moduli = [_mm256_set1_epi64x(P as i64), _mm256_set1_epi64x(Q as i64), _mm256_set1_epi64x(0xffff_ffff)];
         let mut consts = [[_mm256_setzero_si256(); 4]; KB];
         let mut k0 = 0;
         while k0 < k {
@@ -245,12 +228,7 @@ mod simd {
                     let o = out.as_mut_ptr().add(j) as *mut __m256i;
                     let mut acc = _mm256_loadu_si256(o);
                     for (t, c) in consts.iter().enumerate().take(kb) {
-                        acc = step(
-                            acc,
-                            _mm256_loadu_si256(b.as_ptr().add((k0 + t) * n + j) as *const __m256i),
-                            c,
-                            &moduli,
-                        );
+                        acc = step(acc, _mm256_loadu_si256(b.as_ptr().add((k0 + t) * n + j) as *const __m256i), c, &moduli);
                     }
                     _mm256_storeu_si256(o, acc);
                 }
@@ -372,28 +350,15 @@ impl FieldDomain {
             // base^256
             base = acc;
         }
-        let inv2 = Fp {
-            p: inv_mod(2, P) as u32,
-            q: inv_mod(2, Q) as u32,
-        };
+        let inv2 = Fp { p: inv_mod(2, P) as u32, q: inv_mod(2, Q) as u32 };
         let two = Fp::from_u64(2);
         let mut pow2 = Vec::with_capacity((MAX_EXP2 - MIN_EXP2 + 1) as usize);
         for e in MIN_EXP2..=MAX_EXP2 {
-            let (b, n) = if e < 0 {
-                (inv2, (-e) as u64)
-            } else {
-                (two, e as u64)
-            };
-            pow2.push(Fp {
-                p: pow_mod(b.p as u64, n, P) as u32,
-                q: pow_mod(b.q as u64, n, Q) as u32,
-            });
+            let (b, n) = if e < 0 { (inv2, (-e) as u64) } else { (two, e as u64) };
+            pow2.push(Fp { p: pow_mod(b.p as u64, n, P) as u32, q: pow_mod(b.q as u64, n, Q) as u32 });
         }
         let h = hash_words(key, &[tag::NEG_INFINITY]);
-        let neg_infinity = Fp {
-            p: (h % P) as u32,
-            q: (mix64(h) % Q) as u32,
-        };
+        let neg_infinity = Fp { p: (h % P) as u32, q: (mix64(h) % Q) as u32 };
         FieldDomain {
             key,
             omega,
@@ -424,6 +389,7 @@ impl FieldDomain {
         self
     }
 
+
     /// `ω^e mod p` for an exponent `e < q`.
     #[inline]
     fn omega_pow(&self, e: u32) -> u32 {
@@ -439,10 +405,7 @@ impl FieldDomain {
     #[inline]
     fn keyed(&self, tag: u64, salt: u64, a: Fp) -> Fp {
         let h = hash_words(self.key, &[tag, salt, a.p as u64]);
-        Fp {
-            p: (h % P) as u32,
-            q: (mix64(h ^ GOLDEN) % Q) as u32,
-        }
+        Fp { p: (h % P) as u32, q: (mix64(h ^ GOLDEN) % Q) as u32 }
     }
 
     /// The rank of a value in the random total order that defines `max` (`−∞` is the bottom).
@@ -452,8 +415,7 @@ impl FieldDomain {
             0
         } else {
             // Distinct p components get distinct ranks: the low 32 bits break hash ties.
-            (hash_words(self.key, &[tag::MAX_RANK, a.p as u64]) | (1 << 63)) & !0xffff_ffff
-                | a.p as u64
+            (hash_words(self.key, &[tag::MAX_RANK, a.p as u64]) | (1 << 63)) & !0xffff_ffff | a.p as u64
         }
     }
 
@@ -462,10 +424,7 @@ impl FieldDomain {
     pub fn exp(&self, a: Fp) -> Fp {
         let p = self.omega_pow(a.q);
         let h = hash_words(self.key, &[tag::EXP_Q, p as u64]);
-        Fp {
-            p,
-            q: (h % Q) as u32,
-        }
+        Fp { p, q: (h % Q) as u32 }
     }
 
     /// The exact value of the dyadic rational `c` (0.0 and −0.0 are zero); non-finite constants
@@ -475,34 +434,19 @@ impl FieldDomain {
             return Fp::default();
         }
         if !c.is_finite() {
-            return self.keyed(
-                tag::NON_FINITE,
-                0,
-                Fp {
-                    p: c.to_bits(),
-                    q: 0,
-                },
-            );
+            return self.keyed(tag::NON_FINITE, 0, Fp { p: c.to_bits(), q: 0 });
         }
         let bits = c.to_bits();
         let negative = bits >> 31 == 1;
         let biased = ((bits >> 23) & 0xff) as i32;
         let frac = bits & 0x7f_ffff;
-        let (m, e) = if biased == 0 {
-            (frac, MIN_EXP2)
-        } else {
-            (frac | 0x80_0000, biased - 127 - 23)
-        };
+        let (m, e) = if biased == 0 { (frac, MIN_EXP2) } else { (frac | 0x80_0000, biased - 127 - 23) };
         let scale = self.pow2[(e - MIN_EXP2) as usize];
         let v = Fp {
             p: ((m as u64 % P) * scale.p as u64 % P) as u32,
             q: ((m as u64 % Q) * scale.q as u64 % Q) as u32,
         };
-        if negative {
-            self.sub(Fp::default(), v)
-        } else {
-            v
-        }
+        if negative { self.sub(Fp::default(), v) } else { v }
     }
 
     /// Random inputs for a graph with these parameter shapes: independent uniform elements of
@@ -520,16 +464,10 @@ impl FieldDomain {
                         let h = mix64(k ^ j.wrapping_mul(GOLDEN));
                         let g = mix64(h ^ GOLDEN);
                         // Multiply-shift maps 64 uniform bits to [0, m) with bias below 2^-32.
-                        Fp {
-                            p: (((h as u128) * P as u128) >> 64) as u32,
-                            q: (((g as u128) * Q as u128) >> 64) as u32,
-                        }
+                        Fp { p: (((h as u128) * P as u128) >> 64) as u32, q: (((g as u128) * Q as u128) >> 64) as u32 }
                     })
                     .collect();
-                Tensor {
-                    shape: shape.clone(),
-                    data,
-                }
+                Tensor { shape: shape.clone(), data }
             })
             .collect()
     }
@@ -556,33 +494,21 @@ impl Domain for FieldDomain {
 
     #[inline(always)]
     fn add(&self, a: Fp, b: Fp) -> Fp {
-        Fp {
-            p: add_mod(a.p, b.p, P),
-            q: add_mod(a.q, b.q, Q),
-        }
+        Fp { p: add_mod(a.p, b.p, P), q: add_mod(a.q, b.q, Q) }
     }
 
     #[inline(always)]
     fn sub(&self, a: Fp, b: Fp) -> Fp {
-        Fp {
-            p: sub_mod(a.p, b.p, P),
-            q: sub_mod(a.q, b.q, Q),
-        }
+        Fp { p: sub_mod(a.p, b.p, P), q: sub_mod(a.q, b.q, Q) }
     }
 
     #[inline(always)]
     fn mul(&self, a: Fp, b: Fp) -> Fp {
-        Fp {
-            p: (a.p as u64 * b.p as u64 % P) as u32,
-            q: (a.q as u64 * b.q as u64 % Q) as u32,
-        }
+        Fp { p: (a.p as u64 * b.p as u64 % P) as u32, q: (a.q as u64 * b.q as u64 % Q) as u32 }
     }
 
     fn div(&self, a: Fp, b: Fp) -> Fp {
-        let inv = Fp {
-            p: inv_mod(b.p as u64, P) as u32,
-            q: inv_mod(b.q as u64, Q) as u32,
-        };
+        let inv = Fp { p: inv_mod(b.p as u64, P) as u32, q: inv_mod(b.q as u64, Q) as u32 };
         self.mul(a, inv)
     }
 
@@ -651,10 +577,7 @@ pub struct VerifyConfig {
 
 impl Default for VerifyConfig {
     fn default() -> Self {
-        VerifyConfig {
-            trials: 2,
-            seed: 0x6d69_7261_6765,
-        }
+        VerifyConfig { trials: 2, seed: 0x6d69_7261_6765 }
     }
 }
 
@@ -701,27 +624,12 @@ impl std::fmt::Display for Witness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Witness::Signature { reason } => write!(f, "signatures differ: {reason}"),
-            Witness::Value {
-                trial,
-                output,
-                candidate_output: Some(c),
-                index,
-                program,
-                candidate,
-            } => write!(
+            Witness::Value { trial, output, candidate_output: Some(c), index, program, candidate } => write!(
                 f,
                 "trial {trial}: program output {output} has no equal candidate output; at index {index:?} it is {program}, candidate output {c} has {candidate}"
             ),
-            Witness::Value {
-                trial,
-                output,
-                candidate_output: None,
-                ..
-            } => {
-                write!(
-                    f,
-                    "trial {trial}: program output {output} has no candidate output of its shape left to match"
-                )
+            Witness::Value { trial, output, candidate_output: None, .. } => {
+                write!(f, "trial {trial}: program output {output} has no candidate output of its shape left to match")
             }
         }
     }
@@ -761,11 +669,7 @@ struct Signature {
 }
 
 fn signature(g: &KernelGraph) -> Signature {
-    let inputs = g
-        .inputs()
-        .iter()
-        .map(|d| (d.shape.clone(), d.dtype))
-        .collect();
+    let inputs = g.inputs().iter().map(|d| (d.shape.clone(), d.dtype)).collect();
     let outputs = g
         .outputs()
         .iter()
@@ -794,16 +698,8 @@ impl FingerprintContext {
                 let key = hash_words(cfg.seed, &[tag::TRIAL, t as u64]);
                 let domain = FieldDomain::new(key);
                 let inputs = FieldDomain::random_inputs(mix64(key ^ tag::INPUT), &shapes);
-                let outputs =
-                    evaluate(program, &domain, &inputs).map_err(|source| VerifyError::Eval {
-                        which: "program",
-                        source,
-                    })?;
-                Ok(Trial {
-                    domain,
-                    inputs,
-                    outputs,
-                })
+                let outputs = evaluate(program, &domain, &inputs).map_err(|source| VerifyError::Eval { which: "program", source })?;
+                Ok(Trial { domain, inputs, outputs })
             })
             .collect::<Result<Vec<_>, VerifyError>>()?;
         Ok(FingerprintContext { signature, trials })
@@ -825,26 +721,14 @@ impl FingerprintContext {
     pub fn check(&self, candidate: &KernelGraph) -> Result<Verdict, VerifyError> {
         let sig = signature(candidate);
         if let Some(reason) = signature_difference(&self.signature, &sig) {
-            return Ok(Verdict::NotEquivalent {
-                witness: Witness::Signature { reason },
-            });
+            return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
         }
         let n = sig.outputs.len();
         // compatible[i][j]: program output i equals candidate output j in every trial so far.
-        let mut compatible: Vec<Vec<bool>> = (0..n)
-            .map(|i| {
-                (0..n)
-                    .map(|j| self.signature.outputs[i] == sig.outputs[j])
-                    .collect()
-            })
-            .collect();
+        let mut compatible: Vec<Vec<bool>> =
+            (0..n).map(|i| (0..n).map(|j| self.signature.outputs[i] == sig.outputs[j]).collect()).collect();
         for (t, trial) in self.trials.iter().enumerate() {
-            let outs = evaluate(candidate, &trial.domain, &trial.inputs).map_err(|source| {
-                VerifyError::Eval {
-                    which: "candidate",
-                    source,
-                }
-            })?;
+            let outs = evaluate(candidate, &trial.domain, &trial.inputs).map_err(|source| VerifyError::Eval { which: "candidate", source })?;
             for (i, row) in compatible.iter_mut().enumerate() {
                 for (j, ok) in row.iter_mut().enumerate() {
                     if *ok {
@@ -855,9 +739,7 @@ impl FingerprintContext {
             if let Some(unmatched) = unmatched_output(&compatible) {
                 // Report against a same-shape candidate output (the first one, in order).
                 let same = (0..n).find(|&j| self.signature.outputs[unmatched] == sig.outputs[j]);
-                let witness = match same.and_then(|j| {
-                    first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))
-                }) {
+                let witness = match same.and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))) {
                     Some((j, flat)) => Witness::Value {
                         trial: t,
                         output: unmatched,
@@ -883,25 +765,16 @@ impl FingerprintContext {
 }
 
 /// Verifies `candidate` against `program` with fingerprints (DESIGN §8.1).
-pub fn verify(
-    program: &KernelGraph,
-    candidate: &KernelGraph,
-    cfg: &VerifyConfig,
-) -> Result<Verdict, VerifyError> {
+pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig) -> Result<Verdict, VerifyError> {
     // A signature mismatch needs no evaluation of the program.
     if let Some(reason) = signature_difference(&signature(program), &signature(candidate)) {
-        return Ok(Verdict::NotEquivalent {
-            witness: Witness::Signature { reason },
-        });
+        return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
     }
     FingerprintContext::new(program, cfg)?.check(candidate)
 }
 
 fn fmt_sig(v: &[(Vec<usize>, DType)]) -> String {
-    v.iter()
-        .map(|(s, d)| format!("{s:?}:{d}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    v.iter().map(|(s, d)| format!("{s:?}:{d}")).collect::<Vec<_>>().join(", ")
 }
 
 fn signature_difference(program: &Signature, candidate: &Signature) -> Option<String> {
@@ -932,10 +805,7 @@ fn first_difference(a: &Tensor<Fp>, b: &Tensor<Fp>) -> Option<usize> {
     if a.shape != b.shape {
         return Some(0);
     }
-    a.data
-        .par_iter()
-        .zip(&b.data)
-        .position_first(|(x, y)| x.p != y.p)
+    a.data.par_iter().zip(&b.data).position_first(|(x, y)| x.p != y.p)
 }
 
 fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
@@ -952,12 +822,7 @@ fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 fn unmatched_output(compatible: &[Vec<bool>]) -> Option<usize> {
     let n = compatible.len();
     let mut owner: Vec<Option<usize>> = vec![None; n];
-    fn augment(
-        i: usize,
-        compatible: &[Vec<bool>],
-        seen: &mut [bool],
-        owner: &mut [Option<usize>],
-    ) -> bool {
+    fn augment(i: usize, compatible: &[Vec<bool>], seen: &mut [bool], owner: &mut [Option<usize>]) -> bool {
         for j in 0..compatible[i].len() {
             if compatible[i][j] && !seen[j] {
                 seen[j] = true;
@@ -1028,23 +893,13 @@ mod tests {
         assert!(is_prime(P) && is_prime(Q));
         assert_eq!((P - 1) % Q, 0);
         // Q is the largest Sophie Germain prime below 2^31 with 2Q + 1 < 2^32.
-        assert!(
-            (Q + 2..(1 << 31))
-                .step_by(2)
-                .all(|c| !(is_prime(c) && is_prime(2 * c + 1)))
-        );
+        assert!((Q + 2..(1 << 31)).step_by(2).all(|c| !(is_prime(c) && is_prime(2 * c + 1))));
     }
 
     #[test]
     fn matching_is_a_perfect_set_match() {
-        assert_eq!(
-            unmatched_output(&[vec![true, true], vec![true, false]]),
-            None
-        );
-        assert_eq!(
-            unmatched_output(&[vec![true, false], vec![true, false]]),
-            Some(1)
-        );
+        assert_eq!(unmatched_output(&[vec![true, true], vec![true, false]]), None);
+        assert_eq!(unmatched_output(&[vec![true, false], vec![true, false]]), Some(1));
         assert_eq!(unmatched_output(&[]), None);
     }
 

@@ -28,21 +28,15 @@ pub use mirage_runtime::*;
 pub mod prelude {
     pub use crate::mugraph;
     pub use mirage_runtime::half::{bf16, f16};
-    pub use mirage_runtime::{
-        AnyTensor, DeviceTensor, Gpu, Program, RuntimeError, Stream, TensorArg,
-    };
+    pub use mirage_runtime::{AnyTensor, DeviceTensor, Gpu, Program, RuntimeError, Stream, TensorArg};
 }
 
 #[cfg(feature = "build")]
-pub mod absexpr;
-#[cfg(feature = "build")]
 pub mod build;
 #[cfg(feature = "build")]
-pub mod cache;
+pub mod absexpr;
 #[cfg(feature = "build")]
 pub mod codegen;
-#[cfg(feature = "build")]
-pub mod cost;
 #[cfg(feature = "build")]
 pub mod eval;
 #[cfg(feature = "build")]
@@ -61,3 +55,7 @@ pub mod programs;
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
+#[cfg(feature = "build")]
+pub mod cost;
+#[cfg(feature = "build")]
+pub mod cache;

@@ -78,12 +78,7 @@ pub struct LowerError {
 impl LowerError {
     fn from_syn(err: &syn::Error, file: &str) -> Self {
         let start = err.span().start();
-        LowerError {
-            file: file.to_string(),
-            line: start.line,
-            column: start.column + 1,
-            message: err.to_string(),
-        }
+        LowerError { file: file.to_string(), line: start.line, column: start.column + 1, message: err.to_string() }
     }
 }
 
@@ -105,10 +100,7 @@ fn unary(f: syntax::UnaryFn) -> UnaryOp {
         syntax::UnaryFn::Relu => UnaryOp::Relu,
         syntax::UnaryFn::Neg => UnaryOp::Neg,
         syntax::UnaryFn::Recip => UnaryOp::Recip,
-        syntax::UnaryFn::Clamp { lo, hi } => UnaryOp::Clamp {
-            lo: Scalar(lo),
-            hi: Scalar(hi),
-        },
+        syntax::UnaryFn::Clamp { lo, hi } => UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) },
         syntax::UnaryFn::MulScalar { c } => UnaryOp::MulScalar { c: Scalar(c) },
     }
 }
@@ -126,19 +118,13 @@ fn binary(f: syntax::BinaryFn) -> BinaryOp {
 /// Lowers a checked program to its kernel graph. The IR's rules are checked again by its
 /// builders; a disagreement with the syntax module's rules is reported at the value's tokens.
 pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Error> {
-    let ir_err = |span: Span, e: IrError| {
-        syn::Error::new(span, format!("the kernel graph rejects this: {e}"))
-    };
-    let missing =
-        |span: Span| syn::Error::new(span, "internal error: a value refers to a later value");
+    let ir_err = |span: Span, e: IrError| syn::Error::new(span, format!("the kernel graph rejects this: {e}"));
+    let missing = |span: Span| syn::Error::new(span, "internal error: a value refers to a later value");
     let mut graph = KernelGraph::new();
     let mut refs: Vec<TensorRef> = Vec::with_capacity(program.values.len());
     for v in &program.values {
-        let args = v
-            .args
-            .iter()
-            .map(|&a| refs.get(a).copied().ok_or_else(|| missing(v.span)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let args =
+            v.args.iter().map(|&a| refs.get(a).copied().ok_or_else(|| missing(v.span))).collect::<Result<Vec<_>, _>>()?;
         let arg = |i: usize| args.get(i).copied().ok_or_else(|| missing(v.span));
         let t = match &v.op {
             syntax::Op::Param(i) => {
@@ -157,13 +143,8 @@ pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Erro
         refs.push(t);
     }
     for &o in &program.outputs {
-        let t = refs
-            .get(o)
-            .copied()
-            .ok_or_else(|| missing(program.name.span()))?;
-        graph
-            .output(t, None)
-            .map_err(|e| ir_err(program.name.span(), e))?;
+        let t = refs.get(o).copied().ok_or_else(|| missing(program.name.span()))?;
+        graph.output(t, None).map_err(|e| ir_err(program.name.span(), e))?;
     }
     Ok(graph)
 }
@@ -176,18 +157,10 @@ fn lower_in(item: &syn::ItemFn, module_path: Vec<String>) -> Result<Program, syn
         .iter()
         .map(|p| ProgramParam {
             name: p.name.to_string(),
-            desc: TensorDesc {
-                shape: p.ty.shape.clone(),
-                strides: p.strides.clone(),
-                dtype: dtype(p.ty.dtype),
-            },
+            desc: TensorDesc { shape: p.ty.shape.clone(), strides: p.strides.clone(), dtype: dtype(p.ty.dtype) },
         })
         .collect();
-    let outputs = checked
-        .output_types()
-        .into_iter()
-        .map(|t| TensorDesc::new(&t.shape, dtype(t.dtype)))
-        .collect();
+    let outputs = checked.output_types().into_iter().map(|t| TensorDesc::new(&t.shape, dtype(t.dtype))).collect();
     Ok(Program {
         name: checked.name.to_string(),
         module_path,
@@ -217,18 +190,11 @@ fn attr_args(attr: &syn::Attribute) -> Result<(), syn::Error> {
     match &attr.meta {
         syn::Meta::Path(_) => Ok(()),
         syn::Meta::List(list) => syntax::parse_attr_args(list.tokens.clone()),
-        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(
-            nv,
-            "#[mugraph] takes no arguments: write `#[mugraph]`",
-        )),
+        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(nv, "#[mugraph] takes no arguments: write `#[mugraph]`")),
     }
 }
 
-fn collect(
-    items: &[syn::Item],
-    module_path: &mut Vec<String>,
-    out: &mut Vec<Program>,
-) -> Result<(), syn::Error> {
+fn collect(items: &[syn::Item], module_path: &mut Vec<String>, out: &mut Vec<Program>) -> Result<(), syn::Error> {
     for item in items {
         match item {
             syn::Item::Fn(f) => {
@@ -260,8 +226,7 @@ pub fn lower_source(file_text: &str) -> Result<Vec<Program>, LowerError> {
 fn lower_source_named(file_text: &str, file: &str) -> Result<Vec<Program>, LowerError> {
     let parsed = syn::parse_file(file_text).map_err(|e| LowerError::from_syn(&e, file))?;
     let mut out = Vec::new();
-    collect(&parsed.items, &mut Vec::new(), &mut out)
-        .map_err(|e| LowerError::from_syn(&e, file))?;
+    collect(&parsed.items, &mut Vec::new(), &mut out).map_err(|e| LowerError::from_syn(&e, file))?;
     Ok(out)
 }
 
@@ -269,11 +234,7 @@ fn lower_source_named(file_text: &str, file: &str) -> Result<Vec<Program>, Lower
 /// file.
 pub fn lower_file(path: &Path) -> Result<Vec<Program>, LowerError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| LowerError {
-        file: file.clone(),
-        line: 0,
-        column: 0,
-        message: format!("cannot read the file: {e}"),
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LowerError { file: file.clone(), line: 0, column: 0, message: format!("cannot read the file: {e}") })?;
     lower_source_named(&text, &file)
 }

@@ -1,7 +1,7 @@
 //! The benchmark programs (DESIGN §14) as kernel graphs, and the golden µGraphs Mirage found for
 //! them (`mirage/goldens/`), paired with their programs.
 
-use crate::import::{ImportError, ImportOptions, import_mirage_json_with};
+use crate::import::{import_mirage_json_with, ImportError, ImportOptions};
 use crate::ir::{DType, IrError, KernelGraph};
 
 /// `silu(X @ W1) * (X @ W2)` with `X[m, k]`, `W1, W2 [k, n]`.
@@ -118,20 +118,12 @@ pub struct GoldenCase {
 impl GoldenCase {
     /// Imports every candidate of the file.
     pub fn candidates(&self) -> Result<Vec<KernelGraph>, ImportError> {
-        import_mirage_json_with(
-            self.json,
-            ImportOptions {
-                half_dtype: self.dtype,
-            },
-        )
+        import_mirage_json_with(self.json, ImportOptions { half_dtype: self.dtype })
     }
 
     /// The name as a C identifier (`qwen2.5_…` → `qwen2_5_…`).
     pub fn ident(&self) -> String {
-        self.name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect()
+        self.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
     }
 
     /// The program (named `{ident}_program`) followed by every candidate (`{ident}_c{j}`).
@@ -139,15 +131,8 @@ impl GoldenCase {
         let base = self.ident();
         let program = (self.program)().map_err(|e| format!("{}: program: {e}", self.name))?;
         let mut out = vec![(format!("{base}_program"), program)];
-        let candidates = self
-            .candidates()
-            .map_err(|e| format!("{}: {e}", self.name))?;
-        out.extend(
-            candidates
-                .into_iter()
-                .enumerate()
-                .map(|(j, c)| (format!("{base}_c{j}"), c)),
-        );
+        let candidates = self.candidates().map_err(|e| format!("{}: {e}", self.name))?;
+        out.extend(candidates.into_iter().enumerate().map(|(j, c)| (format!("{base}_c{j}"), c)));
         Ok(out)
     }
 }
@@ -158,60 +143,15 @@ const BF16: DType = DType::Bf16;
 /// Every golden file with its program (the table of `mirage/goldens/README.md`'s source).
 pub fn golden_cases() -> Vec<GoldenCase> {
     vec![
-        GoldenCase {
-            name: "gated_mlp",
-            json: include_str!("../goldens/gated_mlp.json"),
-            dtype: F16,
-            program: || gated_mlp(8, 4096, 4096, F16),
-        },
-        GoldenCase {
-            name: "rmsnorm_bs1",
-            json: include_str!("../goldens/rmsnorm_bs1.json"),
-            dtype: F16,
-            program: || rmsnorm_linear(2, 4096, 6144, F16),
-        },
-        GoldenCase {
-            name: "rmsnorm_bs8",
-            json: include_str!("../goldens/rmsnorm_bs8.json"),
-            dtype: F16,
-            program: || rmsnorm_linear(16, 4096, 6144, F16),
-        },
-        GoldenCase {
-            name: "lora",
-            json: include_str!("../goldens/lora.json"),
-            dtype: F16,
-            program: || lora(16, 256, 4096, 16, F16),
-        },
-        GoldenCase {
-            name: "gqa_bs1",
-            json: include_str!("../goldens/gqa_bs1.json"),
-            dtype: F16,
-            program: || gqa(2, 256, 4096, 64, F16),
-        },
-        GoldenCase {
-            name: "ntrans_bs1",
-            json: include_str!("../goldens/ntrans_bs1.json"),
-            dtype: F16,
-            program: || ntrans(8, 4096, F16),
-        },
-        GoldenCase {
-            name: "qwen2.5_659704256b064506",
-            json: include_str!("../goldens/qwen2.5_659704256b064506.json"),
-            dtype: BF16,
-            program: || qwen_rmsnorm_gain_linear(3584, 4608, BF16),
-        },
-        GoldenCase {
-            name: "qwen2.5_64644b2e7bbffb94",
-            json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"),
-            dtype: BF16,
-            program: || qwen_silu_gate_linear(18944, 3584, BF16),
-        },
-        GoldenCase {
-            name: "qwen2.5_6508b4ab6af4f866",
-            json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"),
-            dtype: BF16,
-            program: || qwen_silu_gate_linear(11008, 2048, BF16),
-        },
+        GoldenCase { name: "gated_mlp", json: include_str!("../goldens/gated_mlp.json"), dtype: F16, program: || gated_mlp(8, 4096, 4096, F16) },
+        GoldenCase { name: "rmsnorm_bs1", json: include_str!("../goldens/rmsnorm_bs1.json"), dtype: F16, program: || rmsnorm_linear(2, 4096, 6144, F16) },
+        GoldenCase { name: "rmsnorm_bs8", json: include_str!("../goldens/rmsnorm_bs8.json"), dtype: F16, program: || rmsnorm_linear(16, 4096, 6144, F16) },
+        GoldenCase { name: "lora", json: include_str!("../goldens/lora.json"), dtype: F16, program: || lora(16, 256, 4096, 16, F16) },
+        GoldenCase { name: "gqa_bs1", json: include_str!("../goldens/gqa_bs1.json"), dtype: F16, program: || gqa(2, 256, 4096, 64, F16) },
+        GoldenCase { name: "ntrans_bs1", json: include_str!("../goldens/ntrans_bs1.json"), dtype: F16, program: || ntrans(8, 4096, F16) },
+        GoldenCase { name: "qwen2.5_659704256b064506", json: include_str!("../goldens/qwen2.5_659704256b064506.json"), dtype: BF16, program: || qwen_rmsnorm_gain_linear(3584, 4608, BF16) },
+        GoldenCase { name: "qwen2.5_64644b2e7bbffb94", json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"), dtype: BF16, program: || qwen_silu_gate_linear(18944, 3584, BF16) },
+        GoldenCase { name: "qwen2.5_6508b4ab6af4f866", json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"), dtype: BF16, program: || qwen_silu_gate_linear(11008, 2048, BF16) },
     ]
 }
 
@@ -235,33 +175,19 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         UnaryOp::Relu,
         UnaryOp::Neg,
         UnaryOp::Recip,
-        UnaryOp::Clamp {
-            lo: Scalar(-0.25),
-            hi: Scalar(0.5),
-        },
+        UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
         UnaryOp::MulScalar { c: Scalar(0.75) },
     ];
     for op in unaries {
         let mut g = KernelGraph::new();
         let x = g.input(&[6, 40], d)?;
         // sqrt and recip get positive, well-conditioned operands.
-        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) {
-            let e = g.exp(x)?;
-            g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)?
-        } else {
-            x
-        };
+        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) { let e = g.exp(x)?; g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)? } else { x };
         let y = g.unary(op, x)?;
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
     }
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-    ] {
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow] {
         let mut g = KernelGraph::new();
         let a = g.input(&[3, 5, 24], d)?;
         let b = g.input(&[3, 1, 24], d)?;
@@ -334,11 +260,7 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         ([None, Some(1), None], Some(0), 3),
         ([Some(1), None, None], Some(1), 2),
     ] {
-        let grid = [
-            if imap[0].is_some() { 2 } else { 1 },
-            if imap[1].is_some() { 3 } else { 1 },
-            if imap[2].is_some() { 4 } else { 1 },
-        ];
+        let grid = [if imap[0].is_some() { 2 } else { 1 }, if imap[1].is_some() { 3 } else { 1 }, if imap[2].is_some() { 4 } else { 1 }];
         let mut bg = BlockGraph::new(vec![x_desc.clone()], grid, 128, frange)?;
         let t = bg.input(0, imap, fdim)?;
         let a = bg.accum(AccKind::Sum, &[t])?;
@@ -348,30 +270,11 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         let outs = g.custom(&[x], bg)?;
         g.output(outs[0], None)?;
         let f = |e: Option<usize>| e.map_or("r".to_string(), |v| v.to_string());
-        push(
-            &format!(
-                "iterator_imap{}{}{}_f{}_r{frange}",
-                f(imap[0]),
-                f(imap[1]),
-                f(imap[2]),
-                f(fdim)
-            ),
-            g,
-        );
+        push(&format!("iterator_imap{}{}{}_f{}_r{frange}", f(imap[0]), f(imap[1]), f(imap[2]), f(fdim)), g);
     }
     // Every accumulator, over a column-major input walked by the loop.
-    let cm = crate::ir::TensorDesc {
-        shape: vec![32, 64],
-        strides: vec![1, 32],
-        dtype: d,
-    };
-    let accs = [
-        AccKind::Sum,
-        AccKind::SumLast,
-        AccKind::RmsLast,
-        AccKind::SumTo { width: 8 },
-        AccKind::Max,
-    ];
+    let cm = crate::ir::TensorDesc { shape: vec![32, 64], strides: vec![1, 32], dtype: d };
+    let accs = [AccKind::Sum, AccKind::SumLast, AccKind::RmsLast, AccKind::SumTo { width: 8 }, AccKind::Max];
     for acc in accs {
         let mut bg = BlockGraph::new(vec![cm.clone()], [2, 1, 1], 128, 4)?;
         let t = bg.input(0, [Some(0), None, None], Some(1))?;
@@ -382,10 +285,7 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         let x = g.input_strided(&[32, 64], &[1, 32], d)?;
         let outs = g.custom(&[x], bg)?;
         g.output(outs[0], None)?;
-        push(
-            &format!("accumulator_{}", acc.name().replace(['(', ')'], "_")),
-            g,
-        );
+        push(&format!("accumulator_{}", acc.name().replace(['(', ')'], "_")), g);
     }
     // Online softmax: running max, the rescaling pair, in-loop matmul of a non-multiple-of-16
     // tile, epilogue division; two outputs.

@@ -28,8 +28,7 @@
 //! Threads: 128, or 256 for tiles over 2048 elements (matmul: 256 for tiles of 128×64 and up).
 
 use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, IrError, KernelGraph, KernelOp, TensorDesc,
-    TensorRef, check_shape, check_strides, infer_kernel_op,
+    check_shape, check_strides, infer_kernel_op, AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, IrError, KernelGraph, KernelOp, TensorDesc, TensorRef,
 };
 
 /// Streaming multiprocessors of the target GPU (H100 SXM / H200).
@@ -62,31 +61,21 @@ const MACS_PER_LOAD: f64 = 256.0;
 pub fn default_block_graph(op: &KernelOp, inputs: &[TensorDesc]) -> Result<BlockGraph, IrError> {
     let name = op.name();
     for d in inputs {
-        check_shape(&name, &d.shape)
-            .and_then(|()| check_strides(&name, &d.shape, &d.strides))
-            .map_err(|e| rename(&name, inputs, e))?;
+        check_shape(&name, &d.shape).and_then(|()| check_strides(&name, &d.shape, &d.strides)).map_err(|e| rename(&name, inputs, e))?;
     }
     let refs: Vec<&TensorDesc> = inputs.iter().collect();
     let outputs = infer_kernel_op(op, &refs).map_err(|e| rename(&name, inputs, e))?;
     let built = match op {
         KernelOp::Input { .. } | KernelOp::Output { .. } => {
-            return Err(IrError::rule(
-                &name,
-                fmt_inputs(inputs),
-                "program inputs and outputs are not kernels: they have no block graph",
-            ));
+            return Err(IrError::rule(&name, fmt_inputs(inputs), "program inputs and outputs are not kernels: they have no block graph"));
         }
         KernelOp::Custom { block } => return Ok((**block).clone()),
         KernelOp::Unary { op } => elementwise(inputs, &outputs[0], |b, t| b.unary(*op, t[0])),
-        KernelOp::Binary { op } => {
-            elementwise(inputs, &outputs[0], |b, t| b.binary(*op, t[0], t[1]))
-        }
+        KernelOp::Binary { op } => elementwise(inputs, &outputs[0], |b, t| b.binary(*op, t[0], t[1])),
         KernelOp::Concat { dim } => {
             let mut whole = vec![false; outputs[0].rank()];
             whole[*dim] = true;
-            elementwise_keep(inputs, &outputs[0], &whole, |b, t| {
-                b.op(BlockOp::Concat { dim: *dim }, &[t[0], t[1]])
-            })
+            elementwise_keep(inputs, &outputs[0], &whole, |b, t| b.op(BlockOp::Concat { dim: *dim }, &[t[0], t[1]]))
         }
         KernelOp::RmsNorm { eps } => {
             let mut whole = vec![false; outputs[0].rank()];
@@ -108,11 +97,7 @@ pub fn default_block_graph(op: &KernelOp, inputs: &[TensorDesc]) -> Result<Block
         return Err(IrError::rule(
             &name,
             fmt_inputs(inputs),
-            format!(
-                "internal: the default block graph writes {:?}, the operator {:?}",
-                block.output_descs(),
-                outputs
-            ),
+            format!("internal: the default block graph writes {:?}, the operator {:?}", block.output_descs(), outputs),
         ));
     }
     Ok(block)
@@ -125,18 +110,10 @@ pub fn lower_to_blocks(g: &KernelGraph) -> Result<KernelGraph, IrError> {
     let mut out = KernelGraph::new();
     for node in g.nodes() {
         let op = match &node.op {
-            KernelOp::Input { .. } | KernelOp::Output { .. } | KernelOp::Custom { .. } => {
-                node.op.clone()
-            }
+            KernelOp::Input { .. } | KernelOp::Output { .. } | KernelOp::Custom { .. } => node.op.clone(),
             op => {
-                let descs = node
-                    .inputs
-                    .iter()
-                    .map(|&t| g.desc(t).cloned())
-                    .collect::<Result<Vec<_>, _>>()?;
-                KernelOp::Custom {
-                    block: Box::new(default_block_graph(op, &descs)?),
-                }
+                let descs = node.inputs.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
+                KernelOp::Custom { block: Box::new(default_block_graph(op, &descs)?) }
             }
         };
         out.push(op, &node.inputs)?;
@@ -145,22 +122,14 @@ pub fn lower_to_blocks(g: &KernelGraph) -> Result<KernelGraph, IrError> {
 }
 
 fn fmt_inputs(inputs: &[TensorDesc]) -> String {
-    inputs
-        .iter()
-        .map(|d| format!("{:?}:{}", d.shape, d.dtype))
-        .collect::<Vec<_>>()
-        .join(", ")
+    inputs.iter().map(|d| format!("{:?}:{}", d.shape, d.dtype)).collect::<Vec<_>>().join(", ")
 }
 
 /// Makes an error name the kernel operator `name` (keeping the inner message).
 fn rename(name: &str, inputs: &[TensorDesc], e: IrError) -> IrError {
     match e {
         IrError::Rule { ref op, .. } if op == name => e,
-        other => IrError::rule(
-            name,
-            fmt_inputs(inputs),
-            format!("no default block graph: {other}"),
-        ),
+        other => IrError::rule(name, fmt_inputs(inputs), format!("no default block graph: {other}")),
     }
 }
 
@@ -174,10 +143,7 @@ struct Split {
 
 impl Split {
     fn one() -> Self {
-        Split {
-            grid: [1; 3],
-            dims: [None; 3],
-        }
+        Split { grid: [1; 3], dims: [None; 3] }
     }
 
     /// The tile of `shape` (the planning shape) one block owns.
@@ -194,17 +160,14 @@ impl Split {
     /// The imap of an operand of shape `operand` (same rank as the planning shape `full`):
     /// axes splitting a dim the operand broadcasts (size 1) replicate it.
     fn imap(&self, operand: &[usize], full: &[usize]) -> GridMap {
-        self.dims
-            .map(|d| d.filter(|&d| operand.get(d) == full.get(d)))
+        self.dims.map(|d| d.filter(|&d| operand.get(d) == full.get(d)))
     }
 }
 
 /// Candidate split factors of an extent: for each power of two up to [`MAX_AXIS_SPLIT`], the
 /// largest divisor not above it.
 fn split_factors(n: usize) -> Vec<usize> {
-    let divisors: Vec<usize> = (1..=n.min(MAX_AXIS_SPLIT))
-        .filter(|&f| n.is_multiple_of(f))
-        .collect();
+    let divisors: Vec<usize> = (1..=n.min(MAX_AXIS_SPLIT)).filter(|&f| n.is_multiple_of(f)).collect();
     let mut out: Vec<usize> = (0..=15)
         .filter_map(|p| divisors.iter().copied().filter(|&f| f <= 1 << p).max())
         .collect();
@@ -235,19 +198,9 @@ fn contiguous_run(shape: &[usize], strides: &[usize], tile: &[usize]) -> usize {
 fn plan_split(shape: &[usize], whole: &[bool], layouts: &[&[usize]]) -> Split {
     let total: f64 = shape.iter().map(|&n| n as f64).product();
     let target = (total / NUM_SMS as f64).clamp(MIN_TILE_TARGET, MAX_TILE_TARGET);
-    let options: Vec<Vec<usize>> = (0..shape.len())
-        .map(|d| {
-            if whole.get(d).copied().unwrap_or(true) {
-                vec![1]
-            } else {
-                split_factors(shape[d])
-            }
-        })
-        .collect();
-    let best_runs: Vec<usize> = layouts
-        .iter()
-        .map(|s| contiguous_run(shape, s, shape).min(GOOD_RUN))
-        .collect();
+    let options: Vec<Vec<usize>> =
+        (0..shape.len()).map(|d| if whole.get(d).copied().unwrap_or(true) { vec![1] } else { split_factors(shape[d]) }).collect();
+    let best_runs: Vec<usize> = layouts.iter().map(|s| contiguous_run(shape, s, shape).min(GOOD_RUN)).collect();
     let mut best: Option<(f64, Vec<usize>)> = None;
     let mut factors = vec![1usize; shape.len()];
     let mut visit = |factors: &[usize]| {
@@ -271,28 +224,17 @@ fn plan_split(shape: &[usize], whole: &[bool], layouts: &[&[usize]]) -> Split {
         }
     };
     enumerate(&options, 0, &mut factors, &mut visit);
-    let Some((_, factors)) = best else {
-        return Split::one();
-    };
+    let Some((_, factors)) = best else { return Split::one() };
     // Innermost split dim on x (neighbouring blocks read neighbouring memory).
     let mut split = Split::one();
-    for (a, d) in (0..shape.len())
-        .rev()
-        .filter(|&d| factors[d] > 1)
-        .enumerate()
-    {
+    for (a, d) in (0..shape.len()).rev().filter(|&d| factors[d] > 1).enumerate() {
         split.grid[a] = factors[d];
         split.dims[a] = Some(d);
     }
     split
 }
 
-fn enumerate(
-    options: &[Vec<usize>],
-    d: usize,
-    factors: &mut Vec<usize>,
-    visit: &mut impl FnMut(&[usize]),
-) {
+fn enumerate(options: &[Vec<usize>], d: usize, factors: &mut Vec<usize>, visit: &mut impl FnMut(&[usize])) {
     if d == options.len() {
         visit(factors);
         return;
@@ -331,18 +273,10 @@ fn elementwise_keep(
     body: impl FnOnce(&mut BlockGraph, &[TensorRef]) -> Result<TensorRef, IrError>,
 ) -> Result<BlockGraph, IrError> {
     let layouts: Vec<&[usize]> = std::iter::once(out.strides.as_slice())
-        .chain(
-            inputs
-                .iter()
-                .filter(|d| d.shape == out.shape)
-                .map(|d| d.strides.as_slice()),
-        )
+        .chain(inputs.iter().filter(|d| d.shape == out.shape).map(|d| d.strides.as_slice()))
         .collect();
     let split = plan_split(&out.shape, whole, &layouts);
-    let tile_elems = split
-        .tile(&out.shape)
-        .iter()
-        .fold(1usize, |p, &n| p.saturating_mul(n));
+    let tile_elems = split.tile(&out.shape).iter().fold(1usize, |p, &n| p.saturating_mul(n));
     let mut b = BlockGraph::new(inputs.to_vec(), split.grid, threads_for(tile_elems), 1)?;
     let tiles = inputs
         .iter()
@@ -368,9 +302,7 @@ fn reduction(x: &TensorDesc, dim: usize, max: bool) -> Result<BlockGraph, IrErro
     let td = if slab_elems <= MAX_REDUCE_TILE {
         extent
     } else {
-        let fit = (1..=extent.min(MAX_REDUCE_TILE))
-            .filter(|&t| extent.is_multiple_of(t) && t.saturating_mul(others) <= MAX_REDUCE_TILE)
-            .max();
+        let fit = (1..=extent.min(MAX_REDUCE_TILE)).filter(|&t| extent.is_multiple_of(t) && t.saturating_mul(others) <= MAX_REDUCE_TILE).max();
         match fit {
             Some(t) if t.saturating_mul(others) >= MIN_TILE_TARGET as usize => t,
             _ if slab_elems <= MAX_WHOLE_REDUCE_TILE => extent,
@@ -381,24 +313,9 @@ fn reduction(x: &TensorDesc, dim: usize, max: bool) -> Result<BlockGraph, IrErro
     let frange = extent / td;
     let tile_elems = others.saturating_mul(td);
     let mut b = BlockGraph::new(vec![x.clone()], split.grid, threads_for(tile_elems), frange)?;
-    let t = b.input(
-        0,
-        split.imap(&x.shape, &x.shape),
-        (frange > 1).then_some(dim),
-    )?;
-    let r = b.op(
-        if max {
-            BlockOp::ReduceMax { dim }
-        } else {
-            BlockOp::ReduceSum { dim }
-        },
-        &[t],
-    )?;
-    let acc = if max && frange > 1 {
-        AccKind::Max
-    } else {
-        AccKind::Sum
-    };
+    let t = b.input(0, split.imap(&x.shape, &x.shape), (frange > 1).then_some(dim))?;
+    let r = b.op(if max { BlockOp::ReduceMax { dim } } else { BlockOp::ReduceSum { dim } }, &[t])?;
+    let acc = if max && frange > 1 { AccKind::Max } else { AccKind::Sum };
     let acc = b.accum(acc, &[r])?;
     b.output(acc, omap(&split))?;
     Ok(b)
@@ -409,11 +326,7 @@ fn reduction(x: &TensorDesc, dim: usize, max: bool) -> Result<BlockGraph, IrErro
 fn matmul_tiles(n: usize) -> Vec<usize> {
     let divisors: Vec<usize> = (1..=n.min(256)).filter(|&t| n.is_multiple_of(t)).collect();
     for align in [16, 8] {
-        let aligned: Vec<usize> = divisors
-            .iter()
-            .copied()
-            .filter(|t| t.is_multiple_of(align))
-            .collect();
+        let aligned: Vec<usize> = divisors.iter().copied().filter(|t| t.is_multiple_of(align)).collect();
         if !aligned.is_empty() {
             return aligned;
         }
@@ -466,17 +379,12 @@ fn matmul(a: &TensorDesc, b: &TensorDesc) -> Result<BlockGraph, IrError> {
             }
             let mut factors = vec![(n / tn, r - 1), (m / tm, r - 2)];
             factors.extend(&batch);
-            let Some((grid, dims)) = assign_axes(&factors) else {
-                continue;
-            };
+            let Some((grid, dims)) = assign_axes(&factors) else { continue };
             // Per unit of k: tensor-core work is quantized in waves of 132 blocks; memory traffic
             // (operand tiles) flows through the SMs that have blocks.
             let blocks = batch_blocks * (m / tm) as f64 * (n / tn) as f64;
             let sms = NUM_SMS as f64;
-            let (pm, pn) = (
-                (tm as f64 / 16.0).ceil() * 16.0,
-                (tn as f64 / 8.0).ceil() * 8.0,
-            );
+            let (pm, pn) = ((tm as f64 / 16.0).ceil() * 16.0, (tn as f64 / 8.0).ceil() * 8.0);
             let compute = (blocks / sms).ceil() * pm * pn / MACS_PER_LOAD;
             let memory = blocks * (tm as f64 + tn as f64) / blocks.min(sms);
             let cost = compute.max(memory);
@@ -492,34 +400,17 @@ fn matmul(a: &TensorDesc, b: &TensorDesc) -> Result<BlockGraph, IrError> {
             "no grid fits: every batch dim needs its own grid axis (at most 3) within the grid limits",
         ));
     };
-    let smem = |tk: usize| {
-        tm.saturating_add(tn)
-            .saturating_mul(tk)
-            .saturating_mul(elem)
-            .saturating_mul(2)
-    };
-    let preferred: &[usize] = if tm.saturating_add(tn) <= 128 {
-        &[128, 64, 32]
-    } else {
-        &[64, 128, 32]
-    };
+    let smem = |tk: usize| tm.saturating_add(tn).saturating_mul(tk).saturating_mul(elem).saturating_mul(2);
+    let preferred: &[usize] = if tm.saturating_add(tn) <= 128 { &[128, 64, 32] } else { &[64, 128, 32] };
     let tk = preferred
         .iter()
         .copied()
         .find(|&t| k.is_multiple_of(t) && smem(t) <= MATMUL_SMEM_BUDGET)
-        .or_else(|| {
-            (8..=128.min(k))
-                .rev()
-                .find(|&t| k.is_multiple_of(t) && smem(t) <= MATMUL_SMEM_BUDGET)
-        })
+        .or_else(|| (8..=128.min(k)).rev().find(|&t| k.is_multiple_of(t) && smem(t) <= MATMUL_SMEM_BUDGET))
         .or_else(|| (smem(k) <= MATMUL_SMEM_BUDGET).then_some(k))
         .or_else(|| (1..=128.min(k)).rev().find(|&t| k.is_multiple_of(t)))
         .unwrap_or(k);
-    let threads = if tm.saturating_mul(tn) >= 128 * 64 {
-        256
-    } else {
-        128
-    };
+    let threads = if tm.saturating_mul(tn) >= 128 * 64 { 256 } else { 128 };
     let split = Split { grid, dims };
     let mut g = BlockGraph::new(vec![a.clone(), b.clone()], grid, threads, k / tk)?;
     let mut amap = [None; 3];

@@ -6,8 +6,9 @@
 //! - **hoisting**: an in-loop operator whose operands do not change from one iteration to the
 //!   next (they derive only from tiles loaded once, before the loop) runs once, before the loop;
 //! - **register chains**: `x = f_k(…f_1(A·B))` (a matmul followed by element-wise unary
-//!   functions) whose users are matmuls taking `x` as their A operand and row sums
-//!   (`acc_sum_last`) stays in mma accumulator fragments. The warps then own whole 16-row bands
+//!   functions) whose users are matmuls taking `x` as their A operand, row sums
+//!   (`acc_sum_last`) and sums over the iterations (`acc_sum`) stays in mma accumulator
+//!   fragments. The warps then own whole 16-row bands
 //!   of the matmuls (`row_owned`): the accumulator fragment layout of two adjacent 16×8 tiles is
 //!   the A fragment layout of one 16×16 k-step, so the second matmul reads `x` from registers,
 //!   and a row sum is four lanes' partial sums meeting by two shuffles. No shared-memory round
@@ -34,6 +35,9 @@ pub struct RegisterPlan {
     pub row_owned: Vec<bool>,
     /// `acc_sum_last` of a register value: quad shuffles, one lane per row adds to the tile.
     pub reg_sum: Vec<bool>,
+    /// `acc_sum` of a register value: accumulated in registers in the same fragment layout,
+    /// stored to its tile after the loop.
+    pub reg_acc: Vec<bool>,
     /// Row-owned matmul whose A operand is loop-invariant: its fragments are loaded into
     /// registers once, before the loop.
     pub preload_a: Vec<bool>,
@@ -131,6 +135,7 @@ impl RegisterPlan {
             reg: vec![false; n],
             row_owned: vec![false; n],
             reg_sum: vec![false; n],
+            reg_acc: vec![false; n],
             preload_a: vec![false; n],
         };
 
@@ -215,6 +220,7 @@ impl RegisterPlan {
             // Every user of x: a matmul taking it as A only, or a row sum.
             let mut consumers = Vec::new();
             let mut sums = Vec::new();
+            let mut accs = Vec::new();
             let mut ok = !users[x.node].is_empty();
             for &(u, slot) in &users[x.node] {
                 if u == usize::MAX {
@@ -223,9 +229,9 @@ impl RegisterPlan {
                 }
                 match nodes[u].op {
                     BlockOp::Matmul if slot == 0 && nodes[u].inputs[1] != x => consumers.push(u),
-                    BlockOp::Accum {
-                        acc: AccKind::SumLast,
-                    } => sums.push(u),
+                    BlockOp::Accum { acc: AccKind::SumLast } => sums.push(u),
+                    // (with one iteration acc_sum is an alias of its operand, which has no tile)
+                    BlockOp::Accum { acc: AccKind::Sum } if frange > 1 => accs.push(u),
                     _ => ok = false,
                 }
             }
@@ -238,7 +244,7 @@ impl RegisterPlan {
             let geometry_ok = mma_exact(bg, m1)
                 && mma_dtype(bg, m1).is_some()
                 && b1.nt % 2 == 0
-                && b1.per_warp * b1.nt * 4 <= MAX_FRAGMENT_FLOATS
+                && b1.per_warp * b1.nt * 4 * (1 + accs.len()) <= MAX_FRAGMENT_FLOATS
                 && consumers.iter().all(|&u| {
                     let Some(b2) = RowBands::of(bg, u) else {
                         return false;
@@ -264,6 +270,9 @@ impl RegisterPlan {
             for &s in &sums {
                 plan.reg_sum[s] = true;
             }
+            for &a in &accs {
+                plan.reg_acc[a] = true;
+            }
             let a1 = nodes[m1].inputs[0];
             if invariant[a1.node] && b1.per_warp * b1.kt * 4 <= MAX_PRELOAD_REGS {
                 plan.preload_a[m1] = true;
@@ -275,7 +284,7 @@ impl RegisterPlan {
     /// Whether node `i` writes nothing another warp reads in the same iteration (the barrier
     /// after it can be left out when the next operator is such a node too).
     pub fn warp_local(&self, i: usize) -> bool {
-        self.reg[i] || self.reg_sum[i] || self.fused[i].is_some()
+        self.reg[i] || self.reg_sum[i] || self.reg_acc[i] || self.fused[i].is_some()
     }
 
     /// Whether tile `t` is read only by hoisted operators and by matmuls that preload it (so its
@@ -378,6 +387,31 @@ mod tests {
             Some(7),
             "register accumulation is independent of the chain"
         );
+    }
+
+    #[test]
+    fn a_summed_score_tile_accumulates_in_registers() {
+        let q = TensorDesc::new(&[64, 64], DType::F16);
+        let k = TensorDesc::new(&[64, 256], DType::F16);
+        let v = TensorDesc::new(&[256, 64], DType::F16);
+        let mut bg = BlockGraph::new(vec![q, k, v], [1, 1, 1], 128, 4).unwrap();
+        let none: GridMap = [None, None, None];
+        let q = bg.input(0, none, None).unwrap();
+        let k = bg.input(1, none, Some(1)).unwrap();
+        let v = bg.input(2, none, Some(0)).unwrap();
+        let s = bg.matmul(q, k).unwrap();
+        let e = bg.unary(UnaryOp::Exp, s).unwrap();
+        let a = bg.accum(AccKind::Sum, &[e]).unwrap();
+        let o = bg.matmul(e, v).unwrap();
+        let o = bg.accum(AccKind::Sum, &[o]).unwrap();
+        let l = bg.op(BlockOp::ReduceSum { dim: 1 }, &[a]).unwrap();
+        bg.output(l, none).unwrap();
+        bg.output(o, none).unwrap();
+        let p = RegisterPlan::new(&bg);
+        // nodes: 0 q, 1 k, 2 v, 3 s, 4 e, 5 a, 6 o, 7 acc, 8 l
+        assert!(p.reg[3] && p.reg[4]);
+        assert!(p.reg_acc[5]);
+        assert!(p.row_owned[6]);
     }
 
     #[test]

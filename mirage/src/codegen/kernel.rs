@@ -12,13 +12,11 @@
 
 use std::fmt::Write;
 
-use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp,
-};
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp};
 
-use super::CodegenError;
 use super::fusion::{RegisterPlan, RowBands};
 use super::smem::{Interval, SmemPlanner};
+use super::CodegenError;
 
 /// The C type of an element type.
 pub fn ctype(dtype: DType) -> &'static str {
@@ -62,10 +60,7 @@ pub struct KernelOptions {
 impl Default for KernelOptions {
     fn default() -> Self {
         // H100/H200: 227 KB of shared memory per block with opt-in.
-        KernelOptions {
-            max_smem_bytes: 227 * 1024,
-            max_stages: 4,
-        }
+        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4 }
     }
 }
 
@@ -98,29 +93,15 @@ impl Tile {
     /// contribute nothing).
     fn load(&self, idx: &[String]) -> String {
         let off = self.offset_expr(idx);
-        if self.ctype == "float" {
-            format!("{}[{off}]", self.var)
-        } else {
-            format!("mirage::to_f32({}[{off}])", self.var)
-        }
+        if self.ctype == "float" { format!("{}[{off}]", self.var) } else { format!("mirage::to_f32({}[{off}])", self.var) }
     }
 
     fn offset_expr(&self, idx: &[String]) -> String {
         let terms: Vec<String> = (0..self.shape.len())
             .filter(|&d| self.shape[d] > 1)
-            .map(|d| {
-                if self.strides[d] == 1 {
-                    format!("({})", idx[d])
-                } else {
-                    format!("({})*{}", idx[d], self.strides[d])
-                }
-            })
+            .map(|d| if self.strides[d] == 1 { format!("({})", idx[d]) } else { format!("({})*{}", idx[d], self.strides[d]) })
             .collect();
-        if terms.is_empty() {
-            "0".into()
-        } else {
-            terms.join(" + ")
-        }
+        if terms.is_empty() { "0".into() } else { terms.join(" + ") }
     }
 }
 
@@ -172,11 +153,7 @@ fn float_lit(v: f32) -> String {
     if v.is_nan() {
         "__int_as_float(0x7fc00000)".into()
     } else if v.is_infinite() {
-        if v > 0.0 {
-            "__int_as_float(0x7f800000)".into()
-        } else {
-            "__int_as_float(0xff800000)".into()
-        }
+        if v > 0.0 { "__int_as_float(0x7f800000)".into() } else { "__int_as_float(0xff800000)".into() }
     } else {
         format!("{v:?}f")
     }
@@ -192,11 +169,7 @@ fn unary_expr(op: &UnaryOp, x: &str) -> String {
         UnaryOp::Relu => format!("mirage::relu({x})"),
         UnaryOp::Neg => format!("(-({x}))"),
         UnaryOp::Recip => format!("(1.0f/({x}))"),
-        UnaryOp::Clamp { lo, hi } => format!(
-            "mirage::clampf({x}, {}, {})",
-            float_lit(lo.0),
-            float_lit(hi.0)
-        ),
+        UnaryOp::Clamp { lo, hi } => format!("mirage::clampf({x}, {}, {})", float_lit(lo.0), float_lit(hi.0)),
         UnaryOp::MulScalar { c } => format!("({}*({x}))", float_lit(c.0)),
     }
 }
@@ -264,23 +237,13 @@ fn copy_plan(desc: &TensorDesc, tile: &[usize]) -> CopyPlan {
     let per16 = 16 / es;
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
     if let Some(c) = c {
-        let others_aligned = (0..desc.shape.len())
-            .all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es) % 16 == 0);
+        let others_aligned = (0..desc.shape.len()).all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es) % 16 == 0);
         if tile[c] % per16 == 0 && others_aligned {
-            return CopyPlan {
-                vec_dim: Some(c),
-                vec: per16,
-            };
+            return CopyPlan { vec_dim: Some(c), vec: per16 };
         }
-        return CopyPlan {
-            vec_dim: Some(c),
-            vec: 1,
-        };
+        return CopyPlan { vec_dim: Some(c), vec: 1 };
     }
-    CopyPlan {
-        vec_dim: None,
-        vec: 1,
-    }
+    CopyPlan { vec_dim: None, vec: 1 }
 }
 
 /// Shared-memory strides of an input tile and its size in elements: the device layout's dim
@@ -312,9 +275,7 @@ fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (V
 impl<'a> Gen<'a> {
     fn tile(&self, t: TensorRef) -> &Tile {
         // Every operand was assigned a tile before its users are generated.
-        self.tiles[t.node][t.port]
-            .as_ref()
-            .expect("operand tile planned before use")
+        self.tiles[t.node][t.port].as_ref().expect("operand tile planned before use")
     }
 
     fn line(&mut self, indent: usize, s: &str) {
@@ -327,10 +288,7 @@ impl<'a> Gen<'a> {
 
     /// `for (int e = tid; e < n; e += THREADS) { body(e) }`.
     fn elementwise(&mut self, indent: usize, n: usize, body: &str) {
-        self.line(
-            indent,
-            &format!("for (int e = tid; e < {n}; e += {}) {{", self.threads),
-        );
+        self.line(indent, &format!("for (int e = tid; e < {n}; e += {}) {{", self.threads));
         for l in body.lines() {
             self.line(indent + 1, l);
         }
@@ -344,72 +302,32 @@ impl<'a> Gen<'a> {
     /// Reduction of `src` along `dim` to `width` with strided grouping; `map` transforms each
     /// element (`{x}`), `combine` is "sum" or "max"; `store` is a statement template with `{o}`
     /// (flat output index) and `{v}` (the reduced value).
-    fn reduce(
-        &mut self,
-        indent: usize,
-        src: &Tile,
-        dim: usize,
-        width: usize,
-        map: &str,
-        combine: &str,
-        store: &str,
-    ) {
+    fn reduce(&mut self, indent: usize, src: &Tile, dim: usize, width: usize, map: &str, combine: &str, store: &str) {
         let mut out_shape = src.shape.clone();
         out_shape[dim] = width;
         let outputs: usize = out_shape.iter().product();
         let extent = src.shape[dim];
-        let init = if combine == "sum" {
-            "0.0f"
-        } else {
-            "__int_as_float(0xff800000)"
-        };
-        let op = |a: &str, b: &str| {
-            if combine == "sum" {
-                format!("{a} + {b}")
-            } else {
-                format!("fmaxf({a}, {b})")
-            }
-        };
+        let init = if combine == "sum" { "0.0f" } else { "__int_as_float(0xff800000)" };
+        let op = |a: &str, b: &str| if combine == "sum" { format!("{a} + {b}") } else { format!("fmaxf({a}, {b})") };
         let idx = unflatten("o", &out_shape);
         let mut sidx = idx.clone();
         sidx[dim] = "r".to_string();
         let x = map.replace("{x}", &src.load(&sidx));
-        let per_output_threads = if outputs >= self.threads || extent / width < 32 {
-            1
-        } else {
-            32
-        };
+        let per_output_threads = if outputs >= self.threads || extent / width < 32 { 1 } else { 32 };
         if per_output_threads == 1 {
-            self.line(
-                indent,
-                &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads),
-            );
+            self.line(indent, &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads));
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(
-                indent + 1,
-                &format!(
-                    "for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}",
-                    idx[dim],
-                    op("v", &x)
-                ),
-            );
+            self.line(indent + 1, &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)));
             self.line(indent + 1, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent, "}");
         } else if outputs * 2 <= self.warps && extent / width >= 64 * (self.warps / outputs) {
             // Few long reductions: every warp takes a strided share of one output, the partial
             // results meet in the static scratch array `red` (one slot per warp).
             let wpo = self.warps / outputs;
-            let warp_op = if combine == "sum" {
-                "mirage::warp_sum"
-            } else {
-                "mirage::warp_max"
-            };
+            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
             self.uses_red = true;
             self.line(indent, "{");
-            self.line(
-                indent + 1,
-                &format!("const int o = warp / {wpo}, part = warp % {wpo};"),
-            );
+            self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
             self.line(indent + 1, &format!("float v = {init};"));
             self.line(indent + 1, &format!("if (o < {outputs}) {{"));
             self.line(indent + 2, &format!("for (int r = {} + (part * 32 + lane) * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * wpo * width, op("v", &x)));
@@ -418,48 +336,18 @@ impl<'a> Gen<'a> {
             self.line(indent + 1, "if (lane == 0) red[warp] = v;");
             self.line(indent + 1, "__syncthreads();");
             self.line(indent + 1, &format!("if (tid < {outputs}) {{"));
-            self.line(
-                indent + 2,
-                &format!("const int o = tid; float v = red[o * {wpo}];"),
-            );
-            self.line(
-                indent + 2,
-                &format!(
-                    "for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}",
-                    op("v", &format!("red[o * {wpo} + q]"))
-                ),
-            );
+            self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
+            self.line(indent + 2, &format!("for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}", op("v", &format!("red[o * {wpo} + q]"))));
             self.line(indent + 2, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent + 1, "}");
             self.line(indent, "}");
         } else {
-            let warp_op = if combine == "sum" {
-                "mirage::warp_sum"
-            } else {
-                "mirage::warp_max"
-            };
-            self.line(
-                indent,
-                &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps),
-            );
+            let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
+            self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(
-                indent + 1,
-                &format!(
-                    "for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}",
-                    idx[dim],
-                    32 * width,
-                    op("v", &x)
-                ),
-            );
+            self.line(indent + 1, &format!("for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * width, op("v", &x)));
             self.line(indent + 1, &format!("v = {warp_op}(v);"));
-            self.line(
-                indent + 1,
-                &format!(
-                    "if (lane == 0) {{ {} }}",
-                    store.replace("{o}", "o").replace("{v}", "v")
-                ),
-            );
+            self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
             self.line(indent, "}");
         }
     }
@@ -502,15 +390,9 @@ impl<'a> Gen<'a> {
         self.line(indent, "{");
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-        self.line(
-            indent + 2,
-            &format!("const int t = warp + j * {};", self.warps),
-        );
+        self.line(indent + 2, &format!("const int t = warp + j * {};", self.warps));
         self.line(indent + 2, &format!("if (t < {tiles}) {{"));
-        self.line(
-            indent + 3,
-            &format!("const int mt = t / {nt}, nt = t % {nt};"),
-        );
+        self.line(indent + 3, &format!("const int mt = t / {nt}, nt = t % {nt};"));
         match acc {
             Some(name) => self.line(indent + 3, &format!("float* d = {name}[j];")),
             None => self.line(indent + 3, "float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};"),
@@ -518,23 +400,14 @@ impl<'a> Gen<'a> {
         self.line(indent + 3, &format!("float dc[{chains}][4];"));
         self.line(indent + 3, "#pragma unroll");
         self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"));
-        self.line(
-            indent + 3,
-            &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"),
-        );
+        self.line(indent + 3, &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"));
         self.line(indent + 4, "#pragma unroll");
-        self.line(
-            indent + 4,
-            &format!("for (int c = 0; c < {chains}; ++c) {{"),
-        );
+        self.line(indent + 4, &format!("for (int c = 0; c < {chains}; ++c) {{"));
         self.line(indent + 5, "const int kt = kb + c;");
         if kt % chains != 0 {
             self.line(indent + 5, &format!("if (kt >= {kt}) break;"));
         }
-        self.line(
-            indent + 5,
-            "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
-        );
+        self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
         self.line(indent + 5, "uint32_t fa[4], fb[2];");
         self.line(indent + 5, &format!("fa[0] = {};", a_pair("r0", "c0")));
@@ -542,21 +415,12 @@ impl<'a> Gen<'a> {
         self.line(indent + 5, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
         self.line(indent + 5, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
         if b_ldmatrix {
-            self.line(
-                indent + 5,
-                &format!(
-                    "mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);",
-                    b.var
-                ),
-            );
+            self.line(indent + 5, &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var));
         } else {
             self.line(indent + 5, &format!("fb[0] = {};", b_pair("c0", "nb")));
             self.line(indent + 5, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
         }
-        self.line(
-            indent + 5,
-            &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"),
-        );
+        self.line(indent + 5, &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"));
         self.line(indent + 4, "}");
         self.line(indent + 3, "}");
         self.line(indent + 3, "#pragma unroll");
@@ -853,10 +717,7 @@ impl<'a> Gen<'a> {
     /// Stores fragment `d` of tile (mt, nt) into the row-major f32 tile `c`.
     fn store_fragment(&mut self, indent: usize, c: &Tile, m: usize, n: usize) {
         self.line(indent, "{");
-        self.line(
-            indent + 1,
-            "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;",
-        );
+        self.line(indent + 1, "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;");
         let guard = |row: &str, col: &str| {
             let mut conds = Vec::new();
             if m % 16 != 0 {
@@ -865,26 +726,11 @@ impl<'a> Gen<'a> {
             if n % 8 != 0 {
                 conds.push(format!("{col} < {n}"));
             }
-            if conds.is_empty() {
-                String::new()
-            } else {
-                format!("if ({}) ", conds.join(" && "))
-            }
+            if conds.is_empty() { String::new() } else { format!("if ({}) ", conds.join(" && ")) }
         };
-        for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")]
-            .iter()
-            .enumerate()
-        {
+        for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
             let r = c.shape.len();
-            self.line(
-                indent + 1,
-                &format!(
-                    "{}{}[{}] = d[{i}];",
-                    guard(row, col),
-                    c.var,
-                    c.offset_expr(&two(row, col, r))
-                ),
-            );
+            self.line(indent + 1, &format!("{}{}[{}] = d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
         }
         self.line(indent, "}");
     }
@@ -996,11 +842,7 @@ const FOREVER: usize = usize::MAX / 2;
 const RED_MARKER: &str = "/*@static-shared@*/";
 
 /// Generates the kernel `name` for block graph `bg`.
-pub fn generate_kernel(
-    bg: &BlockGraph,
-    name: &str,
-    opts: &KernelOptions,
-) -> Result<KernelSource, CodegenError> {
+pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
@@ -1011,22 +853,14 @@ pub fn generate_kernel(
                 stages -= 1;
             }
             Ok(k) => {
-                return Err(CodegenError::SharedMemory {
-                    kernel: name.to_string(),
-                    needed: k.smem_bytes + k.static_smem_bytes,
-                    available: opts.max_smem_bytes,
-                });
+                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes + k.static_smem_bytes, available: opts.max_smem_bytes });
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-fn try_generate(
-    bg: &BlockGraph,
-    name: &str,
-    max_stages: usize,
-) -> Result<KernelSource, CodegenError> {
+fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<KernelSource, CodegenError> {
     let nodes = bg.nodes();
     let n = nodes.len();
     let frange = bg.forloop_range();
@@ -1045,10 +879,7 @@ fn try_generate(
     };
 
     // Users of every tile.
-    let mut users: Vec<Vec<Vec<usize>>> = nodes
-        .iter()
-        .map(|nd| vec![Vec::new(); nd.outputs.len()])
-        .collect();
+    let mut users: Vec<Vec<Vec<usize>>> = nodes.iter().map(|nd| vec![Vec::new(); nd.outputs.len()]).collect();
     for (i, nd) in nodes.iter().enumerate() {
         for t in &nd.inputs {
             users[t.node][t.port].push(i);
@@ -1058,12 +889,7 @@ fn try_generate(
     let mut alias: Vec<Option<TensorRef>> = vec![None; n];
     if frange == 1 {
         for (i, nd) in nodes.iter().enumerate() {
-            if matches!(
-                nd.op,
-                BlockOp::Accum {
-                    acc: AccKind::Sum | AccKind::Max | AccKind::Rescale
-                }
-            ) {
+            if matches!(nd.op, BlockOp::Accum { acc: AccKind::Sum | AccKind::Max | AccKind::Rescale }) {
                 let src = nd.inputs[0];
                 alias[i] = Some(alias[src.node].filter(|_| src.port == 0).unwrap_or(src));
             }
@@ -1078,30 +904,13 @@ fn try_generate(
     }
     let in_loop = |i: usize| match nodes[i].op {
         BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
-        _ => nodes[i]
-            .outputs
-            .first()
-            .is_some_and(|t| t.phase == Phase::InLoop),
+        _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
     };
-    let pos = |i: usize| {
-        if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) {
-            1 + i
-        } else {
-            1 + n + i
-        }
-    };
+    let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
     let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| pos(u)).max().unwrap_or(pos(i));
 
     let mut planner = SmemPlanner::default();
-    let any_pipelined = nodes.iter().any(|nd| {
-        matches!(
-            nd.op,
-            BlockOp::Input {
-                forloop_dim: Some(_),
-                ..
-            }
-        )
-    }) && frange > 1;
+    let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
     g.stages = if any_pipelined { max_stages } else { 1 };
     let mut copy_plans: Vec<Option<CopyPlan>> = (0..n).map(|_| None).collect();
     let mut scratch: Vec<Option<Tile>> = vec![None; n];
@@ -1117,15 +926,9 @@ fn try_generate(
                 tiles.push(t);
                 continue;
             }
-            let var = if nd.outputs.len() == 1 {
-                format!("t{i}")
-            } else {
-                format!("t{i}_{p}")
-            };
+            let var = if nd.outputs.len() == 1 { format!("t{i}") } else { format!("t{i}_{p}") };
             let tile = match &nd.op {
-                BlockOp::Input {
-                    input, forloop_dim, ..
-                } => {
+                BlockOp::Input { input, forloop_dim, .. } => {
                     let kdesc = &bg.inputs()[*input];
                     let plan = copy_plan(kdesc, &desc.shape);
                     let pipelined = forloop_dim.is_some() && frange > 1 && plan.vec > 1;
@@ -1133,24 +936,9 @@ fn try_generate(
                     let bytes = elements * kdesc.dtype.size_bytes();
                     let stage_bytes = bytes.div_ceil(super::smem::ALIGN) * super::smem::ALIGN;
                     let nst = if pipelined { g.stages } else { 1 };
-                    let offset = planner.alloc(
-                        stage_bytes * nst,
-                        Interval {
-                            start: 0,
-                            end: FOREVER,
-                        },
-                    );
+                    let offset = planner.alloc(stage_bytes * nst, Interval { start: 0, end: FOREVER });
                     copy_plans[i] = Some(plan);
-                    Tile {
-                        var,
-                        ctype: ctype(kdesc.dtype),
-                        dtype: kdesc.dtype,
-                        shape: desc.shape.clone(),
-                        strides,
-                        offset,
-                        bytes: stage_bytes,
-                        pipelined,
-                    }
+                    Tile { var, ctype: ctype(kdesc.dtype), dtype: kdesc.dtype, shape: desc.shape.clone(), strides, offset, bytes: stage_bytes, pipelined }
                 }
                 _ => {
                     let numel: usize = desc.shape.iter().product();
@@ -1190,16 +978,7 @@ fn try_generate(
                         (row_major(&desc.shape), numel)
                     };
                     let offset = planner.alloc(elements * 4, live);
-                    Tile {
-                        var,
-                        ctype: "float",
-                        dtype: desc.dtype,
-                        shape: desc.shape.clone(),
-                        strides,
-                        offset,
-                        bytes: elements * 4,
-                        pipelined: false,
-                    }
+                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
                 }
             };
             tiles.push(Some(tile));
@@ -1213,16 +992,7 @@ fn try_generate(
             if let Some(l) = shape.last_mut() {
                 *l = 1;
             }
-            scratch[i] = Some(Tile {
-                var: format!("s{i}"),
-                ctype: "float",
-                dtype: DType::F32,
-                strides: row_major(&shape),
-                shape,
-                offset,
-                bytes: rows * 4,
-                pipelined: false,
-            });
+            scratch[i] = Some(Tile { var: format!("s{i}"), ctype: "float", dtype: DType::F32, strides: row_major(&shape), shape, offset, bytes: rows * 4, pipelined: false });
         }
         g.tiles[i] = tiles;
     }
@@ -1239,22 +1009,11 @@ fn try_generate(
         params.push(format!("{}* __restrict__ out{k}", ctype(d.dtype)));
     }
     writeln!(g.out, "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory", grid, threads, frange, g.stages, smem_bytes).ok();
-    writeln!(
-        g.out,
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{",
-        params.join(", ")
-    )
-    .ok();
+    writeln!(g.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{", params.join(", ")).ok();
     g.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
     g.line(1, RED_MARKER);
-    g.line(
-        1,
-        "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;",
-    );
-    g.line(
-        1,
-        "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;",
-    );
+    g.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
+    g.line(1, "const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;");
     g.line(1, "(void)warp; (void)lane; (void)bx; (void)by; (void)bz;");
     // Pointers of non-pipelined tiles.
     for i in 0..n {
@@ -1263,27 +1022,21 @@ fn try_generate(
         }
         for t in g.tiles[i].clone().into_iter().flatten() {
             if !t.pipelined {
-                g.line(
-                    1,
-                    &format!(
-                        "{}* const {} = reinterpret_cast<{}*>(smem + {});",
-                        t.ctype, t.var, t.ctype, t.offset
-                    ),
-                );
+                g.line(1, &format!("{}* const {} = reinterpret_cast<{}*>(smem + {});", t.ctype, t.var, t.ctype, t.offset));
             }
         }
         if let Some(s) = scratch[i].clone() {
-            g.line(
-                1,
-                &format!(
-                    "float* const {} = reinterpret_cast<float*>(smem + {});",
-                    s.var, s.offset
-                ),
-            );
+            g.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
         }
     }
-    // Register accumulators of fused matmuls.
+    // Register accumulators of fused matmuls and of register values summed over the iterations.
     for i in 0..n {
+        if g.rp.reg_acc[i] {
+            let b = reg_bands(&g, nodes[i].inputs[0].node);
+            let len = b.per_warp * b.nt;
+            g.line(1, &format!("float racc{i}[{len}][4];"));
+            g.line(1, &format!("#pragma unroll\n  for (int j = 0; j < {len}; ++j) {{ racc{i}[j][0] = racc{i}[j][1] = racc{i}[j][2] = racc{i}[j][3] = 0.0f; }}"));
+        }
         if g.fused[i].is_some() {
             let tpw = racc_len(&g, i);
             g.line(1, &format!("float racc{i}[{tpw}][4];"));
@@ -1293,14 +1046,7 @@ fn try_generate(
 
     // ---- loads ----
     let block_offset = |i: usize, iter: &str| -> Vec<String> {
-        let BlockOp::Input {
-            input,
-            imap,
-            forloop_dim,
-        } = &nodes[i].op
-        else {
-            return vec![];
-        };
+        let BlockOp::Input { input, imap, forloop_dim } = &nodes[i].op else { return vec![] };
         let kdesc = &bg.inputs()[*input];
         let tile = &nodes[i].outputs[0].shape;
         (0..kdesc.shape.len())
@@ -1314,18 +1060,12 @@ fn try_generate(
                 if *forloop_dim == Some(d) {
                     terms.push(format!("({iter})*{}", tile[d]));
                 }
-                if terms.is_empty() {
-                    "0".into()
-                } else {
-                    terms.join(" + ")
-                }
+                if terms.is_empty() { "0".into() } else { terms.join(" + ") }
             })
             .collect()
     };
     let emit_load = |g: &mut Gen, indent: usize, i: usize, iter: &str, buf: &str| {
-        let BlockOp::Input { input, .. } = &nodes[i].op else {
-            return;
-        };
+        let BlockOp::Input { input, .. } = &nodes[i].op else { return };
         let kdesc = &bg.inputs()[*input];
         let tile = g.tiles[i][0].clone().expect("input tiles are planned");
         let plan = copy_plans[i].as_ref().expect("input copy planned");
@@ -1342,87 +1082,40 @@ fn try_generate(
         let mut gterms = Vec::new();
         let mut sterms = Vec::new();
         for d in 0..shape.len() {
-            let local = if Some(d) == c && plan.vec > 1 {
-                format!("{}*{}", idx[d], plan.vec)
-            } else {
-                idx[d].clone()
-            };
-            gterms.push(format!(
-                "(long long)({} + {local})*{}",
-                boff[d], kdesc.strides[d]
-            ));
+            let local = if Some(d) == c && plan.vec > 1 { format!("{}*{}", idx[d], plan.vec) } else { idx[d].clone() };
+            gterms.push(format!("(long long)({} + {local})*{}", boff[d], kdesc.strides[d]));
             if shape[d] > 1 {
                 sterms.push(format!("({local})*{}", tile.strides[d]));
             }
         }
-        let soff = if sterms.is_empty() {
-            "0".to_string()
-        } else {
-            sterms.join(" + ")
-        };
-        g.line(
-            indent,
-            &format!("for (int v = tid; v < {total}; v += {}) {{", g.threads),
-        );
-        g.line(
-            indent + 1,
-            &format!("const long long go = {};", gterms.join(" + ")),
-        );
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        g.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", g.threads));
+        g.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
         if plan.vec > 1 {
-            g.line(
-                indent + 1,
-                &format!("mirage::cp_async16({buf} + ({soff}), in{input} + go);"),
-            );
+            g.line(indent + 1, &format!("mirage::cp_async16({buf} + ({soff}), in{input} + go);"));
         } else {
             g.line(indent + 1, &format!("{buf}[{soff}] = in{input}[go];"));
         }
         g.line(indent, "}");
     };
-    let inputs: Vec<usize> = (0..n)
-        .filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. }))
-        .collect();
-    let stage_ptr = |t: &Tile, stage: &str| {
-        format!(
-            "reinterpret_cast<{}*>(smem + {} + ({stage})*{})",
-            t.ctype, t.offset, t.bytes
-        )
-    };
+    let inputs: Vec<usize> = (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. })).collect();
+    let stage_ptr = |t: &Tile, stage: &str| format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes);
     // Once-loaded tiles (and every tile when there is no loop).
     g.line(1, "// tiles loaded once, before the loop");
     for &i in &inputs {
         let t = g.tiles[i][0].clone().expect("planned");
-        let once = !matches!(
-            nodes[i].op,
-            BlockOp::Input {
-                forloop_dim: Some(_),
-                ..
-            }
-        ) || frange == 1;
+        let once = !matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) || frange == 1;
         if once {
             let var = t.var.clone();
             emit_load(&mut g, 1, i, "0", &var);
         }
     }
     g.line(1, "mirage::cp_async_commit();");
-    let pipelined: Vec<usize> = inputs
-        .iter()
-        .copied()
-        .filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
-        .collect();
+    let pipelined: Vec<usize> = inputs.iter().copied().filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)).collect();
     let sync_looped: Vec<usize> = inputs
         .iter()
         .copied()
-        .filter(|&i| {
-            frange > 1
-                && matches!(
-                    nodes[i].op,
-                    BlockOp::Input {
-                        forloop_dim: Some(_),
-                        ..
-                    }
-                )
-                && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)
-        })
+        .filter(|&i| frange > 1 && matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
         .collect();
     let s = g.stages;
     if !pipelined.is_empty() {
@@ -1470,10 +1163,7 @@ fn try_generate(
     // ---- the loop ----
     g.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
     if !pipelined.is_empty() {
-        g.line(
-            2,
-            &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1),
-        );
+        g.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
         for &i in &pipelined {
             let t = g.tiles[i][0].clone().expect("planned");
             let buf = stage_ptr(&t, &format!("nit % {s}"));
@@ -1487,15 +1177,7 @@ fn try_generate(
     }
     for &i in &pipelined {
         let t = g.tiles[i][0].clone().expect("planned");
-        g.line(
-            2,
-            &format!(
-                "{}* const {} = {};",
-                t.ctype,
-                t.var,
-                stage_ptr(&t, &format!("it % {s}"))
-            ),
-        );
+        g.line(2, &format!("{}* const {} = {};", t.ctype, t.var, stage_ptr(&t, &format!("it % {s}"))));
     }
     if !sync_looped.is_empty() {
         g.sync(2);
@@ -1523,6 +1205,18 @@ fn try_generate(
                 let bands = reg_bands(&g, x);
                 let out = g.tiles[i][0].clone().expect("planned");
                 g.row_sum_regs(2, bands, &format!("r{x}"), &out);
+            } else if g.rp.reg_acc[i] {
+                let x = nd.inputs[0].node;
+                let RowBands { per_warp, nt, .. } = reg_bands(&g, x);
+                g.line(2, "// sum over the iterations, in registers");
+                g.line(2, "#pragma unroll");
+                g.line(2, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+                g.line(3, "#pragma unroll");
+                g.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+                g.line(4, "#pragma unroll");
+                g.line(4, &format!("for (int q = 0; q < 4; ++q) {{ racc{i}[mi * {nt} + nt][q] += r{x}[mi][nt][q]; }}"));
+                g.line(3, "}");
+                g.line(2, "}");
             } else {
                 gen_accumulate(&mut g, i, acc, frange)?;
             }
@@ -1544,66 +1238,49 @@ fn try_generate(
     // ---- after the loop ----
     g.line(1, "// after the loop");
     for i in 0..n {
+        // Row-owned register accumulators: (node whose racc it is, acc tile node, bands).
+        let row_acc = if g.rp.reg_acc[i] {
+            Some((i, i, reg_bands(&g, nodes[i].inputs[0].node)))
+        } else if let (Some(u), true) = (g.fused[i], g.rp.row_owned[i]) {
+            Some((i, u, RowBands::of(bg, i).expect("row-owned matmuls have bands")))
+        } else {
+            None
+        };
+        if let Some((r, u, RowBands { mt, per_warp, nt, .. })) = row_acc {
+            let c = g.tiles[u][0].clone().expect("acc tile planned");
+            let (m, nn) = (mt * 16, nt * 8);
+            g.line(1, "#pragma unroll");
+            g.line(1, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+            g.line(2, &format!("const int mt = warp + mi * {}; if (mt < {mt}) {{", g.warps));
+            g.line(3, "#pragma unroll");
+            g.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+            g.line(4, &format!("const float* d = racc{r}[mi * {nt} + nt];"));
+            g.store_fragment(4, &c, m, nn);
+            g.line(3, "}");
+            g.line(2, "}");
+            g.line(1, "}");
+            continue;
+        }
         if let Some(u) = g.fused[i] {
             let (m, nn) = matmul_mn(bg, i);
             let c = g.tiles[u][0].clone().expect("acc tile planned");
-            if g.rp.row_owned[i] {
-                let RowBands {
-                    mt, per_warp, nt, ..
-                } = RowBands::of(bg, i).expect("row-owned matmuls have bands");
-                g.line(1, "#pragma unroll");
-                g.line(1, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
-                g.line(
-                    2,
-                    &format!("const int mt = warp + mi * {}; if (mt < {mt}) {{", g.warps),
-                );
-                g.line(3, "#pragma unroll");
-                g.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
-                g.line(4, &format!("const float* d = racc{i}[mi * {nt} + nt];"));
-                g.store_fragment(4, &c, m, nn);
-                g.line(3, "}");
-                g.line(2, "}");
-                g.line(1, "}");
-                continue;
-            }
             let tiles = m.div_ceil(16) * nn.div_ceil(8);
             let tpw = tiles.div_ceil(g.warps);
             g.line(1, "#pragma unroll");
             g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-            g.line(
-                2,
-                &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps),
-            );
-            g.line(
-                3,
-                &format!(
-                    "const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];",
-                    nn.div_ceil(8),
-                    nn.div_ceil(8)
-                ),
-            );
+            g.line(2, &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps));
+            g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
             g.store_fragment(3, &c, m, nn);
             g.line(2, "}");
             g.line(1, "}");
         }
     }
     for i in 0..n {
-        if let BlockOp::Accum {
-            acc: AccKind::RmsLast,
-        } = nodes[i].op
-        {
+        if let BlockOp::Accum { acc: AccKind::RmsLast } = nodes[i].op {
             let x = g.tile(nodes[i].inputs[0]).clone();
             let count = frange * x.shape.last().copied().unwrap_or(1);
             let t = g.tiles[i][0].clone().expect("planned");
-            g.elementwise(
-                1,
-                t.numel(),
-                &format!(
-                    "{0}[e] = sqrtf({0}[e] / {1});",
-                    t.var,
-                    float_lit(count as f32)
-                ),
-            );
+            g.elementwise(1, t.numel(), &format!("{0}[e] = sqrtf({0}[e] / {1});", t.var, float_lit(count as f32)));
         }
     }
     g.sync(1);
@@ -1629,15 +1306,7 @@ fn try_generate(
                     })
                     .collect();
                 let ty = ctype(desc.dtype);
-                g.elementwise(
-                    1,
-                    t.numel(),
-                    &format!(
-                        "out{saver}[{}] = mirage::from_f32<{ty}>({});",
-                        terms.join(" + "),
-                        t.load(&idx)
-                    ),
-                );
+                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({});", terms.join(" + "), t.load(&idx)));
                 saver += 1;
             }
             BlockOp::Accum { .. } => {}
@@ -1649,30 +1318,10 @@ fn try_generate(
         }
     }
     g.line(0, "}");
-    let red = if g.uses_red {
-        format!("__shared__ float red[{}];", g.warps)
-    } else {
-        String::new()
-    };
-    let code = g.out.replacen(
-        &format!("  {RED_MARKER}\n"),
-        &if red.is_empty() {
-            String::new()
-        } else {
-            format!("  {red}\n")
-        },
-        1,
-    );
+    let red = if g.uses_red { format!("__shared__ float red[{}];", g.warps) } else { String::new() };
+    let code = g.out.replacen(&format!("  {RED_MARKER}\n"), &if red.is_empty() { String::new() } else { format!("  {red}\n") }, 1);
     let static_smem_bytes = if g.uses_red { 4 * g.warps } else { 0 };
-    Ok(KernelSource {
-        name: name.to_string(),
-        code,
-        grid,
-        threads,
-        smem_bytes,
-        static_smem_bytes,
-        stages: g.stages,
-    })
+    Ok(KernelSource { name: name.to_string(), code, grid, threads, smem_bytes, static_smem_bytes, stages: g.stages })
 }
 
 /// Register accumulator tiles per thread of fused matmul `i`.
@@ -1712,12 +1361,7 @@ fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
 }
 
 /// Emits one in-loop or epilogue operator.
-fn gen_op(
-    g: &mut Gen,
-    indent: usize,
-    i: usize,
-    scratch: &[Option<Tile>],
-) -> Result<(), CodegenError> {
+fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Result<(), CodegenError> {
     let nd = &g.bg.nodes()[i];
     let op = nd.op.clone();
     // Register chains (fusion::RegisterPlan): row-owned matmuls and unary functions on fragments.
@@ -1769,43 +1413,23 @@ fn gen_op(
         BlockOp::Unary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!(
-                "{}[{}] = {};",
-                out.var,
-                out.offset_expr(&idx),
-                unary_expr(&op, &args[0].load(&idx))
-            );
+            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), unary_expr(&op, &args[0].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Binary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!(
-                "{}[{}] = {};",
-                out.var,
-                out.offset_expr(&idx),
-                binary_expr(op, &args[0].load(&idx), &args[1].load(&idx))
-            );
+            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
-        BlockOp::ReduceSum { dim }
-        | BlockOp::ReduceMax { dim }
-        | BlockOp::ReduceSumTo { dim, .. } => {
+        BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::ReduceSumTo { dim, .. } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let (width, combine) = match op {
                 BlockOp::ReduceSumTo { width, .. } => (width, "sum"),
                 BlockOp::ReduceMax { .. } => (1, "max"),
                 _ => (1, "sum"),
             };
-            g.reduce(
-                indent,
-                &args[0],
-                dim,
-                width,
-                "{x}",
-                combine,
-                &format!("{}[{{o}}] = {{v}};", out.var),
-            );
+            g.reduce(indent, &args[0], dim, width, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var));
         }
         BlockOp::RmsNorm { eps } => {
             let out = g.tiles[i][0].clone().expect("planned");
@@ -1813,15 +1437,7 @@ fn gen_op(
             let x = &args[0];
             let last = x.shape.len() - 1;
             let nlast = x.shape[last];
-            g.reduce(
-                indent,
-                x,
-                last,
-                1,
-                "({x})*({x})",
-                "sum",
-                &format!("{}[{{o}}] = {{v}};", s.var),
-            );
+            g.reduce(indent, x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", s.var));
             g.sync(indent);
             let idx = unflatten("e", &out.shape);
             let body = format!(
@@ -1841,13 +1457,7 @@ fn gen_op(
             let split = args[0].shape[dim];
             let mut bidx = idx.clone();
             bidx[dim] = format!("({} - {split})", idx[dim]);
-            let body = format!(
-                "{}[e] = ({} < {split}) ? {} : {};",
-                out.var,
-                idx[dim],
-                args[0].load(&idx),
-                args[1].load(&bidx)
-            );
+            let body = format!("{}[e] = ({} < {split}) ? {} : {};", out.var, idx[dim], args[0].load(&idx), args[1].load(&bidx));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::RunningMax { dim } => {
@@ -1874,56 +1484,29 @@ fn gen_accumulate(g: &mut Gen, i: usize, acc: AccKind, _frange: usize) -> Result
     let idx = unflatten("e", &out.shape);
     match acc {
         AccKind::Sum => {
-            let body = format!(
-                "{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};",
-                out.var,
-                x.load(&idx)
-            );
+            let body = format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, x.load(&idx));
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::Max => {
-            let body = format!(
-                "{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});",
-                out.var,
-                x.load(&idx)
-            );
+            let body = format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, x.load(&idx));
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::Rescale => {
             let r = g.tile(nd.inputs[1]).clone();
-            let body = format!(
-                "{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};",
-                out.var,
-                x.load(&idx),
-                r.load(&idx)
-            );
+            let body = format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, x.load(&idx), r.load(&idx));
             g.elementwise(2, out.numel(), &body);
         }
         AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } => {
-            let width = if let AccKind::SumTo { width } = acc {
-                width
-            } else {
-                1
-            };
-            let map = if acc == AccKind::RmsLast {
-                "({x})*({x})"
-            } else {
-                "{x}"
-            };
-            let store = format!(
-                "{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};",
-                out.var
-            );
+            let width = if let AccKind::SumTo { width } = acc { width } else { 1 };
+            let map = if acc == AccKind::RmsLast { "({x})*({x})" } else { "{x}" };
+            let store = format!("{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};", out.var);
             g.reduce(2, &x, last, width, map, "sum", &store);
         }
         AccKind::SumLastRescale => {
             let r = g.tile(nd.inputs[1]).clone();
             let oidx = unflatten("{o}", &out.shape);
             let rv = r.load(&oidx);
-            let store = format!(
-                "{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};",
-                out.var
-            );
+            let store = format!("{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};", out.var);
             g.reduce(2, &x, last, 1, "{x}", "sum", &store);
         }
     }

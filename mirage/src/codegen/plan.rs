@@ -6,9 +6,7 @@
 
 use crate::ir::{DType, TensorDesc};
 
-pub use mirage_runtime::plan::{
-    ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION, TensorSpec,
-};
+pub use mirage_runtime::plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, TensorSpec, PLAN_VERSION};
 
 /// The runtime's element type for an IR element type.
 pub fn runtime_dtype(dtype: DType) -> mirage_runtime::DType {
@@ -30,20 +28,12 @@ pub fn ir_dtype(dtype: mirage_runtime::DType) -> DType {
 
 /// The plan's description of an IR tensor.
 pub fn tensor_spec(desc: &TensorDesc) -> TensorSpec {
-    TensorSpec {
-        shape: desc.shape.clone(),
-        strides: desc.strides.clone(),
-        dtype: runtime_dtype(desc.dtype),
-    }
+    TensorSpec { shape: desc.shape.clone(), strides: desc.strides.clone(), dtype: runtime_dtype(desc.dtype) }
 }
 
 /// The IR's description of a plan tensor.
 pub fn tensor_desc(spec: &TensorSpec) -> TensorDesc {
-    TensorDesc {
-        shape: spec.shape.clone(),
-        strides: spec.strides.clone(),
-        dtype: ir_dtype(spec.dtype),
-    }
+    TensorDesc { shape: spec.shape.clone(), strides: spec.strides.clone(), dtype: ir_dtype(spec.dtype) }
 }
 
 #[cfg(test)]
@@ -53,18 +43,11 @@ mod tests {
     #[test]
     fn specs_round_trip_and_serialize_alike() {
         for dtype in [DType::F16, DType::Bf16, DType::F32] {
-            let desc = TensorDesc {
-                shape: vec![4, 8],
-                strides: vec![1, 4],
-                dtype,
-            };
+            let desc = TensorDesc { shape: vec![4, 8], strides: vec![1, 4], dtype };
             let spec = tensor_spec(&desc);
             assert_eq!(tensor_desc(&spec), desc);
             // Both sides write the same JSON, so plans written before the move still parse.
-            assert_eq!(
-                serde_json::to_string(&spec).ok(),
-                serde_json::to_string(&desc).ok()
-            );
+            assert_eq!(serde_json::to_string(&spec).ok(), serde_json::to_string(&desc).ok());
         }
     }
 }

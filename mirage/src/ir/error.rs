@@ -22,10 +22,6 @@ pub enum IrError {
 impl IrError {
     /// Builds an [`IrError::Rule`].
     pub fn rule(op: impl Into<String>, shapes: impl Into<String>, rule: impl Into<String>) -> Self {
-        IrError::Rule {
-            op: op.into(),
-            shapes: shapes.into(),
-            rule: rule.into(),
-        }
+        IrError::Rule { op: op.into(), shapes: shapes.into(), rule: rule.into() }
     }
 }

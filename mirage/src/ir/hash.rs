@@ -77,22 +77,14 @@ impl BlockGraph {
         let mut saver = 0u64;
         for node in self.nodes() {
             let operands = operand_hashes(&hashes, &node.inputs);
-            let mut h = NodeHasher::new("block-node")
-                .bytes(&json(&node.op))
-                .bytes(&operands)
-                .bytes(&json(&node.outputs));
+            let mut h = NodeHasher::new("block-node").bytes(&json(&node.op)).bytes(&operands).bytes(&json(&node.outputs));
             if matches!(node.op, BlockOp::Output { .. }) {
                 h = h.bytes(&saver.to_le_bytes());
                 saver += 1;
             }
             hashes.push(h.finish());
         }
-        let header = json(&(
-            self.grid(),
-            self.threads(),
-            self.forloop_range(),
-            self.inputs(),
-        ));
+        let header = json(&(self.grid(), self.threads(), self.forloop_range(), self.inputs()));
         CanonicalHash(combine("block-graph", &header, hashes))
     }
 }
@@ -107,24 +99,14 @@ impl KernelGraph {
             let h = match &node.op {
                 KernelOp::Input { desc } => {
                     input += 1;
-                    NodeHasher::new("input")
-                        .bytes(&json(desc))
-                        .bytes(&(input - 1).to_le_bytes())
+                    NodeHasher::new("input").bytes(&json(desc)).bytes(&(input - 1).to_le_bytes())
                 }
                 KernelOp::Output { strides } => {
                     output += 1;
-                    NodeHasher::new("output")
-                        .bytes(&json(strides))
-                        .bytes(&operands)
-                        .bytes(&(output - 1).to_le_bytes())
+                    NodeHasher::new("output").bytes(&json(strides)).bytes(&operands).bytes(&(output - 1).to_le_bytes())
                 }
-                KernelOp::Custom { block } => NodeHasher::new("custom")
-                    .bytes(&block.canonical_hash().0)
-                    .bytes(&operands),
-                op => NodeHasher::new("kernel-node")
-                    .bytes(&json(op))
-                    .bytes(&operands)
-                    .bytes(&json(&node.outputs)),
+                KernelOp::Custom { block } => NodeHasher::new("custom").bytes(&block.canonical_hash().0).bytes(&operands),
+                op => NodeHasher::new("kernel-node").bytes(&json(op)).bytes(&operands).bytes(&json(&node.outputs)),
             };
             hashes.push(h.finish());
         }

@@ -17,11 +17,7 @@ struct Envelope<T> {
 }
 
 fn write<T: Serialize>(graph: T) -> String {
-    let env = Envelope {
-        format: FORMAT.to_string(),
-        version: VERSION,
-        graph,
-    };
+    let env = Envelope { format: FORMAT.to_string(), version: VERSION, graph };
     // Serializing plain data structs to a string cannot fail: no maps with non-string keys.
     serde_json::to_string_pretty(&env).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
@@ -34,19 +30,12 @@ fn read<T: for<'de> Deserialize<'de>>(json: &str) -> Result<T, IrError> {
     }
     let header: Header = serde_json::from_str(json).map_err(|e| IrError::Format(e.to_string()))?;
     if header.format != FORMAT {
-        return Err(IrError::Format(format!(
-            "expected format \"{FORMAT}\", found \"{}\"",
-            header.format
-        )));
+        return Err(IrError::Format(format!("expected format \"{FORMAT}\", found \"{}\"", header.format)));
     }
     if header.version != VERSION {
-        return Err(IrError::Format(format!(
-            "expected version {VERSION}, found {}",
-            header.version
-        )));
+        return Err(IrError::Format(format!("expected version {VERSION}, found {}", header.version)));
     }
-    let env: Envelope<T> =
-        serde_json::from_str(json).map_err(|e| IrError::Format(e.to_string()))?;
+    let env: Envelope<T> = serde_json::from_str(json).map_err(|e| IrError::Format(e.to_string()))?;
     Ok(env.graph)
 }
 

@@ -2,14 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::IrError;
 use super::block::BlockGraph;
-use super::ops::{
-    BinaryOp, UnaryOp, broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape,
-};
-use super::types::{
-    DType, Scalar, TensorDesc, TensorRef, check_shape, check_strides, fmt_shape, row_major_strides,
-};
+use super::ops::{broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape, BinaryOp, UnaryOp};
+use super::types::{check_shape, check_strides, fmt_shape, row_major_strides, DType, Scalar, TensorDesc, TensorRef};
+use super::IrError;
 
 /// A kernel-graph operator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -106,15 +102,8 @@ fn same_dtype(op: &str, descs: &[&TensorDesc]) -> Result<DType, IrError> {
     if let Some(other) = descs.iter().find(|d| d.dtype != dtype) {
         return Err(IrError::rule(
             op,
-            descs
-                .iter()
-                .map(|d| format!("{}:{}", fmt_shape(&d.shape), d.dtype))
-                .collect::<Vec<_>>()
-                .join(", "),
-            format!(
-                "operands must have one element type, found {dtype} and {}",
-                other.dtype
-            ),
+            descs.iter().map(|d| format!("{}:{}", fmt_shape(&d.shape), d.dtype)).collect::<Vec<_>>().join(", "),
+            format!("operands must have one element type, found {dtype} and {}", other.dtype),
         ));
     }
     Ok(dtype)
@@ -125,10 +114,7 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
     let name = op.name();
     let arity = match op {
         KernelOp::Input { .. } => 0,
-        KernelOp::Output { .. }
-        | KernelOp::Unary { .. }
-        | KernelOp::ReduceSum { .. }
-        | KernelOp::ReduceMax { .. } => 1,
+        KernelOp::Output { .. } | KernelOp::Unary { .. } | KernelOp::ReduceSum { .. } | KernelOp::ReduceMax { .. } => 1,
         KernelOp::Matmul | KernelOp::Binary { .. } | KernelOp::Concat { .. } => 2,
         KernelOp::RmsNorm { .. } => {
             if inputs.len() == 1 || inputs.len() == 2 {
@@ -140,11 +126,7 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
         KernelOp::Custom { block } => block.inputs().len(),
     };
     if inputs.len() != arity {
-        return Err(IrError::rule(
-            &name,
-            format!("{} operands", inputs.len()),
-            format!("expects {arity} operands"),
-        ));
+        return Err(IrError::rule(&name, format!("{} operands", inputs.len()), format!("expects {arity} operands")));
     }
     let plain = |shape: Vec<usize>, dtype: DType| {
         check_shape(&name, &shape)?;
@@ -164,23 +146,16 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
         }
         KernelOp::Matmul => {
             let dtype = same_dtype(&name, inputs)?;
-            plain(
-                matmul_shape(&inputs[0].shape, &inputs[1].shape, true)?,
-                dtype,
-            )
+            plain(matmul_shape(&inputs[0].shape, &inputs[1].shape, true)?, dtype)
         }
         KernelOp::Unary { .. } => plain(inputs[0].shape.clone(), inputs[0].dtype),
         KernelOp::Binary { op } => {
             let dtype = same_dtype(&name, inputs)?;
-            plain(
-                broadcast_shape(op.name(), &inputs[0].shape, &inputs[1].shape)?,
-                dtype,
-            )
+            plain(broadcast_shape(op.name(), &inputs[0].shape, &inputs[1].shape)?, dtype)
         }
-        KernelOp::ReduceSum { dim } | KernelOp::ReduceMax { dim } => plain(
-            reduce_shape(&name, &inputs[0].shape, *dim, 1)?,
-            inputs[0].dtype,
-        ),
+        KernelOp::ReduceSum { dim } | KernelOp::ReduceMax { dim } => {
+            plain(reduce_shape(&name, &inputs[0].shape, *dim, 1)?, inputs[0].dtype)
+        }
         KernelOp::RmsNorm { .. } => {
             let x = &inputs[0].shape;
             if let Some(w) = inputs.get(1) {
@@ -202,22 +177,14 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
         KernelOp::Concat { dim } => {
             let dtype = same_dtype(&name, inputs)?;
             check_dim(&name, &inputs[0].shape, *dim)?;
-            plain(
-                concat_shape(&inputs[0].shape, &inputs[1].shape, *dim)?,
-                dtype,
-            )
+            plain(concat_shape(&inputs[0].shape, &inputs[1].shape, *dim)?, dtype)
         }
         KernelOp::Custom { block } => {
             for (i, (given, expected)) in inputs.iter().zip(block.inputs()).enumerate() {
                 if *given != expected {
                     return Err(IrError::rule(
                         "custom",
-                        format!(
-                            "operand {i}: {} strides {:?} {}",
-                            fmt_shape(&given.shape),
-                            given.strides,
-                            given.dtype
-                        ),
+                        format!("operand {i}: {} strides {:?} {}", fmt_shape(&given.shape), given.strides, given.dtype),
                         format!(
                             "the block graph was built for {} strides {:?} {}",
                             fmt_shape(&expected.shape),
@@ -246,34 +213,18 @@ impl KernelGraph {
 
     /// The description of a tensor of this graph.
     pub fn desc(&self, t: TensorRef) -> Result<&TensorDesc, IrError> {
-        self.nodes
-            .get(t.node)
-            .and_then(|n| n.outputs.get(t.port))
-            .ok_or_else(|| {
-                IrError::rule(
-                    "operand",
-                    t.to_string(),
-                    format!("no such tensor in a graph of {} nodes", self.nodes.len()),
-                )
-            })
+        self.nodes.get(t.node).and_then(|n| n.outputs.get(t.port)).ok_or_else(|| {
+            IrError::rule("operand", t.to_string(), format!("no such tensor in a graph of {} nodes", self.nodes.len()))
+        })
     }
 
     /// Appends `op` applied to `inputs` after checking its rule; returns its outputs.
     pub fn push(&mut self, op: KernelOp, inputs: &[TensorRef]) -> Result<Vec<TensorRef>, IrError> {
-        let descs = inputs
-            .iter()
-            .map(|&t| self.desc(t))
-            .collect::<Result<Vec<_>, _>>()?;
+        let descs = inputs.iter().map(|&t| self.desc(t)).collect::<Result<Vec<_>, _>>()?;
         let outputs = infer_kernel_op(&op, &descs)?;
         let node = self.nodes.len();
-        let refs = (0..outputs.len())
-            .map(|port| TensorRef { node, port })
-            .collect();
-        self.nodes.push(KernelNode {
-            op,
-            inputs: inputs.to_vec(),
-            outputs,
-        });
+        let refs = (0..outputs.len()).map(|port| TensorRef { node, port }).collect();
+        self.nodes.push(KernelNode { op, inputs: inputs.to_vec(), outputs });
         Ok(refs)
     }
 
@@ -298,10 +249,7 @@ impl KernelGraph {
                 return Err(IrError::rule(
                     g.nodes[i].op.name(),
                     format!("node {i}"),
-                    format!(
-                        "recorded outputs {:?} differ from the inferred {:?}",
-                        node.outputs, inferred
-                    ),
+                    format!("recorded outputs {:?} differ from the inferred {:?}", node.outputs, inferred),
                 ));
             }
             debug_assert_eq!(refs.len(), inferred.len());
@@ -317,26 +265,12 @@ impl KernelGraph {
     /// Adds the next program input, row-major.
     pub fn input(&mut self, shape: &[usize], dtype: DType) -> Result<TensorRef, IrError> {
         check_shape("input", shape)?;
-        self.push1(
-            KernelOp::Input {
-                desc: TensorDesc::new(shape, dtype),
-            },
-            &[],
-        )
+        self.push1(KernelOp::Input { desc: TensorDesc::new(shape, dtype) }, &[])
     }
 
     /// Adds the next program input with explicit element strides.
-    pub fn input_strided(
-        &mut self,
-        shape: &[usize],
-        strides: &[usize],
-        dtype: DType,
-    ) -> Result<TensorRef, IrError> {
-        let desc = TensorDesc {
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-            dtype,
-        };
+    pub fn input_strided(&mut self, shape: &[usize], strides: &[usize], dtype: DType) -> Result<TensorRef, IrError> {
+        let desc = TensorDesc { shape: shape.to_vec(), strides: strides.to_vec(), dtype };
         self.push1(KernelOp::Input { desc }, &[])
     }
 
@@ -356,12 +290,7 @@ impl KernelGraph {
     }
 
     /// An element-wise binary function with broadcasting.
-    pub fn binary(
-        &mut self,
-        op: BinaryOp,
-        a: TensorRef,
-        b: TensorRef,
-    ) -> Result<TensorRef, IrError> {
+    pub fn binary(&mut self, op: BinaryOp, a: TensorRef, b: TensorRef) -> Result<TensorRef, IrError> {
         self.push1(KernelOp::Binary { op }, &[a, b])
     }
 
@@ -401,12 +330,7 @@ impl KernelGraph {
     }
 
     /// RMS normalization over the last dim, optionally scaled by `weight`.
-    pub fn rms_norm(
-        &mut self,
-        x: TensorRef,
-        eps: f32,
-        weight: Option<TensorRef>,
-    ) -> Result<TensorRef, IrError> {
+    pub fn rms_norm(&mut self, x: TensorRef, eps: f32, weight: Option<TensorRef>) -> Result<TensorRef, IrError> {
         let mut inputs = vec![x];
         inputs.extend(weight);
         self.push1(KernelOp::RmsNorm { eps: Scalar(eps) }, &inputs)
@@ -418,17 +342,8 @@ impl KernelGraph {
     }
 
     /// A graph-defined kernel over `inputs`; returns one tensor per output saver of `block`.
-    pub fn custom(
-        &mut self,
-        inputs: &[TensorRef],
-        block: BlockGraph,
-    ) -> Result<Vec<TensorRef>, IrError> {
-        self.push(
-            KernelOp::Custom {
-                block: Box::new(block),
-            },
-            inputs,
-        )
+    pub fn custom(&mut self, inputs: &[TensorRef], block: BlockGraph) -> Result<Vec<TensorRef>, IrError> {
+        self.push(KernelOp::Custom { block: Box::new(block) }, inputs)
     }
 
     /// The program inputs, in parameter order.
@@ -450,10 +365,7 @@ impl KernelGraph {
                 KernelOp::Output { strides } => {
                     let t = n.inputs[0];
                     let shape = &self.nodes[t.node].outputs[t.port].shape;
-                    Some((
-                        t,
-                        strides.clone().unwrap_or_else(|| row_major_strides(shape)),
-                    ))
+                    Some((t, strides.clone().unwrap_or_else(|| row_major_strides(shape))))
                 }
                 _ => None,
             })
@@ -462,10 +374,7 @@ impl KernelGraph {
 
     /// Number of CUDA launches the graph needs: every operator except inputs and outputs.
     pub fn num_kernels(&self) -> usize {
-        self.nodes
-            .iter()
-            .filter(|n| !matches!(n.op, KernelOp::Input { .. } | KernelOp::Output { .. }))
-            .count()
+        self.nodes.iter().filter(|n| !matches!(n.op, KernelOp::Input { .. } | KernelOp::Output { .. })).count()
     }
 }
 

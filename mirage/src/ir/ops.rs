@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use super::types::{fmt_shape, Scalar};
 use super::IrError;
-use super::types::{Scalar, fmt_shape};
 
 /// Element-wise unary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -113,43 +113,23 @@ impl fmt::Display for BinaryOp {
 pub fn matmul_shape(a: &[usize], b: &[usize], allow_batch: bool) -> Result<Vec<usize>, IrError> {
     let shapes = || format!("{} x {}", fmt_shape(a), fmt_shape(b));
     if a.len() != b.len() {
-        return Err(IrError::rule(
-            "matmul",
-            shapes(),
-            "operands must have the same rank",
-        ));
+        return Err(IrError::rule("matmul", shapes(), "operands must have the same rank"));
     }
     let r = a.len();
     if r < 2 {
-        return Err(IrError::rule(
-            "matmul",
-            shapes(),
-            "operands must have rank at least 2",
-        ));
+        return Err(IrError::rule("matmul", shapes(), "operands must have rank at least 2"));
     }
     if a[..r - 2] != b[..r - 2] {
-        return Err(IrError::rule(
-            "matmul",
-            shapes(),
-            "batch dims must be equal",
-        ));
+        return Err(IrError::rule("matmul", shapes(), "batch dims must be equal"));
     }
     if !allow_batch && a[..r - 2].iter().any(|&d| d != 1) {
-        return Err(IrError::rule(
-            "matmul",
-            shapes(),
-            "a tile matmul has no batch dims: leading dims must be 1",
-        ));
+        return Err(IrError::rule("matmul", shapes(), "a tile matmul has no batch dims: leading dims must be 1"));
     }
     if a[r - 1] != b[r - 2] {
         return Err(IrError::rule(
             "matmul",
             shapes(),
-            format!(
-                "inner dims must agree: a has k = {}, b has k = {}",
-                a[r - 1],
-                b[r - 2]
-            ),
+            format!("inner dims must agree: a has k = {}, b has k = {}", a[r - 1], b[r - 2]),
         ));
     }
     let mut out = a.to_vec();
@@ -161,11 +141,7 @@ pub fn matmul_shape(a: &[usize], b: &[usize], allow_batch: bool) -> Result<Vec<u
 pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>, IrError> {
     let shapes = || format!("{} and {}", fmt_shape(a), fmt_shape(b));
     if a.len() != b.len() {
-        return Err(IrError::rule(
-            op,
-            shapes(),
-            "operands must have the same rank (no rank promotion)",
-        ));
+        return Err(IrError::rule(op, shapes(), "operands must have the same rank (no rank promotion)"));
     }
     a.iter()
         .zip(b)
@@ -176,11 +152,7 @@ pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>,
             } else if x == 1 {
                 Ok(y)
             } else {
-                Err(IrError::rule(
-                    op,
-                    shapes(),
-                    format!("dim {d}: sizes {x} and {y} are neither equal nor 1"),
-                ))
+                Err(IrError::rule(op, shapes(), format!("dim {d}: sizes {x} and {y} are neither equal nor 1")))
             }
         })
         .collect()
@@ -189,31 +161,19 @@ pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>,
 /// Checks `dim < rank`.
 pub fn check_dim(op: &str, shape: &[usize], dim: usize) -> Result<(), IrError> {
     if dim >= shape.len() {
-        return Err(IrError::rule(
-            op,
-            fmt_shape(shape),
-            format!("dim {dim} is out of range for rank {}", shape.len()),
-        ));
+        return Err(IrError::rule(op, fmt_shape(shape), format!("dim {dim} is out of range for rank {}", shape.len())));
     }
     Ok(())
 }
 
 /// Reduction of `dim` to `width` (1 for a full reduction) with strided grouping.
-pub fn reduce_shape(
-    op: &str,
-    shape: &[usize],
-    dim: usize,
-    width: usize,
-) -> Result<Vec<usize>, IrError> {
+pub fn reduce_shape(op: &str, shape: &[usize], dim: usize, width: usize) -> Result<Vec<usize>, IrError> {
     check_dim(op, shape, dim)?;
     if width == 0 || shape[dim] % width != 0 {
         return Err(IrError::rule(
             op,
             fmt_shape(shape),
-            format!(
-                "reduction width {width} must divide dim {dim} (size {})",
-                shape[dim]
-            ),
+            format!("reduction width {width} must divide dim {dim} (size {})", shape[dim]),
         ));
     }
     let mut out = shape.to_vec();
@@ -225,23 +185,12 @@ pub fn reduce_shape(
 pub fn concat_shape(a: &[usize], b: &[usize], dim: usize) -> Result<Vec<usize>, IrError> {
     let shapes = || format!("{} and {}", fmt_shape(a), fmt_shape(b));
     if a.len() != b.len() {
-        return Err(IrError::rule(
-            "concat",
-            shapes(),
-            "operands must have the same rank",
-        ));
+        return Err(IrError::rule("concat", shapes(), "operands must have the same rank"));
     }
     check_dim("concat", a, dim)?;
     for d in 0..a.len() {
         if d != dim && a[d] != b[d] {
-            return Err(IrError::rule(
-                "concat",
-                shapes(),
-                format!(
-                    "dim {d} differs ({} vs {}) and is not the concat dim {dim}",
-                    a[d], b[d]
-                ),
-            ));
+            return Err(IrError::rule("concat", shapes(), format!("dim {d} differs ({} vs {}) and is not the concat dim {dim}", a[d], b[d])));
         }
     }
     let mut out = a.to_vec();

@@ -146,22 +146,10 @@ pub fn check_shape(op: &str, shape: &[usize]) -> Result<(), IrError> {
         ));
     }
     if shape.contains(&0) {
-        return Err(IrError::rule(
-            op,
-            fmt_shape(shape),
-            "every dimension must be at least 1",
-        ));
+        return Err(IrError::rule(op, fmt_shape(shape), "every dimension must be at least 1"));
     }
-    if shape
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .is_none_or(|n| n > MAX_ELEMENTS)
-    {
-        return Err(IrError::rule(
-            op,
-            fmt_shape(shape),
-            "a tensor may have at most 2^48 elements",
-        ));
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(IrError::rule(op, fmt_shape(shape), "a tensor may have at most 2^48 elements"));
     }
     Ok(())
 }
@@ -173,19 +161,11 @@ pub fn check_strides(op: &str, shape: &[usize], strides: &[usize]) -> Result<(),
         return Err(IrError::rule(
             op,
             format!("shape {} strides {:?}", fmt_shape(shape), strides),
-            format!(
-                "strides must have one entry per dim ({}), found {}",
-                shape.len(),
-                strides.len()
-            ),
+            format!("strides must have one entry per dim ({}), found {}", shape.len(), strides.len()),
         ));
     }
-    let mut dims: Vec<(usize, usize)> = strides
-        .iter()
-        .copied()
-        .zip(shape.iter().copied())
-        .filter(|&(_, n)| n > 1)
-        .collect();
+    let mut dims: Vec<(usize, usize)> =
+        strides.iter().copied().zip(shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
     dims.sort();
     let mut span = 1usize;
     for (stride, extent) in dims {
@@ -198,9 +178,7 @@ pub fn check_strides(op: &str, shape: &[usize], strides: &[usize]) -> Result<(),
         }
         span = stride.saturating_mul(extent);
     }
-    let largest_offset = shape.iter().zip(strides).try_fold(0usize, |o, (&n, &s)| {
-        n.saturating_sub(1).checked_mul(s)?.checked_add(o)
-    });
+    let largest_offset = shape.iter().zip(strides).try_fold(0usize, |o, (&n, &s)| n.saturating_sub(1).checked_mul(s)?.checked_add(o));
     if largest_offset.is_none_or(|o| o >= MAX_ELEMENTS) {
         return Err(IrError::rule(
             op,
@@ -213,11 +191,7 @@ pub fn check_strides(op: &str, shape: &[usize], strides: &[usize]) -> Result<(),
 
 /// Number of elements an allocation with these strides must hold (largest offset + 1).
 pub fn storage_len(shape: &[usize], strides: &[usize]) -> usize {
-    1 + shape
-        .iter()
-        .zip(strides)
-        .map(|(&n, &s)| (n - 1) * s)
-        .sum::<usize>()
+    1 + shape.iter().zip(strides).map(|(&n, &s)| (n - 1) * s).sum::<usize>()
 }
 
 /// Shape, element type and device layout of a kernel-level (device) tensor.
@@ -234,11 +208,7 @@ pub struct TensorDesc {
 impl TensorDesc {
     /// A row-major tensor.
     pub fn new(shape: &[usize], dtype: DType) -> Self {
-        TensorDesc {
-            shape: shape.to_vec(),
-            strides: row_major_strides(shape),
-            dtype,
-        }
+        TensorDesc { shape: shape.to_vec(), strides: row_major_strides(shape), dtype }
     }
 
     /// Rank of the tensor.
@@ -271,10 +241,6 @@ impl TensorRef {
 
 impl fmt::Display for TensorRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.port == 0 {
-            write!(f, "%{}", self.node)
-        } else {
-            write!(f, "%{}.{}", self.node, self.port)
-        }
+        if self.port == 0 { write!(f, "%{}", self.node) } else { write!(f, "%{}.{}", self.node, self.port) }
     }
 }

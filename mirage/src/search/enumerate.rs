@@ -36,14 +36,13 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::expr::{self, Pruner, E};
 use super::SearchConfig;
-use super::expr::{self, E, Pruner};
 use crate::codegen::default_blocks::default_block_graph;
-use crate::cost::{KernelCost, SmemMode, estimate_block_with, lower_bound_us};
+use crate::cost::{estimate_block_with, lower_bound_us, KernelCost, SmemMode};
 use crate::fingerprint::mix64;
 use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, Scalar,
-    TensorDesc, TensorRef, TileDesc, UnaryOp, infer_kernel_op,
+    infer_kernel_op, AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, Scalar, TensorDesc, TensorRef, TileDesc, UnaryOp,
 };
 
 /// A dimension class id.
@@ -118,10 +117,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
         total += n.outputs.iter().map(|d| d.rank()).sum::<usize>();
     }
     let slot = |t: TensorRef, d: usize| -> usize {
-        let prior: usize = nodes[t.node].outputs[..t.port]
-            .iter()
-            .map(|x| x.rank())
-            .sum();
+        let prior: usize = nodes[t.node].outputs[..t.port].iter().map(|x| x.rank()).sum();
         base[t.node] + prior + d
     };
     let desc = |t: TensorRef| &nodes[t.node].outputs[t.port];
@@ -133,10 +129,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
         let tie_same = |uf: &mut UnionFind, a: TensorRef, skip: Option<usize>| {
             let rank = nodes[i].outputs[0].rank();
             for d in 0..rank {
-                if Some(d) != skip
-                    && desc(a).shape[d] == nodes[i].outputs[0].shape[d]
-                    && nodes[i].outputs[0].shape[d] > 1
-                {
+                if Some(d) != skip && desc(a).shape[d] == nodes[i].outputs[0].shape[d] && nodes[i].outputs[0].shape[d] > 1 {
                     uf.union(slot(a, d), slot(out, d));
                 }
             }
@@ -209,11 +202,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     for (i, n) in nodes.iter().enumerate() {
         if let KernelOp::Input { desc } = &n.op {
             inputs.push(desc.clone());
-            input_classes.push(
-                (0..desc.rank())
-                    .map(|d| class_of(&mut uf, slot(TensorRef::new(i), d), desc.shape[d]))
-                    .collect(),
-            );
+            input_classes.push((0..desc.rank()).map(|d| class_of(&mut uf, slot(TensorRef::new(i), d), desc.shape[d])).collect());
         }
     }
     let mut output_classes = HashSet::new();
@@ -232,14 +221,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     let mut input_index = 0;
     let mut outputs = Vec::new();
     for n in nodes.iter() {
-        let ie: Vec<E> = n
-            .inputs
-            .iter()
-            .map(|t| exprs[t.node][t.port].clone())
-            .collect();
-        let mut tag = |t: TensorRef, d: usize| {
-            class_of(&mut uf, slot(t, d), desc(t).shape[d]).map_or(TAG_NONE, |c| c as Tag)
-        };
+        let ie: Vec<E> = n.inputs.iter().map(|t| exprs[t.node][t.port].clone()).collect();
+        let mut tag = |t: TensorRef, d: usize| class_of(&mut uf, slot(t, d), desc(t).shape[d]).map_or(TAG_NONE, |c| c as Tag);
         let e = match &n.op {
             KernelOp::Input { .. } => {
                 input_index += 1;
@@ -257,16 +240,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             }
             KernelOp::Unary { op } => expr::unary(op, &ie[0]),
             KernelOp::Binary { op } => expr::binary(*op, &ie[0], &ie[1]),
-            KernelOp::ReduceSum { dim } => expr::sum(
-                tag(n.inputs[0], *dim),
-                desc(n.inputs[0]).shape[*dim] as u64,
-                &ie[0],
-            ),
-            KernelOp::ReduceMax { dim } => expr::max(
-                tag(n.inputs[0], *dim),
-                desc(n.inputs[0]).shape[*dim] as u64,
-                &ie[0],
-            ),
+            KernelOp::ReduceSum { dim } => expr::sum(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0]),
+            KernelOp::ReduceMax { dim } => expr::max(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0]),
             KernelOp::RmsNorm { eps } => {
                 let x = n.inputs[0];
                 let last = desc(x).rank() - 1;
@@ -277,9 +252,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 }
             }
             KernelOp::Concat { .. } => expr::concat(&ie[0], &ie[1]),
-            KernelOp::Custom { .. } => {
-                return Err("the program already contains custom kernels".into());
-            }
+            KernelOp::Custom { .. } => return Err("the program already contains custom kernels".into()),
         };
         exprs.push(vec![e]);
     }
@@ -297,14 +270,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             ops.sum_to_widths.push(w);
         }
     }
-    Ok(ProgramInfo {
-        inputs,
-        input_classes,
-        outputs,
-        output_classes,
-        class_sizes,
-        ops,
-    })
+    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops })
 }
 
 /// Shared state of one search run.
@@ -338,12 +304,7 @@ impl Run<'_> {
     fn offer(&self, us: f64) {
         let mut cur = self.best_us.load(Ordering::Relaxed);
         while us < f64::from_bits(cur) {
-            match self.best_us.compare_exchange_weak(
-                cur,
-                us.to_bits(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self.best_us.compare_exchange_weak(cur, us.to_bits(), Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(c) => cur = c,
             }
@@ -384,13 +345,11 @@ struct ClassInfo {
 }
 
 fn full_tag(classes: &[ClassInfo], c: Option<Class>) -> Tag {
-    c.and_then(|c| classes.get(c as usize))
-        .map_or(TAG_NONE, |i| i.full)
+    c.and_then(|c| classes.get(c as usize)).map_or(TAG_NONE, |i| i.full)
 }
 
 fn part_tag(classes: &[ClassInfo], c: Option<Class>) -> Tag {
-    c.and_then(|c| classes.get(c as usize))
-        .map_or(TAG_NONE, |i| i.part)
+    c.and_then(|c| classes.get(c as usize)).map_or(TAG_NONE, |i| i.part)
 }
 
 /// A partial µGraph.
@@ -431,35 +390,11 @@ struct BlockConfig {
 /// Enumerates µGraphs of at most `max_kernels` kernels, fewer kernels first.
 pub(crate) fn enumerate(run: &Run<'_>) -> Vec<Found> {
     let info = run.info;
-    let classes = info
-        .class_sizes
-        .iter()
-        .enumerate()
-        .map(|(c, &size)| ClassInfo {
-            size,
-            part: c as Tag,
-            full: c as Tag,
-        })
-        .collect();
-    let mut init = KState {
-        graph: KernelGraph::new(),
-        tensors: Vec::new(),
-        classes,
-        kernels: 0,
-        cost_us: 0.0,
-    };
+    let classes = info.class_sizes.iter().enumerate().map(|(c, &size)| ClassInfo { size, part: c as Tag, full: c as Tag }).collect();
+    let mut init = KState { graph: KernelGraph::new(), tensors: Vec::new(), classes, kernels: 0, cost_us: 0.0 };
     for (i, d) in info.inputs.iter().enumerate() {
-        let Ok(r) = init.graph.push(KernelOp::Input { desc: d.clone() }, &[]) else {
-            return vec![];
-        };
-        init.tensors.push(KTensor {
-            r: r[0],
-            desc: d.clone(),
-            expr: expr::var(i),
-            classes: info.input_classes[i].clone(),
-            uses: 0,
-            program_input: true,
-        });
+        let Ok(r) = init.graph.push(KernelOp::Input { desc: d.clone() }, &[]) else { return vec![] };
+        init.tensors.push(KTensor { r: r[0], desc: d.clone(), expr: expr::var(i), classes: info.input_classes[i].clone(), uses: 0, program_input: true });
     }
     let mut found = Vec::new();
     for n in 1..=run.cfg.max_kernels.max(1) {
@@ -473,17 +408,8 @@ pub(crate) fn enumerate(run: &Run<'_>) -> Vec<Found> {
 
 /// The target outputs a kernel must still produce, or `None` if the state has a leftover
 /// tensor that is neither consumed nor a program output.
-fn remaining_targets(
-    run: &Run<'_>,
-    s: &KState,
-    consumed_now: &[usize],
-) -> Option<Vec<(E, TensorDesc)>> {
-    let mut targets: Vec<(E, TensorDesc)> = run
-        .info
-        .outputs
-        .iter()
-        .map(|(e, d, _)| (e.clone(), d.clone()))
-        .collect();
+fn remaining_targets(run: &Run<'_>, s: &KState, consumed_now: &[usize]) -> Option<Vec<(E, TensorDesc)>> {
+    let mut targets: Vec<(E, TensorDesc)> = run.info.outputs.iter().map(|(e, d, _)| (e.clone(), d.clone())).collect();
     for (i, t) in s.tensors.iter().enumerate() {
         if t.uses > 0 || consumed_now.contains(&i) {
             continue;
@@ -491,9 +417,7 @@ fn remaining_targets(
         if t.program_input {
             return None; // every input must be read
         }
-        let pos = targets.iter().position(|(e, d)| {
-            *e == t.expr && d.shape == t.desc.shape && d.dtype == t.desc.dtype
-        })?;
+        let pos = targets.iter().position(|(e, d)| *e == t.expr && d.shape == t.desc.shape && d.dtype == t.desc.dtype)?;
         targets.remove(pos);
     }
     Some(targets)
@@ -510,12 +434,7 @@ fn finish(run: &Run<'_>, s: &KState) -> Option<Found> {
     for (e, d, strides) in &run.info.outputs {
         let i = (0..s.tensors.len()).find(|&i| {
             let t = &s.tensors[i];
-            !taken[i]
-                && t.uses == 0
-                && !t.program_input
-                && t.expr == *e
-                && t.desc.shape == d.shape
-                && t.desc.dtype == d.dtype
+            !taken[i] && t.uses == 0 && !t.program_input && t.expr == *e && t.desc.shape == d.shape && t.desc.dtype == d.dtype
         })?;
         taken[i] = true;
         g.output(s.tensors[i].r, strides.clone()).ok()?;
@@ -538,9 +457,7 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
     let last = s.kernels + 1 == max;
     // Custom kernels over subsets of the available tensors.
     let n = s.tensors.len();
-    let unconsumed_inputs: Vec<usize> = (0..n)
-        .filter(|&i| s.tensors[i].uses == 0 && s.tensors[i].program_input)
-        .collect();
+    let unconsumed_inputs: Vec<usize> = (0..n).filter(|&i| s.tensors[i].uses == 0 && s.tensors[i].program_input).collect();
     let mut subsets: Vec<Vec<usize>> = Vec::new();
     for mask in 1u32..(1u32 << n.min(16)) {
         let set: Vec<usize> = (0..n).filter(|&i| mask & (1 << i) != 0).collect();
@@ -559,12 +476,7 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
         subsets.push(set);
     }
     // Subsets re-reading fewer consumed tensors first, then larger ones.
-    subsets.sort_by_key(|set| {
-        (
-            set.iter().filter(|&&i| s.tensors[i].uses > 0).count(),
-            std::cmp::Reverse(set.len()),
-        )
-    });
+    subsets.sort_by_key(|set| (set.iter().filter(|&&i| s.tensors[i].uses > 0).count(), std::cmp::Reverse(set.len())));
     for set in subsets {
         if run.out_of_time() {
             return;
@@ -578,31 +490,18 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
             None
         };
         let results = block_search(run, s, &set, targets.as_deref());
-        let chosen = if last {
-            results
-        } else {
-            best_per_signature(run, results, run.cfg.max_intermediates)
-        };
+        let chosen = if last { results } else { best_per_signature(run, results, run.cfg.max_intermediates) };
         for r in chosen {
             let mut next = s.clone();
             let inputs: Vec<TensorRef> = set.iter().map(|&i| s.tensors[i].r).collect();
-            let Ok(outs) = next.graph.custom(&inputs, r.block.clone()) else {
-                continue;
-            };
+            let Ok(outs) = next.graph.custom(&inputs, r.block.clone()) else { continue };
             for &i in &set {
                 next.tensors[i].uses += 1;
             }
             let descs = r.block.output_descs();
             next.classes = r.classes.clone();
             for ((o, (e, cls)), d) in outs.iter().zip(&r.outputs).zip(descs) {
-                next.tensors.push(KTensor {
-                    r: *o,
-                    desc: d,
-                    expr: e.clone(),
-                    classes: cls.clone(),
-                    uses: 0,
-                    program_input: false,
-                });
+                next.tensors.push(KTensor { r: *o, desc: d, expr: e.clone(), classes: cls.clone(), uses: 0, program_input: false });
             }
             next.kernels += 1;
             next.cost_us += r.cost.us;
@@ -615,15 +514,10 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
     // Kernel-level (library) operators, each one kernel with its default block graph.
     for (op, ins) in kernel_moves(run, s) {
         let descs: Vec<&TensorDesc> = ins.iter().map(|&i| &s.tensors[i].desc).collect();
-        let Ok(out) = infer_kernel_op(&op, &descs) else {
-            continue;
-        };
+        let Ok(out) = infer_kernel_op(&op, &descs) else { continue };
         let es: Vec<&E> = ins.iter().map(|&i| &s.tensors[i].expr).collect();
-        let in_classes: Vec<&Vec<Option<Class>>> =
-            ins.iter().map(|&i| &s.tensors[i].classes).collect();
-        let Some(e) = kernel_expr(&op, &es, &descs, &in_classes, &s.classes) else {
-            continue;
-        };
+        let in_classes: Vec<&Vec<Option<Class>>> = ins.iter().map(|&i| &s.tensors[i].classes).collect();
+        let Some(e) = kernel_expr(&op, &es, &descs, &in_classes, &s.classes) else { continue };
         run.states.fetch_add(1, Ordering::Relaxed);
         if !run.pruner.keep(&e) {
             run.pruned.fetch_add(1, Ordering::Relaxed);
@@ -634,34 +528,16 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
         }
         let mut next = s.clone();
         let refs: Vec<TensorRef> = ins.iter().map(|&i| s.tensors[i].r).collect();
-        let Ok(r) = next.graph.push(op.clone(), &refs) else {
-            continue;
-        };
+        let Ok(r) = next.graph.push(op.clone(), &refs) else { continue };
         for &i in &ins {
             next.tensors[i].uses += 1;
         }
-        let classes = kernel_classes(
-            &op,
-            &ins.iter().map(|&i| &s.tensors[i]).collect::<Vec<_>>(),
-            &out[0],
-        );
-        next.tensors.push(KTensor {
-            r: r[0],
-            desc: out[0].clone(),
-            expr: e,
-            classes,
-            uses: 0,
-            program_input: false,
-        });
+        let classes = kernel_classes(&op, &ins.iter().map(|&i| &s.tensors[i]).collect::<Vec<_>>(), &out[0]);
+        next.tensors.push(KTensor { r: r[0], desc: out[0].clone(), expr: e, classes, uses: 0, program_input: false });
         next.kernels += 1;
         let owned: Vec<TensorDesc> = descs.iter().map(|d| (*d).clone()).collect();
-        next.cost_us += default_block_graph(&op, &owned).map_or(f64::INFINITY, |b| {
-            estimate_block_with(&b, &run.cfg.arch, SmemMode::Estimated).us
-        });
-        if next.cost_us
-            + (max - next.kernels) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us)
-            > BOUND_SLACK * run.best()
-        {
+        next.cost_us += default_block_graph(&op, &owned).map_or(f64::INFINITY, |b| estimate_block_with(&b, &run.cfg.arch, SmemMode::Estimated).us);
+        if next.cost_us + (max - next.kernels) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us) > BOUND_SLACK * run.best() {
             continue;
         }
         kernel_step(run, &next, max, found);
@@ -693,23 +569,14 @@ fn kernel_moves(run: &Run<'_>, s: &KState) -> Vec<(KernelOp, Vec<usize>)> {
     moves
 }
 
-fn kernel_expr(
-    op: &KernelOp,
-    es: &[&E],
-    descs: &[&TensorDesc],
-    cls: &[&Vec<Option<Class>>],
-    info: &[ClassInfo],
-) -> Option<E> {
+fn kernel_expr(op: &KernelOp, es: &[&E], descs: &[&TensorDesc], cls: &[&Vec<Option<Class>>], info: &[ClassInfo]) -> Option<E> {
     let last = cls[0].len().checked_sub(1)?;
     let tag = |d: usize| full_tag(info, cls[0].get(d).copied().flatten());
     Some(match op {
         KernelOp::Matmul => expr::matmul(tag(last), *descs[0].shape.last()? as u64, es[0], es[1]),
         KernelOp::Unary { op } => expr::unary(op, es[0]),
         KernelOp::Binary { op } => expr::binary(*op, es[0], es[1]),
-        KernelOp::RmsNorm { eps } => expr::div(
-            es[0],
-            &expr::rms_eps(tag(last), *descs[0].shape.last()? as u64, eps.0, es[0]),
-        ),
+        KernelOp::RmsNorm { eps } => expr::div(es[0], &expr::rms_eps(tag(last), *descs[0].shape.last()? as u64, eps.0, es[0])),
         KernelOp::ReduceSum { dim } => expr::sum(tag(*dim), descs[0].shape[*dim] as u64, es[0]),
         _ => return None,
     })
@@ -724,11 +591,7 @@ fn kernel_classes(op: &KernelOp, ins: &[&KTensor], out: &TensorDesc) -> Vec<Opti
             c
         }
         _ => (0..r)
-            .map(|d| {
-                ins.iter()
-                    .find(|t| t.desc.shape.get(d) == Some(&out.shape[d]) && out.shape[d] > 1)
-                    .and_then(|t| t.classes[d])
-            })
+            .map(|d| ins.iter().find(|t| t.desc.shape.get(d) == Some(&out.shape[d]) && out.shape[d] > 1).and_then(|t| t.classes[d]))
             .collect(),
     }
 }
@@ -736,19 +599,11 @@ fn kernel_classes(op: &KernelOp, ins: &[&KTensor], out: &TensorDesc) -> Vec<Opti
 /// How much of the program's output expressions the outputs `exprs` cover: the sizes of the
 /// target subterms they complete to.
 fn coverage(run: &Run<'_>, exprs: &[&E]) -> usize {
-    let subterms: Vec<E> = run
-        .info
-        .outputs
-        .iter()
-        .flat_map(|(e, _, _)| e.subterms())
-        .collect();
+    let subterms: Vec<E> = run.info.outputs.iter().flat_map(|(e, _, _)| e.subterms()).collect();
     // Each output covers the largest target subterm it completes to; distinct subterms count once.
     let mut covered: Vec<&E> = Vec::new();
     for x in exprs {
-        if let Some(t) = subterms
-            .iter()
-            .filter(|t| expr::completes_to(x, t))
-            .max_by_key(|t| t.subterms().len())
+        if let Some(t) = subterms.iter().filter(|t| expr::completes_to(x, t)).max_by_key(|t| t.subterms().len())
             && !covered.contains(&t)
         {
             covered.push(t);
@@ -762,15 +617,9 @@ fn coverage(run: &Run<'_>, exprs: &[&E]) -> usize {
 fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> Vec<BlockResult> {
     let mut best: HashMap<String, BlockResult> = HashMap::new();
     for r in results {
-        let sig = format!(
-            "{:?}|{:?}",
-            r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>(),
-            r.block.output_descs()
-        );
+        let sig = format!("{:?}|{:?}", r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>(), r.block.output_descs());
         match best.get(&sig) {
-            Some(b)
-                if (b.cost.us, b.block.canonical_hash())
-                    <= (r.cost.us, r.block.canonical_hash()) => {}
+            Some(b) if (b.cost.us, b.block.canonical_hash()) <= (r.cost.us, r.block.canonical_hash()) => {}
             _ => {
                 best.insert(sig, r);
             }
@@ -778,19 +627,10 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
     }
     let mut v: Vec<(usize, BlockResult)> = best
         .into_values()
-        .map(|r| {
-            (
-                coverage(run, &r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>()),
-                r,
-            )
-        })
+        .map(|r| (coverage(run, &r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>()), r))
         .collect();
     let score = |c: usize, r: &BlockResult| r.cost.us / c.max(1) as f64;
-    v.sort_by(|(ca, a), (cb, b)| {
-        score(*ca, a)
-            .total_cmp(&score(*cb, b))
-            .then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
-    });
+    v.sort_by(|(ca, a), (cb, b)| score(*ca, a).total_cmp(&score(*cb, b)).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash())));
     v.truncate(keep);
     v.into_iter().map(|(_, r)| r).collect()
 }
@@ -798,9 +638,7 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
 /// Per-axis split sizes for a class of `n` elements: divisors `g ≥ 2` with `g` or `n / g` a
 /// power of two, at most `max`.
 fn split_sizes(n: usize, max: usize) -> Vec<usize> {
-    (2..=n.min(max))
-        .filter(|&g| n.is_multiple_of(g) && (g.is_power_of_two() || (n / g).is_power_of_two()))
-        .collect()
+    (2..=n.min(max)).filter(|&g| n.is_multiple_of(g) && (g.is_power_of_two() || (n / g).is_power_of_two())).collect()
 }
 
 /// The configurations of one *pattern* (which classes the grid axes split, which class the loop
@@ -816,28 +654,16 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
     let k = classes.len();
     let mut out = Vec::new();
     for mask in 0u32..(1u32 << k.min(12)) {
-        let chosen: Vec<Class> = (0..k)
-            .filter(|&i| mask & (1 << i) != 0)
-            .map(|i| classes[i])
-            .collect();
+        let chosen: Vec<Class> = (0..k).filter(|&i| mask & (1 << i) != 0).map(|i| classes[i]).collect();
         if chosen.len() > 3 {
             continue;
         }
         let extra = chosen.iter().filter(|c| !outc.contains(c)).count();
-        let wanted_extra = if final_kernel {
-            0..=0
-        } else if cfg.split_intermediates_only {
-            1..=1
-        } else {
-            0..=1
-        };
+        let wanted_extra = if final_kernel { 0..=0 } else if cfg.split_intermediates_only { 1..=1 } else { 0..=1 };
         if !wanted_extra.contains(&extra) {
             continue;
         }
-        let options: Vec<Vec<usize>> = chosen
-            .iter()
-            .map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks))
-            .collect();
+        let options: Vec<Vec<usize>> = chosen.iter().map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks)).collect();
         if options.iter().any(|o| o.is_empty()) {
             continue;
         }
@@ -869,33 +695,18 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
         }
         // Loop choices: none, or a class that is not an output class.
         let mut loop_classes: Vec<Option<Class>> = vec![None];
-        loop_classes.extend(
-            classes
-                .iter()
-                .filter(|c| !outc.contains(c))
-                .map(|&c| Some(c)),
-        );
+        loop_classes.extend(classes.iter().filter(|c| !outc.contains(c)).map(|&c| Some(c)));
         for lc in loop_classes {
             let mut configs = Vec::new();
             for &(grid, axis) in &grids {
                 match lc {
-                    None => configs.push(BlockConfig {
-                        grid,
-                        axis_class: axis,
-                        loop_class: None,
-                        frange: 1,
-                    }),
+                    None => configs.push(BlockConfig { grid, axis_class: axis, loop_class: None, frange: 1 }),
                     Some(c) => {
                         let split = (0..3).find(|&a| axis[a] == Some(c)).map_or(1, |a| grid[a]);
                         let slab = sizes[c as usize] / split;
                         for &f in &cfg.forloop_ranges {
                             if f > 1 && slab.is_multiple_of(f) {
-                                configs.push(BlockConfig {
-                                    grid,
-                                    axis_class: axis,
-                                    loop_class: lc,
-                                    frange: f,
-                                });
+                                configs.push(BlockConfig { grid, axis_class: axis, loop_class: lc, frange: f });
                             }
                         }
                     }
@@ -940,16 +751,8 @@ struct BState {
 /// configurations — the first from each end of the pattern's list (largest and smallest tiles)
 /// at which a structure closes — and then replayed, with every thread count, on every
 /// configuration of the pattern.
-fn block_search(
-    run: &Run<'_>,
-    s: &KState,
-    set: &[usize],
-    targets: Option<&[(E, TensorDesc)]>,
-) -> Vec<BlockResult> {
-    let mut classes: Vec<Class> = set
-        .iter()
-        .flat_map(|&i| s.tensors[i].classes.iter().flatten().copied())
-        .collect();
+fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, TensorDesc)]>) -> Vec<BlockResult> {
+    let mut classes: Vec<Class> = set.iter().flat_map(|&i| s.tensors[i].classes.iter().flatten().copied()).collect();
     classes.sort_unstable();
     classes.dedup();
     let sizes: Vec<usize> = s.classes.iter().map(|c| c.size).collect();
@@ -979,15 +782,10 @@ fn block_search(
                 })
                 .collect();
             let best_key = keys.iter().copied().min().unwrap_or(usize::MAX);
-            let eligible: Vec<usize> = (0..p.configs.len())
-                .filter(|&i| keys[i] == best_key && best_key != usize::MAX)
-                .collect();
+            let eligible: Vec<usize> = (0..p.configs.len()).filter(|&i| keys[i] == best_key && best_key != usize::MAX).collect();
             let mut structures: Vec<Structure> = Vec::new();
             let n = eligible.len();
-            for order in [
-                &mut (0..n) as &mut dyn Iterator<Item = usize>,
-                &mut (0..n).rev(),
-            ] {
+            for order in [&mut (0..n) as &mut dyn Iterator<Item = usize>, &mut (0..n).rev()] {
                 for i in order.take(REPRESENTATIVE_TRIES) {
                     let found = structures_at(run, s, set, &p.configs[eligible[i]], targets);
                     let any = !found.is_empty();
@@ -1005,16 +803,13 @@ fn block_search(
                 return Vec::new();
             }
             let mut out = Vec::new();
-            let after = (run.cfg.max_kernels.max(1).saturating_sub(s.kernels + 1)) as f64
-                * (run.cfg.arch.launch_us + run.cfg.arch.latency_us);
+            let after = (run.cfg.max_kernels.max(1).saturating_sub(s.kernels + 1)) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us);
             for c in &p.configs {
                 if run.out_of_time() {
                     break;
                 }
-                if let Some(init) =
-                    initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128))
-                    && s.cost_us + lower_bound_us(&init.bg, &run.cfg.arch) + after
-                        > BOUND_SLACK * run.best()
+                if let Some(init) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128))
+                    && s.cost_us + lower_bound_us(&init.bg, &run.cfg.arch) + after > BOUND_SLACK * run.best()
                 {
                     run.bounded.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -1030,12 +825,7 @@ fn block_search(
             out
         })
         .collect();
-    results.sort_by(|a, b| {
-        a.cost
-            .us
-            .total_cmp(&b.cost.us)
-            .then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
-    });
+    results.sort_by(|a, b| a.cost.us.total_cmp(&b.cost.us).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash())));
     results
 }
 
@@ -1046,62 +836,27 @@ fn initial(s: &KState, set: &[usize], c: &BlockConfig, threads: usize) -> Option
     let mut tiles = Vec::new();
     for (k, &i) in set.iter().enumerate() {
         let t = &s.tensors[i];
-        let imap: GridMap = c
-            .axis_class
-            .map(|ac| ac.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl))));
-        let fdim = c
-            .loop_class
-            .and_then(|cl| t.classes.iter().position(|&x| x == Some(cl)));
+        let imap: GridMap = c.axis_class.map(|ac| ac.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl))));
+        let fdim = c.loop_class.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl)));
         let r = bg.input(k, imap, fdim).ok()?;
         let id = mix64(0x1000 + k as u64);
-        tiles.push(BTile {
-            r,
-            expr: t.expr.clone(),
-            phase: Phase::InLoop,
-            classes: t.classes.clone(),
-            uses: 0,
-            is_input: true,
-            id,
-        });
+        tiles.push(BTile { r, expr: t.expr.clone(), phase: Phase::InLoop, classes: t.classes.clone(), uses: 0, is_input: true, id });
     }
     // Each grid axis must split some input (or all blocks would compute the same tile).
     for a in 0..3 {
-        if c.grid[a] > 1
-            && !bg
-                .nodes()
-                .iter()
-                .any(|n| matches!(&n.op, BlockOp::Input { imap, .. } if imap[a].is_some()))
-        {
+        if c.grid[a] > 1 && !bg.nodes().iter().any(|n| matches!(&n.op, BlockOp::Input { imap, .. } if imap[a].is_some())) {
             return None;
         }
     }
     let key = tiles.iter().fold(0u64, |k, t| k.wrapping_add(t.id));
-    Some(BState {
-        bg,
-        tiles,
-        log: Vec::new(),
-        key,
-    })
+    Some(BState { bg, tiles, log: Vec::new(), key })
 }
 
 /// Applies `op` to tiles `ins` of `st` if the IR's rules accept it; the new tile's expression is
 /// not checked against the pruner.
-fn apply(
-    st: &BState,
-    op: &BlockOp,
-    ins: &[usize],
-    c: &BlockConfig,
-    info: &[ClassInfo],
-) -> Option<BState> {
-    let refs: Vec<TensorRef> = ins
-        .iter()
-        .map(|&i| st.tiles.get(i).map(|t| t.r))
-        .collect::<Option<_>>()?;
-    let in_tiles: Vec<&TileDesc> = refs
-        .iter()
-        .map(|&r| st.bg.tile(r))
-        .collect::<Result<Vec<_>, _>>()
-        .ok()?;
+fn apply(st: &BState, op: &BlockOp, ins: &[usize], c: &BlockConfig, info: &[ClassInfo]) -> Option<BState> {
+    let refs: Vec<TensorRef> = ins.iter().map(|&i| st.tiles.get(i).map(|t| t.r)).collect::<Option<_>>()?;
+    let in_tiles: Vec<&TileDesc> = refs.iter().map(|&r| st.bg.tile(r)).collect::<Result<Vec<_>, _>>().ok()?;
     let outs = st.bg.infer(op, &in_tiles).ok()?;
     let in_shapes: Vec<&Vec<usize>> = in_tiles.iter().map(|t| &t.shape).collect();
     let es: Vec<&E> = ins.iter().map(|&i| &st.tiles[i].expr).collect();
@@ -1109,37 +864,21 @@ fn apply(
     let in_classes: Vec<&Vec<Option<Class>>> = in_btiles.iter().map(|t| &t.classes).collect();
     let e = tile_expr(op, &es, &in_shapes, &in_classes, c, info)?;
     let classes = tile_classes(op, &in_btiles, &in_shapes, &outs[0].shape);
-    let id = ins.iter().fold(mix64(op_tag(op)), |h, &i| {
-        mix64(h ^ st.tiles[i].id.rotate_left(7))
-    });
+    let id = ins.iter().fold(mix64(op_tag(op)), |h, &i| mix64(h ^ st.tiles[i].id.rotate_left(7)));
     let phase = outs[0].phase;
     let mut next = st.clone();
     let r = next.bg.push(op.clone(), &refs).ok()?;
     for &i in ins {
         next.tiles[i].uses += 1;
     }
-    next.tiles.push(BTile {
-        r: r[0],
-        expr: e,
-        phase,
-        classes,
-        uses: 0,
-        is_input: false,
-        id,
-    });
+    next.tiles.push(BTile { r: r[0], expr: e, phase, classes, uses: 0, is_input: false, id });
     next.log.push((op.clone(), ins.to_vec()));
     next.key = st.key.wrapping_add(id);
     Some(next)
 }
 
 /// Replays structure `st` on configuration `c` with `threads` threads.
-fn replay(
-    s: &KState,
-    set: &[usize],
-    c: &BlockConfig,
-    threads: usize,
-    structure: &Structure,
-) -> Option<BState> {
+fn replay(s: &KState, set: &[usize], c: &BlockConfig, threads: usize, structure: &Structure) -> Option<BState> {
     let mut st = initial(s, set, c, threads)?;
     for (op, ins) in structure {
         st = apply(&st, op, ins, c, &s.classes)?;
@@ -1148,16 +887,8 @@ fn replay(
 }
 
 /// The operator structures that close a block graph at configuration `c`.
-fn structures_at(
-    run: &Run<'_>,
-    s: &KState,
-    set: &[usize],
-    c: &BlockConfig,
-    targets: Option<&[(E, TensorDesc)]>,
-) -> Vec<Structure> {
-    let Some(mut st) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128)) else {
-        return vec![];
-    };
+fn structures_at(run: &Run<'_>, s: &KState, set: &[usize], c: &BlockConfig, targets: Option<&[(E, TensorDesc)]>) -> Vec<Structure> {
+    let Some(mut st) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128)) else { return vec![] };
     let mut visited = HashSet::new();
     let mut out = Vec::new();
     block_dfs(run, s, c, targets, &mut st, &mut visited, &mut out);
@@ -1181,51 +912,36 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
         let shape = &tile.shape;
         let epilogue_only_binary = no_loop && ti.phase == Phase::AfterLoop;
         if !epilogue_only_binary {
-            for u in &ops.unary {
-                moves.push((BlockOp::Unary { op: *u }, vec![i]));
-            }
-            for eps in &ops.rms_eps {
-                moves.push((BlockOp::RmsNorm { eps: *eps }, vec![i]));
-            }
-            if ops.reduce_sum {
-                for (d, &len) in shape.iter().enumerate() {
-                    if len > 1 {
-                        moves.push((BlockOp::ReduceSum { dim: d }, vec![i]));
-                    }
+        for u in &ops.unary {
+            moves.push((BlockOp::Unary { op: *u }, vec![i]));
+        }
+        for eps in &ops.rms_eps {
+            moves.push((BlockOp::RmsNorm { eps: *eps }, vec![i]));
+        }
+        if ops.reduce_sum {
+            for (d, &len) in shape.iter().enumerate() {
+                if len > 1 {
+                    moves.push((BlockOp::ReduceSum { dim: d }, vec![i]));
                 }
             }
+        }
         }
         if ti.phase == Phase::InLoop {
             if !(no_loop && ti.is_input) {
                 moves.push((BlockOp::Accum { acc: AccKind::Sum }, vec![i]));
             }
             if ops.reduce_sum {
-                moves.push((
-                    BlockOp::Accum {
-                        acc: AccKind::SumLast,
-                    },
-                    vec![i],
-                ));
+                moves.push((BlockOp::Accum { acc: AccKind::SumLast }, vec![i]));
             }
             if ops.rms_eps.iter().any(|e| e.0 == 0.0) {
-                moves.push((
-                    BlockOp::Accum {
-                        acc: AccKind::RmsLast,
-                    },
-                    vec![i],
-                ));
+                moves.push((BlockOp::Accum { acc: AccKind::RmsLast }, vec![i]));
             }
             if ops.reduce_max {
                 moves.push((BlockOp::Accum { acc: AccKind::Max }, vec![i]));
             }
             for &w in &ops.sum_to_widths {
                 if shape.last().is_some_and(|&l| l > w && l % w == 0) {
-                    moves.push((
-                        BlockOp::Accum {
-                            acc: AccKind::SumTo { width: w },
-                        },
-                        vec![i],
-                    ));
+                    moves.push((BlockOp::Accum { acc: AccKind::SumTo { width: w } }, vec![i]));
                 }
             }
         }
@@ -1246,12 +962,7 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
     moves
 }
 
-fn tile_classes(
-    op: &BlockOp,
-    ins: &[&BTile],
-    in_shapes: &[&Vec<usize>],
-    out: &[usize],
-) -> Vec<Option<Class>> {
+fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[usize]) -> Vec<Option<Class>> {
     let r = out.len();
     match op {
         BlockOp::Matmul => {
@@ -1259,9 +970,7 @@ fn tile_classes(
             c[r - 1] = ins[1].classes[r - 1];
             c
         }
-        BlockOp::Accum {
-            acc: AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. },
-        } => {
+        BlockOp::Accum { acc: AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } } => {
             let mut c = ins[0].classes.clone();
             c[r - 1] = None;
             c
@@ -1274,11 +983,7 @@ fn tile_classes(
         // Element-wise: the class of an operand of the output's extent (a tile dim of extent 1
         // split off by the grid keeps its class).
         _ => (0..r)
-            .map(|d| {
-                (0..ins.len())
-                    .filter(|&k| in_shapes[k][d] == out[d])
-                    .find_map(|k| ins[k].classes.get(d).copied().flatten())
-            })
+            .map(|d| (0..ins.len()).filter(|&k| in_shapes[k][d] == out[d]).find_map(|k| ins[k].classes.get(d).copied().flatten()))
             .collect(),
     }
 }
@@ -1286,14 +991,7 @@ fn tile_classes(
 /// The expression of a block operator's result. Reductions are tagged with the class they
 /// reduce: a matmul its operand's last dim, an accumulator the loop's class (and the last dim's
 /// for `acc_sum_last` / `acc_rms_last` / `acc_sum_to`).
-fn tile_expr(
-    op: &BlockOp,
-    es: &[&E],
-    in_shapes: &[&Vec<usize>],
-    in_classes: &[&Vec<Option<Class>>],
-    c: &BlockConfig,
-    info: &[ClassInfo],
-) -> Option<E> {
+fn tile_expr(op: &BlockOp, es: &[&E], in_shapes: &[&Vec<usize>], in_classes: &[&Vec<Option<Class>>], c: &BlockConfig, info: &[ClassInfo]) -> Option<E> {
     let last = |s: &Vec<usize>| s.last().copied().unwrap_or(1) as u64;
     let cls = |k: usize, d: usize| in_classes.get(k).and_then(|v| v.get(d)).copied().flatten();
     let r = in_shapes[0].len();
@@ -1306,49 +1004,20 @@ fn tile_expr(
         BlockOp::Matmul => expr::matmul(last_tag, last(in_shapes[0]), es[0], es[1]),
         BlockOp::Unary { op } => expr::unary(op, es[0]),
         BlockOp::Binary { op } => expr::binary(*op, es[0], es[1]),
-        BlockOp::ReduceSum { dim } => expr::sum(
-            full_tag(info, cls(0, *dim)),
-            in_shapes[0][*dim] as u64,
-            es[0],
-        ),
-        BlockOp::ReduceSumTo { dim, width } => expr::sum(
-            part_tag(info, cls(0, *dim)),
-            (in_shapes[0][*dim] / width) as u64,
-            es[0],
-        ),
-        BlockOp::ReduceMax { dim } => expr::max(
-            full_tag(info, cls(0, *dim)),
-            in_shapes[0][*dim] as u64,
-            es[0],
-        ),
-        BlockOp::RmsNorm { eps } => expr::div(
-            es[0],
-            &expr::rms_eps(last_tag, last(in_shapes[0]), eps.0, es[0]),
-        ),
+        BlockOp::ReduceSum { dim } => expr::sum(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
+        BlockOp::ReduceSumTo { dim, width } => expr::sum(part_tag(info, cls(0, *dim)), (in_shapes[0][*dim] / width) as u64, es[0]),
+        BlockOp::ReduceMax { dim } => expr::max(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
+        BlockOp::RmsNorm { eps } => expr::div(es[0], &expr::rms_eps(last_tag, last(in_shapes[0]), eps.0, es[0])),
         BlockOp::Concat { .. } => expr::concat(es[0], es[1]),
         BlockOp::Accum { acc } => match acc {
             AccKind::Sum => expr::sum(loop_tag, f, es[0]),
             AccKind::Max => expr::max(loop_tag, f, es[0]),
             AccKind::SumLast if same_loop => expr::sum(last_tag, f * last(in_shapes[0]), es[0]),
-            AccKind::SumLast => {
-                expr::sum(loop_tag, f, &expr::sum(last_tag, last(in_shapes[0]), es[0]))
-            }
+            AccKind::SumLast => expr::sum(loop_tag, f, &expr::sum(last_tag, last(in_shapes[0]), es[0])),
             AccKind::RmsLast if same_loop => expr::rms(last_tag, f * last(in_shapes[0]), es[0]),
             AccKind::RmsLast => expr::rms(TAG_MIXED, f * last(in_shapes[0]), es[0]),
-            AccKind::SumTo { width } if same_loop => expr::sum(
-                part_tag(info, last_class),
-                f * last(in_shapes[0]) / *width as u64,
-                es[0],
-            ),
-            AccKind::SumTo { width } => expr::sum(
-                loop_tag,
-                f,
-                &expr::sum(
-                    part_tag(info, last_class),
-                    last(in_shapes[0]) / *width as u64,
-                    es[0],
-                ),
-            ),
+            AccKind::SumTo { width } if same_loop => expr::sum(part_tag(info, last_class), f * last(in_shapes[0]) / *width as u64, es[0]),
+            AccKind::SumTo { width } => expr::sum(loop_tag, f, &expr::sum(part_tag(info, last_class), last(in_shapes[0]) / *width as u64, es[0])),
             AccKind::Rescale | AccKind::SumLastRescale => return None,
         },
         BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::RunningMax { .. } => return None,
@@ -1357,9 +1026,7 @@ fn tile_expr(
 
 fn op_tag(op: &BlockOp) -> u64 {
     let s = format!("{op:?}");
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// What a move produces, memoized by the new tile's derivation id within one DFS.
@@ -1403,9 +1070,7 @@ fn dfs(
         return;
     }
     for (op, ins) in block_moves(run, st, c.frange) {
-        let id = ins.iter().fold(mix64(op_tag(&op)), |h, &i| {
-            mix64(h ^ st.tiles[i].id.rotate_left(7))
-        });
+        let id = ins.iter().fold(mix64(op_tag(&op)), |h, &i| mix64(h ^ st.tiles[i].id.rotate_left(7)));
         let key = st.key.wrapping_add(id);
         if visited.contains(&key) {
             continue;
@@ -1435,9 +1100,7 @@ fn dfs(
             continue;
         }
         visited.insert(key);
-        let Some(next) = apply(st, &op, &ins, c, &s.classes) else {
-            continue;
-        };
+        let Some(next) = apply(st, &op, &ins, c, &s.classes) else { continue };
         dfs(run, s, c, targets, &next, visited, memo, out);
         if run.timed_out.load(Ordering::Relaxed) {
             return;
@@ -1451,15 +1114,8 @@ fn closable(run: &Run<'_>, s: &KState, targets: Option<&[(E, TensorDesc)]>, st: 
     if st.tiles.iter().any(|t| t.is_input && t.uses == 0) {
         return false;
     }
-    let leaves: Vec<&BTile> = st
-        .tiles
-        .iter()
-        .filter(|t| !t.is_input && t.uses == 0)
-        .collect();
-    if leaves.is_empty()
-        || leaves.len() > run.cfg.max_block_outputs
-        || leaves.iter().any(|t| t.phase != Phase::AfterLoop)
-    {
+    let leaves: Vec<&BTile> = st.tiles.iter().filter(|t| !t.is_input && t.uses == 0).collect();
+    if leaves.is_empty() || leaves.len() > run.cfg.max_block_outputs || leaves.iter().any(|t| t.phase != Phase::AfterLoop) {
         return false;
     }
     match targets {
@@ -1478,30 +1134,17 @@ fn closable(run: &Run<'_>, s: &KState, targets: Option<&[(E, TensorDesc)]>, st: 
             }
             true
         }
-        None => !leaves
-            .iter()
-            .any(|l| s.tensors.iter().any(|t| t.expr == l.expr)),
+        None => !leaves.iter().any(|l| s.tensors.iter().any(|t| t.expr == l.expr)),
     }
 }
 
 /// Closes a replayed state: output savers for its leaves (omaps forced by the classes, free
 /// dims for a split reduction of an intermediate kernel), shape checks, cost.
-fn close(
-    run: &Run<'_>,
-    s: &KState,
-    c: &BlockConfig,
-    targets: Option<&[(E, TensorDesc)]>,
-    st: &BState,
-    out: &mut Vec<BlockResult>,
-) {
+fn close(run: &Run<'_>, s: &KState, c: &BlockConfig, targets: Option<&[(E, TensorDesc)]>, st: &BState, out: &mut Vec<BlockResult>) {
     if !closable(run, s, targets, st) {
         return;
     }
-    let leaves: Vec<&BTile> = st
-        .tiles
-        .iter()
-        .filter(|t| !t.is_input && t.uses == 0)
-        .collect();
+    let leaves: Vec<&BTile> = st.tiles.iter().filter(|t| !t.is_input && t.uses == 0).collect();
     let mut per_leaf: Vec<Vec<GridMap>> = Vec::new();
     for l in &leaves {
         let rank = l.classes.len();
@@ -1510,8 +1153,7 @@ fn close(
             if c.grid[a] <= 1 {
                 continue;
             }
-            let forced =
-                c.axis_class[a].and_then(|cl| l.classes.iter().position(|&x| x == Some(cl)));
+            let forced = c.axis_class[a].and_then(|cl| l.classes.iter().position(|&x| x == Some(cl)));
             let mut next = Vec::new();
             for m in &maps {
                 // A split reduction's partial results are concatenated along the last dim, where
@@ -1540,18 +1182,10 @@ fn close(
     loop {
         let omaps: Vec<GridMap> = per_leaf.iter().zip(&idx).map(|(m, &i)| m[i]).collect();
         let mut bg = st.bg.clone();
-        if leaves
-            .iter()
-            .zip(&omaps)
-            .all(|(l, m)| bg.output(l.r, *m).is_ok())
-        {
+        if leaves.iter().zip(&omaps).all(|(l, m)| bg.output(l.r, *m).is_ok()) {
             let descs = bg.output_descs();
             let shapes_ok = match targets {
-                Some(targets) => leaves.iter().zip(&descs).all(|(l, d)| {
-                    targets
-                        .iter()
-                        .any(|(e, t)| *e == l.expr && t.shape == d.shape && t.dtype == d.dtype)
-                }),
+                Some(targets) => leaves.iter().zip(&descs).all(|(l, d)| targets.iter().any(|(e, t)| *e == l.expr && t.shape == d.shape && t.dtype == d.dtype)),
                 None => true,
             };
             if shapes_ok {
@@ -1566,33 +1200,17 @@ fn close(
                                 let size = d.shape[k];
                                 let inner = l.classes[k];
                                 // The class of the grid axis that concatenates blocks along dim k.
-                                let outer = (0..3)
-                                    .find(|&a| omap[a] == Some(k))
-                                    .and_then(|a| c.axis_class[a])
-                                    .filter(|&o| Some(o) != inner);
+                                let outer = (0..3).find(|&a| omap[a] == Some(k)).and_then(|a| c.axis_class[a]).filter(|&o| Some(o) != inner);
                                 match inner {
-                                    Some(cl)
-                                        if classes.get(cl as usize).map(|i| i.size)
-                                            == Some(size)
-                                            && outer.is_none() =>
-                                    {
-                                        Some(cl)
-                                    }
+                                    Some(cl) if classes.get(cl as usize).map(|i| i.size) == Some(size) && outer.is_none() => Some(cl),
                                     _ if size <= 1 => None,
                                     _ => {
                                         // A fresh class: partial results of `outer` (the split
                                         // reduction) laid out next to `inner`'s elements.
                                         let (part, full) = match (outer, inner) {
-                                            (None, i) => {
-                                                (full_tag(&classes, i), full_tag(&classes, i))
-                                            }
-                                            (Some(o), None) => (
-                                                full_tag(&classes, Some(o)),
-                                                full_tag(&classes, Some(o)),
-                                            ),
-                                            (Some(o), Some(_)) => {
-                                                (full_tag(&classes, Some(o)), TAG_MIXED)
-                                            }
+                                            (None, i) => (full_tag(&classes, i), full_tag(&classes, i)),
+                                            (Some(o), None) => (full_tag(&classes, Some(o)), full_tag(&classes, Some(o))),
+                                            (Some(o), Some(_)) => (full_tag(&classes, Some(o)), TAG_MIXED),
                                         };
                                         classes.push(ClassInfo { size, part, full });
                                         Some((classes.len() - 1) as Class)
@@ -1605,25 +1223,11 @@ fn close(
                     .collect::<Vec<(E, Vec<Option<Class>>)>>();
                 // An intermediate kernel's outputs are partial results of the reduction it splits
                 // across the grid: no output keeps that class whole.
-                let split: Vec<Class> = c
-                    .axis_class
-                    .iter()
-                    .flatten()
-                    .filter(|cl| !run.info.output_classes.contains(cl))
-                    .copied()
-                    .collect();
-                let partial = targets.is_some()
-                    || outputs
-                        .iter()
-                        .all(|(_, cls)| !cls.iter().flatten().any(|cl| split.contains(cl)));
+                let split: Vec<Class> = c.axis_class.iter().flatten().filter(|cl| !run.info.output_classes.contains(cl)).copied().collect();
+                let partial = targets.is_some() || outputs.iter().all(|(_, cls)| !cls.iter().flatten().any(|cl| split.contains(cl)));
                 let cost = estimate_block_with(&bg, &run.cfg.arch, SmemMode::Estimated);
                 if partial && cost.us.is_finite() {
-                    out.push(BlockResult {
-                        block: bg,
-                        outputs,
-                        classes,
-                        cost,
-                    });
+                    out.push(BlockResult { block: bg, outputs, classes, cost });
                 }
             }
         }

@@ -165,11 +165,7 @@ pub fn unary(op: &UnaryOp, x: &E) -> E {
     match op {
         UnaryOp::Square => mul(x, x),
         UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
-        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Fn(
-            "clamp",
-            (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64,
-            x.clone(),
-        )),
+        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Fn("clamp", (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64, x.clone())),
         other => Arc::new(Expr::Fn(other.name(), 0, x.clone())),
     }
 }
@@ -191,9 +187,7 @@ impl Expr {
             Expr::Var(_) | Expr::Const(_) => vec![],
             Expr::Add(xs) | Expr::Mul(xs) => xs.iter().collect(),
             Expr::Div(a, b) | Expr::Sub(a, b) | Expr::Pow(a, b) | Expr::Concat(a, b) => vec![a, b],
-            Expr::Fn(_, _, x) | Expr::Sum(_, _, x) | Expr::Max(_, _, x) | Expr::Rms(_, _, _, x) => {
-                vec![x]
-            }
+            Expr::Fn(_, _, x) | Expr::Sum(_, _, x) | Expr::Max(_, _, x) | Expr::Rms(_, _, _, x) => vec![x],
         }
     }
 
@@ -235,12 +229,8 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
         return true;
     }
     match (c, t) {
-        (Expr::Sum(s, m, x), Expr::Sum(t, n, y)) | (Expr::Max(s, m, x), Expr::Max(t, n, y)) => {
-            s == t && n % m == 0 && x == y
-        }
-        (Expr::Add(cs), Expr::Add(ts)) | (Expr::Mul(cs), Expr::Mul(ts)) => {
-            cs.len() < ts.len() && sub_multiset(cs, ts)
-        }
+        (Expr::Sum(s, m, x), Expr::Sum(t, n, y)) | (Expr::Max(s, m, x), Expr::Max(t, n, y)) => s == t && n % m == 0 && x == y,
+        (Expr::Add(cs), Expr::Add(ts)) | (Expr::Mul(cs), Expr::Mul(ts)) => cs.len() < ts.len() && sub_multiset(cs, ts),
         // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
         // completes to or occurs in the target's: the normalization of an operand before a
         // reduction (the normal form moves divisions out of sums).
@@ -320,14 +310,8 @@ mod tests {
         assert_eq!(program, cand);
         let p = StructuralPruner::new(&[program]);
         assert!(p.keep(&matmul(1, 128, &x, &w)), "a partial sum is kept");
-        assert!(
-            !p.keep(&matmul(2, 128, &x, &w)),
-            "a sum over another class is not"
-        );
-        assert!(
-            !p.keep(&sum(1, 32, &x)),
-            "a sum of the raw input is not a subterm"
-        );
+        assert!(!p.keep(&matmul(2, 128, &x, &w)), "a sum over another class is not");
+        assert!(!p.keep(&sum(1, 32, &x)), "a sum of the raw input is not a subterm");
         assert!(!p.keep(&unary(&UnaryOp::Exp, &x)));
     }
 

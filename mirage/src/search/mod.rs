@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::cache::{Cache, CacheEntry, CacheKey, CachedCandidate};
-use crate::cost::{Arch, CostReport, estimate};
+use crate::cost::{estimate, Arch, CostReport};
 use crate::eval::EvalError;
-use crate::fingerprint::{FingerprintContext, Verdict, VerifyConfig, VerifyError, mix64};
+use crate::fingerprint::{mix64, FingerprintContext, Verdict, VerifyConfig, VerifyError};
 use crate::ir::{BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
-use crate::reference::{HostTensor, max_scaled_error, run};
+use crate::reference::{max_scaled_error, run, HostTensor};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
 
 /// Version of the search algorithm; part of every cache key.
@@ -127,18 +127,12 @@ impl Default for SearchConfig {
 impl SearchConfig {
     /// One fused kernel only: the fast preset for element-wise, norm and GEMM-epilogue programs.
     pub fn single_kernel() -> Self {
-        SearchConfig {
-            max_kernels: 1,
-            ..SearchConfig::default()
-        }
+        SearchConfig { max_kernels: 1, ..SearchConfig::default() }
     }
 
     /// The default limits for another architecture.
     pub fn for_arch(arch: Arch) -> Self {
-        SearchConfig {
-            arch,
-            ..SearchConfig::default()
-        }
+        SearchConfig { arch, ..SearchConfig::default() }
     }
 
     /// The version string of everything that changes which µGraph is chosen (not the budget,
@@ -161,15 +155,12 @@ impl SearchConfig {
             self.reread_inputs,
             self.pruning
         );
-        let h = text
-            .bytes()
-            .fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
+        let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
 
     fn is_offline(&self) -> bool {
-        self.offline
-            .unwrap_or_else(|| std::env::var("MIRAGE_OFFLINE").is_ok_and(|v| v.trim() == "1"))
+        self.offline.unwrap_or_else(|| std::env::var("MIRAGE_OFFLINE").is_ok_and(|v| v.trim() == "1"))
     }
 }
 
@@ -269,65 +260,41 @@ pub enum SearchError {
 }
 
 /// Superoptimizes `program`: the cheapest verified µGraph, from `cache` when it holds one.
-pub fn superoptimize(
-    program: &KernelGraph,
-    cfg: &SearchConfig,
-    cache: Option<&Cache>,
-) -> Result<SearchResult, SearchError> {
+pub fn superoptimize(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>) -> Result<SearchResult, SearchError> {
     superoptimize_with(program, cfg, cache, None)
 }
 
 /// [`superoptimize`] with a custom pruner (`None`: the configuration's default).
-pub fn superoptimize_with(
-    program: &KernelGraph,
-    cfg: &SearchConfig,
-    cache: Option<&Cache>,
-    pruner: Option<&dyn Pruner>,
-) -> Result<SearchResult, SearchError> {
-    program
-        .validate()
-        .map_err(|e| SearchError::Program(e.to_string()))?;
+pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+    program.validate().map_err(|e| SearchError::Program(e.to_string()))?;
     let program_hash = program.canonical_hash();
-    let key = CacheKey {
-        program_hash,
-        arch: cfg.arch.name.to_string(),
-        search_version: cfg.version(),
-    };
+    let key = CacheKey { program_hash, arch: cfg.arch.name.to_string(), search_version: cfg.version() };
     let mut notes = Vec::new();
     let mut unusable = String::new();
     if let Some(cache) = cache {
         let path = cache.path(&key);
         match cache.load(&key) {
-            Ok(Some((entry, graph))) => {
-                match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
-                    Verdict::Equivalent => {
-                        let cost = estimate(&graph, &cfg.arch)
-                            .map_err(|e| SearchError::Program(e.to_string()))?;
-                        let best = Candidate {
-                            hash: graph.canonical_hash(),
-                            graph,
-                            cost,
-                            verified: Some(true),
-                        };
-                        return Ok(SearchResult {
-                            program_hash,
-                            top: vec![best.clone()],
-                            best,
-                            stats: SearchStats::default(),
-                            from_cache: true,
-                            cache_path: Some(path),
-                            notes,
-                            cached_top: entry.top,
-                            arch: cfg.arch.name.to_string(),
-                        });
-                    }
-                    Verdict::NotEquivalent { witness } => {
-                        unusable =
-                            format!("; the entry there does not compute the program ({witness})");
-                        notes.push(format!("cached µGraph {} does not compute the program ({witness}); searching again", path.display()));
-                    }
+            Ok(Some((entry, graph))) => match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
+                Verdict::Equivalent => {
+                    let cost = estimate(&graph, &cfg.arch).map_err(|e| SearchError::Program(e.to_string()))?;
+                    let best = Candidate { hash: graph.canonical_hash(), graph, cost, verified: Some(true) };
+                    return Ok(SearchResult {
+                        program_hash,
+                        top: vec![best.clone()],
+                        best,
+                        stats: SearchStats::default(),
+                        from_cache: true,
+                        cache_path: Some(path),
+                        notes,
+                        cached_top: entry.top,
+                        arch: cfg.arch.name.to_string(),
+                    });
                 }
-            }
+                Verdict::NotEquivalent { witness } => {
+                    unusable = format!("; the entry there does not compute the program ({witness})");
+                    notes.push(format!("cached µGraph {} does not compute the program ({witness}); searching again", path.display()));
+                }
+            },
             Ok(None) => {}
             Err(e) => {
                 unusable = format!("; {e}");
@@ -336,10 +303,7 @@ pub fn superoptimize_with(
         }
     }
     if cfg.is_offline() {
-        let path = cache.map_or_else(
-            || "a search cache (none was given)".to_string(),
-            |c| c.path(&key).display().to_string(),
-        );
+        let path = cache.map_or_else(|| "a search cache (none was given)".to_string(), |c| c.path(&key).display().to_string());
         return Err(SearchError::Offline {
             program: program_hash.to_hex(),
             arch: key.arch.clone(),
@@ -354,20 +318,12 @@ pub fn superoptimize_with(
         let top = result
             .top
             .iter()
-            .map(|c| CachedCandidate {
-                hash: c.hash.to_hex(),
-                kernels: c.graph.num_kernels(),
-                cost_us: c.cost.total_us,
-                verified: c.verified,
-            })
+            .map(|c| CachedCandidate { hash: c.hash.to_hex(), kernels: c.graph.num_kernels(), cost_us: c.cost.total_us, verified: c.verified })
             .collect();
-        let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top)
-            .and_then(|e| cache.store(&key, &e));
+        let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top).and_then(|e| cache.store(&key, &e));
         match stored {
             Ok(p) => result.cache_path = Some(p),
-            Err(e) => result
-                .notes
-                .push(format!("could not write the search cache: {e}")),
+            Err(e) => result.notes.push(format!("could not write the search cache: {e}")),
         }
     }
     Ok(result)
@@ -376,11 +332,7 @@ pub fn superoptimize_with(
 /// The enumeration and costing alone, without verification: every distinct complete candidate,
 /// cheapest first (ties by canonical hash), none verified yet. [`superoptimize`] verifies them in
 /// this order.
-pub fn candidates(
-    program: &KernelGraph,
-    cfg: &SearchConfig,
-    pruner: Option<&dyn Pruner>,
-) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
+pub fn candidates(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
     let start = Instant::now();
     let info = enumerate::analyze(program).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
@@ -406,20 +358,10 @@ pub fn candidates(
         .into_par_iter()
         .filter_map(|f| {
             let cost = estimate(&f.graph, &cfg.arch).ok()?;
-            cost.feasible().then(|| Candidate {
-                hash: f.graph.canonical_hash(),
-                graph: f.graph,
-                cost,
-                verified: None,
-            })
+            cost.feasible().then(|| Candidate { hash: f.graph.canonical_hash(), graph: f.graph, cost, verified: None })
         })
         .collect();
-    cands.sort_by(|a, b| {
-        a.cost
-            .total_us
-            .total_cmp(&b.cost.total_us)
-            .then_with(|| a.hash.cmp(&b.hash))
-    });
+    cands.sort_by(|a, b| a.cost.total_us.total_cmp(&b.cost.total_us).then_with(|| a.hash.cmp(&b.hash)));
     cands.dedup_by(|a, b| a.hash == b.hash);
     let stats = SearchStats {
         states: run.states.load(Ordering::Relaxed),
@@ -435,11 +377,7 @@ pub fn candidates(
 }
 
 /// Searches without any cache.
-fn search(
-    program: &KernelGraph,
-    cfg: &SearchConfig,
-    pruner: Option<&dyn Pruner>,
-) -> Result<SearchResult, SearchError> {
+fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
     let (mut cands, mut stats) = candidates(program, cfg, pruner)?;
     let vstart = Instant::now();
     if cands.is_empty() {
@@ -447,11 +385,7 @@ fn search(
             "{} states visited in {:.1} s{}, no complete candidate; raise max_kernels, max_block_ops or the budget",
             stats.states,
             stats.search_time.as_secs_f64(),
-            if stats.timed_out {
-                " (budget exhausted)"
-            } else {
-                ""
-            }
+            if stats.timed_out { " (budget exhausted)" } else { "" }
         )));
     }
     let ctx = FingerprintContext::new(program, &cfg.verify)?;
@@ -459,30 +393,21 @@ fn search(
     let mut tried = 0;
     let mut notes = Vec::new();
     for i in 0..cands.len() {
-        let verified_enough = best.is_some()
-            && cands[..i]
-                .iter()
-                .filter(|c| c.verified == Some(true))
-                .count()
-                >= cfg.verify_top.max(1);
+        let verified_enough = best.is_some() && cands[..i].iter().filter(|c| c.verified == Some(true)).count() >= cfg.verify_top.max(1);
         if verified_enough || tried >= cfg.max_verify {
             break;
         }
         tried += 1;
         let ok = ctx.check(&cands[i].graph)?.is_equivalent();
-        let ok = ok
-            && (best.is_some() || !cfg.float_check || {
-                match float_check(program, &cands[i].graph)? {
-                    Ok(()) => true,
-                    Err(msg) => {
-                        notes.push(format!(
-                            "candidate {} passed fingerprints but failed the float check: {msg}",
-                            cands[i].hash
-                        ));
-                        false
-                    }
+        let ok = ok && (best.is_some() || !cfg.float_check || {
+            match float_check(program, &cands[i].graph)? {
+                Ok(()) => true,
+                Err(msg) => {
+                    notes.push(format!("candidate {} passed fingerprints but failed the float check: {msg}", cands[i].hash));
+                    false
                 }
-            });
+            }
+        });
         cands[i].verified = Some(ok);
         if ok {
             stats.verified += 1;
@@ -493,33 +418,11 @@ fn search(
     }
     stats.verify_time = vstart.elapsed();
     let Some(b) = best else {
-        return Err(SearchError::NotFound(format!(
-            "{} candidates, the {tried} cheapest were rejected by verification",
-            cands.len()
-        )));
+        return Err(SearchError::NotFound(format!("{} candidates, the {tried} cheapest were rejected by verification", cands.len())));
     };
     let best = cands[b].clone();
-    let top: Vec<Candidate> = std::iter::once(best.clone())
-        .chain(
-            cands
-                .iter()
-                .enumerate()
-                .filter(|(i, c)| *i != b && c.verified != Some(false))
-                .map(|(_, c)| c.clone()),
-        )
-        .take(cfg.top_k.max(1))
-        .collect();
-    Ok(SearchResult {
-        program_hash: program.canonical_hash(),
-        best,
-        top,
-        stats,
-        from_cache: false,
-        cache_path: None,
-        notes,
-        cached_top: Vec::new(),
-        arch: cfg.arch.name.to_string(),
-    })
+    let top: Vec<Candidate> = std::iter::once(best.clone()).chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone())).take(cfg.top_k.max(1)).collect();
+    Ok(SearchResult { program_hash: program.canonical_hash(), best, top, stats, from_cache: false, cache_path: None, notes, cached_top: Vec::new(), arch: cfg.arch.name.to_string() })
 }
 
 /// Deterministic inputs in `[-0.5, 0.5)` for the float check.
@@ -530,11 +433,7 @@ fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError
         .map(|(i, d)| {
             let n: usize = d.shape.iter().product();
             let base = mix64(seed ^ (i as u64 + 1));
-            let data = (0..n)
-                .map(|j| {
-                    (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-                })
-                .collect();
+            let data = (0..n).map(|j| (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
             HostTensor::new(d.shape.clone(), data)
         })
         .collect()
@@ -543,10 +442,7 @@ fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError
 /// The f32 float check of DESIGN §8.2: program and candidate on the same random inputs, every
 /// output within the element type's tolerance (relative to the output's largest magnitude).
 /// The outer `Result` is a failure to run, the inner one the verdict.
-pub fn float_check(
-    program: &KernelGraph,
-    candidate: &KernelGraph,
-) -> Result<Result<(), String>, EvalError> {
+pub fn float_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
     let inputs = float_inputs(program, 0x666c_6f61_7421)?;
     let want = run(program, &inputs)?;
     let got = run(candidate, &inputs)?;
@@ -557,27 +453,14 @@ pub fn float_check(
         DType::F32 => 1e-4,
     };
     if want.len() != got.len() {
-        return Ok(Err(format!(
-            "{} outputs, expected {}",
-            got.len(),
-            want.len()
-        )));
+        return Ok(Err(format!("{} outputs, expected {}", got.len(), want.len())));
     }
     for (k, (w, g)) in want.iter().zip(&got).enumerate() {
         let scale = w.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         match max_scaled_error(g, w, rtol * 0.1 * scale.max(f32::MIN_POSITIVE), rtol) {
             Some(e) if e <= 1.0 => {}
-            Some(e) => {
-                return Ok(Err(format!(
-                    "output {k}: scaled error {e:.3} exceeds the {dtype} tolerance"
-                )));
-            }
-            None => {
-                return Ok(Err(format!(
-                    "output {k}: shape {:?}, expected {:?}",
-                    g.shape, w.shape
-                )));
-            }
+            Some(e) => return Ok(Err(format!("output {k}: scaled error {e:.3} exceeds the {dtype} tolerance"))),
+            None => return Ok(Err(format!("output {k}: shape {:?}, expected {:?}", g.shape, w.shape))),
         }
     }
     Ok(Ok(()))
@@ -588,49 +471,18 @@ pub fn describe(g: &KernelGraph) -> String {
     let mut s = String::new();
     let mut k = 0;
     for (i, n) in g.nodes().iter().enumerate() {
-        let args = n
-            .inputs
-            .iter()
-            .map(|t| t.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let args = n.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
         match &n.op {
-            KernelOp::Input { desc } => {
-                s += &format!("  %{i} = input {:?} {}\n", desc.shape, desc.dtype)
-            }
+            KernelOp::Input { desc } => s += &format!("  %{i} = input {:?} {}\n", desc.shape, desc.dtype),
             KernelOp::Output { .. } => s += &format!("  output {args}\n"),
             KernelOp::Custom { block } => {
-                s += &format!(
-                    "  %{i} = k{k}: custom({args}) grid {:?}, {} threads, forloop_range {}\n",
-                    block.grid(),
-                    block.threads(),
-                    block.forloop_range()
-                );
+                s += &format!("  %{i} = k{k}: custom({args}) grid {:?}, {} threads, forloop_range {}\n", block.grid(), block.threads(), block.forloop_range());
                 for (j, b) in block.nodes().iter().enumerate() {
-                    let bargs = b
-                        .inputs
-                        .iter()
-                        .map(|t| t.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    let shape = b
-                        .outputs
-                        .first()
-                        .map(|t| format!(" -> {:?}", t.shape))
-                        .unwrap_or_default();
+                    let bargs = b.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                    let shape = b.outputs.first().map(|t| format!(" -> {:?}", t.shape)).unwrap_or_default();
                     let what = match &b.op {
-                        BlockOp::Input {
-                            input,
-                            imap,
-                            forloop_dim,
-                        } => format!(
-                            "input {input} imap {} forloop_dim {}",
-                            fmt_map(imap),
-                            forloop_dim.map_or("-".into(), |d| d.to_string())
-                        ),
-                        BlockOp::Output { omap } => {
-                            format!("output {bargs} omap {}", fmt_map(omap))
-                        }
+                        BlockOp::Input { input, imap, forloop_dim } => format!("input {input} imap {} forloop_dim {}", fmt_map(imap), forloop_dim.map_or("-".into(), |d| d.to_string())),
+                        BlockOp::Output { omap } => format!("output {bargs} omap {}", fmt_map(omap)),
                         op => format!("{}({bargs})", op.name()),
                     };
                     s += &format!("      %{j} = {what}{shape}\n");
@@ -656,12 +508,7 @@ impl SearchResult {
     /// report that is the same whether the answer was searched or read from the cache (the build
     /// records it in the launch plan, which therefore does not change on a cache hit).
     pub fn summary(&self) -> String {
-        let mut s = format!(
-            "chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):\n",
-            self.best.graph.num_kernels(),
-            self.best.cost.total_us,
-            self.arch
-        );
+        let mut s = format!("chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):\n", self.best.graph.num_kernels(), self.best.cost.total_us, self.arch);
         s += &describe(&self.best.graph);
         s += &format!("cost: {}", self.best.cost);
         s += "top candidates:\n";
@@ -672,23 +519,11 @@ impl SearchResult {
         };
         if self.from_cache {
             for (i, c) in self.cached_top.iter().enumerate() {
-                s += &format!(
-                    "  #{i}: {:.2} µs, {} kernel(s), {}, {}\n",
-                    c.cost_us,
-                    c.kernels,
-                    verdict(c.verified),
-                    c.hash.get(..16).unwrap_or(&c.hash)
-                );
+                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost_us, c.kernels, verdict(c.verified), c.hash.get(..16).unwrap_or(&c.hash));
             }
         } else {
             for (i, c) in self.top.iter().enumerate() {
-                s += &format!(
-                    "  #{i}: {:.2} µs, {} kernel(s), {}, {}\n",
-                    c.cost.total_us,
-                    c.graph.num_kernels(),
-                    verdict(c.verified),
-                    &c.hash.to_hex()[..16]
-                );
+                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost.total_us, c.graph.num_kernels(), verdict(c.verified), &c.hash.to_hex()[..16]);
             }
         }
         s
@@ -699,13 +534,7 @@ impl fmt::Display for SearchResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let short = &self.program_hash.to_hex()[..16];
         if self.from_cache {
-            writeln!(
-                f,
-                "program {short}: µGraph from the search cache ({}), re-verified",
-                self.cache_path
-                    .as_ref()
-                    .map_or("?".into(), |p| p.display().to_string())
-            )?;
+            writeln!(f, "program {short}: µGraph from the search cache ({}), re-verified", self.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string()))?;
         } else {
             let s = &self.stats;
             writeln!(
@@ -719,11 +548,7 @@ impl fmt::Display for SearchResult {
                 s.verified,
                 s.rejected,
                 s.search_time.as_secs_f64(),
-                if s.timed_out {
-                    " (budget exhausted: best so far)"
-                } else {
-                    ""
-                },
+                if s.timed_out { " (budget exhausted: best so far)" } else { "" },
                 s.verify_time.as_secs_f64()
             )?;
         }
