@@ -909,6 +909,20 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
     let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| pos(u)).max().unwrap_or(pos(i));
 
+    // Element-wise groups, per emission section (hoisted, loop body, epilogue).
+    let skipped_in_loop = |j: usize| {
+        matches!(nodes[j].op, BlockOp::Input { .. })
+            || g.rp.hoisted[j]
+            || (matches!(nodes[j].op, BlockOp::Accum { .. }) && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
+            || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. }))
+    };
+    let sections: [Vec<usize>; 3] = [
+        (0..n).filter(|&i| g.rp.hoisted[i]).collect(),
+        (0..n).filter(|&i| !skipped_in_loop(i)).collect(),
+        (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nodes[i].op, BlockOp::Accum { .. }))).collect(),
+    ];
+    let port0_users: Vec<Vec<usize>> = users.iter().map(|u| u.first().cloned().unwrap_or_default()).collect();
+    let ew = ElementwiseGroups::new(bg, &sections, &port0_users, &g.rp);
     let mut planner = SmemPlanner::default();
     let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
     g.stages = if any_pipelined { max_stages } else { 1 };
@@ -917,7 +931,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     for (i, nd) in nodes.iter().enumerate() {
         let mut tiles = Vec::new();
         for (p, desc) in nd.outputs.iter().enumerate() {
-            if g.fused[i].is_some() || g.rp.reg[i] {
+            if g.fused[i].is_some() || g.rp.reg[i] || ew.in_register[i] {
                 tiles.push(None);
                 continue;
             }
@@ -1148,7 +1162,11 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         g.sync(1);
         for i in 0..n {
             if g.rp.hoisted[i] {
-                gen_op(&mut g, 1, i, &scratch)?;
+                match ew.group_of[i] {
+                    Some(gid) if ew.groups[gid][0] != i => continue,
+                    Some(gid) => gen_group(&mut g, 1, &ew, gid, &scratch, &[])?,
+                    None => gen_op(&mut g, 1, i, &scratch)?,
+                }
                 g.sync(1);
             }
         }
@@ -1221,7 +1239,11 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                 gen_accumulate(&mut g, i, acc, frange)?;
             }
         } else {
-            gen_op(&mut g, 2, i, &scratch)?;
+            match ew.group_of[i] {
+                Some(gid) if ew.groups[gid][0] != i => continue,
+                Some(gid) => gen_group(&mut g, 2, &ew, gid, &scratch, &[])?,
+                None => gen_op(&mut g, 2, i, &scratch)?,
+            }
         }
         // Operators whose results stay with the warp that computed them (register values,
         // register accumulators, row sums of owned rows) need no barrier between them: each
@@ -1284,30 +1306,28 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.sync(1);
-    let mut saver = 0;
+    // The output index of every saver.
+    let mut saver_of = vec![usize::MAX; n];
+    for (k, i) in (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Output { .. })).enumerate() {
+        saver_of[i] = k;
+    }
     for i in 0..n {
         let nd = &nodes[i];
+        let epilogue = matches!(nd.op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nd.op, BlockOp::Accum { .. }));
+        if let (Some(gid), true) = (ew.group_of[i], epilogue) {
+            if ew.groups[gid][0] == i {
+                gen_group(&mut g, 1, &ew, gid, &scratch, &saver_of)?;
+                g.sync(1);
+            }
+            continue;
+        }
         match &nd.op {
-            BlockOp::Output { omap } => {
+            BlockOp::Output { .. } => {
+                let saver = saver_of[i];
                 let t = g.tile(nd.inputs[0]).clone();
-                let desc = &out_descs[saver];
-                let gstr = row_major(&desc.shape);
                 let idx = unflatten("e", &t.shape);
-                let terms: Vec<String> = (0..t.shape.len())
-                    .map(|d| {
-                        let mut off = Vec::new();
-                        for (a, axis) in ["bx", "by", "bz"].iter().enumerate() {
-                            if omap[a] == Some(d) {
-                                off.push(format!("{axis}*{}", t.shape[d]));
-                            }
-                        }
-                        off.push(idx[d].clone());
-                        format!("(long long)({})*{}", off.join(" + "), gstr[d])
-                    })
-                    .collect();
-                let ty = ctype(desc.dtype);
-                g.elementwise(1, t.numel(), &format!("out{saver}[{}] = mirage::from_f32<{ty}>({});", terms.join(" + "), t.load(&idx)));
-                saver += 1;
+                let store = saver_store(nd, &t.shape, saver, &idx, &t.load(&idx), &out_descs[saver]);
+                g.elementwise(1, t.numel(), &store);
             }
             BlockOp::Accum { .. } => {}
             _ if !in_loop(i) => {
@@ -1322,6 +1342,154 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let code = g.out.replacen(&format!("  {RED_MARKER}\n"), &if red.is_empty() { String::new() } else { format!("  {red}\n") }, 1);
     let static_smem_bytes = if g.uses_red { 4 * g.warps } else { 0 };
     Ok(KernelSource { name: name.to_string(), code, grid, threads, smem_bytes, static_smem_bytes, stages: g.stages })
+}
+
+/// The statement of output saver `nd` (output `saver`, device descriptor `desc`) writing
+/// `value`, the element at multi-index `idx` of its operand tile of shape `shape`.
+fn saver_store(nd: &crate::ir::BlockNode, shape: &[usize], saver: usize, idx: &[String], value: &str, desc: &TensorDesc) -> String {
+    let BlockOp::Output { omap } = &nd.op else { return String::new() };
+    let gstr = row_major(&desc.shape);
+    let terms: Vec<String> = (0..shape.len())
+        .map(|d| {
+            let mut off = Vec::new();
+            for (a, axis) in ["bx", "by", "bz"].iter().enumerate() {
+                if omap[a] == Some(d) {
+                    off.push(format!("{axis}*{}", shape[d]));
+                }
+            }
+            off.push(idx[d].clone());
+            format!("(long long)({})*{}", off.join(" + "), gstr[d])
+        })
+        .collect();
+    format!("out{saver}[{}] = mirage::from_f32<{}>({value});", terms.join(" + "), ctype(desc.dtype))
+}
+
+/// Runs of element-wise operators over the same tile shape, emitted as one pass.
+///
+/// Within one emission section (loop-invariant operators, the loop body, the epilogue), a run
+/// of consecutive `Unary`/`Binary` operators whose outputs have one shape — optionally headed by
+/// an `RmsNorm` (its row reduction runs first, its scaling joins the pass) and, in the epilogue,
+/// followed by output savers of group members — reads each operand element once and computes
+/// every member per element in registers. A member read only inside its group gets no
+/// shared-memory tile; one read elsewhere is also stored. One loop and one barrier instead of one
+/// per operator.
+struct ElementwiseGroups {
+    /// Members of each group, in emission order (at least two operators, or one and a saver).
+    groups: Vec<Vec<usize>>,
+    /// The group of each node.
+    group_of: Vec<Option<usize>>,
+    /// The member's value lives only in a register of the pass.
+    in_register: Vec<bool>,
+    /// The common output shape of each group.
+    shapes: Vec<Vec<usize>>,
+}
+
+impl ElementwiseGroups {
+    fn new(bg: &BlockGraph, sections: &[Vec<usize>], users: &[Vec<usize>], rp: &RegisterPlan) -> ElementwiseGroups {
+        let nodes = bg.nodes();
+        let n = nodes.len();
+        let mut ew = ElementwiseGroups { groups: Vec::new(), group_of: vec![None; n], in_register: vec![false; n], shapes: Vec::new() };
+        let shape_of = |i: usize| nodes[i].outputs.first().map(|t| t.shape.clone());
+        let pointwise = |i: usize| matches!(nodes[i].op, BlockOp::Unary { .. } | BlockOp::Binary { .. }) && !rp.reg[i] && nodes[i].outputs.len() == 1;
+        for section in sections {
+            let mut cur: Vec<usize> = Vec::new();
+            let mut shape: Vec<usize> = Vec::new();
+            let flush = |cur: &mut Vec<usize>, shape: &Vec<usize>, ew: &mut ElementwiseGroups| {
+                let ops = cur.iter().filter(|&&i| !matches!(nodes[i].op, BlockOp::Output { .. })).count();
+                if cur.len() >= 2 && ops >= 1 {
+                    let gid = ew.groups.len();
+                    for &i in cur.iter() {
+                        ew.group_of[i] = Some(gid);
+                    }
+                    ew.groups.push(std::mem::take(cur));
+                    ew.shapes.push(shape.clone());
+                }
+                cur.clear();
+            };
+            for &i in section {
+                let joins = match nodes[i].op {
+                    BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => !cur.is_empty() && shape_of(i).as_ref() == Some(&shape),
+                    BlockOp::Output { .. } => {
+                        let t = nodes[i].inputs[0];
+                        !cur.is_empty() && t.port == 0 && cur.contains(&t.node) && !matches!(nodes[t.node].op, BlockOp::Output { .. })
+                    }
+                    _ => false,
+                };
+                if joins {
+                    cur.push(i);
+                    continue;
+                }
+                flush(&mut cur, &shape, &mut ew);
+                let head = pointwise(i) || matches!(nodes[i].op, BlockOp::RmsNorm { .. });
+                if head {
+                    cur.push(i);
+                    shape = shape_of(i).unwrap_or_default();
+                }
+            }
+            flush(&mut cur, &shape, &mut ew);
+        }
+        for (gid, members) in ew.groups.iter().enumerate() {
+            for &i in members {
+                if matches!(nodes[i].op, BlockOp::Output { .. }) {
+                    continue;
+                }
+                ew.in_register[i] = !users[i].is_empty() && users[i].iter().all(|&u| ew.group_of[u] == Some(gid));
+            }
+        }
+        ew
+    }
+}
+
+/// Emits element-wise group `gid` as one pass (see [`ElementwiseGroups`]); `saver_of` gives
+/// the output index of each saver (epilogue groups only).
+fn gen_group(g: &mut Gen, indent: usize, ew: &ElementwiseGroups, gid: usize, scratch: &[Option<Tile>], saver_of: &[usize]) -> Result<(), CodegenError> {
+    let members = ew.groups[gid].clone();
+    let shape = ew.shapes[gid].clone();
+    let numel: usize = shape.iter().product();
+    let nodes = g.bg.nodes();
+    let names: Vec<String> = members.iter().map(|&i| nodes[i].op.name()).collect();
+    g.line(indent, &format!("// one pass: {}", names.join(", ")));
+    // An RmsNorm head reduces its rows first.
+    if let BlockOp::RmsNorm { .. } = nodes[members[0]].op {
+        let i = members[0];
+        let x = g.tile(nodes[i].inputs[0]).clone();
+        let sc = scratch[i].clone().expect("rms scratch planned");
+        let last = x.shape.len() - 1;
+        g.reduce(indent, &x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", sc.var));
+        g.sync(indent);
+    }
+    let idx = unflatten("e", &shape);
+    let mut body = String::new();
+    for &i in &members {
+        let nd = &nodes[i];
+        let operand = |g: &Gen, t: TensorRef| -> String {
+            if t.port == 0 && members.contains(&t.node) { format!("v{}", t.node) } else { g.tile(t).load(&idx) }
+        };
+        let value = match &nd.op {
+            BlockOp::Unary { op } => unary_expr(op, &operand(g, nd.inputs[0])),
+            BlockOp::Binary { op } => binary_expr(*op, &operand(g, nd.inputs[0]), &operand(g, nd.inputs[1])),
+            BlockOp::RmsNorm { eps } => {
+                let sc = scratch[i].clone().expect("rms scratch planned");
+                let nlast = shape.last().copied().unwrap_or(1);
+                format!("{} * rsqrtf({}[e / {nlast}] / {} + {})", operand(g, nd.inputs[0]), sc.var, float_lit(nlast as f32), float_lit(eps.0))
+            }
+            BlockOp::Output { .. } => {
+                let t = nd.inputs[0];
+                let k = saver_of[i];
+                let descs = g.bg.output_descs();
+                writeln!(body, "{}", saver_store(nd, &shape, k, &idx, &format!("v{}", t.node), &descs[k])).ok();
+                continue;
+            }
+            _ => return Err(CodegenError::Unsupported(format!("{} in an element-wise group", nd.op.name()))),
+        };
+        writeln!(body, "const float v{i} = {value};").ok();
+        if !ew.in_register[i] {
+            let t = g.tiles[i][0].clone().expect("stored group members have tiles");
+            writeln!(body, "{}[{}] = v{i};", t.var, t.offset_expr(&idx)).ok();
+        }
+    }
+    g.elementwise(indent, numel, body.trim_end());
+    Ok(())
 }
 
 /// Register accumulator tiles per thread of fused matmul `i`.
