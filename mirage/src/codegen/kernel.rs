@@ -96,6 +96,12 @@ impl Tile {
         if self.ctype == "float" { format!("{}[{off}]", self.var) } else { format!("mirage::to_f32({}[{off}])", self.var) }
     }
 
+    /// The statement storing f32 `value` at a multi-index (converted to the tile's element type).
+    fn store(&self, idx: &[String], value: &str) -> String {
+        let off = self.offset_expr(idx);
+        if self.ctype == "float" { format!("{}[{off}] = {value};", self.var) } else { format!("{}[{off}] = mirage::from_f32<{}>({value});", self.var, self.ctype) }
+    }
+
     fn offset_expr(&self, idx: &[String]) -> String {
         let terms: Vec<String> = (0..self.shape.len())
             .filter(|&d| self.shape[d] > 1)
@@ -125,6 +131,38 @@ fn padded_f32_strides(shape: &[usize]) -> (Vec<usize>, usize) {
         s *= shape[d];
     }
     (strides, s)
+}
+
+/// Row-major strides of an f16/bf16 tile (`es` bytes per element) with rows padded by 16 bytes
+/// when they are a multiple of 32 bytes and at least 128 bytes long (as input tiles: the eight
+/// rows an `ldmatrix` touches then start in different banks), and the size in elements.
+fn padded_mma_strides(shape: &[usize], es: usize) -> (Vec<usize>, usize) {
+    let r = shape.len();
+    if r < 2 {
+        return (row_major(shape), shape.iter().product());
+    }
+    let n = shape[r - 1];
+    let rows: usize = shape[..r - 1].iter().product();
+    if rows < 2 || (n * es) % 32 != 0 || n * es < 128 {
+        return (row_major(shape), shape.iter().product());
+    }
+    let mut strides = vec![1; r];
+    let mut s = n + 16 / es;
+    for d in (0..r - 1).rev() {
+        strides[d] = s;
+        s *= shape[d];
+    }
+    (strides, s)
+}
+
+/// The mma element type of matmul node `i` (that of its first non-f32 operand), `None` for an
+/// f32 matmul.
+fn operand_mma_dtype(bg: &BlockGraph, i: usize) -> Option<DType> {
+    let nd = &bg.nodes()[i];
+    let dt = |t: TensorRef| bg.tile(t).map(|d| d.dtype).unwrap_or(DType::F32);
+    let a = dt(*nd.inputs.first()?);
+    let d = if a != DType::F32 { a } else { dt(*nd.inputs.get(1)?) };
+    (d != DType::F32).then_some(d)
 }
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -907,7 +945,6 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
     };
     let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
-    let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| pos(u)).max().unwrap_or(pos(i));
 
     // Element-wise groups, per emission section (hoisted, loop body, epilogue).
     let skipped_in_loop = |j: usize| {
@@ -923,6 +960,10 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     ];
     let port0_users: Vec<Vec<usize>> = users.iter().map(|u| u.first().cloned().unwrap_or_default()).collect();
     let ew = ElementwiseGroups::new(bg, &sections, &port0_users, &g.rp);
+    // A group runs at its head's position: every member's tile is written there, and operands
+    // of later members are read there.
+    let gpos = |i: usize| ew.group_of[i].map_or(pos(i), |gid| pos(ew.groups[gid][0]));
+    let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| gpos(u)).max().unwrap_or(gpos(i));
     let mut planner = SmemPlanner::default();
     let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
     g.stages = if any_pipelined { max_stages } else { 1 };
@@ -973,7 +1014,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                         }
                     } else {
                         Interval {
-                            start: pos(i),
+                            start: gpos(i),
                             end: last_use(i, p),
                         }
                     };
@@ -986,13 +1027,24 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                             | BlockOp::Binary { .. }
                             | BlockOp::RmsNorm { .. }
                     );
-                    let (strides, elements) = if padded {
-                        padded_f32_strides(&desc.shape)
+                    // An element-wise result read only as a tensor-core operand of its own type
+                    // is stored in that type: the matmul would round it to it when packing the
+                    // fragment anyway, so the values are identical, the tile is half the size and
+                    // the operand loads are 32-bit pairs or ldmatrix.
+                    let mma_typed = matches!(nd.op, BlockOp::Unary { .. } | BlockOp::Binary { .. } | BlockOp::RmsNorm { .. })
+                        && desc.dtype != DType::F32
+                        && !users[i][p].is_empty()
+                        && users[i][p].iter().all(|&u| matches!(nodes[u].op, BlockOp::Matmul) && operand_mma_dtype(bg, u) == Some(desc.dtype));
+                    if mma_typed {
+                        let (strides, elements) = padded_mma_strides(&desc.shape, desc.dtype.size_bytes());
+                        let bytes = elements * desc.dtype.size_bytes();
+                        let offset = planner.alloc(bytes, live);
+                        Tile { var, ctype: ctype(desc.dtype), dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: bytes.div_ceil(16) * 16, pipelined: false }
                     } else {
-                        (row_major(&desc.shape), numel)
-                    };
-                    let offset = planner.alloc(elements * 4, live);
-                    Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
+                        let (strides, elements) = if padded { padded_f32_strides(&desc.shape) } else { (row_major(&desc.shape), numel) };
+                        let offset = planner.alloc(elements * 4, live);
+                        Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
+                    }
                 }
             };
             tiles.push(Some(tile));
@@ -1485,7 +1537,7 @@ fn gen_group(g: &mut Gen, indent: usize, ew: &ElementwiseGroups, gid: usize, scr
         writeln!(body, "const float v{i} = {value};").ok();
         if !ew.in_register[i] {
             let t = g.tiles[i][0].clone().expect("stored group members have tiles");
-            writeln!(body, "{}[{}] = v{i};", t.var, t.offset_expr(&idx)).ok();
+            writeln!(body, "{}", t.store(&idx, &format!("v{i}"))).ok();
         }
     }
     g.elementwise(indent, numel, body.trim_end());
@@ -1581,13 +1633,13 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
         BlockOp::Unary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), unary_expr(&op, &args[0].load(&idx)));
+            let body = out.store(&idx, &unary_expr(&op, &args[0].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Binary { op } => {
             let out = g.tiles[i][0].clone().expect("planned");
             let idx = unflatten("e", &out.shape);
-            let body = format!("{}[{}] = {};", out.var, out.offset_expr(&idx), binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
+            let body = out.store(&idx, &binary_expr(op, &args[0].load(&idx), &args[1].load(&idx)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::ReduceSumTo { dim, .. } => {
@@ -1608,15 +1660,7 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
             g.reduce(indent, x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", s.var));
             g.sync(indent);
             let idx = unflatten("e", &out.shape);
-            let body = format!(
-                "{}[{}] = {} * rsqrtf({}[e / {nlast}] / {} + {});",
-                out.var,
-                out.offset_expr(&idx),
-                x.load(&idx),
-                s.var,
-                float_lit(nlast as f32),
-                float_lit(eps.0)
-            );
+            let body = out.store(&idx, &format!("{} * rsqrtf({}[e / {nlast}] / {} + {})", x.load(&idx), s.var, float_lit(nlast as f32), float_lit(eps.0)));
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Concat { dim } => {
@@ -1679,4 +1723,59 @@ fn gen_accumulate(g: &mut Gen, i: usize, acc: AccKind, _frange: usize) -> Result
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{GridMap, Scalar};
+
+    /// `(name, first byte, bytes)` of every dynamic shared-memory tile pointer in `code`, with
+    /// the byte count taken from the tile's plan order (next offset or total).
+    fn tile_offsets(code: &str) -> Vec<(String, usize)> {
+        code.lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                let rest = l.strip_prefix("float* const ").or_else(|| l.strip_prefix("__half* const "))?;
+                let (name, rest) = rest.split_once(" = ")?;
+                let off = rest.split("smem + ").nth(1)?.split(')').next()?.trim().parse().ok()?;
+                Some((name.to_string(), off))
+            })
+            .collect()
+    }
+
+    /// ntrans' block graph: `y = rms_norm(x1 + x2 * (rms_norm(x0) + x1))`, one row per block.
+    fn ntrans_like() -> BlockGraph {
+        let d = TensorDesc::new(&[8, 4096], DType::F16);
+        let mut bg = BlockGraph::new(vec![d.clone(), d.clone(), d], [8, 1, 1], 128, 1).unwrap();
+        let m: GridMap = [Some(0), None, None];
+        let x0 = bg.input(0, m, None).unwrap();
+        let x1 = bg.input(1, m, None).unwrap();
+        let x2 = bg.input(2, m, None).unwrap();
+        let n0 = bg.op(BlockOp::RmsNorm { eps: Scalar(0.0) }, &[x0]).unwrap();
+        let a = bg.binary(BinaryOp::Add, x1, n0).unwrap();
+        let b = bg.binary(BinaryOp::Mul, x2, a).unwrap();
+        let c = bg.binary(BinaryOp::Add, x1, b).unwrap();
+        let r = bg.accum(AccKind::RmsLast, &[c]).unwrap();
+        let c_out = bg.accum(AccKind::Sum, &[c]).unwrap();
+        let y = bg.binary(BinaryOp::Div, c_out, r).unwrap();
+        bg.output(y, m).unwrap();
+        bg
+    }
+
+    #[test]
+    fn an_element_wise_group_runs_as_one_pass_and_its_stored_member_does_not_overlap_the_norm_scratch() {
+        let bg = ntrans_like();
+        let k = generate_kernel(&bg, "ntrans_like", &KernelOptions::default()).unwrap();
+        assert!(k.code.contains("// one pass: rms_norm, add, mul, add"), "{}", k.code);
+        // rms_norm's row sums (s3) are read during the whole pass that writes the last add (t6).
+        let tiles = tile_offsets(&k.code);
+        let at = |n: &str| tiles.iter().find(|t| t.0 == n).map(|t| t.1).unwrap_or_else(|| panic!("no tile {n} in\n{}", k.code));
+        let (s3, t6) = (at("s3"), at("t6"));
+        assert!(s3 + 4 <= t6 || t6 + 4096 * 4 <= s3, "s3 at {s3} and t6 at {t6} overlap:\n{}", k.code);
+        // the intermediate members live in registers only
+        for reg_only in ["t3", "t4", "t5"] {
+            assert!(!tiles.iter().any(|t| t.0 == reg_only), "{reg_only} got a shared-memory tile:\n{}", k.code);
+        }
+    }
 }
