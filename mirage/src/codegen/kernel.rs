@@ -379,6 +379,26 @@ impl<'a> Gen<'a> {
             self.line(indent + 2, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent + 1, "}");
             self.line(indent, "}");
+        } else if outputs > self.warps && lanes_per_output(outputs, self.threads, extent / width) > 1 {
+            // Many short reductions: `l` lanes of one warp per output (all outputs in one
+            // pass), each summing a strided share, then log2(l) shuffles.
+            let l = lanes_per_output(outputs, self.threads, extent / width);
+            let shfl = |off: usize| {
+                if combine == "sum" { format!("v += __shfl_xor_sync(0xffffffffu, v, {off});") } else { format!("v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, {off}));") }
+            };
+            self.line(indent, "{");
+            self.line(indent + 1, &format!("const int o = tid / {l}, part = tid % {l};"));
+            self.line(indent + 1, &format!("float v = {init};"));
+            self.line(indent + 1, &format!("if (o < {outputs}) {{"));
+            self.line(indent + 2, &format!("for (int r = {} + part * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], l * width, op("v", &x)));
+            self.line(indent + 1, "}");
+            let mut off = l / 2;
+            while off >= 1 {
+                self.line(indent + 1, &shfl(off));
+                off /= 2;
+            }
+            self.line(indent + 1, &format!("if (o < {outputs} && part == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
+            self.line(indent, "}");
         } else {
             let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
             self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
@@ -422,13 +442,21 @@ impl<'a> Gen<'a> {
         let sb0 = b.strides[r - 2];
         // Independent accumulator chains over the k-steps: mma latency, not issue, bounds one
         // chain; 4 chains keep the tensor pipe busy.
-        let chains = kt.clamp(1, 4);
-        let tpw = tiles.div_ceil(self.warps);
-        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps in {chains} chain(s){}", if b_ldmatrix { ", B by ldmatrix.trans" } else { "" }));
+        // A register-accumulated matmul with few tiles splits its k-steps over the warps too.
+        let split = if acc.is_some() { k_split(tiles, kt, self.warps) } else { 1 };
+        let (kt_range, per) = (kt / split, tiles * split);
+        let chains = kt_range.clamp(1, 4);
+        let tpw = per.div_ceil(self.warps);
+        let split_note = if split > 1 { format!(", k-steps split {split} ways over the warps") } else { String::new() };
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps in {chains} chain(s){}{split_note}", if b_ldmatrix { ", B by ldmatrix.trans" } else { "" }));
         self.line(indent, "{");
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-        self.line(indent + 2, &format!("const int t = warp + j * {};", self.warps));
+        if split > 1 {
+            self.line(indent + 2, &format!("const int q = warp + j * {}, t = q % {tiles}, k0 = (q / {tiles}) * {kt_range};", self.warps));
+        } else {
+            self.line(indent + 2, &format!("const int t = warp + j * {}, k0 = 0;", self.warps));
+        }
         self.line(indent + 2, &format!("if (t < {tiles}) {{"));
         self.line(indent + 3, &format!("const int mt = t / {nt}, nt = t % {nt};"));
         match acc {
@@ -438,12 +466,12 @@ impl<'a> Gen<'a> {
         self.line(indent + 3, &format!("float dc[{chains}][4];"));
         self.line(indent + 3, "#pragma unroll");
         self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"));
-        self.line(indent + 3, &format!("for (int kb = 0; kb < {kt}; kb += {chains}) {{"));
+        self.line(indent + 3, &format!("for (int kb = 0; kb < {kt_range}; kb += {chains}) {{"));
         self.line(indent + 4, "#pragma unroll");
         self.line(indent + 4, &format!("for (int c = 0; c < {chains}; ++c) {{"));
-        self.line(indent + 5, "const int kt = kb + c;");
-        if kt % chains != 0 {
-            self.line(indent + 5, &format!("if (kt >= {kt}) break;"));
+        self.line(indent + 5, "const int kt = k0 + kb + c;");
+        if kt_range % chains != 0 {
+            self.line(indent + 5, &format!("if (kb + c >= {kt_range}) break;"));
         }
         self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
@@ -754,6 +782,11 @@ impl<'a> Gen<'a> {
 
     /// Stores fragment `d` of tile (mt, nt) into the row-major f32 tile `c`.
     fn store_fragment(&mut self, indent: usize, c: &Tile, m: usize, n: usize) {
+        self.store_fragment_op(indent, c, m, n, "=");
+    }
+
+    /// Like [`Gen::store_fragment`] with assignment operator `op` (`=` or `+=`).
+    fn store_fragment_op(&mut self, indent: usize, c: &Tile, m: usize, n: usize, op: &str) {
         self.line(indent, "{");
         self.line(indent + 1, "const int r = mt * 16 + (lane >> 2), q = nt * 8 + (lane & 3) * 2;");
         let guard = |row: &str, col: &str| {
@@ -768,7 +801,7 @@ impl<'a> Gen<'a> {
         };
         for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
             let r = c.shape.len();
-            self.line(indent + 1, &format!("{}{}[{}] = d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
+            self.line(indent + 1, &format!("{}{}[{}] {op} d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
         }
         self.line(indent, "}");
     }
@@ -1339,6 +1372,24 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
             let (m, nn) = matmul_mn(bg, i);
             let c = g.tiles[u][0].clone().expect("acc tile planned");
             let tiles = m.div_ceil(16) * nn.div_ceil(8);
+            let kt = matmul_k(bg, i).div_ceil(16);
+            let split = k_split(tiles, kt, g.warps);
+            if split > 1 {
+                // One round per k-slice: the slice-0 items store, the others add, a barrier
+                // between rounds (each tile has one item per slice: no two writers in a round).
+                let tpw = (tiles * split).div_ceil(g.warps);
+                for round in 0..split {
+                    g.line(1, "#pragma unroll");
+                    g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
+                    g.line(2, &format!("const int q = warp + j * {}, t = q % {tiles}; if (q / {tiles} == {round}) {{", g.warps));
+                    g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
+                    g.store_fragment_op(3, &c, m, nn, if round == 0 { "=" } else { "+=" });
+                    g.line(2, "}");
+                    g.line(1, "}");
+                    g.sync(1);
+                }
+                continue;
+            }
             let tpw = tiles.div_ceil(g.warps);
             g.line(1, "#pragma unroll");
             g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
@@ -1551,8 +1602,42 @@ fn racc_len(g: &Gen, i: usize) -> usize {
         b.per_warp * b.nt
     } else {
         let (m, nn) = matmul_mn(g.bg, i);
-        (m.div_ceil(16) * nn.div_ceil(8)).div_ceil(g.warps)
+        let tiles = m.div_ceil(16) * nn.div_ceil(8);
+        let split = k_split(tiles, matmul_k(g.bg, i).div_ceil(16), g.warps);
+        (tiles * split).div_ceil(g.warps)
     }
+}
+
+/// Lanes per output of a reduction of `outputs` values of `len` elements each by `threads`
+/// threads in one pass: the largest power of two up to 32 with `outputs * lanes <= threads` and at
+/// least two elements per lane (1: not applicable).
+fn lanes_per_output(outputs: usize, threads: usize, len: usize) -> usize {
+    let mut l = 1;
+    while l < 32 && outputs * l * 2 <= threads && len >= l * 4 {
+        l *= 2;
+    }
+    l
+}
+
+/// How many ways a register-accumulated matmul of `tiles` mma tiles and `kt` k-steps splits its
+/// k-steps over `warps` warps: the fewest slices that deal (tile, slice) items evenly to the
+/// warps, when the tiles alone leave warps idle or unevenly loaded and every slice keeps at
+/// least 8 k-steps (1: no split). The slices' partial sums meet once, after the loop.
+fn k_split(tiles: usize, kt: usize, warps: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    if tiles == 0 || warps == 0 || tiles % warps == 0 {
+        return 1;
+    }
+    let split = warps / gcd(tiles, warps);
+    if split > 1 && kt % split == 0 && kt / split >= 8 { split } else { 1 }
+}
+
+/// The reduction length `k` of matmul node `i`.
+fn matmul_k(bg: &BlockGraph, i: usize) -> usize {
+    let nd = &bg.nodes()[i];
+    bg.tile(nd.inputs[0]).map(|a| a.shape[a.shape.len() - 1]).unwrap_or(0)
 }
 
 /// The bands of register value `x`: those of the matmul at the head of its chain (unary
@@ -1761,6 +1846,16 @@ mod tests {
         let y = bg.binary(BinaryOp::Div, c_out, r).unwrap();
         bg.output(y, m).unwrap();
         bg
+    }
+
+    #[test]
+    fn few_accumulated_tiles_split_their_k_steps_over_the_warps() {
+        assert_eq!(k_split(4, 32, 8), 2, "gated_mlp_bs1: 4 tiles, 8 warps");
+        assert_eq!(k_split(6, 64, 8), 4, "rmsnorm_linear_bs1: 6 tiles, 8 warps: 24 items, 3 per warp");
+        assert_eq!(k_split(6, 32, 4), 2, "rmsnorm_linear_bs8: 6 tiles, 4 warps: 12 items, 3 per warp");
+        assert_eq!(k_split(4, 32, 4), 1, "one tile per warp already");
+        assert_eq!(k_split(6, 16, 8), 1, "slices of 4 k-steps are too short");
+        assert_eq!(k_split(16, 4, 8), 1);
     }
 
     #[test]
