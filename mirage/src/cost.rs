@@ -37,6 +37,9 @@ pub struct Arch {
     pub dram_bytes_per_us: f64,
     /// Most device-memory bandwidth one SM can pull, bytes per µs.
     pub sm_dram_bytes_per_us: f64,
+    /// Resident warps per SM needed to pull that bandwidth; fewer pull proportionally less (they
+    /// issue the copies and run the compute between them).
+    pub bandwidth_warps: usize,
     /// L2 cache size in bytes.
     pub l2_bytes: usize,
     /// L2 bandwidth, bytes per µs.
@@ -79,6 +82,9 @@ impl Arch {
             // kernel at 96 blocks ran 1.25x slower than at 128 (one SM pulls no more than its
             // share), and 256-block two-wave grids ran 2-8 µs slower than 128-block ones.
             sm_dram_bytes_per_us: 4.3e6 / 132.0,
+            // H200, ncu (benches/results/NOTES.md, runs 10-11): weight-streaming kernels of
+            // one block per SM reached 36% of peak DRAM throughput with 4 warps, 64% with 8.
+            bandwidth_warps: 8,
             l2_bytes: 50 << 20,
             l2_bytes_per_us: 10.0e6,
             tensor_flops_per_us: 790.0e6,
@@ -103,6 +109,7 @@ impl Arch {
             num_sms: 108,
             dram_bytes_per_us: 1.6e6,
             sm_dram_bytes_per_us: 1.6e6 / 108.0,
+            bandwidth_warps: 8,
             l2_bytes: 40 << 20,
             l2_bytes_per_us: 4.5e6,
             tensor_flops_per_us: 312.0e6,
@@ -378,7 +385,9 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         remaining -= n;
         let sms = n.min(arch.num_sms) as f64;
         let frac = sms / arch.num_sms as f64;
-        let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us);
+        let warps_per_sm = (blocks_per_sm.min(n.div_ceil(arch.num_sms).max(1)) * warps) as f64;
+        let warp_share = (warps_per_sm / arch.bandwidth_warps.max(1) as f64).min(1.0);
+        let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us) * warp_share;
         let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
         let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };

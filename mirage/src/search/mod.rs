@@ -44,7 +44,7 @@ use crate::reference::{max_scaled_error, run, HostTensor};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
 
 /// Version of the search algorithm; part of every cache key.
-pub const SEARCH_ALGORITHM_VERSION: u32 = 4;
+pub const SEARCH_ALGORITHM_VERSION: u32 = 5;
 
 /// Limits and presets of the search.
 #[derive(Clone, Debug)]
