@@ -243,7 +243,7 @@ enum RowOut<'t> {
 }
 
 fn unary_name(op: &UnaryOp) -> String {
-    BlockOp::Unary { op: op.clone() }.name()
+    BlockOp::Unary { op: *op }.name()
 }
 
 /// Kernel generation state.
