@@ -281,10 +281,7 @@ pub fn estimate_block(bg: &BlockGraph, arch: &Arch) -> KernelCost {
 pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
     let blocks = bg.num_blocks();
     let frange = bg.forloop_range();
-    let inputs = bg.inputs();
-    // Bytes read: per input iterator, the tile times the iterations it is loaded, times blocks.
-    let mut requested = vec![0f64; inputs.len()];
-    let mut dram_factor = vec![1f64; inputs.len()];
+    let (mut dram, l2) = input_traffic(bg, arch, true);
     let mut flops = 0f64;
     let mut fma = 0f64;
     // The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
@@ -297,16 +294,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             _ => 1.0,
         };
         match &node.op {
-            BlockOp::Input { input, forloop_dim, .. } => {
-                let t = &node.outputs[0];
-                let loads = if forloop_dim.is_some() { frange as f64 } else { 1.0 };
-                if let Some(r) = requested.get_mut(*input) {
-                    *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks as f64;
-                }
-                if let (Some(f), Some(desc)) = (dram_factor.get_mut(*input), inputs.get(*input)) {
-                    *f = f.max(segment_factor(desc, &t.shape));
-                }
-            }
+            BlockOp::Input { .. } => {}
             BlockOp::Matmul => {
                 let (Ok(a), Ok(b)) = (bg.tile(node.inputs[0]), bg.tile(node.inputs[1])) else { continue };
                 let r = a.shape.len();
@@ -333,21 +321,6 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
                 let elems: usize = node.inputs.iter().filter_map(|&t| bg.tile(t).ok()).map(|t| num_elements(&t.shape)).max().unwrap_or(0);
                 fma += weight * elems as f64 * execs * blocks as f64;
             }
-        }
-    }
-    let mut dram = 0f64;
-    let mut l2 = 0f64;
-    for ((desc, req), factor) in inputs.iter().zip(&requested).zip(&dram_factor) {
-        if *req == 0.0 {
-            continue;
-        }
-        let unique = tensor_bytes(desc).min(*req);
-        let replicated = req - unique;
-        dram += unique * factor;
-        if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
-            l2 += replicated;
-        } else {
-            dram += replicated * factor;
         }
     }
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
@@ -420,9 +393,21 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
 /// replicated bytes at full L2 bandwidth): the search skips configurations whose bound already
 /// exceeds the best µGraph found.
 pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
+    let frange = bg.forloop_range();
+    let (dram, l2) = input_traffic(bg, arch, false);
+    arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
+}
+
+/// Bytes the input iterators of `bg` read (per input: the tile times the iterations it is loaded,
+/// times the blocks), split into device memory (each tensor once, plus replicated reads of tensors
+/// too large for L2) and L2 (replicated reads of tensors that fit); with `segments`, device-memory
+/// bytes are weighted by [`segment_factor`] (the estimate), without it they are not (the bound).
+fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
     let blocks = bg.num_blocks() as f64;
     let frange = bg.forloop_range();
-    let mut requested = vec![0f64; bg.inputs().len()];
+    let inputs = bg.inputs();
+    let mut requested = vec![0f64; inputs.len()];
+    let mut dram_factor = vec![1f64; inputs.len()];
     for node in bg.nodes() {
         if let BlockOp::Input { input, forloop_dim, .. } = &node.op {
             let t = &node.outputs[0];
@@ -430,19 +415,26 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
             if let Some(r) = requested.get_mut(*input) {
                 *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks;
             }
+            if let (true, Some(f), Some(desc)) = (segments, dram_factor.get_mut(*input), inputs.get(*input)) {
+                *f = f.max(segment_factor(desc, &t.shape));
+            }
         }
     }
     let (mut dram, mut l2) = (0f64, 0f64);
-    for (desc, req) in bg.inputs().iter().zip(&requested) {
+    for ((desc, req), factor) in inputs.iter().zip(&requested).zip(&dram_factor) {
+        if *req == 0.0 {
+            continue;
+        }
         let unique = tensor_bytes(desc).min(*req);
-        dram += unique;
+        let replicated = req - unique;
+        dram += unique * factor;
         if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
-            l2 += req - unique;
+            l2 += replicated;
         } else {
-            dram += req - unique;
+            dram += replicated * factor;
         }
     }
-    arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
+    (dram, l2)
 }
 
 /// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
