@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp};
 
-use super::fusion::{RegisterPlan, RowBands};
+use super::fusion::{mma_dtype, RegisterPlan, RowBands};
 use super::smem::{Interval, SmemPlanner};
 use super::CodegenError;
 
@@ -153,16 +153,6 @@ fn padded_mma_strides(shape: &[usize], es: usize) -> (Vec<usize>, usize) {
         s *= shape[d];
     }
     (strides, s)
-}
-
-/// The mma element type of matmul node `i` (that of its first non-f32 operand), `None` for an
-/// f32 matmul.
-fn operand_mma_dtype(bg: &BlockGraph, i: usize) -> Option<DType> {
-    let nd = &bg.nodes()[i];
-    let dt = |t: TensorRef| bg.tile(t).map(|d| d.dtype).unwrap_or(DType::F32);
-    let a = dt(*nd.inputs.first()?);
-    let d = if a != DType::F32 { a } else { dt(*nd.inputs.get(1)?) };
-    (d != DType::F32).then_some(d)
 }
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -476,10 +466,9 @@ impl<'a> Gen<'a> {
         self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
         self.line(indent + 5, "uint32_t fa[4], fb[2];");
-        self.line(indent + 5, &format!("fa[0] = {};", a_pair("r0", "c0")));
-        self.line(indent + 5, &format!("fa[1] = {};", a_pair("r0+8", "c0")));
-        self.line(indent + 5, &format!("fa[2] = {};", a_pair("r0", "c0+8")));
-        self.line(indent + 5, &format!("fa[3] = {};", a_pair("r0+8", "c0+8")));
+        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
+            self.line(indent + 5, &format!("fa[{q}] = {};", a_pair(row, col)));
+        }
         if b_ldmatrix {
             self.line(indent + 5, &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var));
         } else {
@@ -573,15 +562,7 @@ impl<'a> Gen<'a> {
                     indent + 4,
                     "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
                 );
-                for (q, (row, col)) in [
-                    ("r0", "c0"),
-                    ("r0+8", "c0"),
-                    ("r0", "c0+8"),
-                    ("r0+8", "c0+8"),
-                ]
-                .iter()
-                .enumerate()
-                {
+                for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
                     self.line(
                         indent + 4,
                         &format!("fa[{q}] = {};", a_pair_expr(t, ty, m, k, row, col)),
@@ -679,15 +660,7 @@ impl<'a> Gen<'a> {
         );
         self.line(indent + 2, &format!("{name}[mi][kt][0] = {name}[mi][kt][1] = {name}[mi][kt][2] = {name}[mi][kt][3] = 0u;"));
         self.line(indent + 2, &format!("if (mt < {mt}) {{"));
-        for (q, (row, col)) in [
-            ("r0", "c0"),
-            ("r0+8", "c0"),
-            ("r0", "c0+8"),
-            ("r0+8", "c0+8"),
-        ]
-        .iter()
-        .enumerate()
-        {
+        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
             self.line(
                 indent + 3,
                 &format!(
@@ -807,6 +780,10 @@ impl<'a> Gen<'a> {
     }
 }
 
+/// (row, column) of the four 32-bit registers of an m16n8k16 A fragment, relative to lane row
+/// `r0 = mt*16 + lane/4` and column `c0 = kt*16 + (lane%4)*2`.
+const A_FRAGMENT: [(&str, &str); 4] = [("r0", "c0"), ("r0+8", "c0"), ("r0", "c0+8"), ("r0+8", "c0+8")];
+
 /// A 32-bit register holding two consecutive-k elements of A (`[m, k]`) at (`row`, `col`): a
 /// direct load when the tile holds the mma type with k contiguous, else two loads and a pack;
 /// zero outside the tile where the shape is not a multiple of the mma tile.
@@ -824,27 +801,29 @@ fn a_pair_expr(a: &Tile, ty: &str, m: usize, k: usize, row: &str, col: &str) -> 
             load
         }
     } else {
-        let at = |row: &str, col: &str| -> String {
-            let mut conds = Vec::new();
-            if m % 16 != 0 {
-                conds.push(format!("({row}) < {m}"));
-            }
-            if k % 16 != 0 {
-                conds.push(format!("({col}) < {k}"));
-            }
-            let v = a.load(&two(row, col, r));
-            if conds.is_empty() {
-                v
-            } else {
-                format!("(({}) ? {v} : 0.0f)", conds.join(" && "))
-            }
-        };
+        let lim = (m % 16 != 0).then_some(m);
+        let kl = (k % 16 != 0).then_some(k);
+        let at = |row: &str, col: &str| guarded_load(a, row, col, lim, kl);
         format!(
             "mirage::pack2<{ty}>({}, {})",
             at(row, col),
             at(row, &format!("{col}+1"))
         )
     }
+}
+
+/// `to_f32(t[row, col])` of a matrix tile, `0.0f` where `row` reaches `rows` or `col` reaches
+/// `cols` (each given only when the tile is not a multiple of the mma tile along that dim).
+fn guarded_load(t: &Tile, row: &str, col: &str, rows: Option<usize>, cols: Option<usize>) -> String {
+    let mut conds = Vec::new();
+    if let Some(m) = rows {
+        conds.push(format!("({row}) < {m}"));
+    }
+    if let Some(n) = cols {
+        conds.push(format!("({col}) < {n}"));
+    }
+    let v = t.load(&two(row, col, t.shape.len()));
+    if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
 }
 
 /// A 32-bit register holding two consecutive-k elements of B (`[k, n]`) at (`row`, `col`).
@@ -862,21 +841,9 @@ fn b_pair_expr(b: &Tile, ty: &str, k: usize, n: usize, row: &str, col: &str) -> 
             load
         }
     } else {
-        let at = |row: &str, col: &str| -> String {
-            let mut conds = Vec::new();
-            if k % 16 != 0 {
-                conds.push(format!("({row}) < {k}"));
-            }
-            if n % 8 != 0 {
-                conds.push(format!("({col}) < {n}"));
-            }
-            let v = b.load(&two(row, col, r));
-            if conds.is_empty() {
-                v
-            } else {
-                format!("(({}) ? {v} : 0.0f)", conds.join(" && "))
-            }
-        };
+        let kl = (k % 16 != 0).then_some(k);
+        let lim = (n % 8 != 0).then_some(n);
+        let at = |row: &str, col: &str| guarded_load(b, row, col, kl, lim);
         format!(
             "mirage::pack2<{ty}>({}, {})",
             at(row, col),
@@ -979,18 +946,22 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     };
     let pos = |i: usize| if in_loop(i) || matches!(nodes[i].op, BlockOp::Accum { .. }) { 1 + i } else { 1 + n + i };
 
-    // Element-wise groups, per emission section (hoisted, loop body, epilogue).
-    let skipped_in_loop = |j: usize| {
-        matches!(nodes[j].op, BlockOp::Input { .. })
+    // The emission sections, each in emission order: hoisted operators; the loop body (operators
+    // and the accumulators not folded into a register matmul or aliased away); the epilogue
+    // (after-loop operators and output savers).
+    let in_body = |j: usize| {
+        !(matches!(nodes[j].op, BlockOp::Input { .. })
             || g.rp.hoisted[j]
             || (matches!(nodes[j].op, BlockOp::Accum { .. }) && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
-            || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. }))
+            || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. })))
     };
+    let in_epilogue = |i: usize| matches!(nodes[i].op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nodes[i].op, BlockOp::Accum { .. }));
     let sections: [Vec<usize>; 3] = [
         (0..n).filter(|&i| g.rp.hoisted[i]).collect(),
-        (0..n).filter(|&i| !skipped_in_loop(i)).collect(),
-        (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nodes[i].op, BlockOp::Accum { .. }))).collect(),
+        (0..n).filter(|&i| in_body(i)).collect(),
+        (0..n).filter(|&i| in_epilogue(i)).collect(),
     ];
+    // Element-wise groups, per section.
     let port0_users: Vec<Vec<usize>> = users.iter().map(|u| u.first().cloned().unwrap_or_default()).collect();
     let ew = ElementwiseGroups::new(bg, &sections, &port0_users, &g.rp);
     // A group runs at its head's position: every member's tile is written there, and operands
@@ -1067,7 +1038,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     let mma_typed = matches!(nd.op, BlockOp::Unary { .. } | BlockOp::Binary { .. } | BlockOp::RmsNorm { .. })
                         && desc.dtype != DType::F32
                         && !users[i][p].is_empty()
-                        && users[i][p].iter().all(|&u| matches!(nodes[u].op, BlockOp::Matmul) && operand_mma_dtype(bg, u) == Some(desc.dtype));
+                        && users[i][p].iter().all(|&u| matches!(nodes[u].op, BlockOp::Matmul) && mma_dtype(bg, u) == Some(desc.dtype));
                     if mma_typed {
                         let (strides, elements) = padded_mma_strides(&desc.shape, desc.dtype.size_bytes());
                         let bytes = elements * desc.dtype.size_bytes();
@@ -1270,20 +1241,18 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
             ),
         );
         g.sync(1);
-        for i in 0..n {
-            if g.rp.hoisted[i] {
-                match ew.group_of[i] {
-                    Some(gid) if ew.groups[gid][0] != i => continue,
-                    Some(gid) => gen_group(&mut g, 1, &ew, gid, &scratch, &[])?,
-                    None => gen_op(&mut g, 1, i, &scratch)?,
-                }
-                g.sync(1);
+        for &i in &sections[0] {
+            match ew.group_of[i] {
+                Some(gid) if ew.groups[gid][0] != i => continue,
+                Some(gid) => gen_group(&mut g, 1, &ew, gid, &scratch, &[])?,
+                None => gen_op(&mut g, 1, i, &scratch)?,
             }
+            g.sync(1);
         }
         for &i in &preloads {
             let a = g.tile(nodes[i].inputs[0]).clone();
             let bands = RowBands::of(bg, i).expect("row-owned matmuls have bands");
-            let dtype = mma_dtype_of(&g, i);
+            let dtype = mma_dtype(bg, i).expect("register chains admit only f16/bf16 matmuls");
             g.preload_a(1, bands, dtype, &a, &format!("pa{i}"));
         }
     }
@@ -1315,17 +1284,8 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.sync(2);
-    let skipped = |g: &Gen, j: usize| {
-        matches!(nodes[j].op, BlockOp::Input { .. })
-            || g.rp.hoisted[j]
-            || (matches!(nodes[j].op, BlockOp::Accum { .. })
-                && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
-            || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. }))
-    };
-    for i in 0..n {
-        if skipped(&g, i) {
-            continue;
-        }
+    let body = &sections[1];
+    for (k, &i) in body.iter().enumerate() {
         let nd = &nodes[i];
         if let BlockOp::Accum { acc } = nd.op {
             if g.rp.reg_sum[i] {
@@ -1358,8 +1318,8 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         // Operators whose results stay with the warp that computed them (register values,
         // register accumulators, row sums of owned rows) need no barrier between them: each
         // reads only tiles that were complete before the first of them ran.
-        let next = (i + 1..n).find(|&j| !skipped(&g, j));
-        if g.rp.warp_local(i) && next.is_some_and(|j| g.rp.warp_local(j)) {
+        let next = body.get(k + 1);
+        if g.rp.warp_local(i) && next.is_some_and(|&j| g.rp.warp_local(j)) {
             g.line(2, "// no barrier: the next operator reads only this warp's registers and completed tiles");
             continue;
         }
@@ -1441,8 +1401,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     }
     for i in 0..n {
         let nd = &nodes[i];
-        let epilogue = matches!(nd.op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nd.op, BlockOp::Accum { .. }));
-        if let (Some(gid), true) = (ew.group_of[i], epilogue) {
+        if let (Some(gid), true) = (ew.group_of[i], in_epilogue(i)) {
             if ew.groups[gid][0] == i {
                 gen_group(&mut g, 1, &ew, gid, &scratch, &saver_of)?;
                 g.sync(1);
@@ -1675,14 +1634,6 @@ fn reg_bands(g: &Gen, x: usize) -> RowBands {
     RowBands::of(g.bg, cur).expect("register chains start at a matmul")
 }
 
-/// The mma element type of matmul `i` (register chains only admit f16/bf16 matmuls).
-fn mma_dtype_of(g: &Gen, i: usize) -> DType {
-    let nd = &g.bg.nodes()[i];
-    let dt = |t: TensorRef| g.bg.tile(t).map(|d| d.dtype).unwrap_or(DType::F32);
-    let a = dt(nd.inputs[0]);
-    if a != DType::F32 { a } else { dt(nd.inputs[1]) }
-}
-
 fn matmul_mn(bg: &BlockGraph, i: usize) -> (usize, usize) {
     let nd = &bg.nodes()[i];
     let s = &nd.outputs[0].shape;
@@ -1697,7 +1648,7 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
     // Register chains (fusion::RegisterPlan): row-owned matmuls and unary functions on fragments.
     if matches!(op, BlockOp::Matmul) && g.rp.row_owned[i] {
         let bands = RowBands::of(g.bg, i).expect("row-owned matmuls have bands");
-        let dtype = mma_dtype_of(g, i);
+        let dtype = mma_dtype(g.bg, i).expect("register chains admit only f16/bf16 matmuls");
         let a_ref = nd.inputs[0];
         let a_tile = if g.rp.preload_a[i] || g.rp.reg[a_ref.node] {
             None
