@@ -25,9 +25,7 @@ fn mugraph_kernels() -> Result<(), String> {
 
 /// Compiles every `tests/cuda/*.cu` into `$OUT_DIR/cuda/<stem>.cubin`.
 fn compile_test_kernels() -> Result<(), String> {
-    let manifest_dir = PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?,
-    );
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?);
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let cuda_dir = manifest_dir.join("tests").join("cuda");
     println!("cargo:rerun-if-changed={}", cuda_dir.display());
@@ -36,12 +34,9 @@ fn compile_test_kernels() -> Result<(), String> {
     }
 
     let mut sources = Vec::new();
-    let entries =
-        std::fs::read_dir(&cuda_dir).map_err(|e| format!("reading {}: {e}", cuda_dir.display()))?;
+    let entries = std::fs::read_dir(&cuda_dir).map_err(|e| format!("reading {}: {e}", cuda_dir.display()))?;
     for entry in entries {
-        let path = entry
-            .map_err(|e| format!("reading {}: {e}", cuda_dir.display()))?
-            .path();
+        let path = entry.map_err(|e| format!("reading {}: {e}", cuda_dir.display()))?.path();
         // Headers next to the sources are tracked too (they are part of nvcc's cache key).
         if path.is_file() {
             println!("cargo:rerun-if-changed={}", path.display());
@@ -53,8 +48,7 @@ fn compile_test_kernels() -> Result<(), String> {
     sources.sort();
 
     let dest_dir = out_dir.join("cuda");
-    std::fs::create_dir_all(&dest_dir)
-        .map_err(|e| format!("creating {}: {e}", dest_dir.display()))?;
+    std::fs::create_dir_all(&dest_dir).map_err(|e| format!("creating {}: {e}", dest_dir.display()))?;
     let opts = mirage::nvcc::CompileOptions {
         include_dirs: vec![cuda_dir.clone()],
         cache_dir: Some(out_dir.join("mirage").join("nvcc-cache")),
@@ -65,8 +59,8 @@ fn compile_test_kernels() -> Result<(), String> {
             .file_stem()
             .and_then(|s| s.to_str())
             .ok_or_else(|| format!("{}: expected a UTF-8 file name", source_path.display()))?;
-        let source = std::fs::read_to_string(source_path)
-            .map_err(|e| format!("reading {}: {e}", source_path.display()))?;
+        let source =
+            std::fs::read_to_string(source_path).map_err(|e| format!("reading {}: {e}", source_path.display()))?;
         let cubin = mirage::nvcc::compile_cubin(&source, stem, &opts)
             .map_err(|e| format!("compiling {}:\n{e}", source_path.display()))?;
         write_if_changed(&dest_dir.join(format!("{stem}.cubin")), &cubin.bytes)?;
@@ -101,13 +95,16 @@ fn golden_artifacts() -> Result<(), String> {
         units.push((name.clone(), graphs.into_iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect()));
     }
     let opts = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
-    let mut index = String::from("/// (unit, cubin, launch plans as JSON), one entry per translation unit.\npub const GOLDEN_UNITS: &[(&str, &[u8], &str)] = &[\n");
+    let mut index = String::from(
+        "/// (unit, cubin, launch plans as JSON), one entry per translation unit.\npub const GOLDEN_UNITS: &[(&str, &[u8], &str)] = &[\n",
+    );
     for (unit, graphs) in &units {
         let refs: Vec<(String, &KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
         let (source, plans) = mirage::codegen::generate_unit(&refs, &mirage::codegen::KernelOptions::default())
             .map_err(|e| format!("generating {unit}: {e}"))?;
         let ident: String = unit.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let cubin = mirage::nvcc::compile_cubin(&source, &format!("golden_{ident}"), &opts).map_err(|e| format!("{e}"))?;
+        let cubin =
+            mirage::nvcc::compile_cubin(&source, &format!("golden_{ident}"), &opts).map_err(|e| format!("{e}"))?;
         let plans_json = serde_json::to_string(&plans).map_err(|e| e.to_string())?;
         write_if_changed(&dest.join(format!("{ident}.cubin")), &cubin.bytes)?;
         write_if_changed(&dest.join(format!("{ident}.plans.json")), plans_json.as_bytes())?;

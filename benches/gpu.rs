@@ -24,7 +24,7 @@ use std::error::Error;
 use std::fmt::Write as _;
 
 use mirage::{Gpu, TensorSpec};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 struct Args {
     torch: Option<String>,
@@ -36,7 +36,14 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { torch: None, out: None, commit: "unknown".into(), date: "unknown".into(), iters: 300, cases: Vec::new() };
+    let mut a = Args {
+        torch: None,
+        out: None,
+        commit: "unknown".into(),
+        date: "unknown".into(),
+        iters: 300,
+        cases: Vec::new(),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -48,7 +55,11 @@ fn parse_args() -> Result<Args, String> {
             "--iters" => a.iters = value("--iters")?.parse().map_err(|e| format!("--iters: {e}"))?,
             // cargo bench passes --bench to harness-less benches.
             "--bench" => {}
-            s if s.starts_with("--") => return Err(format!("unknown option {s}; expected --torch, --out, --commit, --date, --iters or case names")),
+            s if s.starts_with("--") => {
+                return Err(format!(
+                    "unknown option {s}; expected --torch, --out, --commit, --date, --iters or case names"
+                ));
+            }
             s => a.cases.push(s.to_string()),
         }
     }
@@ -74,7 +85,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     let device = gpu.info().to_string();
     println!("gpu bench: {device}, commit {}, {}", args.commit, args.date);
     let torch: Option<Value> = match &args.torch {
-        Some(path) => Some(serde_json::from_str(&std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?).map_err(|e| format!("{path}: {e}"))?),
+        Some(path) => Some(
+            serde_json::from_str(&std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?)
+                .map_err(|e| format!("{path}: {e}"))?,
+        ),
         None => None,
     };
     let copy_bw = torch.as_ref().and_then(|t| t["copy_bw"].as_f64());
@@ -90,12 +104,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     writeln!(table, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     let mut failures = Vec::new();
     for case in common::all_cases().iter().filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name)) {
-        let lowered = programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {}", case.name))?;
+        let lowered =
+            programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {}", case.name))?;
         let plan = case.program.plan()?;
         let checked = common::check(&gpu, case, lowered)?;
         let correct = checked.worst_rel <= common::TOLERANCE;
         if !correct {
-            failures.push(format!("{}: relative L2 error {:.2e} exceeds {:.0e}", case.name, checked.worst_rel, common::TOLERANCE));
+            failures.push(format!(
+                "{}: relative L2 error {:.2e} exceeds {:.0e}",
+                case.name,
+                checked.worst_rel,
+                common::TOLERANCE
+            ));
         }
         let stats = common::time(&gpu, case, &checked.inputs, 25, args.iters)?;
         let io_bytes = bytes(&plan.inputs) + bytes(&plan.outputs);
@@ -126,7 +146,16 @@ fn main() -> Result<(), Box<dyn Error>> {
             fmt(launch_us, 1),
             fmt(bound.map(|b| stats.median_us / b), 2),
         )?;
-        println!("{:22} ours {:8.1} µs (min {:.1}, max {:.1}), {} kernel(s), rel. L2 error {:.1e}{}", case.name, stats.median_us, stats.min_us, stats.max_us, plan.kernels.len(), checked.worst_rel, if correct { "" } else { "  WRONG" });
+        println!(
+            "{:22} ours {:8.1} µs (min {:.1}, max {:.1}), {} kernel(s), rel. L2 error {:.1e}{}",
+            case.name,
+            stats.median_us,
+            stats.min_us,
+            stats.max_us,
+            plan.kernels.len(),
+            checked.worst_rel,
+            if correct { "" } else { "  WRONG" }
+        );
         rows.insert(
             case.name.to_string(),
             json!({

@@ -7,11 +7,11 @@
 
 use std::time::Instant;
 
-use mirage::codegen::{generate_unit, KernelOptions};
+use mirage::codegen::{KernelOptions, generate_unit};
 use mirage::ir::{BlockOp, KernelGraph, KernelOp};
-use mirage::nvcc::{compile_cubin, CompileOptions};
+use mirage::nvcc::{CompileOptions, compile_cubin};
 use mirage::programs::golden_cases;
-use mirage::reference::{max_scaled_error, run, HostTensor};
+use mirage::reference::{HostTensor, max_scaled_error, run};
 
 fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
     // A small xorshift generator: the example needs no extra dependency.
@@ -44,7 +44,12 @@ fn describe(g: &KernelGraph) -> String {
                     .filter(|n| !matches!(n.op, BlockOp::Input { .. } | BlockOp::Output { .. }))
                     .map(|n| n.op.name())
                     .collect();
-                parts.push(format!("custom(grid {:?}, forloop {}: {})", block.grid(), block.forloop_range(), ops.join(" ")));
+                parts.push(format!(
+                    "custom(grid {:?}, forloop {}: {})",
+                    block.grid(),
+                    block.forloop_range(),
+                    ops.join(" ")
+                ));
             }
             other => parts.push(other.name()),
         }
@@ -73,16 +78,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let refs: Vec<(String, &KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
         let (source, plans) = generate_unit(&refs, &KernelOptions::default())?;
         let t = Instant::now();
-        compile_cubin(&source, &format!("golden_{}", case.ident()), &CompileOptions { arch: Some(arch.clone()), ..Default::default() })?;
+        compile_cubin(
+            &source,
+            &format!("golden_{}", case.ident()),
+            &CompileOptions { arch: Some(arch.clone()), ..Default::default() },
+        )?;
         let kernels: usize = plans.iter().map(|p| p.kernels.len()).sum();
-        println!("{:<28} {:>10} {:>8} {:>8} {:>10.1}", case.name, graphs.len() - 1, matching, kernels, t.elapsed().as_secs_f64());
+        println!(
+            "{:<28} {:>10} {:>8} {:>8} {:>10.1}",
+            case.name,
+            graphs.len() - 1,
+            matching,
+            kernels,
+            t.elapsed().as_secs_f64()
+        );
         if matching != graphs.len() - 1 {
-            return Err(format!("{}: {} candidates do not match the program", case.name, graphs.len() - 1 - matching).into());
+            return Err(
+                format!("{}: {} candidates do not match the program", case.name, graphs.len() - 1 - matching).into()
+            );
         }
         println!("    first candidate: {}", describe(&graphs[1].1));
     }
     match mirage_runtime::Gpu::new(0) {
-        Ok(gpu) => println!("GPU found ({}): the GPU golden test runs these kernels (`bash .gpu/run-tests golden`)", gpu.info()),
+        Ok(gpu) => println!(
+            "GPU found ({}): the GPU golden test runs these kernels (`bash .gpu/run-tests golden`)",
+            gpu.info()
+        ),
         Err(e) => println!("no GPU found ({e}): kernels were generated and compiled, not run"),
     }
     println!("done in {:.1} s", started.elapsed().as_secs_f64());

@@ -7,10 +7,10 @@
 //! `#[ignore = "needs a CUDA GPU"]`: run on the GPU machine with `--ignored` (../shared/gpu/).
 
 use half::{bf16, f16};
-use mirage::codegen::plan::{tensor_spec, LaunchPlan};
+use mirage::codegen::plan::{LaunchPlan, tensor_spec};
 use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::programs::{coverage_cases, golden_cases};
-use mirage::reference::{run, HostTensor};
+use mirage::reference::{HostTensor, run};
 use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -23,7 +23,6 @@ include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 /// included — a property of the program, not of the kernels. A quarter range keeps every golden
 /// program finite in f16 while relative errors stay comparable.
 const INPUT_RANGE: f32 = 0.25;
-
 
 /// A value rounded to an element type, so the reference sees exactly what the GPU sees.
 fn round_to(dtype: DType, v: f32) -> f32 {
@@ -40,7 +39,8 @@ fn run_plan(gpu: &Gpu, program: &'static Program, inputs: &[AnyTensor]) -> Vec<V
     let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
     let stream = gpu.stream();
     let nan = |spec: &mirage_runtime::TensorSpec| {
-        AnyTensor::upload_f32(stream, spec, &vec![f32::NAN; spec.num_elements()]).unwrap_or_else(|e| panic!("allocating: {e}"))
+        AnyTensor::upload_f32(stream, spec, &vec![f32::NAN; spec.num_elements()])
+            .unwrap_or_else(|e| panic!("allocating: {e}"))
     };
     let mut outputs: Vec<AnyTensor> = plan.outputs.iter().map(nan).collect();
     let mut buffers: Vec<AnyTensor> = plan.buffers.iter().map(|b| nan(&b.desc)).collect();
@@ -64,7 +64,15 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// Runs every plan of a unit against the reference of its graph (`graphs[i]` for `plans[i]`).
-fn check_unit(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: &str, graphs: &[KernelGraph], tol: f64, seed: u64) -> (usize, f64) {
+fn check_unit(
+    gpu: &Gpu,
+    unit: &str,
+    cubin: &'static [u8],
+    plans_json: &str,
+    graphs: &[KernelGraph],
+    tol: f64,
+    seed: u64,
+) -> (usize, f64) {
     let plans: Vec<LaunchPlan> = serde_json::from_str(plans_json).unwrap_or_else(|e| panic!("{unit}: plans: {e}"));
     assert_eq!(plans.len(), graphs.len(), "{unit}: one plan per graph");
     let unit_name: &'static str = Box::leak(unit.to_string().into_boxed_str());
@@ -84,8 +92,12 @@ fn check_unit(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans_json: &str, gra
             let mut dev_inputs = Vec::new();
             for d in graph.inputs() {
                 let n: usize = d.shape.iter().product();
-                let values: Vec<f32> = (0..n).map(|_| round_to(d.dtype, rng.random_range(-INPUT_RANGE..INPUT_RANGE))).collect();
-                dev_inputs.push(AnyTensor::upload_f32(gpu.stream(), &tensor_spec(d), &values).unwrap_or_else(|e| panic!("upload: {e}")));
+                let values: Vec<f32> =
+                    (0..n).map(|_| round_to(d.dtype, rng.random_range(-INPUT_RANGE..INPUT_RANGE))).collect();
+                dev_inputs.push(
+                    AnyTensor::upload_f32(gpu.stream(), &tensor_spec(d), &values)
+                        .unwrap_or_else(|e| panic!("upload: {e}")),
+                );
                 host_inputs.push(HostTensor::new(d.shape.clone(), values).expect("shape and data agree"));
             }
             cache = Some((key, dev_inputs, host_inputs));
@@ -111,7 +123,15 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
-fn dispatch(gpu: &Gpu, unit: &str, cubin: &'static [u8], plans: &str, graphs: &[KernelGraph], dtype: DType, seed: u64) -> usize {
+fn dispatch(
+    gpu: &Gpu,
+    unit: &str,
+    cubin: &'static [u8],
+    plans: &str,
+    graphs: &[KernelGraph],
+    dtype: DType,
+    seed: u64,
+) -> usize {
     let (n, worst) = check_unit(gpu, unit, cubin, plans, graphs, tolerance(dtype), seed);
     println!("{unit}: {n} µGraphs match the reference ({}), worst relative L2 error {worst:.2e}", dtype.name());
     n
@@ -130,8 +150,10 @@ fn golden_kernels_match_the_reference_on_the_gpu() {
     let (gpu, seed) = open();
     let mut total = 0;
     for case in golden_cases() {
-        let (_, cubin, plans) = GOLDEN_UNITS.iter().find(|u| u.0 == case.name).unwrap_or_else(|| panic!("no unit for {}", case.name));
-        let graphs: Vec<KernelGraph> = case.named_graphs().unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
+        let (_, cubin, plans) =
+            GOLDEN_UNITS.iter().find(|u| u.0 == case.name).unwrap_or_else(|| panic!("no unit for {}", case.name));
+        let graphs: Vec<KernelGraph> =
+            case.named_graphs().unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
         total += dispatch(&gpu, case.name, cubin, plans, &graphs, case.dtype, seed);
     }
     println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates) passed on the GPU");
@@ -146,7 +168,8 @@ fn coverage_kernels_match_the_reference_on_the_gpu() {
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
         let unit = format!("coverage_{}", dtype.name());
         let (_, cubin, plans) = GOLDEN_UNITS.iter().find(|u| u.0 == unit).unwrap_or_else(|| panic!("no unit {unit}"));
-        let graphs: Vec<KernelGraph> = coverage_cases(dtype).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
+        let graphs: Vec<KernelGraph> =
+            coverage_cases(dtype).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
         total += dispatch(&gpu, &unit, cubin, plans, &graphs, dtype, seed);
     }
     println!("coverage: {total} generated programs passed on the GPU");

@@ -7,9 +7,9 @@
 mod kernels;
 
 use mirage::codegen::default_blocks::lower_to_blocks;
-use mirage::fingerprint::{verify, Verdict, VerifyConfig};
+use mirage::fingerprint::{Verdict, VerifyConfig, verify};
 use mirage::ir::KernelGraph;
-use mirage::lower::{lower_source, Program as Lowered};
+use mirage::lower::{Program as Lowered, lower_source};
 use mirage::prelude::*;
 use mirage::{DType, TensorSpec};
 
@@ -81,15 +81,20 @@ fn artifacts_belong_to_their_programs() {
         assert_eq!(plan.fingerprint, source.fingerprint_hash, "{name}");
         assert_eq!(program.artifacts().fingerprint, source.fingerprint_hash, "{name}: the macro and the build agree");
         assert_eq!(plan.input_names, source.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), "{name}");
-        let specs: Vec<TensorSpec> = source.params.iter().map(|p| mirage::codegen::plan::tensor_spec(&p.desc)).collect();
+        let specs: Vec<TensorSpec> =
+            source.params.iter().map(|p| mirage::codegen::plan::tensor_spec(&p.desc)).collect();
         assert_eq!(plan.inputs, specs, "{name}");
         program.check_inputs(&specs).unwrap_or_else(|e| panic!("{name}: {e}"));
         // The chosen µGraph is the superoptimizer's (fingerprint-equivalent to the program), or
         // the program's own kernel graph with default block graphs; the plan says which.
         let mugraph = KernelGraph::from_json(program.mugraph_json()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let report = plan.search_report.as_deref().unwrap_or_else(|| panic!("{name}: the plan records how its µGraph was chosen"));
+        let report = plan
+            .search_report
+            .as_deref()
+            .unwrap_or_else(|| panic!("{name}: the plan records how its µGraph was chosen"));
         if report.contains("chosen µGraph") {
-            let verdict = verify(&source.graph, &mugraph, &VerifyConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let verdict =
+                verify(&source.graph, &mugraph, &VerifyConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(verdict, Verdict::Equivalent, "{name}: the searched µGraph computes the program");
         } else {
             assert!(report.starts_with("not superoptimized ("), "{name}: {report}");

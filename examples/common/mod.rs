@@ -48,7 +48,10 @@ macro_rules! case {
 
 /// Input `k` of a launcher's inputs, or an error naming the program.
 fn input<'a>(program: &str, inputs: &'a [AnyTensor], k: usize) -> Result<&'a AnyTensor, RuntimeError> {
-    inputs.get(k).ok_or_else(|| RuntimeError::Plan { program: program.to_string(), reason: format!("expected an input {k}, found {} inputs", inputs.len()) })
+    inputs.get(k).ok_or_else(|| RuntimeError::Plan {
+        program: program.to_string(),
+        reason: format!("expected an input {k}, found {} inputs", inputs.len()),
+    })
 }
 
 /// Every benchmark program of DESIGN §14 at the shapes and input scales of
@@ -71,7 +74,10 @@ pub fn all_cases() -> Vec<Case> {
 
 /// The cases of one example: `program` itself or its `_bs1`/`_bs8` variants.
 pub fn cases_of(program: &str) -> Vec<Case> {
-    all_cases().into_iter().filter(|c| c.name == program || c.name.strip_prefix(program).is_some_and(|rest| rest.starts_with("_bs"))).collect()
+    all_cases()
+        .into_iter()
+        .filter(|c| c.name == program || c.name.strip_prefix(program).is_some_and(|rest| rest.starts_with("_bs")))
+        .collect()
 }
 
 const KERNELS_SOURCE: &str = include_str!("../kernels/mod.rs");
@@ -138,12 +144,17 @@ pub fn main_for(example: &str, cases: &[Case]) -> Result<(), Box<dyn Error>> {
         }
         Err(e) => {
             println!("{example}: no GPU found ({e})");
-            println!("{example}: the programs below were built and compiled to cubins by build.rs; they are shown, not run");
+            println!(
+                "{example}: the programs below were built and compiled to cubins by build.rs; they are shown, not run"
+            );
             None
         }
     };
     for case in cases {
-        let lowered = programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {} in examples/kernels/mod.rs", case.name))?;
+        let lowered = programs
+            .iter()
+            .find(|p| p.name == case.name)
+            .ok_or_else(|| format!("no #[mugraph] fn {} in examples/kernels/mod.rs", case.name))?;
         show(case, lowered)?;
         if let Some(gpu) = &gpu {
             run_on_gpu(gpu, case, lowered)?;
@@ -158,9 +169,15 @@ pub fn main_for(example: &str, cases: &[Case]) -> Result<(), Box<dyn Error>> {
 fn show(case: &Case, lowered: &Lowered) -> Result<(), Box<dyn Error>> {
     let plan = case.program.plan()?;
     let mugraph = KernelGraph::from_json(case.program.mugraph_json())?;
-    let params: Vec<String> = lowered.params.iter().map(|p| format!("{}: {} {:?}", p.name, p.desc.dtype, p.desc.shape)).collect();
+    let params: Vec<String> =
+        lowered.params.iter().map(|p| format!("{}: {} {:?}", p.name, p.desc.dtype, p.desc.shape)).collect();
     println!();
-    println!("{}({}) -> {:?}", case.name, params.join(", "), lowered.outputs.iter().map(|o| &o.shape).collect::<Vec<_>>());
+    println!(
+        "{}({}) -> {:?}",
+        case.name,
+        params.join(", "),
+        lowered.outputs.iter().map(|o| &o.shape).collect::<Vec<_>>()
+    );
     println!("  µGraph ({} kernels):", plan.kernels.len());
     println!("{}", describe(&mugraph));
     match &plan.search_report {
@@ -202,7 +219,8 @@ pub fn check(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<Checked, Box<d
     let mut host = Vec::new();
     let mut device = Vec::new();
     for (i, spec) in plan.inputs.iter().enumerate() {
-        let scale = case.scales.get(i).copied().ok_or_else(|| format!("{}: no input scale for input {i}", case.name))?;
+        let scale =
+            case.scales.get(i).copied().ok_or_else(|| format!("{}: no input scale for input {i}", case.name))?;
         let mut values = random_values(spec.num_elements(), 17 + i as u64);
         values.iter_mut().for_each(|v| *v *= scale);
         round_to(spec.dtype, &mut values);
@@ -239,7 +257,13 @@ pub fn check(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<Checked, Box<d
 
 /// Times the case's program on `inputs` with CUDA events: `warmup` untimed launches, then the
 /// median of `iters` launches, the L2 cache flushed before each (not timed).
-pub fn time(gpu: &Gpu, case: &Case, inputs: &[AnyTensor], warmup: usize, iters: usize) -> Result<mirage::TimingStats, RuntimeError> {
+pub fn time(
+    gpu: &Gpu,
+    case: &Case,
+    inputs: &[AnyTensor],
+    warmup: usize,
+    iters: usize,
+) -> Result<mirage::TimingStats, RuntimeError> {
     let stream = gpu.stream();
     let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
     let mut outs = case.program.alloc_outputs(stream)?;
@@ -253,9 +277,14 @@ fn run_on_gpu(gpu: &Gpu, case: &Case, lowered: &Lowered) -> Result<(), Box<dyn E
         println!("  {line}");
     }
     let stats = time(gpu, case, &checked.inputs, 10, 100)?;
-    println!("  time: median {:.1} µs (min {:.1}, max {:.1}; {} runs, L2 flushed)", stats.median_us, stats.min_us, stats.max_us, stats.samples);
+    println!(
+        "  time: median {:.1} µs (min {:.1}, max {:.1}; {} runs, L2 flushed)",
+        stats.median_us, stats.min_us, stats.max_us, stats.samples
+    );
     if checked.worst_rel.is_nan() || checked.worst_rel > TOLERANCE {
-        return Err(format!("{}: relative L2 error {:.2e} exceeds {TOLERANCE:.0e}", case.name, checked.worst_rel).into());
+        return Err(
+            format!("{}: relative L2 error {:.2e} exceeds {TOLERANCE:.0e}", case.name, checked.worst_rel).into()
+        );
     }
     Ok(())
 }

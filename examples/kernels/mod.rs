@@ -8,13 +8,21 @@ use mirage::prelude::*;
 
 /// `silu(X @ W1) * (X @ W2)`, batch 1.
 #[mugraph]
-pub fn gated_mlp_bs1(x: Tensor<f16, 1, 4096>, w1: Tensor<f16, 4096, 4096>, w2: Tensor<f16, 4096, 4096>) -> Tensor<f16, 1, 4096> {
+pub fn gated_mlp_bs1(
+    x: Tensor<f16, 1, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 1, 4096> {
     silu(x.matmul(w1)) * x.matmul(w2)
 }
 
 /// `silu(X @ W1) * (X @ W2)`, batch 8.
 #[mugraph]
-pub fn gated_mlp_bs8(x: Tensor<f16, 8, 4096>, w1: Tensor<f16, 4096, 4096>, w2: Tensor<f16, 4096, 4096>) -> Tensor<f16, 8, 4096> {
+pub fn gated_mlp_bs8(
+    x: Tensor<f16, 8, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 8, 4096> {
     silu(x.matmul(w1)) * x.matmul(w2)
 }
 
@@ -32,46 +40,75 @@ pub fn rmsnorm_linear_bs8(x: Tensor<f16, 16, 4096>, w: Tensor<f16, 4096, 6144>) 
 
 /// Attention as Mirage writes it (softmax as exp / sum, no max subtraction), batch 1.
 #[mugraph]
-pub fn gqa_bs1(q: Tensor<f16, 2, 256, 64>, k: Tensor<f16, 2, 64, 4096>, v: Tensor<f16, 2, 4096, 64>) -> Tensor<f16, 2, 256, 64> {
+pub fn gqa_bs1(
+    q: Tensor<f16, 2, 256, 64>,
+    k: Tensor<f16, 2, 64, 4096>,
+    v: Tensor<f16, 2, 4096, 64>,
+) -> Tensor<f16, 2, 256, 64> {
     let e = exp(q.matmul(k));
     (e / e.sum(2)).matmul(v)
 }
 
 /// Attention as Mirage writes it (softmax as exp / sum, no max subtraction), batch 8.
 #[mugraph]
-pub fn gqa_bs8(q: Tensor<f16, 16, 256, 64>, k: Tensor<f16, 16, 64, 4096>, v: Tensor<f16, 16, 4096, 64>) -> Tensor<f16, 16, 256, 64> {
+pub fn gqa_bs8(
+    q: Tensor<f16, 16, 256, 64>,
+    k: Tensor<f16, 16, 64, 4096>,
+    v: Tensor<f16, 16, 4096, 64>,
+) -> Tensor<f16, 16, 256, 64> {
     let e = exp(q.matmul(k));
     (e / e.sum(2)).matmul(v)
 }
 
 /// Attention of the rms-normed queries and values, batch 1.
 #[mugraph]
-pub fn qknorm_gqa_bs1(q: Tensor<f16, 2, 256, 64>, k: Tensor<f16, 2, 64, 4096>, v: Tensor<f16, 2, 4096, 64>) -> Tensor<f16, 2, 256, 64> {
+pub fn qknorm_gqa_bs1(
+    q: Tensor<f16, 2, 256, 64>,
+    k: Tensor<f16, 2, 64, 4096>,
+    v: Tensor<f16, 2, 4096, 64>,
+) -> Tensor<f16, 2, 256, 64> {
     let e = exp(rms_norm(q).matmul(k));
     (e / e.sum(2)).matmul(rms_norm(v))
 }
 
 /// Attention of the rms-normed queries and values, batch 8.
 #[mugraph]
-pub fn qknorm_gqa_bs8(q: Tensor<f16, 16, 256, 64>, k: Tensor<f16, 16, 64, 4096>, v: Tensor<f16, 16, 4096, 64>) -> Tensor<f16, 16, 256, 64> {
+pub fn qknorm_gqa_bs8(
+    q: Tensor<f16, 16, 256, 64>,
+    k: Tensor<f16, 16, 64, 4096>,
+    v: Tensor<f16, 16, 4096, 64>,
+) -> Tensor<f16, 16, 256, 64> {
     let e = exp(rms_norm(q).matmul(k));
     (e / e.sum(2)).matmul(rms_norm(v))
 }
 
 /// The nTrans block `rms_norm(X + alpha * (rms_norm(H) + X))`, batch 1.
 #[mugraph]
-pub fn ntrans_bs1(h: Tensor<f16, 8, 4096>, x: Tensor<f16, 8, 4096>, alpha: Tensor<f16, 8, 4096>) -> Tensor<f16, 8, 4096> {
+pub fn ntrans_bs1(
+    h: Tensor<f16, 8, 4096>,
+    x: Tensor<f16, 8, 4096>,
+    alpha: Tensor<f16, 8, 4096>,
+) -> Tensor<f16, 8, 4096> {
     rms_norm(x + alpha * (rms_norm(h) + x))
 }
 
 /// The nTrans block `rms_norm(X + alpha * (rms_norm(H) + X))`, batch 8.
 #[mugraph]
-pub fn ntrans_bs8(h: Tensor<f16, 64, 4096>, x: Tensor<f16, 64, 4096>, alpha: Tensor<f16, 64, 4096>) -> Tensor<f16, 64, 4096> {
+pub fn ntrans_bs8(
+    h: Tensor<f16, 64, 4096>,
+    x: Tensor<f16, 64, 4096>,
+    alpha: Tensor<f16, 64, 4096>,
+) -> Tensor<f16, 64, 4096> {
     rms_norm(x + alpha * (rms_norm(h) + x))
 }
 
 /// LoRA: `X @ W + (X @ A) @ B`.
 #[mugraph]
-pub fn lora(x: Tensor<f16, 16, 256>, w: Tensor<f16, 256, 4096>, a: Tensor<f16, 256, 16>, b: Tensor<f16, 16, 4096>) -> Tensor<f16, 16, 4096> {
+pub fn lora(
+    x: Tensor<f16, 16, 256>,
+    w: Tensor<f16, 256, 4096>,
+    a: Tensor<f16, 256, 16>,
+    b: Tensor<f16, 16, 4096>,
+) -> Tensor<f16, 16, 4096> {
     x.matmul(w) + x.matmul(a).matmul(b)
 }

@@ -79,9 +79,9 @@ pub fn artifact_state(out_dir: Option<&Path>, name: &str, fingerprint_hash: &str
             let prefix = format!("{name}-");
             let other_version = std::fs::read_dir(&dir).into_iter().flatten().flatten().any(|e| {
                 let file = e.file_name().to_string_lossy().into_owned();
-                file.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".plan.json")).is_some_and(|hash| {
-                    hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit())
-                })
+                file.strip_prefix(&prefix)
+                    .and_then(|rest| rest.strip_suffix(".plan.json"))
+                    .is_some_and(|hash| hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()))
             });
             if other_version { ArtifactState::Stale } else { ArtifactState::NotBuilt }
         }
@@ -196,13 +196,11 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
     let n_out = outputs.len();
     let out_vars: Vec<Ident> = (0..n_out).map(|i| Ident::new(&format!("output{i}"), Span::mixed_site())).collect();
     let intos: Vec<Ident> = outputs.iter().map(|t| into_method(t.dtype)).collect();
-    let result = if program.tuple_result {
-        quote!((#(#out_vars.#intos()?,)*))
-    } else {
-        quote!(#(#out_vars.#intos()?)*)
-    };
+    let result =
+        if program.tuple_result { quote!((#(#out_vars.#intos()?,)*)) } else { quote!(#(#out_vars.#intos()?)*) };
 
-    let mut doc = format!("Runs the `#[mugraph]` program `{name_str}` on `gpu`'s default stream (see [`{name_str}_on`]).\n\n");
+    let mut doc =
+        format!("Runs the `#[mugraph]` program `{name_str}` on `gpu`'s default stream (see [`{name_str}_on`]).\n\n");
     doc.push_str("Parameters (checked before any CUDA call):\n");
     for p in &program.params {
         doc.push_str(&format!("- `{}`: {}\n", p.name, describe(&p.ty, Some(&p.strides))));
@@ -278,11 +276,13 @@ mod tests {
         assert_eq!(artifact_state(Some(&dir), "f", hash), ArtifactState::Stale);
         // Another function's artifacts do not count.
         assert_eq!(artifact_state(Some(&dir), "g", hash), ArtifactState::NotBuilt);
-        std::fs::write(art.join(format!("f-{hash}.plan.json")), format!("{{\n  \"fingerprint\": \"{hash}\"\n}}")).expect("write");
+        std::fs::write(art.join(format!("f-{hash}.plan.json")), format!("{{\n  \"fingerprint\": \"{hash}\"\n}}"))
+            .expect("write");
         assert_eq!(artifact_state(Some(&dir), "f", hash), ArtifactState::MissingCubin);
         std::fs::write(art.join(format!("f-{hash}.cubin")), b"\x7fELF").expect("write");
         assert_eq!(artifact_state(Some(&dir), "f", hash), ArtifactState::Ready);
-        std::fs::write(art.join(format!("f-{hash}.plan.json")), "{\"fingerprint\": \"0000000000000000\"}").expect("write");
+        std::fs::write(art.join(format!("f-{hash}.plan.json")), "{\"fingerprint\": \"0000000000000000\"}")
+            .expect("write");
         assert_eq!(artifact_state(Some(&dir), "f", hash), ArtifactState::Stale);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -81,10 +81,7 @@ pub fn driver_available() -> bool {
 
 /// Runs a closure that calls into cudarc, turning a panic of the bindings (a symbol missing
 /// from an old driver, say) into an error.
-pub(crate) fn guard<R>(
-    context: &str,
-    f: impl FnOnce() -> Result<R, RuntimeError>,
-) -> Result<R, RuntimeError> {
+pub(crate) fn guard<R>(context: &str, f: impl FnOnce() -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => {
@@ -93,21 +90,14 @@ pub(crate) fn guard<R>(
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
-            Err(RuntimeError::DriverPanic {
-                context: context.to_owned(),
-                message,
-            })
+            Err(RuntimeError::DriverPanic { context: context.to_owned(), message })
         }
     }
 }
 
 /// Checks a device ordinal against the device count (pure).
 pub fn check_ordinal(ordinal: usize, count: usize) -> Result<(), RuntimeError> {
-    if ordinal < count {
-        Ok(())
-    } else {
-        Err(RuntimeError::NoDevice { ordinal, count })
-    }
+    if ordinal < count { Ok(()) } else { Err(RuntimeError::NoDevice { ordinal, count }) }
 }
 
 /// Checks a device's compute capability against a minimum (pure).
@@ -120,12 +110,7 @@ pub fn check_compute_capability(
     if found >= required {
         Ok(())
     } else {
-        Err(RuntimeError::ComputeCapability {
-            ordinal,
-            name: name.to_owned(),
-            found,
-            required,
-        })
+        Err(RuntimeError::ComputeCapability { ordinal, name: name.to_owned(), found, required })
     }
 }
 
@@ -134,15 +119,12 @@ pub fn device_count() -> Result<usize, RuntimeError> {
     if !driver_available() {
         return Err(RuntimeError::NoDriver);
     }
-    guard(
-        "counting CUDA devices",
-        || match CudaContext::device_count() {
-            Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
-            // cuInit reports a driver without devices as an error.
-            Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
-            Err(e) => Err(RuntimeError::driver("counting CUDA devices")(e)),
-        },
-    )
+    guard("counting CUDA devices", || match CudaContext::device_count() {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        // cuInit reports a driver without devices as an error.
+        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
+        Err(e) => Err(RuntimeError::driver("counting CUDA devices")(e)),
+    })
 }
 
 /// An open CUDA device: its context, its default stream and what it is.
@@ -167,10 +149,7 @@ impl Gpu {
     }
 
     /// Opens device `ordinal`, requiring at least compute capability `required`.
-    pub fn with_min_compute_capability(
-        ordinal: usize,
-        required: ComputeCapability,
-    ) -> Result<Gpu, RuntimeError> {
+    pub fn with_min_compute_capability(ordinal: usize, required: ComputeCapability) -> Result<Gpu, RuntimeError> {
         // cudarc panics on its first call when libcuda cannot be loaded: check first.
         if !driver_available() {
             return Err(RuntimeError::NoDriver);
@@ -178,37 +157,27 @@ impl Gpu {
         let count = device_count()?;
         check_ordinal(ordinal, count)?;
         guard("opening a CUDA device", || {
-            let ctx = CudaContext::new(ordinal).map_err(RuntimeError::driver(format!(
-                "opening CUDA device {ordinal}"
-            )))?;
+            let ctx =
+                CudaContext::new(ordinal).map_err(RuntimeError::driver(format!("opening CUDA device {ordinal}")))?;
             let attr = |a: sys::CUdevice_attribute, what: &str| -> Result<i32, RuntimeError> {
-                ctx.attribute(a).map_err(RuntimeError::driver(format!(
-                    "reading the {what} of CUDA device {ordinal}"
-                )))
+                ctx.attribute(a).map_err(RuntimeError::driver(format!("reading the {what} of CUDA device {ordinal}")))
             };
-            let name = ctx.name().map_err(RuntimeError::driver(format!(
-                "reading the name of device {ordinal}"
-            )))?;
-            let (major, minor) =
-                ctx.compute_capability()
-                    .map_err(RuntimeError::driver(format!(
-                        "reading the compute capability of device {ordinal}"
-                    )))?;
+            let name = ctx.name().map_err(RuntimeError::driver(format!("reading the name of device {ordinal}")))?;
+            let (major, minor) = ctx
+                .compute_capability()
+                .map_err(RuntimeError::driver(format!("reading the compute capability of device {ordinal}")))?;
             let cc = ComputeCapability::new(nonneg(major), nonneg(minor));
             check_compute_capability(ordinal, &name, cc, required)?;
             use sys::CUdevice_attribute as A;
-            let sm_count = nonneg(attr(
-                A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                "SM count",
-            )?);
+            let sm_count = nonneg(attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count")?);
             let smem = nonneg(attr(
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                 "opt-in shared memory per block",
             )?);
             let l2 = nonneg(attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size")?);
-            let (free, total) = ctx.mem_get_info().map_err(RuntimeError::driver(format!(
-                "reading the memory size of device {ordinal}"
-            )))?;
+            let (free, total) = ctx
+                .mem_get_info()
+                .map_err(RuntimeError::driver(format!("reading the memory size of device {ordinal}")))?;
             let info = DeviceInfo {
                 ordinal,
                 name,
@@ -219,9 +188,7 @@ impl Gpu {
                 total_memory_bytes: total as u64,
                 free_memory_bytes: free as u64,
             };
-            let stream = Stream {
-                inner: ctx.default_stream(),
-            };
+            let stream = Stream { inner: ctx.default_stream() };
             Ok(Gpu { ctx, stream, info })
         })
     }
@@ -238,10 +205,10 @@ impl Gpu {
 
     /// A new stream on this device, independent of the default one.
     pub fn new_stream(&self) -> Result<Stream, RuntimeError> {
-        let inner = self.ctx.new_stream().map_err(RuntimeError::driver(format!(
-            "creating a stream on device {}",
-            self.info.ordinal
-        )))?;
+        let inner = self
+            .ctx
+            .new_stream()
+            .map_err(RuntimeError::driver(format!("creating a stream on device {}", self.info.ordinal)))?;
         Ok(Stream { inner })
     }
 
@@ -260,11 +227,7 @@ impl Gpu {
 
     /// Uploads row-major host data of the given shape (on the default stream).
     /// `host.len()` must equal the product of the shape.
-    pub fn upload<T: Element>(
-        &self,
-        host: &[T],
-        shape: &[usize],
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
+    pub fn upload<T: Element>(&self, host: &[T], shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
         self.stream.upload(host, shape)
     }
 
@@ -288,10 +251,7 @@ impl Gpu {
     /// # Safety
     /// The contents are unspecified until written: read them only after a kernel or copy has
     /// written every element.
-    pub unsafe fn alloc_uninit<T: Element>(
-        &self,
-        shape: &[usize],
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
+    pub unsafe fn alloc_uninit<T: Element>(&self, shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
         // SAFETY: the caller upholds the contract documented above.
         unsafe { self.stream.alloc_uninit(shape) }
     }
@@ -319,9 +279,9 @@ impl Stream {
     /// Blocks until all work queued on this stream has finished. A failed asynchronous launch
     /// shows up here.
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
-        self.inner.synchronize().map_err(RuntimeError::driver(
-            "synchronizing a stream (an earlier launch may have failed)",
-        ))
+        self.inner
+            .synchronize()
+            .map_err(RuntimeError::driver("synchronizing a stream (an earlier launch may have failed)"))
     }
 
     /// The underlying cudarc stream, for what this crate does not wrap.
@@ -336,11 +296,7 @@ impl Stream {
 
     /// Uploads row-major host data of the given shape. `host.len()` must equal the product of
     /// the shape; this is checked before any CUDA call.
-    pub fn upload<T: Element>(
-        &self,
-        host: &[T],
-        shape: &[usize],
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
+    pub fn upload<T: Element>(&self, host: &[T], shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
         let layout = Layout::row_major(shape)?;
         layout.check_host_len(host.len())?;
         self.upload_checked(host, layout)
@@ -360,24 +316,10 @@ impl Stream {
         self.upload_checked(host, layout)
     }
 
-    fn upload_checked<T: Element>(
-        &self,
-        host: &[T],
-        layout: Layout,
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
-        let context = || {
-            format!(
-                "uploading {} {} elements of shape {:?}",
-                host.len(),
-                T::DTYPE,
-                layout.shape()
-            )
-        };
+    fn upload_checked<T: Element>(&self, host: &[T], layout: Layout) -> Result<DeviceTensor<T>, RuntimeError> {
+        let context = || format!("uploading {} {} elements of shape {:?}", host.len(), T::DTYPE, layout.shape());
         guard(&context(), || {
-            let data = self
-                .inner
-                .clone_htod(host)
-                .map_err(RuntimeError::driver(context()))?;
+            let data = self.inner.clone_htod(host).map_err(RuntimeError::driver(context()))?;
             DeviceTensor::from_slice(data, layout)
         })
     }
@@ -389,17 +331,11 @@ impl Stream {
     }
 
     /// A zero-filled tensor with the given layout (its storage is exactly large enough).
-    pub fn zeros_with_layout<T: Element>(
-        &self,
-        layout: Layout,
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
+    pub fn zeros_with_layout<T: Element>(&self, layout: Layout) -> Result<DeviceTensor<T>, RuntimeError> {
         let len = layout.storage_len();
         let context = || format!("allocating {len} zeroed {} elements", T::DTYPE);
         guard(&context(), || {
-            let data = self
-                .inner
-                .alloc_zeros::<T>(len)
-                .map_err(RuntimeError::driver(context()))?;
+            let data = self.inner.alloc_zeros::<T>(len).map_err(RuntimeError::driver(context()))?;
             DeviceTensor::from_slice(data, layout)
         })
     }
@@ -409,18 +345,14 @@ impl Stream {
     /// # Safety
     /// The contents are unspecified until written: read them (download, or pass the tensor as a
     /// kernel input) only after a kernel or copy has written every element.
-    pub unsafe fn alloc_uninit<T: Element>(
-        &self,
-        shape: &[usize],
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
+    pub unsafe fn alloc_uninit<T: Element>(&self, shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
         let layout = Layout::row_major(shape)?;
         let len = layout.storage_len();
         let context = || format!("allocating {len} {} elements", T::DTYPE);
         guard(&context(), || {
             // SAFETY: the memory is left uninitialised; the caller promises to write it before
             // reading it (this function's contract).
-            let data =
-                unsafe { self.inner.alloc::<T>(len) }.map_err(RuntimeError::driver(context()))?;
+            let data = unsafe { self.inner.alloc::<T>(len) }.map_err(RuntimeError::driver(context()))?;
             DeviceTensor::from_slice(data, layout)
         })
     }
@@ -428,29 +360,16 @@ impl Stream {
     /// Downloads a tensor's whole storage (`storage_len()` elements, in storage order; for a
     /// row-major tensor that is the tensor in row-major order) and waits for it.
     pub fn download<T: Element>(&self, tensor: &DeviceTensor<T>) -> Result<Vec<T>, RuntimeError> {
-        let context = || {
-            format!(
-                "downloading {} {} elements",
-                tensor.as_slice().len(),
-                T::DTYPE
-            )
-        };
+        let context = || format!("downloading {} {} elements", tensor.as_slice().len(), T::DTYPE);
         guard(&context(), || {
-            let host = self
-                .inner
-                .clone_dtoh(tensor.as_slice())
-                .map_err(RuntimeError::driver(context()))?;
+            let host = self.inner.clone_dtoh(tensor.as_slice()).map_err(RuntimeError::driver(context()))?;
             self.synchronize()?;
             Ok(host)
         })
     }
 
     /// Copies `src` into `dst` on the device. Both must have the same storage length.
-    pub fn copy<T: Element>(
-        &self,
-        src: &DeviceTensor<T>,
-        dst: &mut DeviceTensor<T>,
-    ) -> Result<(), RuntimeError> {
+    pub fn copy<T: Element>(&self, src: &DeviceTensor<T>, dst: &mut DeviceTensor<T>) -> Result<(), RuntimeError> {
         let (from, to) = (src.as_slice().len(), dst.as_slice().len());
         if from != to {
             return Err(RuntimeError::Mismatch {
@@ -462,10 +381,7 @@ impl Stream {
         guard("copying device memory", || {
             self.inner
                 .memcpy_dtod(src.as_slice(), dst.as_slice_mut())
-                .map_err(RuntimeError::driver(format!(
-                    "copying {from} {} elements on the device",
-                    T::DTYPE
-                )))
+                .map_err(RuntimeError::driver(format!("copying {from} {} elements on the device", T::DTYPE)))
         })
     }
 
@@ -498,17 +414,13 @@ impl TimingEvent {
 
     /// Records the event on `stream` (after the work queued so far).
     pub fn record(&self, stream: &Stream) -> Result<(), RuntimeError> {
-        self.event
-            .record(&stream.inner)
-            .map_err(RuntimeError::driver("recording a timing event"))
+        self.event.record(&stream.inner).map_err(RuntimeError::driver("recording a timing event"))
     }
 
     /// Microseconds from this event to `end`, waiting for both to complete.
     pub fn elapsed_us(&self, end: &TimingEvent) -> Result<f64, RuntimeError> {
-        let ms = self
-            .event
-            .elapsed_ms(&end.event)
-            .map_err(RuntimeError::driver("reading the time between two events"))?;
+        let ms =
+            self.event.elapsed_ms(&end.event).map_err(RuntimeError::driver("reading the time between two events"))?;
         Ok(f64::from(ms) * 1000.0)
     }
 }

@@ -113,9 +113,7 @@ pub enum RuntimeError {
     },
 
     /// Shape and strides whose element count or largest offset does not fit in `usize`.
-    #[error(
-        "shape {shape:?} with strides {strides:?}: expected offsets that fit in usize, found an overflow"
-    )]
+    #[error("shape {shape:?} with strides {strides:?}: expected offsets that fit in usize, found an overflow")]
     LayoutOverflow {
         /// The shape given.
         shape: Vec<usize>,

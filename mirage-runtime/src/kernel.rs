@@ -26,9 +26,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
 
 use crate::device::{Stream, guard};
@@ -65,16 +63,8 @@ impl fmt::Display for LaunchConfig {
 
 impl LaunchConfig {
     /// A configuration from its parts.
-    pub const fn new(
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        dynamic_smem_bytes: u32,
-    ) -> Self {
-        LaunchConfig {
-            grid,
-            block,
-            dynamic_smem_bytes,
-        }
+    pub const fn new(grid: (u32, u32, u32), block: (u32, u32, u32), dynamic_smem_bytes: u32) -> Self {
+        LaunchConfig { grid, block, dynamic_smem_bytes }
     }
 
     /// Threads per block (product of the block dimensions), without overflow.
@@ -86,13 +76,8 @@ impl LaunchConfig {
     /// at most (2^31-1, 65535, 65535), block at most (1024, 1024, 64) and 1024 threads in all.
     /// The error names `kernel` and the configuration.
     pub fn validate(&self, kernel: &str) -> Result<(), RuntimeError> {
-        let fail = |reason: String| {
-            Err(RuntimeError::LaunchConfig {
-                kernel: kernel.to_owned(),
-                config: *self,
-                reason,
-            })
-        };
+        let fail =
+            |reason: String| Err(RuntimeError::LaunchConfig { kernel: kernel.to_owned(), config: *self, reason });
         let axes = ["x", "y", "z"];
         let grid = [self.grid.0, self.grid.1, self.grid.2];
         let block = [self.block.0, self.block.1, self.block.2];
@@ -103,26 +88,18 @@ impl LaunchConfig {
                 return fail(format!("expected grid.{} >= 1, found 0", axes[i]));
             }
             if grid[i] > grid_max[i] {
-                return fail(format!(
-                    "expected grid.{} <= {}, found {}",
-                    axes[i], grid_max[i], grid[i]
-                ));
+                return fail(format!("expected grid.{} <= {}, found {}", axes[i], grid_max[i], grid[i]));
             }
             if block[i] == 0 {
                 return fail(format!("expected block.{} >= 1, found 0", axes[i]));
             }
             if block[i] > block_max[i] {
-                return fail(format!(
-                    "expected block.{} <= {}, found {}",
-                    axes[i], block_max[i], block[i]
-                ));
+                return fail(format!("expected block.{} <= {}, found {}", axes[i], block_max[i], block[i]));
             }
         }
         let threads = self.threads_per_block();
         if threads > u64::from(MAX_THREADS_PER_BLOCK) {
-            return fail(format!(
-                "expected at most {MAX_THREADS_PER_BLOCK} threads per block, found {threads}"
-            ));
+            return fail(format!("expected at most {MAX_THREADS_PER_BLOCK} threads per block, found {threads}"));
         }
         Ok(())
     }
@@ -163,12 +140,7 @@ const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
 /// Checks that an image looks loadable before handing it to the driver (which reads it without
 /// a length): a cubin must start with the ELF or fatbin magic, PTX must hold no NUL byte.
 pub fn check_image(name: &str, image: &ModuleImage) -> Result<(), RuntimeError> {
-    let fail = |reason: String| {
-        Err(RuntimeError::InvalidImage {
-            name: name.to_owned(),
-            reason,
-        })
-    };
+    let fail = |reason: String| Err(RuntimeError::InvalidImage { name: name.to_owned(), reason });
     match image {
         ModuleImage::Cubin(bytes) => {
             if bytes.len() < 64 {
@@ -186,14 +158,10 @@ pub fn check_image(name: &str, image: &ModuleImage) -> Result<(), RuntimeError> 
         }
         ModuleImage::Ptx(text) => {
             if let Some(at) = text.find('\0') {
-                return fail(format!(
-                    "expected PTX text without NUL bytes, found one at byte {at}"
-                ));
+                return fail(format!("expected PTX text without NUL bytes, found one at byte {at}"));
             }
             if !text.contains(".version") {
-                return fail(
-                    "expected PTX text with a `.version` directive, found none".to_owned(),
-                );
+                return fail("expected PTX text with a `.version` directive, found none".to_owned());
             }
         }
     }
@@ -219,10 +187,7 @@ pub struct Module {
 
 impl fmt::Debug for Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Module")
-            .field("name", &self.name)
-            .field("loaded", &self.loaded.get().is_some())
-            .finish()
+        f.debug_struct("Module").field("name", &self.name).field("loaded", &self.loaded.get().is_some()).finish()
     }
 }
 
@@ -230,20 +195,12 @@ impl Module {
     /// A module from cubin bytes (typically `include_bytes!` of a file nvcc wrote).
     /// `name` is used in error messages.
     pub const fn from_cubin(name: &'static str, cubin: &'static [u8]) -> Module {
-        Module {
-            name,
-            image: ModuleImage::Cubin(cubin),
-            loaded: OnceLock::new(),
-        }
+        Module { name, image: ModuleImage::Cubin(cubin), loaded: OnceLock::new() }
     }
 
     /// A module from PTX text, compiled by the driver when loaded.
     pub const fn from_ptx(name: &'static str, ptx: &'static str) -> Module {
-        Module {
-            name,
-            image: ModuleImage::Ptx(ptx),
-            loaded: OnceLock::new(),
-        }
+        Module { name, image: ModuleImage::Ptx(ptx), loaded: OnceLock::new() }
     }
 
     /// The module's name.
@@ -275,28 +232,16 @@ impl Module {
                 source,
             })?;
             let smem = ctx
-                .attribute(
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                )
-                .map_err(RuntimeError::driver(
-                    "reading the opt-in shared memory limit",
-                ))?;
-            Ok(LoadedModule {
-                ctx: ctx.clone(),
-                module,
-                smem_optin: u32::try_from(smem).unwrap_or(0),
-            })
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .map_err(RuntimeError::driver("reading the opt-in shared memory limit"))?;
+            Ok(LoadedModule { ctx: ctx.clone(), module, smem_optin: u32::try_from(smem).unwrap_or(0) })
         })?;
         // Another thread may have won the race; either way the cached one is used.
         let _ = self.loaded.set(fresh);
-        let loaded = self
-            .loaded
-            .get()
-            .ok_or_else(|| RuntimeError::InvalidImage {
-                name: self.name.to_owned(),
-                reason: "expected the module to be cached after loading, found it missing"
-                    .to_owned(),
-            })?;
+        let loaded = self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
+            name: self.name.to_owned(),
+            reason: "expected the module to be cached after loading, found it missing".to_owned(),
+        })?;
         self.check_context(loaded, ctx)
     }
 
@@ -334,10 +279,7 @@ pub struct Kernel<'m> {
 
 impl fmt::Debug for Kernel<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Kernel")
-            .field("module", &self.module.name)
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("Kernel").field("module", &self.module.name).field("name", &self.name).finish()
     }
 }
 
@@ -357,11 +299,7 @@ pub struct KernelInfo {
 impl<'m> Kernel<'m> {
     /// The kernel called `name` in `module`.
     pub const fn new(module: &'m Module, name: &'static str) -> Kernel<'m> {
-        Kernel {
-            module,
-            name,
-            loaded: OnceLock::new(),
-        }
+        Kernel { module, name, loaded: OnceLock::new() }
     }
 
     /// The kernel's name.
@@ -380,29 +318,22 @@ impl<'m> Kernel<'m> {
                 reason: "expected a kernel name without NUL bytes, found one".to_owned(),
             });
         }
-        let fresh =
-            guard(&format!("looking up kernel `{}`", self.name), || {
-                let function = module.module.load_function(self.name).map_err(|source| {
-                    RuntimeError::Load {
-                        name: self.name.to_owned(),
-                        what: format!("function in module `{}`", self.module.name),
-                        source,
-                    }
-                })?;
-                let static_smem =
-                    function
-                        .shared_size_bytes()
-                        .map_err(RuntimeError::driver(format!(
-                            "reading the shared memory size of `{}`",
-                            self.name
-                        )))?;
-                Ok(LoadedKernel {
-                    function,
-                    static_smem: u32::try_from(static_smem).unwrap_or(0),
-                    smem_optin: module.smem_optin,
-                    dynamic_smem_limit: Mutex::new(DEFAULT_DYNAMIC_SMEM_LIMIT),
-                })
+        let fresh = guard(&format!("looking up kernel `{}`", self.name), || {
+            let function = module.module.load_function(self.name).map_err(|source| RuntimeError::Load {
+                name: self.name.to_owned(),
+                what: format!("function in module `{}`", self.module.name),
+                source,
             })?;
+            let static_smem = function
+                .shared_size_bytes()
+                .map_err(RuntimeError::driver(format!("reading the shared memory size of `{}`", self.name)))?;
+            Ok(LoadedKernel {
+                function,
+                static_smem: u32::try_from(static_smem).unwrap_or(0),
+                smem_optin: module.smem_optin,
+                dynamic_smem_limit: Mutex::new(DEFAULT_DYNAMIC_SMEM_LIMIT),
+            })
+        })?;
         let _ = self.loaded.set(fresh);
         self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
             name: self.name.to_owned(),
@@ -417,10 +348,7 @@ impl<'m> Kernel<'m> {
             let v = k
                 .function
                 .get_attribute(a)
-                .map_err(RuntimeError::driver(format!(
-                    "reading an attribute of kernel `{}`",
-                    self.name
-                )))?;
+                .map_err(RuntimeError::driver(format!("reading an attribute of kernel `{}`", self.name)))?;
             Ok(u32::try_from(v).unwrap_or(0))
         };
         use sys::CUfunction_attribute as F;
@@ -436,11 +364,7 @@ impl<'m> Kernel<'m> {
     /// [`KernelArgs::launch`]. Loads the module and the kernel on first use.
     pub fn args<'a>(&'a self, stream: &'a Stream) -> Result<KernelArgs<'a>, RuntimeError> {
         let loaded = self.get(stream)?;
-        Ok(KernelArgs {
-            inner: stream.inner.launch_builder(&loaded.function),
-            kernel: self.name,
-            loaded,
-        })
+        Ok(KernelArgs { inner: stream.inner.launch_builder(&loaded.function), kernel: self.name, loaded })
     }
 }
 
@@ -457,9 +381,7 @@ pub struct KernelArgs<'a> {
 
 impl fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KernelArgs")
-            .field("kernel", &self.kernel)
-            .finish_non_exhaustive()
+        f.debug_struct("KernelArgs").field("kernel", &self.kernel).finish_non_exhaustive()
     }
 }
 
@@ -501,46 +423,30 @@ impl<'a> KernelArgs<'a> {
             shared_mem_bytes: config.dynamic_smem_bytes,
         };
         let kernel = self.kernel;
-        guard(
-            &format!("launching kernel `{kernel}` with {config}"),
-            || {
-                // SAFETY: the configuration was validated and the shared memory limit set above;
-                // that the arguments match the kernel is this function's contract with the caller.
-                unsafe { self.inner.launch(cfg) }
-                    .map(|_| ())
-                    .map_err(|source| RuntimeError::Launch {
-                        kernel: kernel.to_owned(),
-                        config,
-                        source,
-                    })
-            },
-        )
+        guard(&format!("launching kernel `{kernel}` with {config}"), || {
+            // SAFETY: the configuration was validated and the shared memory limit set above;
+            // that the arguments match the kernel is this function's contract with the caller.
+            unsafe { self.inner.launch(cfg) }.map(|_| ()).map_err(|source| RuntimeError::Launch {
+                kernel: kernel.to_owned(),
+                config,
+                source,
+            })
+        })
     }
 
     fn ensure_shared_memory(&self, config: LaunchConfig) -> Result<(), RuntimeError> {
         let k = self.loaded;
-        check_shared_memory(
-            self.kernel,
-            config.dynamic_smem_bytes,
-            k.static_smem,
-            k.smem_optin,
-        )?;
-        let needs_optin = u64::from(config.dynamic_smem_bytes) + u64::from(k.static_smem)
-            > u64::from(DEFAULT_DYNAMIC_SMEM_LIMIT);
+        check_shared_memory(self.kernel, config.dynamic_smem_bytes, k.static_smem, k.smem_optin)?;
+        let needs_optin =
+            u64::from(config.dynamic_smem_bytes) + u64::from(k.static_smem) > u64::from(DEFAULT_DYNAMIC_SMEM_LIMIT);
         if !needs_optin {
             return Ok(());
         }
-        let mut limit = k
-            .dynamic_smem_limit
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut limit = k.dynamic_smem_limit.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if config.dynamic_smem_bytes > *limit || *limit == DEFAULT_DYNAMIC_SMEM_LIMIT {
             let value = i32::try_from(config.dynamic_smem_bytes).unwrap_or(i32::MAX);
             k.function
-                .set_attribute(
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    value,
-                )
+                .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value)
                 .map_err(|source| RuntimeError::Launch {
                     kernel: format!("{} (setting its dynamic shared memory limit)", self.kernel),
                     config,
@@ -558,77 +464,30 @@ mod tests {
 
     #[test]
     fn valid_configs() {
-        assert!(
-            LaunchConfig::new((1, 1, 1), (1, 1, 1), 0)
-                .validate("k")
-                .is_ok()
-        );
-        assert!(
-            LaunchConfig::new((132, 8, 1), (128, 1, 1), 100 * 1024)
-                .validate("k")
-                .is_ok()
-        );
-        assert!(
-            LaunchConfig::new((i32::MAX as u32, 65535, 65535), (32, 32, 1), 0)
-                .validate("k")
-                .is_ok()
-        );
+        assert!(LaunchConfig::new((1, 1, 1), (1, 1, 1), 0).validate("k").is_ok());
+        assert!(LaunchConfig::new((132, 8, 1), (128, 1, 1), 100 * 1024).validate("k").is_ok());
+        assert!(LaunchConfig::new((i32::MAX as u32, 65535, 65535), (32, 32, 1), 0).validate("k").is_ok());
     }
 
     #[test]
     fn zero_grid_rejected() {
-        let e = LaunchConfig::new((0, 1, 1), (128, 1, 1), 0)
-            .validate("my_kernel")
-            .expect_err("zero grid");
+        let e = LaunchConfig::new((0, 1, 1), (128, 1, 1), 0).validate("my_kernel").expect_err("zero grid");
         let msg = e.to_string();
-        assert!(
-            msg.contains("my_kernel") && msg.contains("expected grid.x >= 1, found 0"),
-            "{msg}"
-        );
+        assert!(msg.contains("my_kernel") && msg.contains("expected grid.x >= 1, found 0"), "{msg}");
         assert!(msg.contains("grid (0, 1, 1), block (128, 1, 1)"), "{msg}");
-        assert!(
-            LaunchConfig::new((1, 1, 0), (128, 1, 1), 0)
-                .validate("k")
-                .is_err()
-        );
-        assert!(
-            LaunchConfig::new((1, 1, 1), (128, 0, 1), 0)
-                .validate("k")
-                .is_err()
-        );
+        assert!(LaunchConfig::new((1, 1, 0), (128, 1, 1), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 1, 1), (128, 0, 1), 0).validate("k").is_err());
     }
 
     #[test]
     fn too_many_threads_rejected() {
-        let e = LaunchConfig::new((1, 1, 1), (64, 32, 1), 0)
-            .validate("k")
-            .expect_err("2048 threads");
-        assert!(
-            e.to_string()
-                .contains("expected at most 1024 threads per block, found 2048"),
-            "{e}"
-        );
-        assert!(
-            LaunchConfig::new((1, 1, 1), (2048, 1, 1), 0)
-                .validate("k")
-                .is_err()
-        );
-        assert!(
-            LaunchConfig::new((1, 1, 1), (1, 1, 65), 0)
-                .validate("k")
-                .is_err()
-        );
-        assert!(
-            LaunchConfig::new((1, 65536, 1), (1, 1, 1), 0)
-                .validate("k")
-                .is_err()
-        );
+        let e = LaunchConfig::new((1, 1, 1), (64, 32, 1), 0).validate("k").expect_err("2048 threads");
+        assert!(e.to_string().contains("expected at most 1024 threads per block, found 2048"), "{e}");
+        assert!(LaunchConfig::new((1, 1, 1), (2048, 1, 1), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 1, 1), (1, 1, 65), 0).validate("k").is_err());
+        assert!(LaunchConfig::new((1, 65536, 1), (1, 1, 1), 0).validate("k").is_err());
         // Products that overflow u32 are still caught.
-        assert!(
-            LaunchConfig::new((1, 1, 1), (1024, 1024, 64), 0)
-                .validate("k")
-                .is_err()
-        );
+        assert!(LaunchConfig::new((1, 1, 1), (1024, 1024, 64), 0).validate("k").is_err());
     }
 
     #[test]
@@ -636,11 +495,7 @@ mod tests {
         assert!(check_shared_memory("k", 200 * 1024, 0, 227 * 1024).is_ok());
         let e = check_shared_memory("k", 227 * 1024, 1024, 227 * 1024).expect_err("over");
         assert!(matches!(e, RuntimeError::SharedMemory { .. }));
-        assert!(
-            e.to_string()
-                .contains("expected at most 232448 bytes in total"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("expected at most 232448 bytes in total"), "{e}");
         assert!(check_shared_memory("k", u32::MAX, u32::MAX, u32::MAX).is_err());
     }
 

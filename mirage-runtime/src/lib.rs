@@ -48,20 +48,18 @@ mod tensor;
 mod timing;
 
 pub use device::{
-    ComputeCapability, DeviceInfo, Gpu, Stream, TimingEvent, check_compute_capability,
-    check_ordinal, device_count, driver_available,
+    ComputeCapability, DeviceInfo, Gpu, Stream, TimingEvent, check_compute_capability, check_ordinal, device_count,
+    driver_available,
 };
 pub use error::RuntimeError;
 pub use kernel::{
-    DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig,
-    MAX_THREADS_PER_BLOCK, Module, ModuleImage, check_image, check_shared_memory,
+    DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig, MAX_THREADS_PER_BLOCK, Module,
+    ModuleImage, check_image, check_shared_memory,
 };
 pub use plan::{LaunchPlan, TensorSpec};
 pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors};
 pub use tensor::{DType, DeviceTensor, Element, Layout};
-pub use timing::{
-    L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with,
-};
+pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};
 
 /// The cudarc crate this runtime is built on, for what it does not wrap.
 pub use cudarc;

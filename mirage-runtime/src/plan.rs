@@ -38,8 +38,9 @@ impl Serialize for DType {
 impl<'de> Deserialize<'de> for DType {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        dtype_from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("expected an element type f16, bf16 or f32, found \"{name}\"")))
+        dtype_from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("expected an element type f16, bf16 or f32, found \"{name}\""))
+        })
     }
 }
 
@@ -230,7 +231,10 @@ impl LaunchPlan {
                 return fail(format!("expected {what} shapes of rank 1 to 4 without empty dims, found {:?}", t.shape));
             }
             if t.strides.len() != t.shape.len() {
-                return fail(format!("expected one stride per dim for {what} shape {:?}, found {:?}", t.shape, t.strides));
+                return fail(format!(
+                    "expected one stride per dim for {what} shape {:?}, found {:?}",
+                    t.shape, t.strides
+                ));
             }
             if what != "input" && !t.is_row_major() {
                 return fail(format!("expected a row-major {what}, found {t}"));
@@ -276,7 +280,13 @@ mod tests {
             outputs: vec![TensorSpec::row_major(&[4, 8], DType::F32)],
             buffers: vec![Buffer { desc: TensorSpec::row_major(&[4, 1], DType::F16) }],
             kernels: vec![
-                KernelLaunch { name: "p_k0".into(), grid: [4, 1, 1], threads: 128, smem_bytes: 0, args: vec![ArgRef::Input(0), ArgRef::Buffer(0)] },
+                KernelLaunch {
+                    name: "p_k0".into(),
+                    grid: [4, 1, 1],
+                    threads: 128,
+                    smem_bytes: 0,
+                    args: vec![ArgRef::Input(0), ArgRef::Buffer(0)],
+                },
                 KernelLaunch {
                     name: "p_k1".into(),
                     grid: [4, 1, 1],
@@ -303,7 +313,8 @@ mod tests {
         let mut p = plan();
         p.fingerprint.clear();
         p.input_names.clear();
-        let json = serde_json::to_string(&p).expect("serializes").replace(",\"fingerprint\":\"\",\"input_names\":[]", "");
+        let json =
+            serde_json::to_string(&p).expect("serializes").replace(",\"fingerprint\":\"\",\"input_names\":[]", "");
         assert!(!json.contains("fingerprint"), "{json}");
         assert_eq!(LaunchPlan::from_json(&json).expect("valid"), p);
         assert_eq!(p.input_name(0), "input 0");

@@ -199,7 +199,12 @@ impl AnyTensor {
     /// Uploads row-major `f32` values converted to the element type of `spec`, with the layout of
     /// `spec` (strided specs get a storage buffer of exactly the layout's size).
     pub fn upload_f32(stream: &Stream, spec: &TensorSpec, values: &[f32]) -> Result<AnyTensor, RuntimeError> {
-        fn storage<T: Copy>(spec: &TensorSpec, values: &[f32], zero: T, conv: impl Fn(f32) -> T) -> Result<Vec<T>, RuntimeError> {
+        fn storage<T: Copy>(
+            spec: &TensorSpec,
+            values: &[f32],
+            zero: T,
+            conv: impl Fn(f32) -> T,
+        ) -> Result<Vec<T>, RuntimeError> {
             let layout = crate::tensor::Layout::strided(&spec.shape, &spec.strides)?;
             if values.len() != layout.num_elements() {
                 return Err(RuntimeError::Length {
@@ -220,15 +225,21 @@ impl AnyTensor {
             Ok(out)
         }
         Ok(match spec.dtype {
-            DType::F16 => {
-                AnyTensor::F16(stream.upload_strided(&storage(spec, values, f16::ZERO, f16::from_f32)?, &spec.shape, &spec.strides)?)
-            }
+            DType::F16 => AnyTensor::F16(stream.upload_strided(
+                &storage(spec, values, f16::ZERO, f16::from_f32)?,
+                &spec.shape,
+                &spec.strides,
+            )?),
             DType::BF16 => AnyTensor::BF16(stream.upload_strided(
                 &storage(spec, values, bf16::ZERO, bf16::from_f32)?,
                 &spec.shape,
                 &spec.strides,
             )?),
-            DType::F32 => AnyTensor::F32(stream.upload_strided(&storage(spec, values, 0.0, |v| v)?, &spec.shape, &spec.strides)?),
+            DType::F32 => AnyTensor::F32(stream.upload_strided(
+                &storage(spec, values, 0.0, |v| v)?,
+                &spec.shape,
+                &spec.strides,
+            )?),
         })
     }
 
@@ -289,14 +300,22 @@ pub struct Program {
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Program").field("name", &self.artifacts.name).field("fingerprint", &self.artifacts.fingerprint).finish()
+        f.debug_struct("Program")
+            .field("name", &self.artifacts.name)
+            .field("fingerprint", &self.artifacts.fingerprint)
+            .finish()
     }
 }
 
 impl Program {
     /// A program from its build artifacts; nothing is parsed or loaded until first use.
     pub const fn new(artifacts: ProgramArtifacts) -> Program {
-        Program { module: Module::from_cubin(artifacts.name, artifacts.cubin), artifacts, plan: OnceLock::new(), kernels: OnceLock::new() }
+        Program {
+            module: Module::from_cubin(artifacts.name, artifacts.cubin),
+            artifacts,
+            plan: OnceLock::new(),
+            kernels: OnceLock::new(),
+        }
     }
 
     /// A program from a cubin and an already parsed plan (e.g. one of several plans sharing a
@@ -369,12 +388,19 @@ impl Program {
 
     /// [`Program::run`] for a program with `N` outputs, returned as an array (what `#[mugraph]`
     /// launchers use).
-    pub fn run_exact<const N: usize>(&'static self, stream: &Stream, inputs: &[TensorArg<'_>]) -> Result<[AnyTensor; N], RuntimeError> {
+    pub fn run_exact<const N: usize>(
+        &'static self,
+        stream: &Stream,
+        inputs: &[TensorArg<'_>],
+    ) -> Result<[AnyTensor; N], RuntimeError> {
         let plan = self.plan()?;
         if plan.outputs.len() != N {
             return Err(RuntimeError::Plan {
                 program: self.artifacts.name.to_owned(),
-                reason: format!("expected {N} outputs (the function's signature), found {} in the plan", plan.outputs.len()),
+                reason: format!(
+                    "expected {N} outputs (the function's signature), found {} in the plan",
+                    plan.outputs.len()
+                ),
             });
         }
         let outputs = self.run(stream, inputs)?;
@@ -387,7 +413,12 @@ impl Program {
 
     /// Runs the program into caller-allocated outputs (checked against the plan), allocating the
     /// intermediate buffers; useful to time launches without allocations, or to poison outputs.
-    pub fn run_into(&'static self, stream: &Stream, inputs: &[TensorArg<'_>], outputs: &mut [AnyTensor]) -> Result<(), RuntimeError> {
+    pub fn run_into(
+        &'static self,
+        stream: &Stream,
+        inputs: &[TensorArg<'_>],
+        outputs: &mut [AnyTensor],
+    ) -> Result<(), RuntimeError> {
         let mut buffers = self.alloc_buffers(stream)?;
         self.launch(stream, inputs, outputs, &mut buffers)
     }
@@ -464,7 +495,11 @@ pub fn check_tensors(plan: &LaunchPlan, found: &[TensorSpec]) -> Result<(), Runt
     if found.len() != plan.inputs.len() {
         return Err(RuntimeError::Mismatch {
             what: "the number of tensors passed to a program",
-            expected: format!("{} ({})", plan.inputs.len(), (0..plan.inputs.len()).map(|i| plan.input_name(i)).collect::<Vec<_>>().join(", ")),
+            expected: format!(
+                "{} ({})",
+                plan.inputs.len(),
+                (0..plan.inputs.len()).map(|i| plan.input_name(i)).collect::<Vec<_>>().join(", ")
+            ),
             found: found.len().to_string(),
         });
     }
@@ -488,7 +523,10 @@ pub fn check_tensor(program: &str, param: &str, want: &TensorSpec, got: &TensorS
     }
     if want.strides != got.strides {
         let layout = if want.is_row_major() { " (row-major)" } else { "" };
-        return fail(format!("strides {:?}{layout} for shape {:?}", want.strides, want.shape), format!("strides {:?}", got.strides));
+        return fail(
+            format!("strides {:?}{layout} for shape {:?}", want.strides, want.shape),
+            format!("strides {:?}", got.strides),
+        );
     }
     Ok(())
 }
@@ -592,7 +630,10 @@ mod tests {
     #[test]
     fn inputs_checked_before_any_cuda_call() {
         let p = program("00000000000000aa", "00000000000000aa");
-        let good = [TensorSpec::row_major(&[8, 64], DType::F16), TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 }];
+        let good = [
+            TensorSpec::row_major(&[8, 64], DType::F16),
+            TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 },
+        ];
         p.check_inputs(&good).expect("matching tensors");
 
         let mut bad = good.clone();
@@ -609,7 +650,10 @@ mod tests {
         let mut bad = good.clone();
         bad[1].strides = vec![32, 1];
         let e = p.check_inputs(&bad).expect_err("strides");
-        assert_eq!(e.to_string(), "`p`: parameter `w`: expected strides [1, 64] for shape [64, 32], found strides [32, 1]");
+        assert_eq!(
+            e.to_string(),
+            "`p`: parameter `w`: expected strides [1, 64] for shape [64, 32], found strides [32, 1]"
+        );
 
         let e = p.check_inputs(&good[..1]).expect_err("count");
         assert!(e.to_string().contains("expected 2 (x, w), found 1"), "{e}");
@@ -628,8 +672,13 @@ mod tests {
 
     #[test]
     fn invalid_plans_rejected() {
-        static BROKEN: Program =
-            Program::new(ProgramArtifacts { name: "broken", fingerprint: "", cubin: &[], plan_json: "{", mugraph_json: "" });
+        static BROKEN: Program = Program::new(ProgramArtifacts {
+            name: "broken",
+            fingerprint: "",
+            cubin: &[],
+            plan_json: "{",
+            mugraph_json: "",
+        });
         let e = BROKEN.plan().expect_err("invalid");
         assert!(e.to_string().starts_with("launch plan of `broken`: expected a launch plan in JSON"), "{e}");
     }

@@ -82,10 +82,7 @@ pub struct Layout {
 
 impl fmt::Debug for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Layout")
-            .field("shape", &self.shape())
-            .field("strides", &self.strides())
-            .finish()
+        f.debug_struct("Layout").field("shape", &self.shape()).field("strides", &self.strides()).finish()
     }
 }
 
@@ -102,10 +99,7 @@ impl Layout {
             strides[d] = acc;
             acc = acc
                 .checked_mul(shape[d])
-                .ok_or_else(|| RuntimeError::LayoutOverflow {
-                    shape: shape.to_vec(),
-                    strides: Vec::new(),
-                })?;
+                .ok_or_else(|| RuntimeError::LayoutOverflow { shape: shape.to_vec(), strides: Vec::new() })?;
         }
         Self::strided(shape, &strides[..shape.len()])
     }
@@ -115,39 +109,22 @@ impl Layout {
     pub fn strided(shape: &[usize], strides: &[usize]) -> Result<Layout, RuntimeError> {
         check_shape(shape)?;
         if strides.len() != shape.len() {
-            return Err(RuntimeError::StridesRank {
-                shape: shape.to_vec(),
-                strides: strides.to_vec(),
-            });
+            return Err(RuntimeError::StridesRank { shape: shape.to_vec(), strides: strides.to_vec() });
         }
-        let overflow = || RuntimeError::LayoutOverflow {
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-        };
+        let overflow = || RuntimeError::LayoutOverflow { shape: shape.to_vec(), strides: strides.to_vec() };
         let mut max_offset = 0usize;
         for (dim, (&size, &stride)) in shape.iter().zip(strides).enumerate() {
             if size > 1 && stride == 0 {
-                return Err(RuntimeError::ZeroStride {
-                    shape: shape.to_vec(),
-                    strides: strides.to_vec(),
-                    dim,
-                });
+                return Err(RuntimeError::ZeroStride { shape: shape.to_vec(), strides: strides.to_vec(), dim });
             }
             let span = (size - 1).checked_mul(stride).ok_or_else(overflow)?;
             max_offset = max_offset.checked_add(span).ok_or_else(overflow)?;
         }
         // Every element count must fit too.
-        shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(overflow)?;
+        shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(overflow)?;
         let storage_len = max_offset.checked_add(1).ok_or_else(overflow)?;
-        let mut layout = Layout {
-            rank: shape.len(),
-            shape: [1; Self::MAX_RANK],
-            strides: [0; Self::MAX_RANK],
-            storage_len,
-        };
+        let mut layout =
+            Layout { rank: shape.len(), shape: [1; Self::MAX_RANK], strides: [0; Self::MAX_RANK], storage_len };
         layout.shape[..shape.len()].copy_from_slice(shape);
         layout.strides[..shape.len()].copy_from_slice(strides);
         Ok(layout)
@@ -204,11 +181,7 @@ impl Layout {
     /// [`Layout::storage_len`] otherwise.
     pub fn check_host_len(&self, found: usize) -> Result<(), RuntimeError> {
         if self.is_row_major() {
-            if found == self.num_elements() {
-                Ok(())
-            } else {
-                Err(self.length_error("host data", found, false))
-            }
+            if found == self.num_elements() { Ok(()) } else { Err(self.length_error("host data", found, false)) }
         } else {
             self.check_storage_len("host data", found)
         }
@@ -216,11 +189,7 @@ impl Layout {
 
     /// Checks that a buffer of `found` elements covers every offset of this layout.
     pub fn check_storage_len(&self, what: &'static str, found: usize) -> Result<(), RuntimeError> {
-        if found >= self.storage_len {
-            Ok(())
-        } else {
-            Err(self.length_error(what, found, true))
-        }
+        if found >= self.storage_len { Ok(()) } else { Err(self.length_error(what, found, true)) }
     }
 
     fn length_error(&self, what: &'static str, found: usize, at_least: bool) -> RuntimeError {
@@ -228,11 +197,7 @@ impl Layout {
             what,
             shape: self.shape().to_vec(),
             strides: self.strides().to_vec(),
-            expected: if at_least {
-                self.storage_len
-            } else {
-                self.num_elements()
-            },
+            expected: if at_least { self.storage_len } else { self.num_elements() },
             at_least,
             found,
         }
@@ -241,15 +206,10 @@ impl Layout {
 
 fn check_shape(shape: &[usize]) -> Result<(), RuntimeError> {
     if shape.is_empty() || shape.len() > Layout::MAX_RANK {
-        return Err(RuntimeError::Rank {
-            shape: shape.to_vec(),
-        });
+        return Err(RuntimeError::Rank { shape: shape.to_vec() });
     }
     if let Some(dim) = shape.iter().position(|&d| d == 0) {
-        return Err(RuntimeError::EmptyDimension {
-            shape: shape.to_vec(),
-            dim,
-        });
+        return Err(RuntimeError::EmptyDimension { shape: shape.to_vec(), dim });
     }
     Ok(())
 }
@@ -320,10 +280,7 @@ impl<T: Element> DeviceTensor<T> {
 
     /// Downloads the storage on the stream the tensor was allocated on and waits for it.
     pub fn to_host(&self) -> Result<Vec<T>, RuntimeError> {
-        crate::device::Stream {
-            inner: self.data.stream().clone(),
-        }
-        .download(self)
+        crate::device::Stream { inner: self.data.stream().clone() }.download(self)
     }
 }
 
@@ -345,29 +302,17 @@ mod tests {
 
     #[test]
     fn rank_limits() {
-        assert!(matches!(
-            Layout::row_major(&[]),
-            Err(RuntimeError::Rank { .. })
-        ));
-        assert!(matches!(
-            Layout::row_major(&[1, 2, 3, 4, 5]),
-            Err(RuntimeError::Rank { .. })
-        ));
+        assert!(matches!(Layout::row_major(&[]), Err(RuntimeError::Rank { .. })));
+        assert!(matches!(Layout::row_major(&[1, 2, 3, 4, 5]), Err(RuntimeError::Rank { .. })));
         assert!(Layout::row_major(&[1, 2, 3, 4]).is_ok());
         let e = Layout::row_major(&[1, 2, 3, 4, 5]).expect_err("rank 5");
-        assert!(
-            e.to_string().contains("expected rank 1 to 4, found rank 5"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("expected rank 1 to 4, found rank 5"), "{e}");
     }
 
     #[test]
     fn zero_dimension_rejected() {
         let e = Layout::row_major(&[4, 0]).expect_err("empty dim");
-        assert!(
-            matches!(e, RuntimeError::EmptyDimension { dim: 1, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, RuntimeError::EmptyDimension { dim: 1, .. }), "{e}");
     }
 
     #[test]
@@ -385,33 +330,17 @@ mod tests {
         assert!(l.check_host_len(11).is_ok());
         assert!(l.check_host_len(16).is_ok());
         let e = l.check_host_len(10).expect_err("too short");
-        assert!(
-            e.to_string()
-                .contains("expected at least 11 elements, found 10"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("expected at least 11 elements, found 10"), "{e}");
     }
 
     #[test]
     fn bad_strides_rejected() {
-        assert!(matches!(
-            Layout::strided(&[2, 3], &[3]),
-            Err(RuntimeError::StridesRank { .. })
-        ));
-        assert!(matches!(
-            Layout::strided(&[2, 3], &[0, 1]),
-            Err(RuntimeError::ZeroStride { dim: 0, .. })
-        ));
+        assert!(matches!(Layout::strided(&[2, 3], &[3]), Err(RuntimeError::StridesRank { .. })));
+        assert!(matches!(Layout::strided(&[2, 3], &[0, 1]), Err(RuntimeError::ZeroStride { dim: 0, .. })));
         // A zero stride on a size-1 dimension is harmless.
         assert!(Layout::strided(&[1, 3], &[0, 1]).is_ok());
-        assert!(matches!(
-            Layout::strided(&[2, 3], &[usize::MAX, 1]),
-            Err(RuntimeError::LayoutOverflow { .. })
-        ));
-        assert!(matches!(
-            Layout::row_major(&[usize::MAX, 2]),
-            Err(RuntimeError::LayoutOverflow { .. })
-        ));
+        assert!(matches!(Layout::strided(&[2, 3], &[usize::MAX, 1]), Err(RuntimeError::LayoutOverflow { .. })));
+        assert!(matches!(Layout::row_major(&[usize::MAX, 2]), Err(RuntimeError::LayoutOverflow { .. })));
     }
 
     #[test]
@@ -419,20 +348,9 @@ mod tests {
         let l = Layout::row_major(&[8, 16]).expect("valid");
         assert!(l.check_host_len(128).is_ok());
         let e = l.check_host_len(127).expect_err("short");
-        assert!(
-            e.to_string().contains("expected 128 elements, found 127"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("expected 128 elements, found 127"), "{e}");
         let e = l.check_host_len(129).expect_err("long");
-        assert!(matches!(
-            e,
-            RuntimeError::Length {
-                expected: 128,
-                found: 129,
-                at_least: false,
-                ..
-            }
-        ));
+        assert!(matches!(e, RuntimeError::Length { expected: 128, found: 129, at_least: false, .. }));
     }
 
     #[test]

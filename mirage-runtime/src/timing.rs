@@ -27,29 +27,16 @@ impl TimingStats {
     /// finite.
     pub fn from_samples(samples_us: &[f64]) -> Result<TimingStats, RuntimeError> {
         if samples_us.is_empty() {
-            return Err(RuntimeError::Timing(
-                "expected at least one sample, found none".to_owned(),
-            ));
+            return Err(RuntimeError::Timing("expected at least one sample, found none".to_owned()));
         }
         if let Some(bad) = samples_us.iter().find(|s| !s.is_finite() || **s < 0.0) {
-            return Err(RuntimeError::Timing(format!(
-                "expected finite non-negative samples, found {bad}"
-            )));
+            return Err(RuntimeError::Timing(format!("expected finite non-negative samples, found {bad}")));
         }
         let mut sorted = samples_us.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median_us = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        Ok(TimingStats {
-            median_us,
-            min_us: sorted[0],
-            max_us: sorted[n - 1],
-            samples: n,
-        })
+        let median_us = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        Ok(TimingStats { median_us, min_us: sorted[0], max_us: sorted[n - 1], samples: n })
     }
 }
 
@@ -78,9 +65,7 @@ impl L2Flush {
             stream
                 .raw()
                 .alloc_zeros::<u8>(bytes)
-                .map_err(RuntimeError::driver(format!(
-                    "allocating a {bytes}-byte L2 flush buffer"
-                )))
+                .map_err(RuntimeError::driver(format!("allocating a {bytes}-byte L2 flush buffer")))
         })?;
         Ok(L2Flush { buffer })
     }
@@ -92,10 +77,7 @@ impl L2Flush {
 
     /// Queues a write of the whole buffer on `stream`.
     pub fn flush(&mut self, stream: &Stream) -> Result<(), RuntimeError> {
-        stream
-            .raw()
-            .memset_zeros(&mut self.buffer)
-            .map_err(RuntimeError::driver("writing the L2 flush buffer"))
+        stream.raw().memset_zeros(&mut self.buffer).map_err(RuntimeError::driver("writing the L2 flush buffer"))
     }
 }
 
@@ -113,11 +95,7 @@ pub fn time_median<F>(
 where
     F: FnMut() -> Result<(), RuntimeError>,
 {
-    let mut flush = if flush_l2 {
-        Some(L2Flush::new(stream)?)
-    } else {
-        None
-    };
+    let mut flush = if flush_l2 { Some(L2Flush::new(stream)?) } else { None };
     time_median_with(stream, warmup, iters, flush.as_mut(), f)
 }
 
@@ -134,9 +112,7 @@ where
     F: FnMut() -> Result<(), RuntimeError>,
 {
     if iters == 0 {
-        return Err(RuntimeError::Timing(
-            "expected at least one timed iteration, found 0".to_owned(),
-        ));
+        return Err(RuntimeError::Timing("expected at least one timed iteration, found 0".to_owned()));
     }
     for _ in 0..warmup {
         f()?;
@@ -154,10 +130,8 @@ where
         end.record(stream)?;
     }
     stream.synchronize()?;
-    let samples = events
-        .iter()
-        .map(|(start, end)| start.elapsed_us(end))
-        .collect::<Result<Vec<f64>, RuntimeError>>()?;
+    let samples =
+        events.iter().map(|(start, end)| start.elapsed_us(end)).collect::<Result<Vec<f64>, RuntimeError>>()?;
     TimingStats::from_samples(&samples)
 }
 
@@ -168,10 +142,7 @@ mod tests {
     #[test]
     fn median_of_odd_and_even_counts() {
         let s = TimingStats::from_samples(&[5.0, 1.0, 3.0]).expect("valid");
-        assert_eq!(
-            (s.median_us, s.min_us, s.max_us, s.samples),
-            (3.0, 1.0, 5.0, 3)
-        );
+        assert_eq!((s.median_us, s.min_us, s.max_us, s.samples), (3.0, 1.0, 5.0, 3));
         let s = TimingStats::from_samples(&[4.0, 1.0, 3.0, 2.0]).expect("valid");
         assert_eq!(s.median_us, 2.5);
     }

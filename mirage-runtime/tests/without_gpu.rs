@@ -1,8 +1,8 @@
 //! Tests that run everywhere, CI included (no GPU, usually no driver).
 
 use mirage_runtime::{
-    ComputeCapability, Gpu, Layout, RuntimeError, check_compute_capability, check_ordinal,
-    device_count, driver_available,
+    ComputeCapability, Gpu, Layout, RuntimeError, check_compute_capability, check_ordinal, device_count,
+    driver_available,
 };
 
 #[test]
@@ -10,15 +10,8 @@ fn opening_a_device_without_a_driver_is_an_error_not_a_panic() {
     if driver_available() {
         // A machine with a driver: a non-existent ordinal must still be an Err naming it.
         match Gpu::new(10_000) {
-            Err(RuntimeError::NoDevice {
-                ordinal: 10_000,
-                count,
-            }) => {
-                let msg = RuntimeError::NoDevice {
-                    ordinal: 10_000,
-                    count,
-                }
-                .to_string();
+            Err(RuntimeError::NoDevice { ordinal: 10_000, count }) => {
+                let msg = RuntimeError::NoDevice { ordinal: 10_000, count }.to_string();
                 assert!(msg.contains("ordinal 10000"), "{msg}");
             }
             other => panic!("expected NoDevice for ordinal 10000, found {other:?}"),
@@ -26,15 +19,8 @@ fn opening_a_device_without_a_driver_is_an_error_not_a_panic() {
         return;
     }
     let err = Gpu::new(0).expect_err("no driver on this machine");
-    assert!(
-        matches!(err, RuntimeError::NoDriver),
-        "expected NoDriver, found {err:?}"
-    );
-    assert!(
-        err.to_string()
-            .contains("no CUDA driver library (libcuda) found"),
-        "{err}"
-    );
+    assert!(matches!(err, RuntimeError::NoDriver), "expected NoDriver, found {err:?}");
+    assert!(err.to_string().contains("no CUDA driver library (libcuda) found"), "{err}");
     assert!(matches!(device_count(), Err(RuntimeError::NoDriver)));
     assert!(matches!(Gpu::new(usize::MAX), Err(RuntimeError::NoDriver)));
 }
@@ -44,8 +30,7 @@ fn ordinal_and_capability_checks() {
     assert!(check_ordinal(0, 1).is_ok());
     let e = check_ordinal(2, 2).expect_err("out of range");
     assert!(
-        e.to_string().contains("no CUDA device with ordinal 2")
-            && e.to_string().contains("found 2 device(s)"),
+        e.to_string().contains("no CUDA device with ordinal 2") && e.to_string().contains("found 2 device(s)"),
         "{e}"
     );
     let e = check_ordinal(0, 0).expect_err("no devices");
@@ -54,13 +39,9 @@ fn ordinal_and_capability_checks() {
     let min = Gpu::MIN_COMPUTE_CAPABILITY;
     assert!(check_compute_capability(0, "H200", ComputeCapability::new(9, 0), min).is_ok());
     assert!(check_compute_capability(0, "A100", ComputeCapability::new(8, 0), min).is_ok());
-    let e = check_compute_capability(0, "V100", ComputeCapability::new(7, 0), min)
-        .expect_err("too old");
+    let e = check_compute_capability(0, "V100", ComputeCapability::new(7, 0), min).expect_err("too old");
     let msg = e.to_string();
-    assert!(
-        msg.contains("V100") && msg.contains("7.0") && msg.contains("expected at least 8.0"),
-        "{msg}"
-    );
+    assert!(msg.contains("V100") && msg.contains("7.0") && msg.contains("expected at least 8.0"), "{msg}");
 }
 
 #[test]
@@ -68,10 +49,7 @@ fn host_length_mismatch_names_expected_and_found() {
     let layout = Layout::row_major(&[4, 4096]).expect("valid shape");
     let err = layout.check_host_len(4095 * 4).expect_err("short");
     let msg = err.to_string();
-    assert!(
-        msg.contains("expected 16384 elements, found 16380"),
-        "{msg}"
-    );
+    assert!(msg.contains("expected 16384 elements, found 16380"), "{msg}");
     assert!(msg.contains("[4, 4096]"), "{msg}");
 }
 

@@ -14,18 +14,25 @@ use criterion::Criterion;
 use mirage::cost::estimate;
 use mirage::ir::DType;
 use mirage::search::benchmarks::benchmark_set;
-use mirage::search::{candidates, superoptimize, superoptimize_with, NoPruning, SearchConfig};
+use mirage::search::{NoPruning, SearchConfig, candidates, superoptimize, superoptimize_with};
 
 fn table(filter: &str) {
     let cfg = SearchConfig::default();
-    println!("{:20} {:>8} {:>8} {:>7} {:>9} {:>10}   Mirage best", "program", "search s", "verify s", "kernels", "cost µs", "states");
+    println!(
+        "{:20} {:>8} {:>8} {:>7} {:>9} {:>10}   Mirage best",
+        "program", "search s", "verify s", "kernels", "cost µs", "states"
+    );
     for b in benchmark_set().expect("programs").iter().filter(|b| b.name.contains(filter)) {
         let t = Instant::now();
         match superoptimize(&b.program, &cfg, None) {
             Ok(r) => {
                 let mirage = b.golden.and_then(|g| g.candidates().ok()).map(|cands| {
                     let k = cands.iter().map(|c| c.num_kernels()).min().unwrap_or(0);
-                    let c = cands.iter().filter_map(|c| estimate(c, &cfg.arch).ok()).map(|r| r.total_us).fold(f64::INFINITY, f64::min);
+                    let c = cands
+                        .iter()
+                        .filter_map(|c| estimate(c, &cfg.arch).ok())
+                        .map(|r| r.total_us)
+                        .fold(f64::INFINITY, f64::min);
                     format!("{k} kernel(s) {c:.2} µs")
                 });
                 println!(
@@ -49,7 +56,13 @@ fn ablation() {
     let program = mirage::programs::rmsnorm_linear(2, 4096, 6144, DType::F16).expect("program");
     println!("\nablation, rmsnorm_linear_bs1, one kernel:");
     for ops in [4, 5, 6] {
-        let cfg = SearchConfig { max_kernels: 1, max_block_ops: ops, budget: Duration::from_secs(60), verify_top: 1, ..SearchConfig::default() };
+        let cfg = SearchConfig {
+            max_kernels: 1,
+            max_block_ops: ops,
+            budget: Duration::from_secs(60),
+            verify_top: 1,
+            ..SearchConfig::default()
+        };
         let on = superoptimize(&program, &cfg, None);
         let off = superoptimize_with(&program, &SearchConfig { pruning: false, ..cfg.clone() }, None, Some(&NoPruning));
         let show = |r: &Result<mirage::search::SearchResult, mirage::search::SearchError>| match r {
@@ -73,7 +86,11 @@ fn main() {
     if filter.is_empty() || "rmsnorm_linear_bs1".contains(&filter) {
         ablation();
     }
-    let mut c = Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(5)).configure_from_args();
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
     let mut group = c.benchmark_group("search");
     for b in benchmark_set().expect("programs").into_iter().filter(|b| b.name.contains(&filter)) {
         let cfg = SearchConfig::default();

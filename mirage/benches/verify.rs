@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mirage::absexpr::{build, OracleConfig, SubexprOracle};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use mirage::absexpr::{OracleConfig, SubexprOracle, build};
 use mirage::eval::evaluate;
 use mirage::fingerprint::{FieldDomain, FingerprintContext, VerifyConfig};
 use mirage::programs::golden_cases;

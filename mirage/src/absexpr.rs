@@ -108,7 +108,7 @@ impl fmt::Display for Expr {
 
 /// Builders that apply the size rules of sums (`sum(1, x) = x`, `sum(a, sum(b, x)) = sum(a·b, x)`).
 pub mod build {
-    use super::{Expr, E};
+    use super::{E, Expr};
     use std::sync::Arc;
 
     /// Program input `i`.
@@ -162,7 +162,9 @@ impl Expr {
             Expr::Opaque => true,
             Expr::Var(_) | Expr::Const(_) => false,
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => a.is_opaque() || b.is_opaque(),
-            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => a.is_opaque(),
+            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => {
+                a.is_opaque()
+            }
             Expr::Clamp(_, _, a) | Expr::Sum(_, a) => a.is_opaque(),
         }
     }
@@ -339,7 +341,8 @@ fn block_exprs(bg: &BlockGraph, inputs: &[E], kernel_node: usize) -> Result<(Vec
     let mut tiles: Vec<Vec<E>> = Vec::with_capacity(bg.nodes().len());
     let mut outs = Vec::new();
     for node in bg.nodes() {
-        let args = node.inputs.iter().map(|&t| operand(&tiles, kernel_node, t).cloned()).collect::<Result<Vec<E>, _>>()?;
+        let args =
+            node.inputs.iter().map(|&t| operand(&tiles, kernel_node, t).cloned()).collect::<Result<Vec<E>, _>>()?;
         let shape = |i: usize| bg.tile(node.inputs[i]).map(|t| t.shape.clone()).unwrap_or_default();
         let last = |i: usize| shape(i).last().copied().unwrap_or(1) as u64;
         let produced = match &node.op {
@@ -442,7 +445,13 @@ impl SubexprOracle {
 
     /// An oracle for explicit target expressions over `num_vars` inputs.
     pub fn from_targets(targets: Vec<E>, num_vars: usize, cfg: OracleConfig) -> Self {
-        SubexprOracle { targets, num_vars, cfg, memo: Mutex::new(HashMap::new()), stats: Mutex::new(OracleStats::default()) }
+        SubexprOracle {
+            targets,
+            num_vars,
+            cfg,
+            memo: Mutex::new(HashMap::new()),
+            stats: Mutex::new(OracleStats::default()),
+        }
     }
 
     /// The target expressions (the program's outputs).

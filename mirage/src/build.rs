@@ -222,7 +222,16 @@ impl Default for Builder {
 impl Builder {
     /// No files yet; defaults for everything else.
     pub fn new() -> Builder {
-        Builder { files: Vec::new(), out_dir: None, arch: None, cargo_directives: true, kernel_options: KernelOptions::default(), nvcc: None, search: None, cache_dir: None }
+        Builder {
+            files: Vec::new(),
+            out_dir: None,
+            arch: None,
+            cargo_directives: true,
+            kernel_options: KernelOptions::default(),
+            nvcc: None,
+            search: None,
+            cache_dir: None,
+        }
     }
 
     /// Adds a source file (relative paths are relative to the package root, the build script's
@@ -306,12 +315,14 @@ impl Builder {
             None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or(BuildError::NoOutDir)?),
         };
         let artifact_dir = out_dir.join(ARTIFACT_DIR);
-        std::fs::create_dir_all(&artifact_dir).map_err(|source| BuildError::Io { path: artifact_dir.clone(), source })?;
+        std::fs::create_dir_all(&artifact_dir)
+            .map_err(|source| BuildError::Io { path: artifact_dir.clone(), source })?;
         let env_arch = std::env::var(nvcc::ARCH_ENV).ok();
-        let arch = nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| BuildError::Nvcc {
-            at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
-            source,
-        })?;
+        let arch =
+            nvcc::resolve_arch(self.arch.as_deref(), env_arch.as_deref()).map_err(|source| BuildError::Nvcc {
+                at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
+                source,
+            })?;
 
         let started = Instant::now();
         let mut jobs = Vec::new();
@@ -327,7 +338,11 @@ impl Builder {
             }
         }
         if started.elapsed() > SLOW_STEP {
-            self.say(&format!("cargo:warning=mirage: parsed and lowered {} programs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64()));
+            self.say(&format!(
+                "cargo:warning=mirage: parsed and lowered {} programs in {:.1} s",
+                jobs.len(),
+                started.elapsed().as_secs_f64()
+            ));
         }
         self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
         let search_cfg = match &self.search {
@@ -346,13 +361,20 @@ impl Builder {
         };
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
             .par_iter()
-            .map(|(file, line_column, program)| self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, &search_cfg, &cache))
+            .map(|(file, line_column, program)| {
+                self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, &search_cfg, &cache)
+            })
             .collect();
         let mut programs = Vec::with_capacity(results.len());
         for r in results {
             let built = r?;
             if !built.searched {
-                self.say(&format!("cargo:warning=mirage: `{}` ({}): {}", built.path(), built.file.display(), built.search_report.lines().next().unwrap_or("")));
+                self.say(&format!(
+                    "cargo:warning=mirage: `{}` ({}): {}",
+                    built.path(),
+                    built.file.display(),
+                    built.search_report.lines().next().unwrap_or("")
+                ));
             }
             for note in built.search_report.lines().filter(|l| l.starts_with("note: ")) {
                 self.say(&format!("cargo:warning=mirage: `{}`: {}", built.path(), &note[6..]));
@@ -399,27 +421,42 @@ impl Builder {
         cache: &Cache,
     ) -> Result<BuiltProgram, BuildError> {
         let started = Instant::now();
-        let at = || Box::new(FnLocation { file: file.display().to_string(), line, column, function: qualified(&program.module_path, &program.name) });
+        let at = || {
+            Box::new(FnLocation {
+                file: file.display().to_string(),
+                line,
+                column,
+                function: qualified(&program.module_path, &program.name),
+            })
+        };
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
-        let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(&program.graph, search_cfg, Some(cache)) {
+        let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(
+            &program.graph,
+            search_cfg,
+            Some(cache),
+        ) {
             Ok(result) => (result.best.graph.clone(), result.to_string(), result.summary(), true, result.from_cache),
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
                 return Err(BuildError::Search { at: at(), source });
             }
             Err(e) => {
-                let report = format!("not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n");
+                let report = format!(
+                    "not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n"
+                );
                 (program.graph.clone(), report.clone(), report, false, false)
             }
         };
-        let mugraph = codegen::default_blocks::lower_to_blocks(&chosen).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
+        let mugraph =
+            codegen::default_blocks::lower_to_blocks(&chosen).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
         let kernel_prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options).map_err(codegen_err)?;
         generated.plan.name = program.name.clone();
         generated.plan.fingerprint = program.fingerprint_hash.clone();
         generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
         generated.plan.search_report = Some(plan_report);
-        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts).map_err(|source| BuildError::Nvcc { at: at(), source })?;
+        let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts)
+            .map_err(|source| BuildError::Nvcc { at: at(), source })?;
         let paths = ArtifactPaths {
             cubin: artifact_dir.join(format!("{stem}.cubin")),
             plan: artifact_dir.join(format!("{stem}.plan.json")),
@@ -460,10 +497,14 @@ impl From<LowerError> for BuildError {
 /// `CARGO_MANIFEST_DIR` (or the current directory) upwards whose Cargo.toml declares
 /// `[workspace]`; the package directory itself when none does.
 pub fn workspace_root() -> PathBuf {
-    let start = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("."));
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("."));
     let mut root = start.clone();
     for dir in start.ancestors() {
-        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
+        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml"))
+            .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
         if is_workspace {
             root = dir.to_path_buf();
         }
@@ -542,7 +583,12 @@ mod tests {
         let dir = temp_dir("errors");
         let file = dir.join("kernels.rs");
         std::fs::write(&file, KERNELS).expect("write");
-        let builder = Builder::new().file(&file).out_dir(&dir).cache_dir(dir.join(".mirage")).cargo_directives(false).nvcc(dir.join("no-such-nvcc"));
+        let builder = Builder::new()
+            .file(&file)
+            .out_dir(&dir)
+            .cache_dir(dir.join(".mirage"))
+            .cargo_directives(false)
+            .nvcc(dir.join("no-such-nvcc"));
         let e = builder.compile().expect_err("no nvcc there");
         let msg = e.to_string();
         assert!(msg.contains(&format!("{}:5:8: `inner::double`", file.display())), "{msg}");
@@ -574,29 +620,37 @@ mod tests {
         assert_eq!(built.line_column, (5, 8));
         assert!(built.stem.starts_with("double-") && built.stem.len() == "double-".len() + 16, "{}", built.stem);
         assert_eq!(built.paths.cubin, dir.join("mirage").join(format!("{}.cubin", built.stem)));
-        let plan = mirage_runtime::LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan).expect("plan")).expect("valid plan");
+        let plan = mirage_runtime::LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan).expect("plan"))
+            .expect("valid plan");
         assert_eq!(plan.fingerprint, built.fingerprint_hash);
         assert_eq!(plan.input_names, ["x"]);
-        let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph")).expect("valid µGraph");
+        let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph"))
+            .expect("valid µGraph");
         assert_eq!(mugraph.num_kernels(), plan.kernels.len());
         assert!(std::fs::read(&built.paths.cubin).expect("cubin").starts_with(b"\x7fELF"));
         assert!(std::fs::read_to_string(&built.paths.cuda).expect("source").contains("__global__"));
         // Searched (costed for the A100), recorded in the plan, stored in the cache.
         assert!(built.searched && !built.from_cache, "{}", built.search_report);
-        assert!(built.search_report.contains("chosen µGraph") && built.search_report.contains("on sm_80"), "{}", built.search_report);
+        assert!(
+            built.search_report.contains("chosen µGraph") && built.search_report.contains("on sm_80"),
+            "{}",
+            built.search_report
+        );
         let recorded = plan.search_report.as_deref().expect("the plan records the search");
         assert!(recorded.starts_with("chosen µGraph") && built.search_report.contains(recorded), "{recorded}");
         assert_eq!(std::fs::read_dir(&cache).expect("cache dir").count(), 1);
 
         // A second build rewrites nothing and takes the µGraph from the cache.
         let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
-        let before: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
+        let before: Vec<_> =
+            [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         std::thread::sleep(Duration::from_millis(20));
         let again = builder.compile().unwrap_or_else(|e| panic!("{e}"));
         assert!(again.programs[0].nvcc_cached);
         assert!(again.programs[0].from_cache, "{}", again.programs[0].search_report);
         assert_eq!(again.programs[0].mugraph.canonical_hash(), built.mugraph.canonical_hash());
-        let after: Vec<_> = [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
+        let after: Vec<_> =
+            [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         assert_eq!(before, after);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -618,7 +672,10 @@ mod tests {
         let e = builder.compile().expect_err("offline, nothing cached");
         let msg = e.to_string();
         assert!(matches!(e, BuildError::Search { .. }), "{msg}");
-        assert!(msg.contains("MIRAGE_OFFLINE=1") && msg.contains("`inner::double`") && msg.contains(".mirage"), "{msg}");
+        assert!(
+            msg.contains("MIRAGE_OFFLINE=1") && msg.contains("`inner::double`") && msg.contains(".mirage"),
+            "{msg}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -37,7 +37,9 @@ pub struct CacheKey {
 impl CacheKey {
     /// The entry's file name.
     pub fn file_name(&self) -> String {
-        let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect::<String>();
+        let clean = |s: &str| {
+            s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect::<String>()
+        };
         format!("{}-{}-{}.json", self.program_hash.to_hex(), clean(&self.arch), clean(&self.search_version))
     }
 }
@@ -83,8 +85,16 @@ pub struct CacheEntry {
 
 impl CacheEntry {
     /// A new entry for `key` holding `mugraph`.
-    pub fn new(key: &CacheKey, mugraph: &KernelGraph, cost_us: f64, top: Vec<CachedCandidate>) -> Result<Self, CacheError> {
-        let value = serde_json::from_str(&mugraph.to_json()).map_err(|e| CacheError::Corrupt { path: PathBuf::new(), reason: format!("serializing the µGraph: {e}") })?;
+    pub fn new(
+        key: &CacheKey,
+        mugraph: &KernelGraph,
+        cost_us: f64,
+        top: Vec<CachedCandidate>,
+    ) -> Result<Self, CacheError> {
+        let value = serde_json::from_str(&mugraph.to_json()).map_err(|e| CacheError::Corrupt {
+            path: PathBuf::new(),
+            reason: format!("serializing the µGraph: {e}"),
+        })?;
         Ok(CacheEntry {
             format: CACHE_FORMAT.into(),
             version: CACHE_VERSION,
@@ -169,9 +179,15 @@ impl Cache {
         let corrupt = |reason: String| CacheError::Corrupt { path: path.clone(), reason };
         let entry: CacheEntry = serde_json::from_str(&text).map_err(|e| corrupt(format!("not a cache entry: {e}")))?;
         if entry.format != CACHE_FORMAT || entry.version != CACHE_VERSION {
-            return Err(corrupt(format!("format {:?} version {}, expected {CACHE_FORMAT:?} version {CACHE_VERSION}", entry.format, entry.version)));
+            return Err(corrupt(format!(
+                "format {:?} version {}, expected {CACHE_FORMAT:?} version {CACHE_VERSION}",
+                entry.format, entry.version
+            )));
         }
-        if entry.program_hash != key.program_hash.to_hex() || entry.arch != key.arch || entry.search_version != key.search_version {
+        if entry.program_hash != key.program_hash.to_hex()
+            || entry.arch != key.arch
+            || entry.search_version != key.search_version
+        {
             return Err(corrupt(format!(
                 "the entry is for program {} on {} (search {}), not this key",
                 entry.program_hash, entry.arch, entry.search_version
@@ -185,7 +201,8 @@ impl Cache {
     pub fn store(&self, key: &CacheKey, entry: &CacheEntry) -> Result<PathBuf, CacheError> {
         std::fs::create_dir_all(&self.dir).map_err(|source| CacheError::Io { path: self.dir.clone(), source })?;
         let path = self.path(key);
-        let text = serde_json::to_string_pretty(entry).map_err(|e| CacheError::Corrupt { path: path.clone(), reason: format!("serializing: {e}") })?;
+        let text = serde_json::to_string_pretty(entry)
+            .map_err(|e| CacheError::Corrupt { path: path.clone(), reason: format!("serializing: {e}") })?;
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let tmp = self.dir.join(format!(".{}.tmp.{}.{nanos}", key.file_name(), std::process::id()));
         let write = || -> std::io::Result<()> {

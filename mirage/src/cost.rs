@@ -21,8 +21,8 @@
 use std::fmt;
 
 use crate::codegen::default_blocks::default_block_graph;
-use crate::codegen::{generate_kernel, CodegenError, KernelOptions};
-use crate::ir::{num_elements, AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc};
+use crate::codegen::{CodegenError, KernelOptions, generate_kernel};
+use crate::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc, num_elements};
 
 /// Constants of a GPU architecture.
 #[derive(Clone, Debug, PartialEq)]
@@ -241,7 +241,9 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
     for n in bg.nodes() {
         for t in &n.outputs {
             match n.op {
-                BlockOp::Input { forloop_dim: Some(_), .. } if looped => per_stage += num_elements(&t.shape) * t.dtype.size_bytes(),
+                BlockOp::Input { forloop_dim: Some(_), .. } if looped => {
+                    per_stage += num_elements(&t.shape) * t.dtype.size_bytes()
+                }
                 BlockOp::Input { .. } => fixed += num_elements(&t.shape) * t.dtype.size_bytes(),
                 _ => fixed += num_elements(&t.shape) * 4,
             }
@@ -318,7 +320,13 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
                     BlockOp::Unary { .. } | BlockOp::RmsNorm { .. } => 4.0,
                     _ => 1.0,
                 };
-                let elems: usize = node.inputs.iter().filter_map(|&t| bg.tile(t).ok()).map(|t| num_elements(&t.shape)).max().unwrap_or(0);
+                let elems: usize = node
+                    .inputs
+                    .iter()
+                    .filter_map(|&t| bg.tile(t).ok())
+                    .map(|t| num_elements(&t.shape))
+                    .max()
+                    .unwrap_or(0);
                 fma += weight * elems as f64 * execs * blocks as f64;
             }
         }
@@ -337,7 +345,13 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             smem: arch.smem_per_block + 1,
             blocks_per_sm: 0,
             us: f64::INFINITY,
-            why: format!("grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block", bg.grid(), bg.threads(), frange, arch.smem_per_block / 1024),
+            why: format!(
+                "grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block",
+                bg.grid(),
+                bg.threads(),
+                frange,
+                arch.smem_per_block / 1024
+            ),
         };
     };
     let by_smem = arch.smem_per_sm.checked_div(smem).unwrap_or(arch.max_blocks_per_sm);
@@ -362,7 +376,8 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         let warp_share = (warps_per_sm / arch.bandwidth_warps.max(1) as f64).min(1.0);
         let dram_bw = arch.dram_bytes_per_us.min(sms * arch.sm_dram_bytes_per_us) * warp_share;
         let mem = dram_b * n as f64 / dram_bw + l2_b * n as f64 / (arch.l2_bytes_per_us * frac);
-        let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma) + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
+        let comp = (tc_b * n as f64 / (arch.tensor_flops_per_us * frac)).max(serial_mma)
+            + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
         let refill = if remaining + n < blocks { arch.wave_refill_us } else { 0.0 };
         body += arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
@@ -395,7 +410,11 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
 pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
     let frange = bg.forloop_range();
     let (dram, l2) = input_traffic(bg, arch, false);
-    arch.launch_us + arch.latency_us + frange as f64 * arch.iteration_us + dram / arch.dram_bytes_per_us + l2 / arch.l2_bytes_per_us
+    arch.launch_us
+        + arch.latency_us
+        + frange as f64 * arch.iteration_us
+        + dram / arch.dram_bytes_per_us
+        + l2 / arch.l2_bytes_per_us
 }
 
 /// Bytes the input iterators of `bg` read (per input: the tile times the iterations it is loaded,

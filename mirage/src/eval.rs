@@ -251,10 +251,10 @@ impl<D: Domain> Ops<'_, D> {
         let mut data = vec![zero; batch * m * n];
         let d = self.0;
         let row = |(row_idx, row): (usize, &mut [D::V])| {
-                let (bi, i) = (row_idx / m, row_idx % m);
-                let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
-                let bb = &b.data[bi * k * n..(bi + 1) * k * n];
-                d.matmul_row(row, ab, bb);
+            let (bi, i) = (row_idx / m, row_idx % m);
+            let ab = &a.data[bi * m * k + i * k..bi * m * k + (i + 1) * k];
+            let bb = &b.data[bi * k * n..(bi + 1) * k * n];
+            d.matmul_row(row, ab, bb);
         };
         if n > 0 && batch * m * n * k >= 1 << 22 {
             // Large products: parallel over output rows.
@@ -361,7 +361,11 @@ impl<D: Domain> Ops<'_, D> {
 
 /// Evaluates a kernel graph on `inputs` (one per `Input` node, in order); returns one tensor per
 /// `Output` node, in order.
-pub fn evaluate<D: Domain>(graph: &KernelGraph, domain: &D, inputs: &[Tensor<D::V>]) -> Result<Vec<Tensor<D::V>>, EvalError> {
+pub fn evaluate<D: Domain>(
+    graph: &KernelGraph,
+    domain: &D,
+    inputs: &[Tensor<D::V>],
+) -> Result<Vec<Tensor<D::V>>, EvalError> {
     let params = graph.inputs();
     if params.len() != inputs.len() {
         return Err(EvalError::InputCount { expected: params.len(), found: inputs.len() });
@@ -436,7 +440,12 @@ fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tenso
 }
 
 /// Runs block `b`: returns, for each output saver in order, the offset and the tile it writes.
-fn run_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>], b: [usize; 3]) -> Vec<(Vec<usize>, Tensor<D::V>)> {
+fn run_block<D: Domain>(
+    bg: &BlockGraph,
+    ops: &Ops<'_, D>,
+    inputs: &[&Tensor<D::V>],
+    b: [usize; 3],
+) -> Vec<(Vec<usize>, Tensor<D::V>)> {
     let d = ops.0;
     let grid = bg.grid();
     let nodes = bg.nodes();
@@ -534,7 +543,8 @@ fn run_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::
                 let Carry::Acc(Some(state)) = &mut carry[i] else { continue };
                 let value = match acc {
                     AccKind::RmsLast => {
-                        let last = nodes[node.inputs[0].node].outputs[node.inputs[0].port].shape.last().copied().unwrap_or(1);
+                        let last =
+                            nodes[node.inputs[0].node].outputs[node.inputs[0].port].shape.last().copied().unwrap_or(1);
                         ops.rms_from_sum(state, frange * last, None)
                     }
                     _ => state.clone(),

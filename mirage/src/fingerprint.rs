@@ -49,7 +49,7 @@
 
 use rayon::prelude::*;
 
-use crate::eval::{evaluate, Domain, EvalError, Tensor};
+use crate::eval::{Domain, EvalError, Tensor, evaluate};
 use crate::ir::{DType, KernelGraph, UnaryOp};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
@@ -133,7 +133,7 @@ fn mul_add_row_portable(out: &mut [Fp], a: Fp, b: &[Fp]) {
 /// half of each lane) after a 32-bit shift for `q`. Identical values to [`mul_add_row_portable`].
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{mul_add_row_portable, Fp, P, Q};
+    use super::{Fp, P, Q, mul_add_row_portable};
     use std::arch::x86_64::*;
 
     /// Which path this CPU runs.
@@ -228,7 +228,12 @@ mod simd {
                     let o = out.as_mut_ptr().add(j) as *mut __m256i;
                     let mut acc = _mm256_loadu_si256(o);
                     for (t, c) in consts.iter().enumerate().take(kb) {
-                        acc = step(acc, _mm256_loadu_si256(b.as_ptr().add((k0 + t) * n + j) as *const __m256i), c, &moduli);
+                        acc = step(
+                            acc,
+                            _mm256_loadu_si256(b.as_ptr().add((k0 + t) * n + j) as *const __m256i),
+                            c,
+                            &moduli,
+                        );
                     }
                     _mm256_storeu_si256(o, acc);
                 }
@@ -389,7 +394,6 @@ impl FieldDomain {
         self
     }
 
-
     /// `ω^e mod p` for an exponent `e < q`.
     #[inline]
     fn omega_pow(&self, e: u32) -> u32 {
@@ -442,10 +446,7 @@ impl FieldDomain {
         let frac = bits & 0x7f_ffff;
         let (m, e) = if biased == 0 { (frac, MIN_EXP2) } else { (frac | 0x80_0000, biased - 127 - 23) };
         let scale = self.pow2[(e - MIN_EXP2) as usize];
-        let v = Fp {
-            p: ((m as u64 % P) * scale.p as u64 % P) as u32,
-            q: ((m as u64 % Q) * scale.q as u64 % Q) as u32,
-        };
+        let v = Fp { p: ((m as u64 % P) * scale.p as u64 % P) as u32, q: ((m as u64 % Q) * scale.q as u64 % Q) as u32 };
         if negative { self.sub(Fp::default(), v) } else { v }
     }
 
@@ -670,11 +671,7 @@ struct Signature {
 
 fn signature(g: &KernelGraph) -> Signature {
     let inputs = g.inputs().iter().map(|d| (d.shape.clone(), d.dtype)).collect();
-    let outputs = g
-        .outputs()
-        .iter()
-        .filter_map(|(t, _)| g.desc(*t).ok().map(|d| (d.shape.clone(), d.dtype)))
-        .collect();
+    let outputs = g.outputs().iter().filter_map(|(t, _)| g.desc(*t).ok().map(|d| (d.shape.clone(), d.dtype))).collect();
     Signature { inputs, outputs }
 }
 
@@ -698,7 +695,8 @@ impl FingerprintContext {
                 let key = hash_words(cfg.seed, &[tag::TRIAL, t as u64]);
                 let domain = FieldDomain::new(key);
                 let inputs = FieldDomain::random_inputs(mix64(key ^ tag::INPUT), &shapes);
-                let outputs = evaluate(program, &domain, &inputs).map_err(|source| VerifyError::Eval { which: "program", source })?;
+                let outputs = evaluate(program, &domain, &inputs)
+                    .map_err(|source| VerifyError::Eval { which: "program", source })?;
                 Ok(Trial { domain, inputs, outputs })
             })
             .collect::<Result<Vec<_>, VerifyError>>()?;
@@ -728,7 +726,8 @@ impl FingerprintContext {
         let mut compatible: Vec<Vec<bool>> =
             (0..n).map(|i| (0..n).map(|j| self.signature.outputs[i] == sig.outputs[j]).collect()).collect();
         for (t, trial) in self.trials.iter().enumerate() {
-            let outs = evaluate(candidate, &trial.domain, &trial.inputs).map_err(|source| VerifyError::Eval { which: "candidate", source })?;
+            let outs = evaluate(candidate, &trial.domain, &trial.inputs)
+                .map_err(|source| VerifyError::Eval { which: "candidate", source })?;
             for (i, row) in compatible.iter_mut().enumerate() {
                 for (j, ok) in row.iter_mut().enumerate() {
                     if *ok {
@@ -739,24 +738,25 @@ impl FingerprintContext {
             if let Some(unmatched) = unmatched_output(&compatible) {
                 // Report against a same-shape candidate output (the first one, in order).
                 let same = (0..n).find(|&j| self.signature.outputs[unmatched] == sig.outputs[j]);
-                let witness = match same.and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))) {
-                    Some((j, flat)) => Witness::Value {
-                        trial: t,
-                        output: unmatched,
-                        candidate_output: Some(j),
-                        index: unflatten(flat, &outs[j].shape),
-                        program: trial.outputs[unmatched].data[flat],
-                        candidate: outs[j].data[flat],
-                    },
-                    None => Witness::Value {
-                        trial: t,
-                        output: unmatched,
-                        candidate_output: None,
-                        index: vec![],
-                        program: Fp::default(),
-                        candidate: Fp::default(),
-                    },
-                };
+                let witness =
+                    match same.and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))) {
+                        Some((j, flat)) => Witness::Value {
+                            trial: t,
+                            output: unmatched,
+                            candidate_output: Some(j),
+                            index: unflatten(flat, &outs[j].shape),
+                            program: trial.outputs[unmatched].data[flat],
+                            candidate: outs[j].data[flat],
+                        },
+                        None => Witness::Value {
+                            trial: t,
+                            output: unmatched,
+                            candidate_output: None,
+                            index: vec![],
+                            program: Fp::default(),
+                            candidate: Fp::default(),
+                        },
+                    };
                 return Ok(Verdict::NotEquivalent { witness });
             }
         }

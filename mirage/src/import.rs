@@ -7,7 +7,10 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, IrError, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, IrError, KernelGraph, Scalar, TensorDesc, TensorRef,
+    UnaryOp,
+};
 
 /// Why a Mirage µGraph could not be imported.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -49,7 +52,8 @@ pub fn import_mirage_json(json: &str) -> Result<Vec<KernelGraph>, ImportError> {
 /// Imports every candidate of a Mirage µGraph file.
 pub fn import_mirage_json_with(json: &str, opts: ImportOptions) -> Result<Vec<KernelGraph>, ImportError> {
     let value: Value = serde_json::from_str(json).map_err(|e| ImportError::NotMirage(e.to_string()))?;
-    let candidates = value.as_array().ok_or_else(|| ImportError::NotMirage("the top level is not an array of µGraphs".into()))?;
+    let candidates =
+        value.as_array().ok_or_else(|| ImportError::NotMirage("the top level is not an array of µGraphs".into()))?;
     // A file may also hold a single µGraph (an array of operators).
     if candidates.first().and_then(|c| c.get("op_type")).is_some() {
         return Ok(vec![import_graph(candidates, 0, opts)?]);
@@ -58,7 +62,11 @@ pub fn import_mirage_json_with(json: &str, opts: ImportOptions) -> Result<Vec<Ke
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let ops = c.as_array().ok_or_else(|| ImportError::Op { candidate: i, location: "top level".into(), message: "a µGraph must be an array of operators".into() })?;
+            let ops = c.as_array().ok_or_else(|| ImportError::Op {
+                candidate: i,
+                location: "top level".into(),
+                message: "a µGraph must be an array of operators".into(),
+            })?;
             import_graph(ops, i, opts)
         })
         .collect()
@@ -108,7 +116,12 @@ fn record(v: &Value, opts: ImportOptions) -> Res<Record> {
 }
 
 fn tensors(op: &Value, key: &str, opts: ImportOptions) -> Res<Vec<Record>> {
-    field(op, key)?.as_array().ok_or_else(|| format!("field `{key}` is not an array"))?.iter().map(|t| record(t, opts)).collect()
+    field(op, key)?
+        .as_array()
+        .ok_or_else(|| format!("field `{key}` is not an array"))?
+        .iter()
+        .map(|t| record(t, opts))
+        .collect()
 }
 
 fn usize_list(v: &Value, key: &str) -> Res<Vec<usize>> {
@@ -202,8 +215,14 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
     let mut has_output = false;
     for (i, op) in ops.iter().enumerate() {
         let op_type = op.get("op_type").and_then(Value::as_str).unwrap_or("?");
-        let err = |message: String| ImportError::Op { candidate, location: format!("kernel op {i} ({op_type})"), message };
-        let lookup = |guid: i64, by_guid: &HashMap<i64, TensorRef>| by_guid.get(&guid).copied().ok_or_else(|| format!("tensor guid {guid} is not produced by an earlier operator"));
+        let err =
+            |message: String| ImportError::Op { candidate, location: format!("kernel op {i} ({op_type})"), message };
+        let lookup = |guid: i64, by_guid: &HashMap<i64, TensorRef>| {
+            by_guid
+                .get(&guid)
+                .copied()
+                .ok_or_else(|| format!("tensor guid {guid} is not produced by an earlier operator"))
+        };
         let ins = tensors(op, "input_tensors", opts).map_err(err)?;
         let in_refs = ins.iter().map(|r| lookup(r.guid, &by_guid)).collect::<Res<Vec<_>>>().map_err(err)?;
         consumed.extend(&in_refs);
@@ -230,18 +249,30 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
             }
             "customized" => {
                 let bgraph = field(op, "bgraph").map_err(err)?;
-                let descs = in_refs.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<TensorDesc>, _>>().map_err(|e| err(ir(e)))?;
-                let (block, saver_guids) = import_block(bgraph, &ins, descs, opts).map_err(|(loc, m)| ImportError::Op { candidate, location: format!("kernel op {i} ({op_type}), {loc}"), message: m })?;
+                let descs = in_refs
+                    .iter()
+                    .map(|&t| g.desc(t).cloned())
+                    .collect::<Result<Vec<TensorDesc>, _>>()
+                    .map_err(|e| err(ir(e)))?;
+                let (block, saver_guids) = import_block(bgraph, &ins, descs, opts).map_err(|(loc, m)| {
+                    ImportError::Op { candidate, location: format!("kernel op {i} ({op_type}), {loc}"), message: m }
+                })?;
                 let refs = g.custom(&in_refs, block).map_err(|e| err(ir(e)))?;
                 // Kernel outputs are the savers' tensors: order them as the savers are.
                 let mut ordered = Vec::new();
                 for out in &outs {
-                    let port = saver_guids.iter().position(|&s| s == out.guid).ok_or_else(|| err(format!("output tensor {} is written by no output saver", out.guid)))?;
+                    let port = saver_guids
+                        .iter()
+                        .position(|&s| s == out.guid)
+                        .ok_or_else(|| err(format!("output tensor {} is written by no output saver", out.guid)))?;
                     ordered.push(refs[port]);
                 }
                 ordered
             }
-            "matmul" => vec![g.matmul(in_refs[0], *in_refs.get(1).ok_or_else(|| err("matmul needs 2 operands".into()))?).map_err(|e| err(ir(e)))?],
+            "matmul" => vec![
+                g.matmul(in_refs[0], *in_refs.get(1).ok_or_else(|| err("matmul needs 2 operands".into()))?)
+                    .map_err(|e| err(ir(e)))?,
+            ],
             "rms_norm" => vec![g.rms_norm(in_refs[0], 0.0, None).map_err(|e| err(ir(e)))?],
             other => {
                 let result = if let Some(u) = unary(other) {
@@ -254,18 +285,27 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
                 } else if let Some((dim, false)) = reduction(other) {
                     g.reduce_sum(*in_refs.first().ok_or_else(|| err("missing operand".into()))?, dim)
                 } else {
-                    return Err(err(format!("operator `{op_type}` is not supported by the importer (supported kernel ops: input, output, customized, matmul, rms_norm, exp, square, sqrt, silu, gelu, relu, clamp, add, sub, mul, div, pow, reduction_N)")));
+                    return Err(err(format!(
+                        "operator `{op_type}` is not supported by the importer (supported kernel ops: input, output, customized, matmul, rms_norm, exp, square, sqrt, silu, gelu, relu, clamp, add, sub, mul, div, pow, reduction_N)"
+                    )));
                 };
                 vec![result.map_err(|e| err(ir(e)))?]
             }
         };
         if results.len() != outs.len() {
-            return Err(err(format!("the file records {} outputs, our operator produces {}", outs.len(), results.len())));
+            return Err(err(format!(
+                "the file records {} outputs, our operator produces {}",
+                outs.len(),
+                results.len()
+            )));
         }
         for (r, out) in results.iter().zip(&outs) {
             let desc = g.desc(*r).map_err(|e| err(ir(e)))?;
             if desc.shape != out.shape {
-                return Err(err(format!("the file records shape {:?} for tensor {}, our shape rule gives {:?}", out.shape, out.guid, desc.shape)));
+                return Err(err(format!(
+                    "the file records shape {:?} for tensor {}, our shape rule gives {:?}",
+                    out.shape, out.guid, desc.shape
+                )));
             }
             by_guid.insert(out.guid, *r);
         }
@@ -274,21 +314,32 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
     if !has_output {
         // Older files may leave outputs implicit: every tensor nobody consumes.
         for t in produced.iter().filter(|t| !consumed.contains(t)) {
-            g.output(*t, None).map_err(|e| ImportError::Op { candidate, location: "implicit outputs".into(), message: ir(e) })?;
+            g.output(*t, None).map_err(|e| ImportError::Op {
+                candidate,
+                location: "implicit outputs".into(),
+                message: ir(e),
+            })?;
         }
     }
     Ok(g)
 }
 
 /// Imports a block graph; returns it and, per output saver, the guid of the device tensor it writes.
-fn import_block(bgraph: &Value, kernel_inputs: &[Record], descs: Vec<TensorDesc>, opts: ImportOptions) -> Result<(BlockGraph, Vec<i64>), (String, String)> {
+fn import_block(
+    bgraph: &Value,
+    kernel_inputs: &[Record],
+    descs: Vec<TensorDesc>,
+    opts: ImportOptions,
+) -> Result<(BlockGraph, Vec<i64>), (String, String)> {
     let top = |m: String| ("bgraph".to_string(), m);
     let grid = dim3(bgraph, "grid_dim").map_err(top)?;
     let block = dim3(bgraph, "block_dim").map_err(top)?;
-    let frange = usize::try_from(int(bgraph, "forloop_range").map_err(top)?).map_err(|_| top("negative forloop_range".into()))?;
+    let frange = usize::try_from(int(bgraph, "forloop_range").map_err(top)?)
+        .map_err(|_| top("negative forloop_range".into()))?;
     let dimx = bgraph.get("reduction_dimx").and_then(Value::as_u64).unwrap_or(64) as usize;
     let mut bg = BlockGraph::new(descs, grid, block.iter().product(), frange).map_err(|e| top(ir(e)))?;
-    let ops = field(bgraph, "operators").map_err(top)?.as_array().ok_or_else(|| top("`operators` is not an array".into()))?;
+    let ops =
+        field(bgraph, "operators").map_err(top)?.as_array().ok_or_else(|| top("`operators` is not an array".into()))?;
     let mut by_guid: HashMap<i64, TensorRef> = HashMap::new();
     let mut savers = Vec::new();
     for (j, op) in ops.iter().enumerate() {
@@ -296,14 +347,26 @@ fn import_block(bgraph: &Value, kernel_inputs: &[Record], descs: Vec<TensorDesc>
         let loc = format!("block op {j} ({op_type})");
         let err = |m: String| (loc.clone(), m);
         let ins = tensors(op, "input_tensors", opts).map_err(err)?;
-        let in_refs = ins.iter().map(|r| by_guid.get(&r.guid).copied().ok_or_else(|| format!("tile guid {} is not produced by an earlier operator", r.guid))).collect::<Res<Vec<_>>>().map_err(err)?;
+        let in_refs = ins
+            .iter()
+            .map(|r| {
+                by_guid
+                    .get(&r.guid)
+                    .copied()
+                    .ok_or_else(|| format!("tile guid {} is not produced by an earlier operator", r.guid))
+            })
+            .collect::<Res<Vec<_>>>()
+            .map_err(err)?;
         let outs = tensors(op, "output_tensors", opts).map_err(err)?;
         let name = op_type.strip_prefix("tb_").and_then(|n| n.strip_suffix("_op")).unwrap_or(op_type);
         let one = |i: usize| in_refs.get(i).copied().ok_or_else(|| err(format!("missing operand {i}")));
         let result: Vec<TensorRef> = match name {
             "input" => {
                 let dt = record(field(op, "dtensor").map_err(err)?, opts).map_err(err)?;
-                let input = kernel_inputs.iter().position(|r| r.guid == dt.guid).ok_or_else(|| err(format!("device tensor {} is not an operand of the kernel", dt.guid)))?;
+                let input = kernel_inputs
+                    .iter()
+                    .position(|r| r.guid == dt.guid)
+                    .ok_or_else(|| err(format!("device tensor {} is not an operand of the kernel", dt.guid)))?;
                 let imap = grid_map(op, "input_map").map_err(err)?;
                 let fdim = int(op, "forloop_dim").map_err(err)?;
                 let fdim = if fdim < 0 { None } else { Some(fdim as usize) };
@@ -324,14 +387,17 @@ fn import_block(bgraph: &Value, kernel_inputs: &[Record], descs: Vec<TensorDesc>
                 } else if let Some(b) = binary(other) {
                     bg.binary(b, one(0)?, one(1)?)
                 } else if let Some((dim, to_dimx)) = reduction(other) {
-                    let op = if to_dimx { BlockOp::ReduceSumTo { dim, width: dimx } } else { BlockOp::ReduceSum { dim } };
+                    let op =
+                        if to_dimx { BlockOp::ReduceSumTo { dim, width: dimx } } else { BlockOp::ReduceSum { dim } };
                     bg.op(op, &[one(0)?])
                 } else if let Some(acc) = accumulator(other, dimx) {
                     bg.accum(acc, &in_refs)
                 } else if let Some(d) = other.strip_prefix("concat_").and_then(|d| d.parse().ok()) {
                     bg.op(BlockOp::Concat { dim: d }, &[one(0)?, one(1)?])
                 } else {
-                    return Err(err(format!("operator `{op_type}` is not supported by the importer (supported block ops: input, output, matmul, rms_norm, the unary and binary element-wise ops, reduction_N[_to_dimx], concat_N, the accumulators nored / red_ld_sum / red_ld_rms / redtox_ld_sum / max / nored_rescale / red_ld_sum_rescale in both spellings)")));
+                    return Err(err(format!(
+                        "operator `{op_type}` is not supported by the importer (supported block ops: input, output, matmul, rms_norm, the unary and binary element-wise ops, reduction_N[_to_dimx], concat_N, the accumulators nored / red_ld_sum / red_ld_rms / redtox_ld_sum / max / nored_rescale / red_ld_sum_rescale in both spellings)"
+                    )));
                 };
                 vec![r.map_err(|e| err(ir(e)))?]
             }
@@ -339,7 +405,10 @@ fn import_block(bgraph: &Value, kernel_inputs: &[Record], descs: Vec<TensorDesc>
         for (r, out) in result.iter().zip(&outs) {
             let tile = bg.tile(*r).map_err(|e| err(ir(e)))?;
             if tile.shape != out.shape {
-                return Err(err(format!("the file records tile shape {:?} for {}, our shape rule gives {:?}", out.shape, out.guid, tile.shape)));
+                return Err(err(format!(
+                    "the file records tile shape {:?} for {}, our shape rule gives {:?}",
+                    out.shape, out.guid, tile.shape
+                )));
             }
             by_guid.insert(out.guid, *r);
         }

@@ -32,11 +32,15 @@ pub mod prelude {
 }
 
 #[cfg(feature = "build")]
-pub mod build;
-#[cfg(feature = "build")]
 pub mod absexpr;
 #[cfg(feature = "build")]
+pub mod build;
+#[cfg(feature = "build")]
+pub mod cache;
+#[cfg(feature = "build")]
 pub mod codegen;
+#[cfg(feature = "build")]
+pub mod cost;
 #[cfg(feature = "build")]
 pub mod eval;
 #[cfg(feature = "build")]
@@ -55,7 +59,3 @@ pub mod programs;
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
-#[cfg(feature = "build")]
-pub mod cost;
-#[cfg(feature = "build")]
-pub mod cache;

@@ -123,8 +123,11 @@ pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Erro
     let mut graph = KernelGraph::new();
     let mut refs: Vec<TensorRef> = Vec::with_capacity(program.values.len());
     for v in &program.values {
-        let args =
-            v.args.iter().map(|&a| refs.get(a).copied().ok_or_else(|| missing(v.span))).collect::<Result<Vec<_>, _>>()?;
+        let args = v
+            .args
+            .iter()
+            .map(|&a| refs.get(a).copied().ok_or_else(|| missing(v.span)))
+            .collect::<Result<Vec<_>, _>>()?;
         let arg = |i: usize| args.get(i).copied().ok_or_else(|| missing(v.span));
         let t = match &v.op {
             syntax::Op::Param(i) => {
@@ -190,7 +193,9 @@ fn attr_args(attr: &syn::Attribute) -> Result<(), syn::Error> {
     match &attr.meta {
         syn::Meta::Path(_) => Ok(()),
         syn::Meta::List(list) => syntax::parse_attr_args(list.tokens.clone()),
-        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(nv, "#[mugraph] takes no arguments: write `#[mugraph]`")),
+        syn::Meta::NameValue(nv) => {
+            Err(syn::Error::new_spanned(nv, "#[mugraph] takes no arguments: write `#[mugraph]`"))
+        }
     }
 }
 
@@ -234,7 +239,11 @@ fn lower_source_named(file_text: &str, file: &str) -> Result<Vec<Program>, Lower
 /// file.
 pub fn lower_file(path: &Path) -> Result<Vec<Program>, LowerError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LowerError { file: file.clone(), line: 0, column: 0, message: format!("cannot read the file: {e}") })?;
+    let text = std::fs::read_to_string(path).map_err(|e| LowerError {
+        file: file.clone(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read the file: {e}"),
+    })?;
     lower_source_named(&text, &file)
 }

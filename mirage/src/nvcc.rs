@@ -162,11 +162,7 @@ fn how_to_provide_nvcc() -> String {
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> NvccError {
     let path = path.to_path_buf();
-    move |source| NvccError::Io {
-        action,
-        path,
-        source,
-    }
+    move |source| NvccError::Io { action, path, source }
 }
 
 /// The environment the nvcc finder looks at, made explicit so that finding is a pure function
@@ -235,11 +231,7 @@ fn python_nvidia_dirs() -> Vec<PathBuf> {
             continue;
         }
         let mut dirs: Vec<PathBuf> = Vec::new();
-        for line in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-        {
+        for line in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
             let dir = PathBuf::from(line);
             if !dirs.contains(&dir) {
                 dirs.push(dir);
@@ -321,19 +313,10 @@ pub fn find_nvcc_in(env: &NvccEnv) -> Result<PathBuf, NvccError> {
     if env.nvidia_package_dirs.is_empty() {
         tried.push("Python package nvidia-cuda-nvcc: no nvidia package directory found".to_owned());
     } else {
-        let dirs: Vec<String> = env
-            .nvidia_package_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
-        tried.push(format!(
-            "Python package nvidia-cuda-nvcc: no cu13/bin/nvcc under {}",
-            dirs.join(", ")
-        ));
+        let dirs: Vec<String> = env.nvidia_package_dirs.iter().map(|d| d.display().to_string()).collect();
+        tried.push(format!("Python package nvidia-cuda-nvcc: no cu13/bin/nvcc under {}", dirs.join(", ")));
     }
-    Err(NvccError::NotFound {
-        detail: format!("tried {}", tried.join("; ")),
-    })
+    Err(NvccError::NotFound { detail: format!("tried {}", tried.join("; ")) })
 }
 
 /// Finds nvcc from the process environment, asking Python for its packages only when the
@@ -352,21 +335,13 @@ pub fn find_nvcc() -> Result<PathBuf, NvccError> {
 pub fn nvcc_version(nvcc: &Path) -> Result<String, NvccError> {
     static VERSIONS: OnceLock<Mutex<Vec<(PathBuf, String)>>> = OnceLock::new();
     let versions = VERSIONS.get_or_init(|| Mutex::new(Vec::new()));
-    if let Some((_, v)) = versions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(p, _)| p == nvcc)
-    {
+    if let Some((_, v)) = versions.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(p, _)| p == nvcc) {
         return Ok(v.clone());
     }
-    let out = Command::new(nvcc)
-        .arg("--version")
-        .output()
-        .map_err(|e| NvccError::NotRunnable {
-            path: nvcc.to_path_buf(),
-            reason: format!("expected `nvcc --version` to run, found: {e}"),
-        })?;
+    let out = Command::new(nvcc).arg("--version").output().map_err(|e| NvccError::NotRunnable {
+        path: nvcc.to_path_buf(),
+        reason: format!("expected `nvcc --version` to run, found: {e}"),
+    })?;
     if !out.status.success() {
         return Err(NvccError::NotRunnable {
             path: nvcc.to_path_buf(),
@@ -378,30 +353,17 @@ pub fn nvcc_version(nvcc: &Path) -> Result<String, NvccError> {
         });
     }
     let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    versions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((nvcc.to_path_buf(), version.clone()));
+    versions.lock().unwrap_or_else(|p| p.into_inner()).push((nvcc.to_path_buf(), version.clone()));
     Ok(version)
 }
 
 /// Checks an architecture name: `sm_` followed by digits and an optional `a` (or `f`) suffix.
 pub fn check_arch(arch: &str, origin: &'static str) -> Result<(), NvccError> {
     let ok = arch.strip_prefix("sm_").is_some_and(|rest| {
-        let digits = rest
-            .strip_suffix('a')
-            .or_else(|| rest.strip_suffix('f'))
-            .unwrap_or(rest);
+        let digits = rest.strip_suffix('a').or_else(|| rest.strip_suffix('f')).unwrap_or(rest);
         !digits.is_empty() && digits.len() <= 4 && digits.bytes().all(|b| b.is_ascii_digit())
     });
-    if ok {
-        Ok(())
-    } else {
-        Err(NvccError::InvalidArch {
-            found: arch.to_owned(),
-            origin,
-        })
-    }
+    if ok { Ok(()) } else { Err(NvccError::InvalidArch { found: arch.to_owned(), origin }) }
 }
 
 /// The target architecture: the explicit one, else the value of `MIRAGE_CUDA_ARCH`, else
@@ -420,16 +382,8 @@ fn check_name(name: &str) -> Result<(), NvccError> {
     let ok = !name.is_empty()
         && name.len() <= 100
         && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(NvccError::InvalidName {
-            found: name.to_owned(),
-        })
-    }
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok { Ok(()) } else { Err(NvccError::InvalidName { found: name.to_owned() }) }
 }
 
 /// Options of [`compile_cubin`]. The default compiles for `MIRAGE_CUDA_ARCH` (or `sm_90a`) with
@@ -470,10 +424,7 @@ pub struct Cubin {
 pub fn default_cache_dir() -> PathBuf {
     let from_exe = || {
         let exe = std::env::current_exe().ok()?;
-        exe.ancestors()
-            .skip(1)
-            .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-            .map(Path::to_path_buf)
+        exe.ancestors().skip(1).find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
     };
     let base = std::env::var_os("OUT_DIR")
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
@@ -485,12 +436,7 @@ pub fn default_cache_dir() -> PathBuf {
 
 /// The standard nvcc flags for an architecture.
 pub fn standard_flags(arch: &str) -> Vec<String> {
-    vec![
-        "-cubin".into(),
-        "-O3".into(),
-        "-std=c++17".into(),
-        format!("-arch={arch}"),
-    ]
+    vec!["-cubin".into(), "-O3".into(), "-std=c++17".into(), format!("-arch={arch}")]
 }
 
 const HEADER_EXTENSIONS: &[&str] = &["h", "hh", "hpp", "hxx", "cuh", "inc", "inl", "cu"];
@@ -510,16 +456,10 @@ fn hash_include_dir(hasher: &mut Sha256, dir: &Path) -> Result<(), NvccError> {
         for entry in entries {
             let entry = entry.map_err(io_err("reading include directory", &d))?;
             let path = entry.path();
-            let ty = entry
-                .file_type()
-                .map_err(io_err("reading include directory", &path))?;
+            let ty = entry.file_type().map_err(io_err("reading include directory", &path))?;
             if ty.is_dir() {
                 stack.push(path);
-            } else if path
-                .extension()
-                .and_then(OsStr::to_str)
-                .is_some_and(|ext| HEADER_EXTENSIONS.contains(&ext))
-            {
+            } else if path.extension().and_then(OsStr::to_str).is_some_and(|ext| HEADER_EXTENSIONS.contains(&ext)) {
                 files.push(path);
             }
         }
@@ -626,26 +566,14 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
     if let Ok(bytes) = std::fs::read(&cubin_path)
         && is_elf(&bytes)
     {
-        return Ok(Cubin {
-            bytes,
-            path: cubin_path,
-            cu_path,
-            arch,
-            cached: true,
-        });
+        return Ok(Cubin { bytes, path: cubin_path, cu_path, arch, cached: true });
     }
 
     write_atomic(&cu_path, source.as_bytes())?;
     let tmp_cubin = temp_path(&cubin_path);
     let mut cmd = Command::new(&nvcc);
     cmd.args(&flags).arg("-o").arg(&tmp_cubin).arg(&cu_path);
-    let command = format!(
-        "{} {} -o {} {}",
-        nvcc.display(),
-        flags.join(" "),
-        tmp_cubin.display(),
-        cu_path.display()
-    );
+    let command = format!("{} {} -o {} {}", nvcc.display(), flags.join(" "), tmp_cubin.display(), cu_path.display());
     let out = cmd.output().map_err(|e| NvccError::NotRunnable {
         path: nvcc.clone(),
         reason: format!("expected to start nvcc, found: {e}"),
@@ -673,24 +601,14 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
         return Err(NvccError::BadOutput {
             name: name.to_owned(),
             path: tmp_cubin,
-            found: format!(
-                "{} bytes starting with {:02x?}",
-                bytes.len(),
-                &bytes[..bytes.len().min(4)]
-            ),
+            found: format!("{} bytes starting with {:02x?}", bytes.len(), &bytes[..bytes.len().min(4)]),
         });
     }
     std::fs::rename(&tmp_cubin, &cubin_path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp_cubin);
         io_err("renaming the cubin into place", &cubin_path)(e)
     })?;
-    Ok(Cubin {
-        bytes,
-        path: cubin_path,
-        cu_path,
-        arch,
-        cached: false,
-    })
+    Ok(Cubin { bytes, path: cubin_path, cu_path, arch, cached: false })
 }
 
 #[cfg(test)]
@@ -699,8 +617,7 @@ mod tests {
 
     /// A fresh directory under the system temp dir, unique to this test process and tag.
     fn scratch(tag: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("mirage-nvcc-test-{}-{tag}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("mirage-nvcc-test-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         dir
@@ -709,8 +626,7 @@ mod tests {
     fn fake_nvcc(dir: &Path) -> PathBuf {
         std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let path = dir.join("nvcc");
-        std::fs::write(&path, "#!/bin/sh\n")
-            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        std::fs::write(&path, "#!/bin/sh\n").unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -750,25 +666,12 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
 
     #[test]
     fn nvcc_pointing_nowhere_is_a_clear_error() {
-        let env = NvccEnv {
-            nvcc: Some("/nonexistent/bin/nvcc".into()),
-            path: Some("/usr/bin".into()),
-            ..NvccEnv::default()
-        };
+        let env =
+            NvccEnv { nvcc: Some("/nonexistent/bin/nvcc".into()), path: Some("/usr/bin".into()), ..NvccEnv::default() };
         let e = find_nvcc_in(&env).expect_err("NVCC names no file");
         let msg = e.to_string();
-        assert!(
-            msg.contains("NVCC is set to /nonexistent/bin/nvcc"),
-            "{msg}"
-        );
-        for way in [
-            "NVCC",
-            "CUDA_HOME",
-            "CUDA_PATH",
-            "PATH",
-            "nvidia-cuda-nvcc",
-            "scripts/install-nvcc.sh",
-        ] {
+        assert!(msg.contains("NVCC is set to /nonexistent/bin/nvcc"), "{msg}");
+        for way in ["NVCC", "CUDA_HOME", "CUDA_PATH", "PATH", "nvidia-cuda-nvcc", "scripts/install-nvcc.sh"] {
             assert!(msg.contains(way), "message should mention {way}: {msg}");
         }
     }
@@ -784,10 +687,7 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         };
         let msg = find_nvcc_in(&env).expect_err("nothing there").to_string();
         assert!(msg.starts_with("nvcc not found"), "{msg}");
-        assert!(
-            msg.contains("CUDA_HOME: ") && msg.contains("cu13/bin/nvcc"),
-            "{msg}"
-        );
+        assert!(msg.contains("CUDA_HOME: ") && msg.contains("cu13/bin/nvcc"), "{msg}");
         assert!(msg.contains(INSTALL_SCRIPT), "{msg}");
     }
 
@@ -808,20 +708,11 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         };
         let found = |env: &NvccEnv| find_nvcc_in(env).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(found(&full), explicit);
-        let env = NvccEnv {
-            nvcc: None,
-            ..full.clone()
-        };
+        let env = NvccEnv { nvcc: None, ..full.clone() };
         assert_eq!(found(&env), home);
-        let env = NvccEnv {
-            cuda_home: Some(root.join("missing").into_os_string()),
-            ..env
-        };
+        let env = NvccEnv { cuda_home: Some(root.join("missing").into_os_string()), ..env };
         assert_eq!(found(&env), cuda_path);
-        let env = NvccEnv {
-            cuda_path: None,
-            ..env
-        };
+        let env = NvccEnv { cuda_path: None, ..env };
         assert_eq!(found(&env), on_path);
         let env = NvccEnv { path: None, ..env };
         assert_eq!(found(&env), pip);
@@ -830,18 +721,9 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     #[test]
     fn arch_resolution() {
         assert_eq!(resolve_arch(None, None).ok().as_deref(), Some("sm_90a"));
-        assert_eq!(
-            resolve_arch(None, Some("sm_80")).ok().as_deref(),
-            Some("sm_80")
-        );
-        assert_eq!(
-            resolve_arch(Some("sm_90a"), Some("sm_80")).ok().as_deref(),
-            Some("sm_90a")
-        );
-        assert_eq!(
-            resolve_arch(None, Some("  ")).ok().as_deref(),
-            Some("sm_90a")
-        );
+        assert_eq!(resolve_arch(None, Some("sm_80")).ok().as_deref(), Some("sm_80"));
+        assert_eq!(resolve_arch(Some("sm_90a"), Some("sm_80")).ok().as_deref(), Some("sm_90a"));
+        assert_eq!(resolve_arch(None, Some("  ")).ok().as_deref(), Some("sm_90a"));
         let e = resolve_arch(None, Some("-arch=sm_90; rm")).expect_err("bad arch");
         assert!(e.to_string().contains("MIRAGE_CUDA_ARCH"), "{e}");
         assert!(check_arch("compute_90", "x").is_err());
@@ -855,10 +737,7 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         assert!(dir.ends_with("mirage/nvcc-cache"), "{}", dir.display());
         // Tests run from target/<profile>/deps: the cache lands in the cargo target directory.
         if std::env::var_os("CARGO_TARGET_DIR").is_none() {
-            let base = dir
-                .parent()
-                .and_then(Path::parent)
-                .unwrap_or_else(|| panic!("{}", dir.display()));
+            let base = dir.parent().and_then(Path::parent).unwrap_or_else(|| panic!("{}", dir.display()));
             assert!(base.join("CACHEDIR.TAG").is_file(), "{}", dir.display());
         }
     }
@@ -866,10 +745,7 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     #[test]
     fn bad_names_rejected() {
         for name in ["", "../x", ".hidden", "a b", "x/y"] {
-            assert!(
-                matches!(check_name(name), Err(NvccError::InvalidName { .. })),
-                "{name:?}"
-            );
+            assert!(matches!(check_name(name), Err(NvccError::InvalidName { .. })), "{name:?}");
         }
         assert!(check_name("gated_mlp-0.v1").is_ok());
     }
@@ -878,12 +754,8 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     fn compiles_for_sm90a_and_sm80() {
         let cache = scratch("archs");
         for arch in ["sm_90a", "sm_80"] {
-            let cubin = compile_cubin(SAXPY, "saxpy", &opts(&cache, arch))
-                .unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                cubin.bytes.starts_with(b"\x7fELF"),
-                "{arch}: not an ELF file"
-            );
+            let cubin = compile_cubin(SAXPY, "saxpy", &opts(&cache, arch)).unwrap_or_else(|e| panic!("{e}"));
+            assert!(cubin.bytes.starts_with(b"\x7fELF"), "{arch}: not an ELF file");
             assert_eq!(cubin.arch, arch);
             assert!(!cubin.cached);
             assert_eq!(std::fs::read(&cubin.path).ok(), Some(cubin.bytes.clone()));
@@ -895,15 +767,10 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     #[test]
     fn identical_compile_hits_the_cache() {
         let cache = scratch("cache");
-        let first = compile_cubin(SAXPY, "cached", &opts(&cache, "sm_90a"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let first = compile_cubin(SAXPY, "cached", &opts(&cache, "sm_90a")).unwrap_or_else(|e| panic!("{e}"));
         assert!(!first.cached);
-        let second = compile_cubin(SAXPY, "cached", &opts(&cache, "sm_90a"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            second.cached,
-            "second identical compile should come from the cache"
-        );
+        let second = compile_cubin(SAXPY, "cached", &opts(&cache, "sm_90a")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(second.cached, "second identical compile should come from the cache");
         assert_eq!(first.bytes, second.bytes);
         assert_eq!(first.path, second.path);
         // A different flag is a different entry.
@@ -916,12 +783,7 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         let leftovers: Vec<_> = std::fs::read_dir(&cache)
             .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name()).collect())
             .unwrap_or_default();
-        assert!(
-            leftovers
-                .iter()
-                .all(|n| !n.to_string_lossy().contains(".tmp-")),
-            "{leftovers:?}"
-        );
+        assert!(leftovers.iter().all(|n| !n.to_string_lossy().contains(".tmp-")), "{leftovers:?}");
         let _ = std::fs::remove_dir_all(&cache);
     }
 
@@ -931,8 +793,7 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         let inc = dir.join("include");
         std::fs::create_dir_all(&inc).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(inc.join("k.cuh"), "#define SCALE 2.0f\n").unwrap_or_else(|e| panic!("{e}"));
-        let src =
-            "#include \"k.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] *= SCALE; }\n";
+        let src = "#include \"k.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] *= SCALE; }\n";
         let mut o = opts(&dir.join("cache"), "sm_90a");
         o.include_dirs.push(inc.clone());
         let a = compile_cubin(src, "hdr", &o).unwrap_or_else(|e| panic!("{e}"));
@@ -947,23 +808,14 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     fn compile_error_reports_nvcc_output_and_source_path() {
         let cache = scratch("error");
         let src = "extern \"C\" __global__ void broken(float* x) { x[0] = undeclared_thing; }\n";
-        let e =
-            compile_cubin(src, "broken", &opts(&cache, "sm_90a")).expect_err("must not compile");
+        let e = compile_cubin(src, "broken", &opts(&cache, "sm_90a")).expect_err("must not compile");
         let msg = e.to_string();
-        let NvccError::Compile(failure) = &e else {
-            panic!("expected a compile error, found {e:?}")
-        };
+        let NvccError::Compile(failure) = &e else { panic!("expected a compile error, found {e:?}") };
         let (cu_path, output) = (&failure.cu_path, &failure.output);
         println!("{msg}");
-        assert!(
-            output.contains("undeclared_thing"),
-            "nvcc's message should be in the error: {msg}"
-        );
+        assert!(output.contains("undeclared_thing"), "nvcc's message should be in the error: {msg}");
         assert!(msg.contains(&cu_path.display().to_string()), "{msg}");
-        assert!(
-            cu_path.exists(),
-            "the .cu file should be kept for inspection"
-        );
+        assert!(cu_path.exists(), "the .cu file should be kept for inspection");
         assert_eq!(std::fs::read_to_string(cu_path).ok().as_deref(), Some(src));
         let _ = std::fs::remove_dir_all(&cache);
     }

@@ -1,7 +1,7 @@
 //! The benchmark programs (DESIGN §14) as kernel graphs, and the golden µGraphs Mirage found for
 //! them (`mirage/goldens/`), paired with their programs.
 
-use crate::import::{import_mirage_json_with, ImportError, ImportOptions};
+use crate::import::{ImportError, ImportOptions, import_mirage_json_with};
 use crate::ir::{DType, IrError, KernelGraph};
 
 /// `silu(X @ W1) * (X @ W2)` with `X[m, k]`, `W1, W2 [k, n]`.
@@ -143,15 +143,60 @@ const BF16: DType = DType::Bf16;
 /// Every golden file with its program (the table of `mirage/goldens/README.md`'s source).
 pub fn golden_cases() -> Vec<GoldenCase> {
     vec![
-        GoldenCase { name: "gated_mlp", json: include_str!("../goldens/gated_mlp.json"), dtype: F16, program: || gated_mlp(8, 4096, 4096, F16) },
-        GoldenCase { name: "rmsnorm_bs1", json: include_str!("../goldens/rmsnorm_bs1.json"), dtype: F16, program: || rmsnorm_linear(2, 4096, 6144, F16) },
-        GoldenCase { name: "rmsnorm_bs8", json: include_str!("../goldens/rmsnorm_bs8.json"), dtype: F16, program: || rmsnorm_linear(16, 4096, 6144, F16) },
-        GoldenCase { name: "lora", json: include_str!("../goldens/lora.json"), dtype: F16, program: || lora(16, 256, 4096, 16, F16) },
-        GoldenCase { name: "gqa_bs1", json: include_str!("../goldens/gqa_bs1.json"), dtype: F16, program: || gqa(2, 256, 4096, 64, F16) },
-        GoldenCase { name: "ntrans_bs1", json: include_str!("../goldens/ntrans_bs1.json"), dtype: F16, program: || ntrans(8, 4096, F16) },
-        GoldenCase { name: "qwen2.5_659704256b064506", json: include_str!("../goldens/qwen2.5_659704256b064506.json"), dtype: BF16, program: || qwen_rmsnorm_gain_linear(3584, 4608, BF16) },
-        GoldenCase { name: "qwen2.5_64644b2e7bbffb94", json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"), dtype: BF16, program: || qwen_silu_gate_linear(18944, 3584, BF16) },
-        GoldenCase { name: "qwen2.5_6508b4ab6af4f866", json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"), dtype: BF16, program: || qwen_silu_gate_linear(11008, 2048, BF16) },
+        GoldenCase {
+            name: "gated_mlp",
+            json: include_str!("../goldens/gated_mlp.json"),
+            dtype: F16,
+            program: || gated_mlp(8, 4096, 4096, F16),
+        },
+        GoldenCase {
+            name: "rmsnorm_bs1",
+            json: include_str!("../goldens/rmsnorm_bs1.json"),
+            dtype: F16,
+            program: || rmsnorm_linear(2, 4096, 6144, F16),
+        },
+        GoldenCase {
+            name: "rmsnorm_bs8",
+            json: include_str!("../goldens/rmsnorm_bs8.json"),
+            dtype: F16,
+            program: || rmsnorm_linear(16, 4096, 6144, F16),
+        },
+        GoldenCase {
+            name: "lora",
+            json: include_str!("../goldens/lora.json"),
+            dtype: F16,
+            program: || lora(16, 256, 4096, 16, F16),
+        },
+        GoldenCase {
+            name: "gqa_bs1",
+            json: include_str!("../goldens/gqa_bs1.json"),
+            dtype: F16,
+            program: || gqa(2, 256, 4096, 64, F16),
+        },
+        GoldenCase {
+            name: "ntrans_bs1",
+            json: include_str!("../goldens/ntrans_bs1.json"),
+            dtype: F16,
+            program: || ntrans(8, 4096, F16),
+        },
+        GoldenCase {
+            name: "qwen2.5_659704256b064506",
+            json: include_str!("../goldens/qwen2.5_659704256b064506.json"),
+            dtype: BF16,
+            program: || qwen_rmsnorm_gain_linear(3584, 4608, BF16),
+        },
+        GoldenCase {
+            name: "qwen2.5_64644b2e7bbffb94",
+            json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"),
+            dtype: BF16,
+            program: || qwen_silu_gate_linear(18944, 3584, BF16),
+        },
+        GoldenCase {
+            name: "qwen2.5_6508b4ab6af4f866",
+            json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"),
+            dtype: BF16,
+            program: || qwen_silu_gate_linear(11008, 2048, BF16),
+        },
     ]
 }
 
@@ -182,7 +227,12 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         let mut g = KernelGraph::new();
         let x = g.input(&[6, 40], d)?;
         // sqrt and recip get positive, well-conditioned operands.
-        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) { let e = g.exp(x)?; g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)? } else { x };
+        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) {
+            let e = g.exp(x)?;
+            g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)?
+        } else {
+            x
+        };
         let y = g.unary(op, x)?;
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
@@ -260,7 +310,11 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         ([None, Some(1), None], Some(0), 3),
         ([Some(1), None, None], Some(1), 2),
     ] {
-        let grid = [if imap[0].is_some() { 2 } else { 1 }, if imap[1].is_some() { 3 } else { 1 }, if imap[2].is_some() { 4 } else { 1 }];
+        let grid = [
+            if imap[0].is_some() { 2 } else { 1 },
+            if imap[1].is_some() { 3 } else { 1 },
+            if imap[2].is_some() { 4 } else { 1 },
+        ];
         let mut bg = BlockGraph::new(vec![x_desc.clone()], grid, 128, frange)?;
         let t = bg.input(0, imap, fdim)?;
         let a = bg.accum(AccKind::Sum, &[t])?;

@@ -1,7 +1,7 @@
 //! The CPU reference interpreter: the evaluator of [`crate::eval`] instantiated with `f32`
 //! values. It is the ground truth of every test (DESIGN §8.2, §13).
 
-use crate::eval::{evaluate, Domain, EvalError, Tensor};
+use crate::eval::{Domain, EvalError, Tensor, evaluate};
 use crate::ir::{KernelGraph, UnaryOp};
 
 /// The `f32` value domain.

@@ -20,7 +20,12 @@ fn every_prefix_of_every_golden_mugraph_is_kept() {
             let exprs = graph_exprs(cand).expect("exprs");
             for (loc, e) in exprs.produced(cand) {
                 let a = oracle.check(&e);
-                assert!(a.keep(), "{} candidate {j}: prefix at {loc:?} pruned: {e}\n target {}", case.name, oracle.targets()[0]);
+                assert!(
+                    a.keep(),
+                    "{} candidate {j}: prefix at {loc:?} pruned: {e}\n target {}",
+                    case.name,
+                    oracle.targets()[0]
+                );
                 total += 1;
             }
         }

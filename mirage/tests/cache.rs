@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use mirage::cache::{Cache, CacheEntry, CacheKey, CACHE_FORMAT};
+use mirage::cache::{CACHE_FORMAT, Cache, CacheEntry, CacheKey};
 use mirage::ir::{DType, KernelGraph};
-use mirage::search::{superoptimize, SearchConfig, SearchError};
+use mirage::search::{SearchConfig, SearchError, superoptimize};
 
 fn program() -> KernelGraph {
     mirage::programs::rmsnorm_linear(2, 512, 1024, DType::F16).expect("program")
@@ -42,7 +42,9 @@ fn a_hit_skips_the_search() {
     let text = std::fs::read_to_string(&path).expect("read");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(v["format"], CACHE_FORMAT);
-    assert!(v["mugraph"].is_object() && v["cost_us"].is_number() && v["top"].is_array() && v["created_unix_s"].is_number());
+    assert!(
+        v["mugraph"].is_object() && v["cost_us"].is_number() && v["top"].is_array() && v["created_unix_s"].is_number()
+    );
     // No temporary files are left behind.
     let names: Vec<_> = std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name()).collect();
     assert_eq!(names.len(), 1, "{names:?}");
@@ -110,7 +112,12 @@ fn offline_mode_fails_on_a_miss_with_a_clear_message() {
     let err = superoptimize(&p, &offline, Some(&cache)).expect_err("miss");
     assert!(matches!(err, SearchError::Offline { .. }));
     let msg = err.to_string();
-    assert!(msg.contains("MIRAGE_OFFLINE=1") && msg.contains(&dir.display().to_string()) && msg.contains("without MIRAGE_OFFLINE"), "{msg}");
+    assert!(
+        msg.contains("MIRAGE_OFFLINE=1")
+            && msg.contains(&dir.display().to_string())
+            && msg.contains("without MIRAGE_OFFLINE"),
+        "{msg}"
+    );
     // Without any cache it is a miss too.
     assert!(superoptimize(&p, &offline, None).is_err());
     // After an online search, offline mode uses the entry.
@@ -125,7 +132,8 @@ fn offline_mode_fails_on_a_miss_with_a_clear_message() {
 fn the_environment_variable_selects_offline_mode() {
     if std::env::var_os("MIRAGE_CACHE_TEST_CHILD").is_some() {
         let dir = temp_dir("env-child");
-        let err = superoptimize(&program(), &SearchConfig { offline: None, ..cfg() }, Some(&Cache::new(&dir))).expect_err("offline miss");
+        let err = superoptimize(&program(), &SearchConfig { offline: None, ..cfg() }, Some(&Cache::new(&dir)))
+            .expect_err("offline miss");
         assert!(matches!(err, SearchError::Offline { .. }), "{err}");
         return;
     }

@@ -2,8 +2,8 @@
 //! for sm_90a and sm_80 (CI installs nvcc 13.0: a codegen change that breaks compilation fails here).
 #![cfg(feature = "build")]
 
-use mirage::codegen::{generate_unit, KernelOptions};
-use mirage::nvcc::{compile_cubin, CompileOptions};
+use mirage::codegen::{KernelOptions, generate_unit};
+use mirage::nvcc::{CompileOptions, compile_cubin};
 use mirage::programs::golden_cases;
 
 /// One translation unit per golden file: the program and every candidate.
@@ -13,7 +13,8 @@ fn golden_units() -> Vec<(String, String, usize)> {
         .map(|case| {
             let graphs = case.named_graphs().unwrap_or_else(|e| panic!("{e}"));
             let refs: Vec<(String, &mirage::ir::KernelGraph)> = graphs.iter().map(|(n, g)| (n.clone(), g)).collect();
-            let (source, plans) = generate_unit(&refs, &KernelOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            let (source, plans) =
+                generate_unit(&refs, &KernelOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
             (case.ident(), source, plans.iter().map(|p| p.kernels.len()).sum())
         })
         .collect()
@@ -26,7 +27,8 @@ fn golden_kernels_compile_for_sm90a_and_sm80() {
     for arch in ["sm_90a", "sm_80"] {
         for (name, source, count) in &units {
             let opts = CompileOptions { arch: Some(arch.to_string()), ..Default::default() };
-            let cubin = compile_cubin(source, &format!("golden_{name}"), &opts).unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+            let cubin = compile_cubin(source, &format!("golden_{name}"), &opts)
+                .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
             assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: not an ELF cubin");
             total += count;
         }
@@ -40,12 +42,18 @@ fn coverage_kernels_compile_for_sm90a_and_sm80() {
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
         let graphs = mirage::programs::coverage_cases(dtype).expect("coverage graphs build");
         let name = format!("coverage_{}", dtype.name());
-        let refs: Vec<(String, &mirage::ir::KernelGraph)> = graphs.iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect();
+        let refs: Vec<(String, &mirage::ir::KernelGraph)> =
+            graphs.iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect();
         let (source, plans) = generate_unit(&refs, &KernelOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
         for arch in ["sm_90a", "sm_80"] {
             let opts = CompileOptions { arch: Some(arch.to_string()), ..Default::default() };
-            compile_cubin(&source, &format!("golden_{name}"), &opts).unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+            compile_cubin(&source, &format!("golden_{name}"), &opts)
+                .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
         }
-        println!("{name}: {} programs, {} kernels compiled", plans.len(), plans.iter().map(|p| p.kernels.len()).sum::<usize>());
+        println!(
+            "{name}: {} programs, {} kernels compiled",
+            plans.len(),
+            plans.iter().map(|p| p.kernels.len()).sum::<usize>()
+        );
     }
 }

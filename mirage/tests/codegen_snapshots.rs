@@ -2,7 +2,7 @@
 //! as a reviewable diff of the kernel source (`mirage/tests/snapshots/`).
 #![cfg(feature = "build")]
 
-use mirage::codegen::{generate, KernelOptions};
+use mirage::codegen::{KernelOptions, generate};
 use mirage::ir::DType;
 use mirage::programs::coverage_cases;
 
@@ -69,8 +69,18 @@ fn snapshot_attention_register_chain_f16() {
     g.output(outs[0], None).expect("o");
     g.output(outs[1], None).expect("l");
     let out = generate(&g, "attention_register_chain", &KernelOptions::default()).expect("generates");
-    for expected in ["A preloaded in registers, result in registers", "exp on register fragments", "row sums of register fragments", "A from registers, accumulated in registers, B by ldmatrix.trans", "loop-invariant operators, once"] {
+    for expected in [
+        "A preloaded in registers, result in registers",
+        "exp on register fragments",
+        "row sums of register fragments",
+        "A from registers, accumulated in registers, B by ldmatrix.trans",
+        "loop-invariant operators, once",
+    ] {
         assert!(out.kernels_source.contains(expected), "missing `{expected}` in\n{}", out.kernels_source);
     }
-    insta::assert_snapshot!(format!("{}\n// plan\n{}", out.kernels_source, serde_json::to_string_pretty(&out.plan).expect("plan serializes")));
+    insta::assert_snapshot!(format!(
+        "{}\n// plan\n{}",
+        out.kernels_source,
+        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
+    ));
 }

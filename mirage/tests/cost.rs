@@ -3,7 +3,7 @@
 //! slower on an A100 than on an H100/H200.
 #![cfg(feature = "build")]
 
-use mirage::cost::{estimate, estimate_block, lower_bound_us, Arch};
+use mirage::cost::{Arch, estimate, estimate_block, lower_bound_us};
 use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, KernelOp, TensorDesc};
 use mirage::programs::golden_cases;
 
@@ -28,13 +28,26 @@ fn every_golden_candidate_is_costed_kernel_by_kernel() {
             let sum: f64 = r.kernels.iter().map(|k| k.us).sum();
             assert!((sum - r.total_us).abs() < 1e-9);
             for k in &r.kernels {
-                assert!(k.us >= arch.launch_us && k.waves >= 1 && k.bytes > 0.0 && !k.why.is_empty(), "{} c{j}: {k:?}", case.name);
+                assert!(
+                    k.us >= arch.launch_us && k.waves >= 1 && k.bytes > 0.0 && !k.why.is_empty(),
+                    "{} c{j}: {k:?}",
+                    case.name
+                );
             }
             // The memory floor: every input read once and every output written once.
-            let floor: f64 = c.inputs().iter().map(|d| (d.shape.iter().product::<usize>() * d.dtype.size_bytes()) as f64).sum::<f64>() / arch.dram_bytes_per_us;
+            let floor: f64 = c
+                .inputs()
+                .iter()
+                .map(|d| (d.shape.iter().product::<usize>() * d.dtype.size_bytes()) as f64)
+                .sum::<f64>()
+                / arch.dram_bytes_per_us;
             assert!(r.total_us >= floor, "{} c{j}: {} µs below the memory floor {floor} µs", case.name, r.total_us);
             for b in blocks(c) {
-                assert!(lower_bound_us(b, &arch) <= estimate_block(b, &arch).us + 1e-9, "{} c{j}: the search's bound is a lower bound", case.name);
+                assert!(
+                    lower_bound_us(b, &arch) <= estimate_block(b, &arch).us + 1e-9,
+                    "{} c{j}: the search's bound is a lower bound",
+                    case.name
+                );
             }
         }
     }
@@ -88,8 +101,14 @@ fn more_blocks_on_a_weight_bound_kernel_is_faster_until_the_sms_are_full() {
     let case = golden_cases().into_iter().find(|c| c.name == "rmsnorm_bs1").expect("rmsnorm");
     let arch = Arch::sm90();
     let cost_of = |grid: usize, frange: usize| {
-        case.candidates().expect("import").into_iter().find(|c| blocks(c).iter().any(|b| b.grid()[0] == grid && b.forloop_range() == frange)).map(|c| estimate(&c, &arch).expect("cost").total_us)
+        case.candidates()
+            .expect("import")
+            .into_iter()
+            .find(|c| blocks(c).iter().any(|b| b.grid()[0] == grid && b.forloop_range() == frange))
+            .map(|c| estimate(&c, &arch).expect("cost").total_us)
     };
-    let (Some(small), Some(large)) = (cost_of(64, 64), cost_of(256, 64)) else { panic!("expected grids 64 and 256 with frange 64") };
+    let (Some(small), Some(large)) = (cost_of(64, 64), cost_of(256, 64)) else {
+        panic!("expected grids 64 and 256 with frange 64")
+    };
     assert!(large < small, "256 blocks {large} µs vs 64 blocks {small} µs");
 }

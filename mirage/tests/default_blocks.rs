@@ -4,9 +4,11 @@
 //! input/output/custom nodes, and picks GPU-sized grids and tiles.
 
 use mirage::codegen::default_blocks::{default_block_graph, lower_to_blocks};
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef, UnaryOp};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef, UnaryOp,
+};
 use mirage::programs;
-use mirage::reference::{max_scaled_error, run, HostTensor};
+use mirage::reference::{HostTensor, max_scaled_error, run};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -20,7 +22,8 @@ fn random_inputs(g: &KernelGraph, seed: u64, lo: f32, hi: f32) -> Vec<HostTensor
         .iter()
         .map(|d| {
             let n = d.shape.iter().product();
-            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(lo..hi)).collect()).expect("shape and data agree")
+            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(lo..hi)).collect())
+                .expect("shape and data agree")
         })
         .collect()
 }
@@ -45,7 +48,11 @@ fn assert_only_custom(lowered: &KernelGraph, what: &str) {
         match &node.op {
             KernelOp::Input { .. } | KernelOp::Output { .. } => {}
             KernelOp::Custom { block } => {
-                assert!(block.threads() == 128 || block.threads() == 256, "{what}: node {i}: {} threads", block.threads());
+                assert!(
+                    block.threads() == 128 || block.threads() == 256,
+                    "{what}: node {i}: {} threads",
+                    block.threads()
+                );
             }
             other => panic!("{what}: node {i} is still a kernel-level {}", other.name()),
         }
@@ -103,7 +110,8 @@ fn accumulators(b: &BlockGraph) -> Vec<AccKind> {
 /// A graph applying `f` to fresh inputs `descs` and outputting its result.
 fn one_op(descs: &[TensorDesc], f: impl FnOnce(&mut KernelGraph, &[TensorRef]) -> TensorRef) -> KernelGraph {
     let mut g = KernelGraph::new();
-    let ins: Vec<TensorRef> = descs.iter().map(|d| g.input_strided(&d.shape, &d.strides, d.dtype).expect("input")).collect();
+    let ins: Vec<TensorRef> =
+        descs.iter().map(|d| g.input_strided(&d.shape, &d.strides, d.dtype).expect("input")).collect();
     let o = f(&mut g, &ins);
     g.output(o, None).expect("output");
     g
@@ -122,7 +130,8 @@ fn col_major(shape: &[usize]) -> TensorDesc {
     TensorDesc { shape: shape.to_vec(), strides, dtype: F32 }
 }
 
-const SHAPES: &[&[usize]] = &[&[7], &[13], &[1, 1], &[13, 5], &[16, 33], &[3, 64, 33], &[2, 3, 16, 17], &[4, 1, 7, 13], &[96, 200], &[6000]];
+const SHAPES: &[&[usize]] =
+    &[&[7], &[13], &[1, 1], &[13, 5], &[16, 33], &[3, 64, 33], &[2, 3, 16, 17], &[4, 1, 7, 13], &[96, 200], &[6000]];
 
 fn unary_ops() -> Vec<UnaryOp> {
     vec![
@@ -248,12 +257,18 @@ fn reductions_match_over_every_dim() {
     for shape in SHAPES.iter().chain(long) {
         for dim in 0..shape.len() {
             for max in [false, true] {
-                let g = one_op(&[rm(shape)], |g, t| if max { g.reduce_max(t[0], dim) } else { g.reduce_sum(t[0], dim) }.expect("reduce"));
+                let g = one_op(&[rm(shape)], |g, t| {
+                    if max { g.reduce_max(t[0], dim) } else { g.reduce_sum(t[0], dim) }.expect("reduce")
+                });
                 let what = format!("reduce_{}({dim}) on {shape:?}", if max { "max" } else { "sum" });
                 let lowered = check(&g, &what);
                 let block = only_block(&lowered);
                 let tile = &input_tiles(&block)[0];
-                assert_eq!(tile[dim] * block.forloop_range(), shape[dim], "{what}: the reduced dim is never split across blocks");
+                assert_eq!(
+                    tile[dim] * block.forloop_range(),
+                    shape[dim],
+                    "{what}: the reduced dim is never split across blocks"
+                );
                 let expected_acc = if max && block.forloop_range() > 1 { AccKind::Max } else { AccKind::Sum };
                 assert_eq!(accumulators(&block), vec![expected_acc], "{what}");
             }
@@ -335,10 +350,19 @@ fn strided_inputs_match() {
         check(&one_op(std::slice::from_ref(&x), |g, t| g.exp(t[0]).expect("exp")), &format!("exp {what}"));
         check(&one_op(&[x.clone(), rm(shape)], |g, t| g.add(t[0], t[1]).expect("add")), &format!("add {what}"));
         for dim in 0..shape.len() {
-            check(&one_op(std::slice::from_ref(&x), |g, t| g.reduce_sum(t[0], dim).expect("sum")), &format!("reduce_sum({dim}) {what}"));
+            check(
+                &one_op(std::slice::from_ref(&x), |g, t| g.reduce_sum(t[0], dim).expect("sum")),
+                &format!("reduce_sum({dim}) {what}"),
+            );
         }
-        check(&one_op(std::slice::from_ref(&x), |g, t| g.rms_norm(t[0], 1e-6, None).expect("rms")), &format!("rms_norm {what}"));
-        check(&one_op(&[x.clone(), x.clone()], |g, t| g.concat(t[0], t[1], 0).expect("concat")), &format!("concat {what}"));
+        check(
+            &one_op(std::slice::from_ref(&x), |g, t| g.rms_norm(t[0], 1e-6, None).expect("rms")),
+            &format!("rms_norm {what}"),
+        );
+        check(
+            &one_op(&[x.clone(), x.clone()], |g, t| g.concat(t[0], t[1], 0).expect("concat")),
+            &format!("concat {what}"),
+        );
     }
 }
 
@@ -401,7 +425,13 @@ fn benchmark_programs_lower_at_full_size() {
                 // and reductions with few rows cannot).
                 let is_matmul = block.nodes().iter().any(|n| n.op == BlockOp::Matmul);
                 if is_matmul && elems >= 132 * 64 * 8 {
-                    assert!(block.num_blocks() >= 64, "{}: matmul writing {:?} uses {} blocks", case.name, out.shape, block.num_blocks());
+                    assert!(
+                        block.num_blocks() >= 64,
+                        "{}: matmul writing {:?} uses {} blocks",
+                        case.name,
+                        out.shape,
+                        block.num_blocks()
+                    );
                 }
             }
         }
@@ -453,7 +483,9 @@ fn grids_fit_an_h100() {
     assert!(b.num_blocks() > 1);
 
     // Square GEMM: 128x128 output tiles, k tiled by 32..=128.
-    let g = one_op(&[TensorDesc::new(&[4096, 4096], F16), TensorDesc::new(&[4096, 4096], F16)], |g, t| g.matmul(t[0], t[1]).expect("mm"));
+    let g = one_op(&[TensorDesc::new(&[4096, 4096], F16), TensorDesc::new(&[4096, 4096], F16)], |g, t| {
+        g.matmul(t[0], t[1]).expect("mm")
+    });
     let b = only_block(&lower_to_blocks(&g).expect("lowers"));
     let tiles = input_tiles(&b);
     assert_eq!((tiles[0][0], tiles[1][1]), (128, 128), "output tile");
@@ -462,7 +494,9 @@ fn grids_fit_an_h100() {
     assert_eq!(b.threads(), 256);
 
     // Decode GEMM (m = 8): m whole, n split finely enough to occupy the SMs.
-    let g = one_op(&[TensorDesc::new(&[8, 4096], F16), TensorDesc::new(&[4096, 4096], F16)], |g, t| g.matmul(t[0], t[1]).expect("mm"));
+    let g = one_op(&[TensorDesc::new(&[8, 4096], F16), TensorDesc::new(&[4096, 4096], F16)], |g, t| {
+        g.matmul(t[0], t[1]).expect("mm")
+    });
     let b = only_block(&lower_to_blocks(&g).expect("lowers"));
     let tiles = input_tiles(&b);
     assert_eq!(tiles[0][0], 8);
@@ -470,7 +504,9 @@ fn grids_fit_an_h100() {
     assert!(b.num_blocks() >= 64, "{} blocks", b.num_blocks());
 
     // Batched GEMM: the batch on its own axis.
-    let g = one_op(&[TensorDesc::new(&[2, 256, 64], F16), TensorDesc::new(&[2, 64, 4096], F16)], |g, t| g.matmul(t[0], t[1]).expect("mm"));
+    let g = one_op(&[TensorDesc::new(&[2, 256, 64], F16), TensorDesc::new(&[2, 64, 4096], F16)], |g, t| {
+        g.matmul(t[0], t[1]).expect("mm")
+    });
     let b = only_block(&lower_to_blocks(&g).expect("lowers"));
     assert_eq!(b.num_blocks() % 2, 0);
     assert!(b.num_blocks() >= 128, "{} blocks", b.num_blocks());
@@ -493,19 +529,26 @@ fn errors_name_the_operator() {
     let input = KernelOp::Input { desc: x.clone() };
     let e = default_block_graph(&input, &[]).expect_err("inputs are not kernels").to_string();
     assert!(e.contains("input"), "{e}");
-    let e = default_block_graph(&KernelOp::Output { strides: None }, std::slice::from_ref(&x)).expect_err("outputs are not kernels").to_string();
+    let e = default_block_graph(&KernelOp::Output { strides: None }, std::slice::from_ref(&x))
+        .expect_err("outputs are not kernels")
+        .to_string();
     assert!(e.contains("output"), "{e}");
     let e = default_block_graph(&KernelOp::Matmul, &[x.clone(), x.clone()]).expect_err("k mismatch").to_string();
     assert!(e.contains("matmul"), "{e}");
     let e = default_block_graph(&KernelOp::Unary { op: UnaryOp::Exp }, &[]).expect_err("arity").to_string();
     assert!(e.contains("exp"), "{e}");
     let bad = TensorDesc { shape: vec![], strides: vec![], dtype: F32 };
-    let e = default_block_graph(&KernelOp::RmsNorm { eps: Scalar(0.0) }, &[bad.clone(), bad]).expect_err("rank 0").to_string();
+    let e = default_block_graph(&KernelOp::RmsNorm { eps: Scalar(0.0) }, &[bad.clone(), bad])
+        .expect_err("rank 0")
+        .to_string();
     assert!(e.contains("rms_norm"), "{e}");
     let aliasing = TensorDesc { shape: vec![4, 8], strides: vec![1, 1], dtype: F32 };
-    let e = default_block_graph(&KernelOp::ReduceSum { dim: 0 }, &[aliasing]).expect_err("aliasing strides").to_string();
+    let e =
+        default_block_graph(&KernelOp::ReduceSum { dim: 0 }, &[aliasing]).expect_err("aliasing strides").to_string();
     assert!(e.contains("reduce_sum(0)"), "{e}");
-    let e = default_block_graph(&KernelOp::ReduceMax { dim: 2 }, std::slice::from_ref(&x)).expect_err("dim out of range").to_string();
+    let e = default_block_graph(&KernelOp::ReduceMax { dim: 2 }, std::slice::from_ref(&x))
+        .expect_err("dim out of range")
+        .to_string();
     assert!(e.contains("reduce_max(2)"), "{e}");
     // Too many batch blocks for the grid.
     let a = rm(&[70000, 70000, 1, 1]);
@@ -524,7 +567,8 @@ fn arb_case() -> impl Strategy<Value = (KernelOp, Vec<TensorDesc>)> {
     let shape = prop::collection::vec(dim.clone(), 1..=4);
     let op = prop_oneof![
         prop::sample::select(unary_ops()).prop_map(|op| KernelOp::Unary { op }),
-        prop::sample::select(vec![BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow]).prop_map(|op| KernelOp::Binary { op }),
+        prop::sample::select(vec![BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow])
+            .prop_map(|op| KernelOp::Binary { op }),
         Just(KernelOp::Matmul),
         (0usize..4).prop_map(|dim| KernelOp::ReduceSum { dim }),
         (0usize..4).prop_map(|dim| KernelOp::ReduceMax { dim }),
@@ -532,30 +576,38 @@ fn arb_case() -> impl Strategy<Value = (KernelOp, Vec<TensorDesc>)> {
         (0usize..4).prop_map(|dim| KernelOp::Concat { dim }),
     ];
     // Second operand: usually derived from the first so that most cases are valid.
-    (op, shape, prop::collection::vec(dim, 1..=4), 0u8..6, any::<bool>(), any::<bool>()).prop_map(|(op, a, other, how, col_a, two)| {
-        let r = a.len();
-        let b: Vec<usize> = match (&op, how) {
-            (_, 0) => other,
-            (KernelOp::Matmul, _) if r >= 2 => {
-                let mut b = a.clone();
-                b[r - 2] = a[r - 1];
-                b[r - 1] = other[0];
-                b
-            }
-            (KernelOp::Binary { .. }, 1 | 2) => a.iter().zip(other.iter().chain(std::iter::repeat(&1))).map(|(&x, &y)| if y % 2 == 0 { 1 } else { x }).collect(),
-            (KernelOp::RmsNorm { .. }, _) => (0..r).map(|d| if d + 1 == r { a[d] } else { 1 }).collect(),
-            (KernelOp::Concat { dim }, _) => a.iter().enumerate().map(|(d, &x)| if d == *dim { other[0] } else { x }).collect(),
-            _ => a.clone(),
-        };
-        let da = if col_a { col_major(&a) } else { rm(&a) };
-        let db = rm(&b);
-        let inputs = match &op {
-            KernelOp::Unary { .. } | KernelOp::ReduceSum { .. } | KernelOp::ReduceMax { .. } => vec![da],
-            KernelOp::RmsNorm { .. } if !two => vec![da],
-            _ => vec![da, db],
-        };
-        (op, inputs)
-    })
+    (op, shape, prop::collection::vec(dim, 1..=4), 0u8..6, any::<bool>(), any::<bool>()).prop_map(
+        |(op, a, other, how, col_a, two)| {
+            let r = a.len();
+            let b: Vec<usize> = match (&op, how) {
+                (_, 0) => other,
+                (KernelOp::Matmul, _) if r >= 2 => {
+                    let mut b = a.clone();
+                    b[r - 2] = a[r - 1];
+                    b[r - 1] = other[0];
+                    b
+                }
+                (KernelOp::Binary { .. }, 1 | 2) => a
+                    .iter()
+                    .zip(other.iter().chain(std::iter::repeat(&1)))
+                    .map(|(&x, &y)| if y % 2 == 0 { 1 } else { x })
+                    .collect(),
+                (KernelOp::RmsNorm { .. }, _) => (0..r).map(|d| if d + 1 == r { a[d] } else { 1 }).collect(),
+                (KernelOp::Concat { dim }, _) => {
+                    a.iter().enumerate().map(|(d, &x)| if d == *dim { other[0] } else { x }).collect()
+                }
+                _ => a.clone(),
+            };
+            let da = if col_a { col_major(&a) } else { rm(&a) };
+            let db = rm(&b);
+            let inputs = match &op {
+                KernelOp::Unary { .. } | KernelOp::ReduceSum { .. } | KernelOp::ReduceMax { .. } => vec![da],
+                KernelOp::RmsNorm { .. } if !two => vec![da],
+                _ => vec![da, db],
+            };
+            (op, inputs)
+        },
+    )
 }
 
 proptest! {

@@ -9,7 +9,7 @@ use mirage::eval::{Domain, Tensor};
 use mirage::fingerprint::*;
 use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, TensorRef, UnaryOp};
 use mirage::programs::golden_cases;
-use mirage::reference::{max_scaled_error, run, HostTensor};
+use mirage::reference::{HostTensor, max_scaled_error, run};
 
 fn values(key: u64, n: usize) -> Vec<Fp> {
     FieldDomain::random_inputs(key, &[vec![n]]).remove(0).data
@@ -255,7 +255,9 @@ fn inequivalent_graphs_are_rejected_with_a_witness() {
     let o = q.mul(a, b).expect("mul");
     q.output(o, None).expect("out");
     match verify(&p, &q, &cfg).expect("runs") {
-        Verdict::NotEquivalent { witness: Witness::Value { trial, output, candidate_output, index, program, candidate } } => {
+        Verdict::NotEquivalent {
+            witness: Witness::Value { trial, output, candidate_output, index, program, candidate },
+        } => {
             assert_eq!((trial, output, candidate_output), (0, 0, Some(0)));
             assert_eq!(index.len(), 2);
             assert_ne!(program.p, candidate.p);
@@ -288,7 +290,9 @@ fn inequivalent_graphs_are_rejected_with_a_witness() {
     // Signatures.
     let other_shape = gated(4, 16, 16);
     match verify(&p, &other_shape, &cfg).expect("runs") {
-        Verdict::NotEquivalent { witness: Witness::Signature { reason } } => assert!(reason.contains("inputs"), "{reason}"),
+        Verdict::NotEquivalent { witness: Witness::Signature { reason } } => {
+            assert!(reason.contains("inputs"), "{reason}")
+        }
         v => panic!("{v:?}"),
     }
     let mut fewer = KernelGraph::new();
@@ -436,11 +440,20 @@ fn mutants(g: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
                         BlockOp::Input { input, imap, forloop_dim } => {
                             let rank = block.inputs()[*input].shape.len();
                             for m in other_maps(*imap, grid, rank, true) {
-                                edits.push(("imap", Edit::BlockOp(at, BlockOp::Input { input: *input, imap: m, forloop_dim: *forloop_dim })));
+                                edits.push((
+                                    "imap",
+                                    Edit::BlockOp(
+                                        at,
+                                        BlockOp::Input { input: *input, imap: m, forloop_dim: *forloop_dim },
+                                    ),
+                                ));
                             }
                             // With one iteration the forloop dim means nothing: no mutant.
                             for fd in (0..rank).map(Some).chain([None]).filter(|d| f > 1 && d != forloop_dim) {
-                                edits.push(("forloop dim", Edit::BlockOp(at, BlockOp::Input { input: *input, imap: *imap, forloop_dim: fd })));
+                                edits.push((
+                                    "forloop dim",
+                                    Edit::BlockOp(at, BlockOp::Input { input: *input, imap: *imap, forloop_dim: fd }),
+                                ));
                             }
                         }
                         BlockOp::Output { omap } => {
@@ -452,15 +465,22 @@ fn mutants(g: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
                         BlockOp::Binary { op: BinaryOp::Div | BinaryOp::Sub | BinaryOp::Pow } | BlockOp::Matmul => {
                             edits.push(("swapped operands", Edit::BlockInputs(at, vec![bn.inputs[1], bn.inputs[0]])));
                         }
-                        BlockOp::Unary { op: UnaryOp::Exp } => edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Silu }))),
-                        BlockOp::Unary { op: UnaryOp::Silu } => edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Exp }))),
+                        BlockOp::Unary { op: UnaryOp::Exp } => {
+                            edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Silu })))
+                        }
+                        BlockOp::Unary { op: UnaryOp::Silu } => {
+                            edits.push(("exp <-> silu", Edit::BlockOp(at, BlockOp::Unary { op: UnaryOp::Exp })))
+                        }
                         BlockOp::Accum { acc } => {
                             // A dropped accumulator: only the iterations' maximum (not the sum)
                             // survives, or the reduction of the last dim is dropped or changed;
                             // a wrong reduction width.
                             let alts: Vec<(&str, AccKind)> = match acc {
                                 AccKind::Sum if f > 1 => vec![("accumulator", AccKind::Max)],
-                                AccKind::SumLast => vec![("accumulator", AccKind::RmsLast), ("reduction width", AccKind::SumTo { width: 2 })],
+                                AccKind::SumLast => vec![
+                                    ("accumulator", AccKind::RmsLast),
+                                    ("reduction width", AccKind::SumTo { width: 2 }),
+                                ],
                                 AccKind::RmsLast => vec![("accumulator", AccKind::SumLast)],
                                 AccKind::SumTo { width } => vec![
                                     ("reduction width", AccKind::SumTo { width: width * 2 }),
@@ -476,7 +496,10 @@ fn mutants(g: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
                         BlockOp::ReduceSumTo { dim, width } => {
                             for w in [width * 2, width / 2] {
                                 if w >= 1 {
-                                    edits.push(("reduction width", Edit::BlockOp(at, BlockOp::ReduceSumTo { dim: *dim, width: w })));
+                                    edits.push((
+                                        "reduction width",
+                                        Edit::BlockOp(at, BlockOp::ReduceSumTo { dim: *dim, width: w }),
+                                    ));
                                 }
                             }
                         }
@@ -540,8 +563,16 @@ fn mutants_of_every_golden_file_are_rejected() {
                     // forloop range re-tiles the same computation): the f32 reference decides.
                     let want = want.get_or_insert_with(|| run(&program, &inputs).expect("program runs"));
                     let got = run(&m, &inputs).expect("mutant runs");
-                    let err = want.iter().zip(&got).map(|(w, g)| max_scaled_error(g, w, 1e-3, 1e-3).unwrap_or(f32::INFINITY)).fold(0.0, f32::max);
-                    assert!(err <= 1.0, "{}: a {kind} mutant passed the fingerprint check but differs in f32 (scaled error {err})", case.name);
+                    let err = want
+                        .iter()
+                        .zip(&got)
+                        .map(|(w, g)| max_scaled_error(g, w, 1e-3, 1e-3).unwrap_or(f32::INFINITY))
+                        .fold(0.0, f32::max);
+                    assert!(
+                        err <= 1.0,
+                        "{}: a {kind} mutant passed the fingerprint check but differs in f32 (scaled error {err})",
+                        case.name
+                    );
                     *kept.entry(kind).or_default() += 1;
                 }
             }
@@ -556,5 +587,8 @@ fn mutants_of_every_golden_file_are_rejected() {
     for kind in ["imap", "omap", "swapped operands", "accumulator", "exp <-> silu", "reduction width"] {
         assert!(by_kind.get(kind).copied().unwrap_or(0) > 0, "no {kind} mutant was rejected");
     }
-    assert!(kept.get("forloop range").copied().unwrap_or(0) > 0, "re-tiling with another forloop range keeps the meaning");
+    assert!(
+        kept.get("forloop range").copied().unwrap_or(0) > 0,
+        "re-tiling with another forloop range keeps the meaning"
+    );
 }

@@ -4,8 +4,8 @@
 #![cfg(feature = "build")]
 
 use mirage::ir::{AccKind, BlockGraph, BlockOp, KernelGraph, KernelOp};
-use mirage::programs::{golden_cases, GoldenCase};
-use mirage::reference::{max_scaled_error, run, HostTensor};
+use mirage::programs::{GoldenCase, golden_cases};
+use mirage::reference::{HostTensor, max_scaled_error, run};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -15,7 +15,8 @@ fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
         .iter()
         .map(|d| {
             let n = d.shape.iter().product();
-            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()).expect("shape and data agree")
+            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+                .expect("shape and data agree")
         })
         .collect()
 }
@@ -56,7 +57,12 @@ fn every_golden_candidate_imports_and_matches_its_program() {
         let c = load(case, 1000 + i as u64);
         assert!(!c.candidates.is_empty(), "{}: no candidates", c.case.name);
         for (j, cand) in c.candidates.iter().enumerate() {
-            assert_eq!(cand.inputs(), c.program.inputs(), "{} candidate {j}: inputs differ from the program's", c.case.name);
+            assert_eq!(
+                cand.inputs(),
+                c.program.inputs(),
+                "{} candidate {j}: inputs differ from the program's",
+                c.case.name
+            );
             let got = run(cand, &c.inputs).expect("candidate runs");
             let e = error(&c.expected, &got);
             assert!(e <= 1.0, "{} candidate {j}: scaled error {e} exceeds the f32 tolerance", c.case.name);
@@ -74,7 +80,9 @@ fn rebuild_with(g: &KernelGraph, target: (usize, usize), op: BlockOp) -> Option<
     for (ni, node) in g.nodes().iter().enumerate() {
         let new_op = match &node.op {
             KernelOp::Custom { block } if ni == target.0 => {
-                let mut b = BlockGraph::new(block.inputs().to_vec(), block.grid(), block.threads(), block.forloop_range()).ok()?;
+                let mut b =
+                    BlockGraph::new(block.inputs().to_vec(), block.grid(), block.threads(), block.forloop_range())
+                        .ok()?;
                 for (bi, bnode) in block.nodes().iter().enumerate() {
                     let o = if bi == target.1 { op.clone() } else { bnode.op.clone() };
                     b.push(o, &bnode.inputs).ok()?;
@@ -141,7 +149,11 @@ fn corrupted_candidates_mismatch() {
                 for m in mutants.iter().take(3) {
                     let got = run(m, &c.inputs).expect("mutant runs");
                     let e = error(&c.expected, &got);
-                    assert!(e > 10.0, "{}: a mutant with a changed {kind} still matches (scaled error {e})", c.case.name);
+                    assert!(
+                        e > 10.0,
+                        "{}: a mutant with a changed {kind} still matches (scaled error {e})",
+                        c.case.name
+                    );
                     if kind == "imap" { imaps += 1 } else { accs += 1 }
                 }
             }

@@ -2,13 +2,17 @@
 //! the problem; both the older and the newer op spellings.
 #![cfg(feature = "build")]
 
-use mirage::import::{import_mirage_json, import_mirage_json_with, ImportError, ImportOptions};
+use mirage::import::{ImportError, ImportOptions, import_mirage_json, import_mirage_json_with};
 use mirage::ir::{AccKind, BlockOp, DType, KernelGraph, KernelOp};
 use mirage::programs::golden_cases;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn golden(name: &str) -> &'static str {
-    golden_cases().into_iter().find(|c| c.name == name).map(|c| c.json).unwrap_or_else(|| panic!("no golden file {name}"))
+    golden_cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .map(|c| c.json)
+        .unwrap_or_else(|| panic!("no golden file {name}"))
 }
 
 fn parse(text: &str) -> Value {
@@ -43,7 +47,12 @@ fn find_op(file: &Value, from: usize, op_type: &str) -> (usize, usize) {
 
 /// The first block op of type `op_type` inside kernel op `i` of candidate `c`.
 fn find_block_op(file: &Value, c: usize, i: usize, op_type: &str) -> usize {
-    file[c][i]["bgraph"]["operators"].as_array().expect("array").iter().position(|op| op["op_type"] == op_type).unwrap_or_else(|| panic!("no {op_type}"))
+    file[c][i]["bgraph"]["operators"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .position(|op| op["op_type"] == op_type)
+        .unwrap_or_else(|| panic!("no {op_type}"))
 }
 
 #[test]
@@ -58,7 +67,10 @@ fn the_golden_files_import() {
 fn not_json_or_not_an_array() {
     let e = import_err("this is not json", &["not a Mirage µGraph file"]);
     assert!(matches!(e, ImportError::NotMirage(_)), "{e:?}");
-    let e = import_err("{\"op_type\": \"kn_input_op\"}", &["not a Mirage µGraph file", "the top level is not an array of µGraphs"]);
+    let e = import_err(
+        "{\"op_type\": \"kn_input_op\"}",
+        &["not a Mirage µGraph file", "the top level is not an array of µGraphs"],
+    );
     assert!(matches!(e, ImportError::NotMirage(_)), "{e:?}");
     import_err("42", &["not an array"]);
     let e = import_err("[[], 7]", &["candidate 1", "top level", "a µGraph must be an array of operators"]);
@@ -73,7 +85,13 @@ fn unknown_kernel_op() {
     let mut f = parse(golden("gated_mlp"));
     let (c, i) = find_op(&f, 1, "kn_mul_op");
     f[c][i]["op_type"] = "kn_frobnicate_op".into();
-    let e = import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_frobnicate_op)"), "operator `kn_frobnicate_op` is not supported by the importer"]);
+    let e = import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_frobnicate_op)"),
+            "operator `kn_frobnicate_op` is not supported by the importer",
+        ],
+    );
     assert!(matches!(e, ImportError::Op { candidate, .. } if candidate == c), "{e:?}");
 }
 
@@ -83,20 +101,35 @@ fn unknown_block_op() {
     let (c, i) = find_op(&f, 2, "kn_customized_op");
     let j = find_block_op(&f, c, i, "tb_matmul_op");
     f[c][i]["bgraph"]["operators"][j]["op_type"] = "tb_magic_op".into();
-    import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_magic_op)"), "operator `tb_magic_op` is not supported by the importer"]);
+    import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_magic_op)"),
+            "operator `tb_magic_op` is not supported by the importer",
+        ],
+    );
 }
 
 #[test]
 fn unknown_data_type() {
     let mut f = parse(golden("lora"));
     f[1][0]["output_tensors"][0]["data_type"] = 999.into();
-    import_err(&f.to_string(), &["candidate 1, kernel op 0 (kn_input_op)", "data_type 999 is not supported (f16 921/940, bf16 941, f32 950)"]);
+    import_err(
+        &f.to_string(),
+        &["candidate 1, kernel op 0 (kn_input_op)", "data_type 999 is not supported (f16 921/940, bf16 941, f32 950)"],
+    );
     // Inside a block graph too.
     let mut f = parse(golden("lora"));
     let (c, i) = find_op(&f, 0, "kn_customized_op");
     let j = find_block_op(&f, c, i, "tb_matmul_op");
     f[c][i]["bgraph"]["operators"][j]["output_tensors"][0]["data_type"] = 123.into();
-    import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_matmul_op)"), "data_type 123 is not supported"]);
+    import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_matmul_op)"),
+            "data_type 123 is not supported",
+        ],
+    );
 }
 
 #[test]
@@ -104,7 +137,13 @@ fn guid_used_before_it_is_produced() {
     let mut f = parse(golden("lora"));
     let (c, i) = find_op(&f, 3, "kn_customized_op");
     f[c][i]["input_tensors"][1]["guid"] = 4242.into();
-    import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_customized_op)"), "tensor guid 4242 is not produced by an earlier operator"]);
+    import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_customized_op)"),
+            "tensor guid 4242 is not produced by an earlier operator",
+        ],
+    );
     // An output that reads a tensor produced later: move the output op to the front.
     let mut f = parse(golden("lora"));
     let ops = f[0].as_array_mut().expect("array");
@@ -116,7 +155,10 @@ fn guid_used_before_it_is_produced() {
     let (c, i) = find_op(&f, 0, "kn_customized_op");
     let j = find_block_op(&f, c, i, "tb_matmul_op");
     f[c][i]["bgraph"]["operators"][j]["input_tensors"][0]["guid"] = 777.into();
-    import_err(&f.to_string(), &[&format!("block op {j} (tb_matmul_op)"), "tile guid 777 is not produced by an earlier operator"]);
+    import_err(
+        &f.to_string(),
+        &[&format!("block op {j} (tb_matmul_op)"), "tile guid 777 is not produced by an earlier operator"],
+    );
 }
 
 #[test]
@@ -126,14 +168,27 @@ fn recorded_shapes_must_agree_with_our_rules() {
     let (c, i) = find_op(&f, 0, "kn_mul_op");
     f[c][i]["output_tensors"][0]["dim"][1] = 2048.into();
     let guid = f[c][i]["output_tensors"][0]["guid"].clone();
-    import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_mul_op)"), &format!("the file records shape [8, 2048] for tensor {guid}, our shape rule gives [8, 4096]")]);
+    import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_mul_op)"),
+            &format!("the file records shape [8, 2048] for tensor {guid}, our shape rule gives [8, 4096]"),
+        ],
+    );
     // A tile shape in a block graph.
     let mut f = parse(golden("gated_mlp"));
     let (c, i) = find_op(&f, 2, "kn_customized_op");
     let j = find_block_op(&f, c, i, "tb_matmul_op");
     let d0 = f[c][i]["bgraph"]["operators"][j]["output_tensors"][0]["dim"][0].as_u64().expect("a dim");
     f[c][i]["bgraph"]["operators"][j]["output_tensors"][0]["dim"][0] = (d0 * 2).into();
-    import_err(&f.to_string(), &[&format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_matmul_op)"), "the file records tile shape", "our shape rule gives"]);
+    import_err(
+        &f.to_string(),
+        &[
+            &format!("candidate {c}, kernel op {i} (kn_customized_op), block op {j} (tb_matmul_op)"),
+            "the file records tile shape",
+            "our shape rule gives",
+        ],
+    );
     // An input shape that makes the block matmul break its rule.
     let mut f = parse(golden("lora"));
     f[0][0]["output_tensors"][0]["dim"][1] = 128.into();
@@ -144,7 +199,10 @@ fn recorded_shapes_must_agree_with_our_rules() {
     let mut f = parse(golden("lora"));
     let (c, i) = find_op(&f, 0, "kn_customized_op");
     f[c][i]["output_tensors"][0]["guid"] = 31337.into();
-    import_err(&f.to_string(), &["kernel op 4 (kn_customized_op)", "output tensor 31337 is written by no output saver"]);
+    import_err(
+        &f.to_string(),
+        &["kernel op 4 (kn_customized_op)", "output tensor 31337 is written by no output saver"],
+    );
 }
 
 #[test]
@@ -152,11 +210,17 @@ fn num_dims_out_of_range() {
     for n in [0, 5, -1] {
         let mut f = parse(golden("lora"));
         f[2][1]["output_tensors"][0]["num_dims"] = n.into();
-        import_err(&f.to_string(), &["candidate 2, kernel op 1 (kn_input_op)", &format!("num_dims {n} is outside 1..=4")]);
+        import_err(
+            &f.to_string(),
+            &["candidate 2, kernel op 1 (kn_input_op)", &format!("num_dims {n} is outside 1..=4")],
+        );
     }
     let mut f = parse(golden("lora"));
     f[0][0]["output_tensors"][0]["dim"] = json!([16]);
-    import_err(&f.to_string(), &["candidate 0, kernel op 0 (kn_input_op)", "`dim` has fewer than num_dims = 2 entries"]);
+    import_err(
+        &f.to_string(),
+        &["candidate 0, kernel op 0 (kn_input_op)", "`dim` has fewer than num_dims = 2 entries"],
+    );
     let mut f = parse(golden("lora"));
     f[0][0]["output_tensors"][0]["dim"][0] = 0.into();
     import_err(&f.to_string(), &["kernel op 0 (kn_input_op)", "bad dim entry 0"]);
@@ -172,7 +236,9 @@ fn old_and_new_spellings_import_to_the_same_graphs() {
     // lora is written in the older spelling; rewrite it in the newer one.
     let old = golden("lora");
     assert!(old.contains("\"tb_accum_nored_op\"") && old.contains("921"));
-    let new = old.replace("\"tb_accum_nored_op\"", "\"tb_forloop_accum_nored_op\"").replace("\"data_type\":921", "\"data_type\":940");
+    let new = old
+        .replace("\"tb_accum_nored_op\"", "\"tb_forloop_accum_nored_op\"")
+        .replace("\"data_type\":921", "\"data_type\":940");
     assert_ne!(old, new);
     let (a, b) = (import_mirage_json(old).expect("old spelling"), import_mirage_json(&new).expect("new spelling"));
     assert_eq!(a, b);
@@ -201,7 +267,9 @@ fn synthetic(acc_op: &str, tile: &[usize]) -> String {
     let rescale = acc_op.contains("rescale");
     let none = json!({ "x": -1, "y": -1, "z": -1 });
     let mut kernel_ins = vec![rec(1, &[4, 8])];
-    let mut block_ops = vec![json!({ "op_type": "tb_input_op", "dtensor": rec(1, &[4, 8]), "input_map": none, "forloop_dim": 1, "input_tensors": [], "output_tensors": [rec(101, &[4, 4])] })];
+    let mut block_ops = vec![
+        json!({ "op_type": "tb_input_op", "dtensor": rec(1, &[4, 8]), "input_map": none, "forloop_dim": 1, "input_tensors": [], "output_tensors": [rec(101, &[4, 4])] }),
+    ];
     let mut acc_ins = vec![rec(101, &[4, 4])];
     if rescale {
         kernel_ins.push(rec(3, &[4, 2]));
@@ -210,7 +278,10 @@ fn synthetic(acc_op: &str, tile: &[usize]) -> String {
     }
     block_ops.push(json!({ "op_type": acc_op, "input_tensors": acc_ins, "output_tensors": [rec(102, tile)] }));
     block_ops.push(json!({ "op_type": "tb_output_op", "dtensor": rec(2, tile), "output_map": none, "input_tensors": [rec(102, tile)], "output_tensors": [] }));
-    let mut ops: Vec<Value> = kernel_ins.iter().map(|r| json!({ "op_type": "kn_input_op", "input_tensors": [], "output_tensors": [r] })).collect();
+    let mut ops: Vec<Value> = kernel_ins
+        .iter()
+        .map(|r| json!({ "op_type": "kn_input_op", "input_tensors": [], "output_tensors": [r] }))
+        .collect();
     ops.push(json!({
         "op_type": "kn_customized_op",
         "input_tensors": kernel_ins,
@@ -260,5 +331,8 @@ fn every_accumulator_in_both_spellings() {
         let name = format!("tb_accum_{suffix}_op");
         import_err(&synthetic(&name, &[4, 3]), &["block op", &format!("({name})")]);
     }
-    import_err(&synthetic("tb_accum_sideways_op", &[4, 4]), &["(tb_accum_sideways_op)", "is not supported by the importer"]);
+    import_err(
+        &synthetic("tb_accum_sideways_op", &[4, 4]),
+        &["(tb_accum_sideways_op)", "is not supported by the importer"],
+    );
 }

@@ -4,8 +4,11 @@
 //! constants; malformed JSON is rejected with a clear error.
 #![cfg(feature = "build")]
 
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, IrError, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef, UnaryOp, FORMAT, VERSION};
-use mirage::reference::{run, HostTensor};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, FORMAT, GridMap, IrError, KernelGraph, KernelOp, Scalar, TensorDesc,
+    TensorRef, UnaryOp, VERSION,
+};
+use mirage::reference::{HostTensor, run};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -32,7 +35,9 @@ const BINARIES: [BinaryOp; 5] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, Bi
 fn constant(rng: &mut StdRng) -> Scalar {
     Scalar(match rng.random_range(0..8) {
         0 => f32::from_bits(rng.random()),
-        1 => *[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0, 0.0, f32::MIN_POSITIVE / 8.0, f32::MAX].choose(rng).unwrap_or(&0.0),
+        1 => *[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0, 0.0, f32::MIN_POSITIVE / 8.0, f32::MAX]
+            .choose(rng)
+            .unwrap_or(&0.0),
         _ => rng.random_range(-4.0f32..4.0),
     })
 }
@@ -129,7 +134,8 @@ fn random_block(rng: &mut StdRng, operands: &[TensorDesc]) -> Option<BlockGraph>
     }
     for _ in 0..rng.random_range(0..3) {
         let (Some(a), Some(b)) = (pick(rng, &after), pick(rng, &after)) else { break };
-        let r = if rng.random_bool(0.5) { bg.unary(random_unary(rng), a) } else { bg.binary(*BINARIES.choose(rng)?, a, b) };
+        let r =
+            if rng.random_bool(0.5) { bg.unary(random_unary(rng), a) } else { bg.binary(*BINARIES.choose(rng)?, a, b) };
         after.extend(r.ok());
     }
     let mut saved = 0;
@@ -187,7 +193,10 @@ fn random_graph(seed: u64) -> KernelGraph {
                 3 => g.matmul(a, b).ok().map(|t| vec![t]),
                 4 => g.reduce_sum(a, dim).ok().map(|t| vec![t]),
                 5 => g.reduce_max(a, dim).ok().map(|t| vec![t]),
-                6 => g.rms_norm(a, constant(rng).0, if rng.random_bool(0.5) { Some(b) } else { None }).ok().map(|t| vec![t]),
+                6 => g
+                    .rms_norm(a, constant(rng).0, if rng.random_bool(0.5) { Some(b) } else { None })
+                    .ok()
+                    .map(|t| vec![t]),
                 7 => g.concat(a, b, dim).ok().map(|t| vec![t]),
                 8 => {
                     let strides = if rng.random_bool(0.3) && rank == 2 {
@@ -224,7 +233,12 @@ fn random_graph(seed: u64) -> KernelGraph {
 
 /// A random topological order of nodes `0..n` with operands `deps(i)`, keeping the relative order
 /// of the nodes `ordered` marks (the signature: inputs among inputs, outputs among outputs).
-fn random_topo_order(rng: &mut StdRng, n: usize, deps: impl Fn(usize) -> Vec<usize>, class: impl Fn(usize) -> Option<u8>) -> Vec<usize> {
+fn random_topo_order(
+    rng: &mut StdRng,
+    n: usize,
+    deps: impl Fn(usize) -> Vec<usize>,
+    class: impl Fn(usize) -> Option<u8>,
+) -> Vec<usize> {
     let mut placed = vec![false; n];
     let mut order = Vec::with_capacity(n);
     while order.len() < n {
@@ -246,7 +260,12 @@ fn remap(t: TensorRef, new_index: &[usize]) -> TensorRef {
 
 fn reorder_block(rng: &mut StdRng, bg: &BlockGraph) -> BlockGraph {
     let nodes = bg.nodes();
-    let order = random_topo_order(rng, nodes.len(), |i| nodes[i].inputs.iter().map(|t| t.node).collect(), |i| matches!(nodes[i].op, BlockOp::Output { .. }).then_some(0));
+    let order = random_topo_order(
+        rng,
+        nodes.len(),
+        |i| nodes[i].inputs.iter().map(|t| t.node).collect(),
+        |i| matches!(nodes[i].op, BlockOp::Output { .. }).then_some(0),
+    );
     let mut new_index = vec![0; nodes.len()];
     let mut out = ok(BlockGraph::new(bg.inputs().to_vec(), bg.grid(), bg.threads(), bg.forloop_range()));
     for (k, &i) in order.iter().enumerate() {
@@ -293,7 +312,11 @@ fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
 }
 
 fn same_bits(a: &[HostTensor], b: &[HostTensor]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.shape == y.shape && x.data.iter().zip(&y.data).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan())))
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.shape == y.shape
+                && x.data.iter().zip(&y.data).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+        })
 }
 
 proptest! {
@@ -363,7 +386,10 @@ fn random_graphs_are_rich() {
         }
     }
     println!("custom {custom}, matmul {matmul}, nodes {nodes}, block nodes {block_nodes}, reordered {reordered}");
-    assert!(custom >= 100 && matmul >= 20 && nodes >= 1000 && block_nodes >= 1000 && reordered >= 150, "custom {custom}, matmul {matmul}, nodes {nodes}, block nodes {block_nodes}, reordered {reordered}");
+    assert!(
+        custom >= 100 && matmul >= 20 && nodes >= 1000 && block_nodes >= 1000 && reordered >= 150,
+        "custom {custom}, matmul {matmul}, nodes {nodes}, block nodes {block_nodes}, reordered {reordered}"
+    );
 }
 
 #[test]
@@ -447,11 +473,7 @@ fn fixture(p: &Fixture) -> KernelGraph {
     let mut g = KernelGraph::new();
     let shape = [8, p.cols];
     let mk = |g: &mut KernelGraph, column_major: bool| {
-        if column_major {
-            ok(g.input_strided(&shape, &[1, 8], p.dtype))
-        } else {
-            ok(g.input(&shape, p.dtype))
-        }
+        if column_major { ok(g.input_strided(&shape, &[1, 8], p.dtype)) } else { ok(g.input(&shape, p.dtype)) }
     };
     let (a, b) = if p.inputs_swapped {
         let b = mk(&mut g, false);
@@ -526,7 +548,16 @@ fn hash_changes_with_every_structural_change() {
 
 #[test]
 fn non_finite_constants_round_trip() {
-    for v in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_0001), f32::from_bits(0xff80_0001), -0.0, f32::from_bits(1)] {
+    for v in [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7fc0_0001),
+        f32::from_bits(0xff80_0001),
+        -0.0,
+        f32::from_bits(1),
+    ] {
         let mut g = KernelGraph::new();
         let x = ok(g.input(&[2], DType::F32));
         let y = ok(g.unary(UnaryOp::Clamp { lo: Scalar(v), hi: Scalar(f32::INFINITY) }, x));
@@ -592,9 +623,18 @@ fn from_json_rejects_other_formats_and_versions() {
     assert_eq!(v["version"], VERSION);
     format_err(KernelGraph::from_json("{"), &["invalid µGraph JSON"]);
     format_err(KernelGraph::from_json("[1, 2]"), &["invalid µGraph JSON"]);
-    format_err(KernelGraph::from_json(&edit(&g, |v| v["format"] = "mirage/mugraph".into())), &["invalid µGraph JSON", "expected format \"mirage-rs/mugraph\", found \"mirage/mugraph\""]);
-    format_err(KernelGraph::from_json(&edit(&g, |v| v["version"] = (VERSION + 1).into())), &["invalid µGraph JSON", &format!("expected version {VERSION}, found {}", VERSION + 1)]);
-    format_err(KernelGraph::from_json(&edit(&g, |v| v["version"] = "1".into())), &["invalid µGraph JSON", "expected u32"]);
+    format_err(
+        KernelGraph::from_json(&edit(&g, |v| v["format"] = "mirage/mugraph".into())),
+        &["invalid µGraph JSON", "expected format \"mirage-rs/mugraph\", found \"mirage/mugraph\""],
+    );
+    format_err(
+        KernelGraph::from_json(&edit(&g, |v| v["version"] = (VERSION + 1).into())),
+        &["invalid µGraph JSON", &format!("expected version {VERSION}, found {}", VERSION + 1)],
+    );
+    format_err(
+        KernelGraph::from_json(&edit(&g, |v| v["version"] = "1".into())),
+        &["invalid µGraph JSON", "expected u32"],
+    );
     format_err(KernelGraph::from_json(&edit(&g, |v| remove_field(v, "format"))), &["invalid µGraph JSON", "format"]);
     format_err(KernelGraph::from_json(&edit(&g, |v| remove_field(v, "graph"))), &["invalid µGraph JSON", "graph"]);
     // A block graph document is not a kernel graph.
@@ -627,9 +667,13 @@ fn from_json_checks_every_rule() {
     let j = edit(&g, |v| v["graph"]["nodes"][2]["inputs"][0]["node"] = 3.into());
     format_err(KernelGraph::from_json(&j), &["matmul", "node 2", "operand %3 is not produced by an earlier node"]);
     // Inside the block graph: a tile shape, an omap, a forloop dim.
-    let j = edit(&g, |v| v["graph"]["nodes"][3]["op"]["block"]["nodes"][0]["outputs"][0]["shape"] = serde_json::json!([2, 4]));
+    let j = edit(&g, |v| {
+        v["graph"]["nodes"][3]["op"]["block"]["nodes"][0]["outputs"][0]["shape"] = serde_json::json!([2, 4])
+    });
     format_err(KernelGraph::from_json(&j), &["input iterator", "block node 0", "recorded outputs"]);
-    let j = edit(&g, |v| v["graph"]["nodes"][3]["op"]["block"]["nodes"][2]["op"]["omap"] = serde_json::json!([null, null, null]));
+    let j = edit(&g, |v| {
+        v["graph"]["nodes"][3]["op"]["block"]["nodes"][2]["op"]["omap"] = serde_json::json!([null, null, null])
+    });
     format_err(KernelGraph::from_json(&j), &["output saver", "grid.x = 2 > 1 needs an omap entry"]);
     let j = edit(&g, |v| v["graph"]["nodes"][3]["op"]["block"]["nodes"][0]["op"]["forloop_dim"] = 4.into());
     format_err(KernelGraph::from_json(&j), &["input iterator", "forloop_dim 4 is not a dim of a rank-2 tensor"]);

@@ -3,7 +3,10 @@
 //! operator and the rule, and nothing panics.
 #![cfg(feature = "build")]
 
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, IrError, KernelGraph, KernelOp, Phase, Scalar, TensorDesc, TensorRef, UnaryOp};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, IrError, KernelGraph, KernelOp, Phase, Scalar, TensorDesc,
+    TensorRef, UnaryOp,
+};
 use proptest::prelude::*;
 
 const F32: DType = DType::F32;
@@ -183,7 +186,10 @@ fn every_binary_broadcasts_size_1_dims() {
             let t = ok(g.binary(op, x, y));
             assert_eq!(shape(&g, t), vec![2, 3, 4], "{op}");
         }
-        let msg = expect_err(g.binary(op, d, e), &[op.name(), "[2, 3, 4] and [3, 3, 4]", "dim 0: sizes 2 and 3 are neither equal nor 1"]);
+        let msg = expect_err(
+            g.binary(op, d, e),
+            &[op.name(), "[2, 3, 4] and [3, 3, 4]", "dim 0: sizes 2 and 3 are neither equal nor 1"],
+        );
         assert!(msg.starts_with(op.name()), "{msg}");
         expect_err(g.binary(op, e, c), &[op.name(), "dim 0: sizes 3 and 2"]);
         expect_err(g.binary(op, d, f), &[op.name(), "same rank (no rank promotion)"]);
@@ -217,7 +223,10 @@ fn rms_norm_with_and_without_weight() {
     assert_eq!(shape(&g, t), vec![2, 3, 8]);
     for bad in [vec![8], vec![1, 8], vec![1, 3, 8], vec![1, 1, 4], vec![2, 3, 8]] {
         let wb = input(&mut g, &bad);
-        expect_err(g.rms_norm(x, 1e-6, Some(wb)), &["rms_norm", "weight", "the weight must have x's rank, leading dims 1 and x's last dim"]);
+        expect_err(
+            g.rms_norm(x, 1e-6, Some(wb)),
+            &["rms_norm", "weight", "the weight must have x's rank, leading dims 1 and x's last dim"],
+        );
     }
     let w16 = ok(g.input(&[1, 1, 8], F16));
     expect_err(g.rms_norm(x, 1e-6, Some(w16)), &["rms_norm", "one element type, found f32 and f16"]);
@@ -234,7 +243,10 @@ fn concat_rules() {
     assert_eq!(shape(&g, t), vec![2, 8]);
     let t = ok(g.concat(a, c, 0));
     assert_eq!(shape(&g, t), vec![6, 3]);
-    expect_err(g.concat(a, b, 0), &["concat", "[2, 3] and [2, 5]", "dim 1 differs (3 vs 5) and is not the concat dim 0"]);
+    expect_err(
+        g.concat(a, b, 0),
+        &["concat", "[2, 3] and [2, 5]", "dim 1 differs (3 vs 5) and is not the concat dim 0"],
+    );
     expect_err(g.concat(a, c, 1), &["concat", "dim 0 differs (2 vs 4)"]);
     expect_err(g.concat(a, a, 2), &["concat(2)", "dim 2 is out of range for rank 2"]);
     expect_err(g.concat(a, d, 0), &["concat", "operands must have the same rank"]);
@@ -276,7 +288,10 @@ fn custom_operands_must_match_the_block_graphs_inputs() {
     assert_eq!(outs.len(), 1);
     assert_eq!(*ok(g.desc(outs[0])), TensorDesc::new(&[4, 8], F32));
     expect_err(g.custom(&[y], block.clone()), &["custom", "operand 0: [8, 4]", "the block graph was built for [4, 8]"]);
-    expect_err(g.custom(&[h], block.clone()), &["custom", "f16", "the block graph was built for [4, 8] strides [8, 1] f32"]);
+    expect_err(
+        g.custom(&[h], block.clone()),
+        &["custom", "f16", "the block graph was built for [4, 8] strides [8, 1] f32"],
+    );
     expect_err(g.custom(&[cm], block.clone()), &["custom", "strides [1, 4]", "built for [4, 8] strides [8, 1]"]);
     expect_err(g.custom(&[x, x], block.clone()), &["custom", "2 operands", "expects 1 operands"]);
     expect_err(g.custom(&[], block), &["custom", "0 operands", "expects 1 operands"]);
@@ -321,14 +336,26 @@ fn block_graph_launch_parameters() {
     expect_err(BlockGraph::new(ins(), [1, 0, 1], 128, 1), &["block graph", "grid.y must be in 1..=65535"]);
     expect_err(BlockGraph::new(ins(), [1, 1, 65536], 128, 1), &["block graph", "grid.z must be in 1..=65535"]);
     for threads in [0, 16, 48, 1000, 1056, 2048] {
-        expect_err(BlockGraph::new(ins(), [1, 1, 1], threads, 1), &["block graph", &format!("{threads} threads"), "threads per block must be a multiple of 32 in 32..=1024"]);
+        expect_err(
+            BlockGraph::new(ins(), [1, 1, 1], threads, 1),
+            &["block graph", &format!("{threads} threads"), "threads per block must be a multiple of 32 in 32..=1024"],
+        );
     }
     for threads in [32, 64, 96, 1024] {
         ok(BlockGraph::new(ins(), [1, 1, 1], threads, 1));
     }
-    expect_err(BlockGraph::new(ins(), [1, 1, 1], 128, 0), &["block graph", "forloop_range 0", "forloop_range must be at least 1"]);
-    expect_err(BlockGraph::new(f32s(&[&[4, 0]]), [1, 1, 1], 128, 1), &["block graph input", "every dimension must be at least 1"]);
-    expect_err(BlockGraph::new(f32s(&[&[1, 1, 1, 1, 1]]), [1, 1, 1], 128, 1), &["block graph input", "rank must be 1..=4"]);
+    expect_err(
+        BlockGraph::new(ins(), [1, 1, 1], 128, 0),
+        &["block graph", "forloop_range 0", "forloop_range must be at least 1"],
+    );
+    expect_err(
+        BlockGraph::new(f32s(&[&[4, 0]]), [1, 1, 1], 128, 1),
+        &["block graph input", "every dimension must be at least 1"],
+    );
+    expect_err(
+        BlockGraph::new(f32s(&[&[1, 1, 1, 1, 1]]), [1, 1, 1], 128, 1),
+        &["block graph input", "rank must be 1..=4"],
+    );
     let b = ok(BlockGraph::new(ins(), [2, 3, 4], 256, 5));
     assert_eq!((b.grid(), b.threads(), b.forloop_range(), b.num_blocks()), ([2, 3, 4], 256, 5, 24));
 }
@@ -350,21 +377,39 @@ fn input_iterator_tiles() {
 #[test]
 fn input_iterator_rules() {
     let mut b = bg(&[&[6, 8]], [4, 1, 1], 1);
-    expect_err(b.input(0, [Some(0), None, None], None), &["input iterator", "[6, 8] with grid [4, 1, 1]", "grid.x = 4 does not divide dim 0 (size 6)"]);
+    expect_err(
+        b.input(0, [Some(0), None, None], None),
+        &["input iterator", "[6, 8] with grid [4, 1, 1]", "grid.x = 4 does not divide dim 0 (size 6)"],
+    );
     ok(b.input(0, [Some(1), None, None], None));
 
     let mut b = bg(&[&[6, 8]], [1, 1, 1], 3);
-    expect_err(b.input(0, [None; 3], Some(1)), &["input iterator", "forloop_range 3 does not divide the block's slab of dim 1 (size 8)"]);
+    expect_err(
+        b.input(0, [None; 3], Some(1)),
+        &["input iterator", "forloop_range 3 does not divide the block's slab of dim 1 (size 8)"],
+    );
     ok(b.input(0, [None; 3], Some(0)));
 
     // The slab, not the whole dim, must be divisible by the loop range.
     let mut b = bg(&[&[6, 8]], [2, 1, 1], 8);
-    expect_err(b.input(0, [Some(1), None, None], Some(1)), &["input iterator", "forloop_range 8 does not divide the block's slab of dim 1 (size 4)"]);
+    expect_err(
+        b.input(0, [Some(1), None, None], Some(1)),
+        &["input iterator", "forloop_range 8 does not divide the block's slab of dim 1 (size 4)"],
+    );
 
     let mut b = bg(&[&[6, 8]], [2, 2, 1], 1);
-    expect_err(b.input(0, [Some(2), Some(0), None], None), &["input iterator", "imap.x = 2 is not a dim of a rank-2 tensor"]);
-    expect_err(b.input(0, [Some(1), Some(9), None], None), &["input iterator", "imap.y = 9 is not a dim of a rank-2 tensor"]);
-    expect_err(b.input(0, [Some(1), Some(0), None], Some(2)), &["input iterator", "forloop_dim 2 is not a dim of a rank-2 tensor"]);
+    expect_err(
+        b.input(0, [Some(2), Some(0), None], None),
+        &["input iterator", "imap.x = 2 is not a dim of a rank-2 tensor"],
+    );
+    expect_err(
+        b.input(0, [Some(1), Some(9), None], None),
+        &["input iterator", "imap.y = 9 is not a dim of a rank-2 tensor"],
+    );
+    expect_err(
+        b.input(0, [Some(1), Some(0), None], Some(2)),
+        &["input iterator", "forloop_dim 2 is not a dim of a rank-2 tensor"],
+    );
     expect_err(b.input(0, [Some(0), Some(0), None], None), &["input iterator", "two grid axes split dim 0"]);
     expect_err(b.input(1, [None; 3], None), &["input iterator", "kernel operand 1", "the kernel has 1 operands"]);
     assert!(b.nodes().is_empty(), "failed pushes add no node");
@@ -392,7 +437,10 @@ fn tile_matmul_has_no_batch_dims() {
     let mut b = bg(&[&[2, 4, 8], &[2, 8, 4], &[1, 4, 8], &[1, 8, 4]], [1, 1, 1], 1);
     let x = ok(b.input(0, [None; 3], None));
     let y = ok(b.input(1, [None; 3], None));
-    expect_err(b.matmul(x, y), &["matmul", "[2, 4, 8] x [2, 8, 4]", "a tile matmul has no batch dims: leading dims must be 1"]);
+    expect_err(
+        b.matmul(x, y),
+        &["matmul", "[2, 4, 8] x [2, 8, 4]", "a tile matmul has no batch dims: leading dims must be 1"],
+    );
     let x1 = ok(b.input(2, [None; 3], None));
     let y1 = ok(b.input(3, [None; 3], None));
     let t = ok(b.matmul(x1, y1));
@@ -430,7 +478,8 @@ fn binary_ops_do_not_mix_phases() {
 
 #[test]
 fn block_dtypes_must_not_mix() {
-    let mut b = ok(BlockGraph::new(vec![TensorDesc::new(&[4, 4], F16), TensorDesc::new(&[4, 4], F32)], [1, 1, 1], 128, 1));
+    let mut b =
+        ok(BlockGraph::new(vec![TensorDesc::new(&[4, 4], F16), TensorDesc::new(&[4, 4], F32)], [1, 1, 1], 128, 1));
     let x = ok(b.input(0, [None; 3], None));
     let y = ok(b.input(1, [None; 3], None));
     expect_err(b.binary(BinaryOp::Add, x, y), &["add", "one element type, found f16 and f32"]);
@@ -480,7 +529,10 @@ fn accumulator_shapes() {
 fn acc_sum_to_width_must_divide_the_last_dim() {
     let mut b = bg(&[&[4, 6]], [1, 1, 1], 1);
     let x = ok(b.input(0, [None; 3], None));
-    expect_err(b.accum(AccKind::SumTo { width: 4 }, &[x]), &["acc_sum_to(4)", "[4, 6]", "reduction width 4 must divide dim 1 (size 6)"]);
+    expect_err(
+        b.accum(AccKind::SumTo { width: 4 }, &[x]),
+        &["acc_sum_to(4)", "[4, 6]", "reduction width 4 must divide dim 1 (size 6)"],
+    );
     expect_err(b.accum(AccKind::SumTo { width: 0 }, &[x]), &["acc_sum_to(0)", "reduction width 0 must divide"]);
     let t = ok(b.accum(AccKind::SumTo { width: 3 }, &[x]));
     assert_eq!(tile(&b, t).0, vec![4, 3]);
@@ -500,8 +552,14 @@ fn rescale_factor_must_broadcast_to_the_accumulator() {
     assert_eq!(tile(&b, t).0, vec![4, 8]);
     // The factor of acc_sum_last_rescale multiplies a [4, 1] accumulator: a [4, 8] or [1, 8]
     // factor would widen it.
-    expect_err(b.accum(AccKind::SumLastRescale, &[x, x]), &["acc_sum_last_rescale", "the rescale factor must broadcast to the accumulator's shape [4, 1]"]);
-    expect_err(b.accum(AccKind::SumLastRescale, &[x, r18]), &["acc_sum_last_rescale", "must broadcast to the accumulator's shape [4, 1]"]);
+    expect_err(
+        b.accum(AccKind::SumLastRescale, &[x, x]),
+        &["acc_sum_last_rescale", "the rescale factor must broadcast to the accumulator's shape [4, 1]"],
+    );
+    expect_err(
+        b.accum(AccKind::SumLastRescale, &[x, r18]),
+        &["acc_sum_last_rescale", "must broadcast to the accumulator's shape [4, 1]"],
+    );
     let t = ok(b.accum(AccKind::SumLastRescale, &[x, r41]));
     assert_eq!(tile(&b, t).0, vec![4, 1]);
 }
@@ -526,7 +584,10 @@ fn running_max_outputs() {
 fn output_saver_rules() {
     let mut b = bg(&[&[4, 8]], [2, 2, 1], 1);
     let x = ok(b.input(0, [Some(0), Some(1), None], None)); // [2, 4]
-    expect_err(b.output(x, [Some(0), Some(1), None]), &["output saver", "the path from the inputs skips the accumulator"]);
+    expect_err(
+        b.output(x, [Some(0), Some(1), None]),
+        &["output saver", "the path from the inputs skips the accumulator"],
+    );
     let a = ok(b.accum(AccKind::Sum, &[x]));
     expect_err(b.output(a, [Some(0), None, None]), &["output saver", "grid.y = 2 > 1 needs an omap entry"]);
     expect_err(b.output(a, [None, None, None]), &["output saver", "grid.x = 2 > 1 needs an omap entry"]);
@@ -551,9 +612,15 @@ fn block_reductions_and_reduce_sum_to() {
     let mut b = bg(&[&[4, 6], &[4, 2]], [1, 1, 1], 1);
     let x = ok(b.input(0, [None; 3], None));
     let y = ok(b.input(1, [None; 3], None));
-    expect_err(b.op(BlockOp::ReduceSumTo { dim: 1, width: 4 }, &[x]), &["reduce_sum_to(1, 4)", "[4, 6]", "reduction width 4 must divide dim 1 (size 6)"]);
+    expect_err(
+        b.op(BlockOp::ReduceSumTo { dim: 1, width: 4 }, &[x]),
+        &["reduce_sum_to(1, 4)", "[4, 6]", "reduction width 4 must divide dim 1 (size 6)"],
+    );
     expect_err(b.op(BlockOp::ReduceSumTo { dim: 1, width: 0 }, &[x]), &["reduce_sum_to(1, 0)", "reduction width 0"]);
-    expect_err(b.op(BlockOp::ReduceSumTo { dim: 2, width: 1 }, &[x]), &["reduce_sum_to(2, 1)", "dim 2 is out of range"]);
+    expect_err(
+        b.op(BlockOp::ReduceSumTo { dim: 2, width: 1 }, &[x]),
+        &["reduce_sum_to(2, 1)", "dim 2 is out of range"],
+    );
     expect_err(b.op(BlockOp::ReduceSum { dim: 2 }, &[x]), &["reduce_sum(2)", "dim 2 is out of range"]);
     expect_err(b.op(BlockOp::ReduceMax { dim: 5 }, &[x]), &["reduce_max(5)", "dim 5 is out of range"]);
     for (op, expected) in [
@@ -593,8 +660,14 @@ fn huge_shapes_are_errors_not_panics() {
     let mut g = KernelGraph::new();
     expect_err(g.input(&[big, big, big], F32), &["input", "at most 2^48 elements"]);
     expect_err(g.input(&[usize::MAX, usize::MAX], F32), &["input", "at most 2^48 elements"]);
-    expect_err(g.input_strided(&[2, 2], &[usize::MAX, 1], F32), &["input", "the layout may span at most 2^48 elements"]);
-    expect_err(g.input_strided(&[1 << 20, 2], &[1, 1 << 48], F32), &["input", "the layout may span at most 2^48 elements"]);
+    expect_err(
+        g.input_strided(&[2, 2], &[usize::MAX, 1], F32),
+        &["input", "the layout may span at most 2^48 elements"],
+    );
+    expect_err(
+        g.input_strided(&[1 << 20, 2], &[1, 1 << 48], F32),
+        &["input", "the layout may span at most 2^48 elements"],
+    );
     let a = ok(g.input(&[big, 1], F32));
     let b = ok(g.input(&[1, big], F32));
     expect_err(g.matmul(a, b), &["matmul", "[1099511627776, 1099511627776]", "at most 2^48 elements"]);
@@ -605,7 +678,8 @@ fn huge_shapes_are_errors_not_panics() {
     expect_err(g.output(a, Some(vec![usize::MAX, 1])), &["output", "the layout may span at most 2^48 elements"]);
     ok(g.output(a, Some(vec![1, usize::MAX])));
 
-    let mut bgr = ok(BlockGraph::new(f32s(&[&[1 << 24, 1], &[1, 1 << 24], &[big, 1], &[1, big]]), [1 << 30, 1, 1], 128, 1));
+    let mut bgr =
+        ok(BlockGraph::new(f32s(&[&[1 << 24, 1], &[1, 1 << 24], &[big, 1], &[1, big]]), [1 << 30, 1, 1], 128, 1));
     let x = ok(bgr.input(0, [None; 3], None));
     let y = ok(bgr.input(1, [None; 3], None));
     let m = ok(bgr.matmul(x, y));

@@ -5,9 +5,9 @@
 #![cfg(feature = "build")]
 
 use mirage::ir::{BinaryOp, DType, IrError, KernelGraph, KernelOp, TensorDesc, UnaryOp};
-use mirage::lower::{lower, lower_source, LowerError, Program};
+use mirage::lower::{LowerError, Program, lower, lower_source};
 use mirage::programs;
-use mirage::reference::{run, HostTensor};
+use mirage::reference::{HostTensor, run};
 use proptest::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -254,7 +254,9 @@ fn lower_of_an_item_fn() -> Result<()> {
 #[test]
 fn fingerprint_ignores_formatting_and_let_names_but_not_the_program() -> Result<()> {
     let a = lower1("#[mugraph] fn f(x: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> { let t = exp(x); t * 2.0 }")?;
-    let b = lower1("#[mugraph]\nfn f(\n  x: Tensor<f16, 4, 8>,\n) -> Tensor<f16, 4, 8> {\n  // c\n  let other = x.exp();\n  (other) * 2.0\n}")?;
+    let b = lower1(
+        "#[mugraph]\nfn f(\n  x: Tensor<f16, 4, 8>,\n) -> Tensor<f16, 4, 8> {\n  // c\n  let other = x.exp();\n  (other) * 2.0\n}",
+    )?;
     let c = lower1("#[mugraph] fn f(x: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> { let t = exp(x); t * 3.0 }")?;
     let d = lower1("#[mugraph] fn g(x: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> { let t = exp(x); t * 2.0 }")?;
     assert_eq!(a.fingerprint, b.fingerprint);
@@ -328,7 +330,8 @@ fn numbers_of_small_programs() -> Result<()> {
     assert_close(&y.data, &[1.0, 2.0, 3.0, 14.0, -1.0, 0.0, 4.0, 16.0]);
 
     let m = t(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0])?;
-    let y = run1(&src("a: Tensor<f32, 2, 3>, m: Tensor<f32, 3, 2>) -> (Tensor<f32, 2, 2>", "relu(a.matmul(m))"), &[x, m])?;
+    let y =
+        run1(&src("a: Tensor<f32, 2, 3>, m: Tensor<f32, 3, 2>) -> (Tensor<f32, 2, 2>", "relu(a.matmul(m))"), &[x, m])?;
     assert_close(&y.data, &[4.0, 5.0, 3.0, 4.0]);
     Ok(())
 }
@@ -473,7 +476,9 @@ fn errors_carry_line_column_and_message() {
     assert_eq!((e.line, e.column), (3, 5), "{e}");
     assert!(e.message.contains("unknown method `transpose`") && e.message.contains("matmul"), "{e}");
 
-    let e = lower_err("mod m {\n#[mugraph]\nfn f(x: Tensor<f16, 4, 8>, w: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> {\n  x.matmul(w)\n}\n}");
+    let e = lower_err(
+        "mod m {\n#[mugraph]\nfn f(x: Tensor<f16, 4, 8>, w: Tensor<f16, 4, 8>) -> Tensor<f16, 4, 8> {\n  x.matmul(w)\n}\n}",
+    );
     assert_eq!(e.line, 4, "{e}");
     assert!(e.message.contains("[4, 8]") || e.message.contains("4, 8"), "{e}");
     assert!(e.message.contains("inner dims"), "{e}");
@@ -509,9 +514,57 @@ const SEEDS: &[&str] = &[
 ];
 
 const VOCAB: &[&str] = &[
-    "(", ")", ",", "<", ">", "{", "}", "[", "]", "#", ";", ":", ".", "-", "+", "*", "/", "=", "->", "0", "1", "5", "0.0", "2.0",
-    "-1.0", "1e40", "99999999999999999999999", "x", "w", "a", "Tensor", "f16", "f64", "let", "mut", "fn", "self", "matmul",
-    "sum", "softmax", "concat", "rms_norm", "strides", "mugraph", "async", "unsafe", "const", "<T>", "_", "&", "'a",
+    "(",
+    ")",
+    ",",
+    "<",
+    ">",
+    "{",
+    "}",
+    "[",
+    "]",
+    "#",
+    ";",
+    ":",
+    ".",
+    "-",
+    "+",
+    "*",
+    "/",
+    "=",
+    "->",
+    "0",
+    "1",
+    "5",
+    "0.0",
+    "2.0",
+    "-1.0",
+    "1e40",
+    "99999999999999999999999",
+    "x",
+    "w",
+    "a",
+    "Tensor",
+    "f16",
+    "f64",
+    "let",
+    "mut",
+    "fn",
+    "self",
+    "matmul",
+    "sum",
+    "softmax",
+    "concat",
+    "rms_norm",
+    "strides",
+    "mugraph",
+    "async",
+    "unsafe",
+    "const",
+    "<T>",
+    "_",
+    "&",
+    "'a",
 ];
 
 /// Splits a seed into rough tokens (punctuation and words) so mutations produce near-misses.
@@ -586,7 +639,40 @@ proptest! {
 }
 
 const WORDS: &[&str] = &[
-    "0", "1", "2", "3", "4", "7", "64", "0.0", "1.0", "2.0", "0.5", "1e-6", "1e39", "18446744073709551615", "x", "w", "y", "q",
-    "f16", "bf16", "f32", "f64", "exp", "silu", "sum", "max", "matmul", "concat", "clamp", "pow", "softmax", "rms_norm",
-    "rms_norm_weighted", "recip", "Tensor", "strides",
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "7",
+    "64",
+    "0.0",
+    "1.0",
+    "2.0",
+    "0.5",
+    "1e-6",
+    "1e39",
+    "18446744073709551615",
+    "x",
+    "w",
+    "y",
+    "q",
+    "f16",
+    "bf16",
+    "f32",
+    "f64",
+    "exp",
+    "silu",
+    "sum",
+    "max",
+    "matmul",
+    "concat",
+    "clamp",
+    "pow",
+    "softmax",
+    "rms_norm",
+    "rms_norm_weighted",
+    "recip",
+    "Tensor",
+    "strides",
 ];

@@ -6,17 +6,18 @@
 
 use std::time::Duration;
 
-use mirage::cost::{estimate, Arch};
+use mirage::cost::{Arch, estimate};
 use mirage::ir::{DType, KernelGraph};
-use mirage::search::benchmarks::{benchmark_set, Benchmark};
-use mirage::search::{float_check, superoptimize, superoptimize_with, NoPruning, SearchConfig, SearchResult};
+use mirage::search::benchmarks::{Benchmark, benchmark_set};
+use mirage::search::{NoPruning, SearchConfig, SearchResult, float_check, superoptimize, superoptimize_with};
 
 /// Mirage's best kernel count and cost for a program, from its golden candidates.
 fn mirage_best(b: &Benchmark, arch: &Arch) -> Option<(usize, f64)> {
     let case = b.golden?;
     let cands = case.candidates().expect("golden candidates import");
     let kernels = cands.iter().map(KernelGraph::num_kernels).min()?;
-    let cost = cands.iter().map(|c| estimate(c, arch).expect("golden candidates cost").total_us).fold(f64::INFINITY, f64::min);
+    let cost =
+        cands.iter().map(|c| estimate(c, arch).expect("golden candidates cost").total_us).fold(f64::INFINITY, f64::min);
     Some((kernels, cost))
 }
 
@@ -32,10 +33,27 @@ fn check(b: &Benchmark, r: &SearchResult, arch: &Arch) {
     assert!(kernels <= kernel_bar(b.name), "{}: {kernels} kernels", b.name);
     if let Some((mk, mc)) = mirage_best(b, arch) {
         assert!(kernels <= mk, "{}: {kernels} kernels, Mirage's best has {mk}", b.name);
-        assert!(r.best.cost.total_us <= mc + 1e-9, "{}: {:.3} µs, Mirage's best candidate {:.3} µs", b.name, r.best.cost.total_us, mc);
-        println!("{:20} {kernels} kernel(s) {:7.2} µs   Mirage {mk} kernel(s) {:7.2} µs   search {:.2} s", b.name, r.best.cost.total_us, mc, r.stats.search_time.as_secs_f64());
+        assert!(
+            r.best.cost.total_us <= mc + 1e-9,
+            "{}: {:.3} µs, Mirage's best candidate {:.3} µs",
+            b.name,
+            r.best.cost.total_us,
+            mc
+        );
+        println!(
+            "{:20} {kernels} kernel(s) {:7.2} µs   Mirage {mk} kernel(s) {:7.2} µs   search {:.2} s",
+            b.name,
+            r.best.cost.total_us,
+            mc,
+            r.stats.search_time.as_secs_f64()
+        );
     } else {
-        println!("{:20} {kernels} kernel(s) {:7.2} µs   (no Mirage µGraphs)   search {:.2} s", b.name, r.best.cost.total_us, r.stats.search_time.as_secs_f64());
+        println!(
+            "{:20} {kernels} kernel(s) {:7.2} µs   (no Mirage µGraphs)   search {:.2} s",
+            b.name,
+            r.best.cost.total_us,
+            r.stats.search_time.as_secs_f64()
+        );
     }
     // The float check ran inside; run it once more as the test's own evidence.
     assert_eq!(float_check(&b.program, &r.best.graph).expect("float check runs"), Ok(()), "{}", b.name);
@@ -93,9 +111,12 @@ fn the_rms_division_moves_after_the_matmul() {
 #[test]
 fn pruning_shrinks_the_search() {
     let program = mirage::programs::rmsnorm_linear(2, 4096, 6144, DType::F16).expect("program");
-    let cfg = SearchConfig { max_kernels: 1, max_block_ops: 5, budget: Duration::from_secs(20), ..SearchConfig::default() };
+    let cfg =
+        SearchConfig { max_kernels: 1, max_block_ops: 5, budget: Duration::from_secs(20), ..SearchConfig::default() };
     let pruned = superoptimize(&program, &cfg, None).expect("search with pruning");
-    let unpruned = superoptimize_with(&program, &SearchConfig { pruning: false, ..cfg.clone() }, None, Some(&NoPruning)).expect("search without pruning");
+    let unpruned =
+        superoptimize_with(&program, &SearchConfig { pruning: false, ..cfg.clone() }, None, Some(&NoPruning))
+            .expect("search without pruning");
     println!(
         "rmsnorm_linear ablation (max 5 block ops): pruning {} states {:.2} s; none {} states {:.2} s{}",
         pruned.stats.states,

@@ -4,8 +4,10 @@
 #![cfg(feature = "build")]
 
 use mirage::eval::EvalError;
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp};
-use mirage::reference::{run, HostTensor};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp,
+};
+use mirage::reference::{HostTensor, run};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -40,7 +42,11 @@ fn assert_close(got: &HostTensor, shape: &[usize], want: &[f32], tol: f32) {
     assert_eq!(got.shape, shape, "shape");
     assert_eq!(got.data.len(), want.len(), "length");
     for (i, (&g, &w)) in got.data.iter().zip(want).enumerate() {
-        let same = if w.is_infinite() || w.is_nan() { g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()) } else { (g - w).abs() <= tol * w.abs().max(1.0) };
+        let same = if w.is_infinite() || w.is_nan() {
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
+        } else {
+            (g - w).abs() <= tol * w.abs().max(1.0)
+        };
         assert!(same, "element {i}: got {g}, want {w} (all: {:?})", got.data);
     }
 }
@@ -56,7 +62,11 @@ fn run_unary_program(x: &HostTensor, f: impl Fn(&mut KernelGraph, TensorRef) -> 
     out.remove(0)
 }
 
-fn run_binary_program(a: &HostTensor, b: &HostTensor, f: impl Fn(&mut KernelGraph, TensorRef, TensorRef) -> TensorRef) -> HostTensor {
+fn run_binary_program(
+    a: &HostTensor,
+    b: &HostTensor,
+    f: impl Fn(&mut KernelGraph, TensorRef, TensorRef) -> TensorRef,
+) -> HostTensor {
     let mut g = KernelGraph::new();
     let ta = ok(g.input(&a.shape, F32));
     let tb = ok(g.input(&b.shape, F32));
@@ -80,7 +90,11 @@ fn every_unary_function() {
         (UnaryOp::Silu, vec![0.0, 1.0, -1.0, 2.0], vec![0.0, 0.731_058_6, -0.268_941_43, 1.761_594_2]),
         // x · Φ(x), the exact erf form (the tanh approximation gives 0.841192 at 1 and
         // -0.0036375 at -3); |x|/√2 ≥ 2.5 at ±4 exercises erf's tail.
-        (UnaryOp::Gelu, vec![0.0, 1.0, -1.0, 2.0, -3.0, 4.0, -4.0], vec![0.0, 0.841_344_8, -0.158_655_25, 1.954_499_7, -0.004_049_694, 3.999_873_3, -0.000_126_684_97]),
+        (
+            UnaryOp::Gelu,
+            vec![0.0, 1.0, -1.0, 2.0, -3.0, 4.0, -4.0],
+            vec![0.0, 0.841_344_8, -0.158_655_25, 1.954_499_7, -0.004_049_694, 3.999_873_3, -0.000_126_684_97],
+        ),
         (UnaryOp::Relu, vec![-2.0, 0.0, 3.0, -0.5], vec![0.0, 0.0, 3.0, 0.0]),
         (UnaryOp::Neg, vec![-2.0, 0.0, 3.0, 0.5], vec![2.0, 0.0, -3.0, -0.5]),
         (UnaryOp::Recip, vec![2.0, -4.0, 0.5, 0.0], vec![0.5, -0.25, 2.0, f32::INFINITY]),
@@ -113,7 +127,9 @@ fn every_binary_op_with_broadcasting() {
         let got = run_binary_program(&a, &b, |g, x, y| ok(g.binary(op, x, y)));
         assert_close(&got, &[2, 3], &want, 1e-6);
     }
-    let p = run_binary_program(&host(&[2, 1], &[2.0, 3.0]), &host(&[1, 3], &[1.0, 2.0, 3.0]), |g, x, y| ok(g.binary(BinaryOp::Pow, x, y)));
+    let p = run_binary_program(&host(&[2, 1], &[2.0, 3.0]), &host(&[1, 3], &[1.0, 2.0, 3.0]), |g, x, y| {
+        ok(g.binary(BinaryOp::Pow, x, y))
+    });
     assert_close(&p, &[2, 3], &[2.0, 4.0, 8.0, 3.0, 9.0, 27.0], 1e-6);
     // Operand order matters: [2, 3] - [2, 1] and [2, 1] - [2, 3].
     let m = host(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -318,7 +334,9 @@ fn tiled_matmul_accumulates_over_k() {
 #[test]
 fn reduce_sum_to_groups_with_a_stride() {
     // Output j sums inputs j, j + w, j + 2w, …
-    for (width, want) in [(2, vec![9.0, 12.0]), (3, vec![5.0, 7.0, 9.0]), (1, vec![21.0]), (6, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])] {
+    for (width, want) in
+        [(2, vec![9.0, 12.0]), (3, vec![5.0, 7.0, 9.0]), (1, vec![21.0]), (6, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]
+    {
         let mut bg = block(&[&[1, 6]], [1, 1, 1], 1);
         let x = ok(bg.input(0, [None; 3], None));
         let r = ok(bg.op(BlockOp::ReduceSumTo { dim: 1, width }, &[x]));
@@ -589,7 +607,10 @@ fn evaluator_input_errors() {
     let e = run(&g, &[short, iota(&[3])]).expect_err("short data");
     assert_eq!(e, EvalError::DataLength { shape: vec![2, 3], expected: 6, found: 5 });
     assert!(e.to_string().contains("needs 6 elements, found 5"), "{e}");
-    assert_eq!(HostTensor::new(vec![2, 2], vec![1.0; 3]), Err(EvalError::DataLength { shape: vec![2, 2], expected: 4, found: 3 }));
+    assert_eq!(
+        HostTensor::new(vec![2, 2], vec![1.0; 3]),
+        Err(EvalError::DataLength { shape: vec![2, 2], expected: 4, found: 3 })
+    );
 }
 
 #[test]

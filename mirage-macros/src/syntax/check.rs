@@ -23,7 +23,7 @@ use syn::spanned::Spanned;
 use syn::{BinOp, Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
 
 use super::program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
-use super::ty::{fmt_shape, int_literal, parse_strides, parse_tensor_type, parse_usize, row_major_strides, TensorType};
+use super::ty::{TensorType, fmt_shape, int_literal, parse_strides, parse_tensor_type, parse_usize, row_major_strides};
 
 /// One function of the language: its name and how it is called. Each is also a method on its
 /// first operand: `matmul(x, w)` is `x.matmul(w)`.
@@ -88,7 +88,10 @@ pub fn parse_attr_args(args: TokenStream) -> Result<()> {
 pub fn parse(item: &ItemFn) -> Result<Program> {
     let sig = &item.sig;
     if let Some(t) = &sig.constness {
-        return Err(Error::new_spanned(t, "`const fn` is not supported: a #[mugraph] function becomes a GPU kernel launcher"));
+        return Err(Error::new_spanned(
+            t,
+            "`const fn` is not supported: a #[mugraph] function becomes a GPU kernel launcher",
+        ));
     }
     if let Some(t) = &sig.asyncness {
         return Err(Error::new_spanned(
@@ -97,7 +100,10 @@ pub fn parse(item: &ItemFn) -> Result<Program> {
         ));
     }
     if let Some(t) = &sig.unsafety {
-        return Err(Error::new_spanned(t, "`unsafe fn` is not supported: the launcher checks shapes and is safe to call"));
+        return Err(Error::new_spanned(
+            t,
+            "`unsafe fn` is not supported: the launcher checks shapes and is safe to call",
+        ));
     }
     if let Some(abi) = &sig.abi {
         return Err(Error::new_spanned(abi, "an `extern` ABI is not supported on a #[mugraph] function"));
@@ -141,7 +147,7 @@ pub fn parse(item: &ItemFn) -> Result<Program> {
             return Err(Error::new_spanned(
                 last,
                 "the body ends with a `let`: end it with the result expression (no semicolon)",
-            ))
+            ));
         }
         other => return Err(statement_error(other)),
     };
@@ -159,7 +165,8 @@ fn return_types(sig: &syn::Signature) -> Result<(Vec<(TensorType, Span)>, bool)>
         ReturnType::Type(_, ty) => match strip_parens(ty) {
             Type::Tuple(t) if t.elems.is_empty() => Err(Error::new_spanned(ty, missing)),
             Type::Tuple(t) => {
-                let types = t.elems.iter().map(|e| Ok((parse_tensor_type(e)?, e.span()))).collect::<Result<Vec<_>>>()?;
+                let types =
+                    t.elems.iter().map(|e| Ok((parse_tensor_type(e)?, e.span()))).collect::<Result<Vec<_>>>()?;
                 Ok((types, true))
             }
             other => Ok((vec![(parse_tensor_type(other)?, other.span())], false)),
@@ -181,8 +188,13 @@ fn statement_error(stmt: &Stmt) -> Error {
             r,
             "`return` is not supported: end the body with the result expression (no `return`, no semicolon)",
         ),
-        Stmt::Item(item) => Error::new_spanned(item, "items are not allowed in a #[mugraph] body: only `let` bindings and the result"),
-        Stmt::Macro(m) => Error::new_spanned(&m.mac, "macros are not allowed in a #[mugraph] body: only `let` bindings and the result"),
+        Stmt::Item(item) => {
+            Error::new_spanned(item, "items are not allowed in a #[mugraph] body: only `let` bindings and the result")
+        }
+        Stmt::Macro(m) => Error::new_spanned(
+            &m.mac,
+            "macros are not allowed in a #[mugraph] body: only `let` bindings and the result",
+        ),
         other => Error::new_spanned(
             other,
             "a #[mugraph] body holds `let name = expr;` bindings and one final result expression (without a semicolon); this statement is neither",
@@ -228,7 +240,7 @@ impl Checker {
                 return Err(Error::new_spanned(
                     r,
                     "`self` parameters are not supported: a #[mugraph] function is a free function of tensors",
-                ))
+                ));
             }
             FnArg::Typed(pt) => pt,
         };
@@ -302,13 +314,16 @@ impl Checker {
                 return Err(Error::new_spanned(
                     t,
                     format!("the result is a tuple of {} but the return type is one tensor", t.elems.len()),
-                ))
+                ));
             }
             (_, true) => {
                 return Err(Error::new_spanned(
                     expr,
-                    format!("the return type is a tuple of {} tensors: write the result as a tuple `(a, b, ...)`", declared.len()),
-                ))
+                    format!(
+                        "the return type is a tuple of {} tensors: write the result as a tuple `(a, b, ...)`",
+                        declared.len()
+                    ),
+                ));
             }
             (_, false) => vec![expr],
         };
@@ -324,10 +339,7 @@ impl Checker {
             let v = self.tensor(e, &what)?;
             let found = self.ty(v);
             if found != ty {
-                return Err(Error::new_spanned(
-                    e,
-                    format!("{what} is `{found}` but the return type declares `{ty}`"),
-                ));
+                return Err(Error::new_spanned(e, format!("{what} is `{found}` but the return type declares `{ty}`")));
             }
             outputs.push(v);
         }
@@ -358,7 +370,9 @@ impl Checker {
     fn float(&mut self, e: &Expr, what: &str) -> Result<f64> {
         match self.expr(e)? {
             Operand::Float(v) => Ok(v),
-            Operand::Tensor(_) => Err(Error::new_spanned(e, format!("expected a float literal for {what}, found a tensor"))),
+            Operand::Tensor(_) => {
+                Err(Error::new_spanned(e, format!("expected a float literal for {what}, found a tensor")))
+            }
         }
     }
 
@@ -440,7 +454,9 @@ impl Checker {
                 t,
                 "a tuple is only allowed as the whole result of a function that returns several tensors",
             )),
-            other => Err(Error::new_spanned(other, format!("unsupported expression: {EXPRESSIONS} ({})", function_list()))),
+            other => {
+                Err(Error::new_spanned(other, format!("unsupported expression: {EXPRESSIONS} ({})", function_list())))
+            }
         }
     }
 
@@ -454,9 +470,8 @@ impl Checker {
         let (ta, tb) = (self.ty(a), self.ty(b));
         let op = format!("`{symbol}`");
         same_dtype(&op, ta, tb, at)?;
-        let shape = broadcast_shape(&ta.shape, &tb.shape).map_err(|rule| {
-            Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}"))
-        })?;
+        let shape = broadcast_shape(&ta.shape, &tb.shape)
+            .map_err(|rule| Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}")))?;
         let ty = TensorType { dtype: ta.dtype, shape };
         Ok(self.push(Op::Binary(f), vec![a, b], ty, span_of(at)))
     }
@@ -471,7 +486,7 @@ impl Checker {
                 return Err(Error::new_spanned(
                     op,
                     format!("unsupported operator `{}`: the operators are `+ - * /`", op.to_token_stream()),
-                ))
+                ));
             }
         };
         let lhs = self.expr(&b.left)?;
@@ -489,9 +504,7 @@ impl Checker {
                 };
                 finite(v, b)
             }
-            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x))
-                if f == BinaryFn::Mul =>
-            {
+            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x)) if f == BinaryFn::Mul => {
                 let c = to_f32(c, b)?;
                 Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, x, span)))
             }
@@ -569,7 +582,7 @@ impl Checker {
                     return Err(Error::new_spanned(
                         args[0],
                         format!("the method `.{fname}()` is called on a float; methods apply to tensors"),
-                    ))
+                    ));
                 }
             }
         } else {
@@ -595,7 +608,10 @@ impl Checker {
                 let lo = self.float(args[1], "the lower bound of `clamp`")?;
                 let hi = self.float(args[2], "the upper bound of `clamp`")?;
                 if lo > hi {
-                    return Err(Error::new_spanned(at, format!("`clamp` needs lo <= hi, found lo = {lo} and hi = {hi}")));
+                    return Err(Error::new_spanned(
+                        at,
+                        format!("`clamp` needs lo <= hi, found lo = {lo} and hi = {hi}"),
+                    ));
                 }
                 let (lo, hi) = (to_f32(lo, args[1])?, to_f32(hi, args[2])?);
                 self.unary(UnaryFn::Clamp { lo, hi }, first, span)
@@ -633,7 +649,7 @@ impl Checker {
                             return Err(Error::new_spanned(
                                 e,
                                 "the second argument of `rms_norm` is eps, a float literal; for a weighted norm write `rms_norm_weighted(x, w, eps)`",
-                            ))
+                            ));
                         }
                     },
                     None => 0.0,
@@ -652,7 +668,9 @@ impl Checker {
                 let (tx, tw) = (self.ty(first), self.ty(w));
                 same_dtype("`rms_norm_weighted`", tx, tw, at)?;
                 let last = tx.rank() - 1;
-                let ok = tw.rank() == tx.rank() && tw.shape[last] == tx.shape[last] && tw.shape[..last].iter().all(|&d| d == 1);
+                let ok = tw.rank() == tx.rank()
+                    && tw.shape[last] == tx.shape[last]
+                    && tw.shape[..last].iter().all(|&d| d == 1);
                 if !ok {
                     let mut want = vec![1; last];
                     want.push(tx.shape[last]);
@@ -673,7 +691,10 @@ impl Checker {
                 let (ta, tb) = (self.ty(first), self.ty(b));
                 same_dtype("`concat`", ta, tb, at)?;
                 let shape = concat_shape(&ta.shape, &tb.shape, dim).map_err(|rule| {
-                    Error::new_spanned(at, format!("shape mismatch in `concat`: `{ta}` and `{tb}` along dim {dim}: {rule}"))
+                    Error::new_spanned(
+                        at,
+                        format!("shape mismatch in `concat`: `{ta}` and `{tb}` along dim {dim}: {rule}"),
+                    )
                 })?;
                 let ty = TensorType { dtype: ta.dtype, shape };
                 self.push(Op::Concat { dim }, vec![first, b], ty, span)
@@ -688,14 +709,19 @@ impl Checker {
                         None => {
                             return Err(Error::new_spanned(
                                 args[1],
-                                format!("`pow` with the float exponent {c} is not supported: a literal exponent must be 1.0, 2.0, 0.5 or -1.0; otherwise pass the exponent as a tensor"),
-                            ))
+                                format!(
+                                    "`pow` with the float exponent {c} is not supported: a literal exponent must be 1.0, 2.0, 0.5 or -1.0; otherwise pass the exponent as a tensor"
+                                ),
+                            ));
                         }
                     }
                 }
             },
             _ => {
-                return Err(Error::new_spanned(name, format!("unknown function `{name}`; allowed: {}", function_list())))
+                return Err(Error::new_spanned(
+                    name,
+                    format!("unknown function `{name}`; allowed: {}", function_list()),
+                ));
             }
         };
         Ok(Operand::Tensor(v))
@@ -724,10 +750,7 @@ fn find_function(name: &syn::Ident, method: bool) -> Result<FnSpec> {
                 function_list()
             )
         } else {
-            format!(
-                "unknown function `{name}`; allowed: {} (each also a method on its first operand)",
-                function_list()
-            )
+            format!("unknown function `{name}`; allowed: {} (each also a method on its first operand)", function_list())
         };
         Error::new_spanned(name, msg)
     })
@@ -768,11 +791,7 @@ fn finite(v: f64, at: &dyn ToTokens) -> Result<Operand> {
 
 fn to_f32(v: f64, at: &dyn ToTokens) -> Result<f32> {
     let f = v as f32;
-    if f.is_finite() {
-        Ok(f)
-    } else {
-        Err(Error::new_spanned(at, format!("the scalar {v} is not a finite f32")))
-    }
+    if f.is_finite() { Ok(f) } else { Err(Error::new_spanned(at, format!("the scalar {v} is not a finite f32"))) }
 }
 
 fn check_eps(eps: f64, at: &dyn ToTokens) -> Result<f32> {

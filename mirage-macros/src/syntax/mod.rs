@@ -28,6 +28,6 @@ pub mod check;
 pub mod program;
 pub mod ty;
 
-pub use check::{parse, parse_attr_args, FUNCTIONS};
+pub use check::{FUNCTIONS, parse, parse_attr_args};
 pub use program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
-pub use ty::{DType, TensorType, MAX_RANK};
+pub use ty::{DType, MAX_RANK, TensorType};

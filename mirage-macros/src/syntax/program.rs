@@ -4,7 +4,7 @@ use std::fmt::{self, Write as _};
 
 use proc_macro2::{Ident, Span};
 
-use super::ty::{fmt_shape, TensorType};
+use super::ty::{TensorType, fmt_shape};
 
 /// Index of a [`Value`] in [`Program::values`].
 pub type ValueId = usize;

@@ -96,9 +96,14 @@ pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
     let path = match ty {
         Type::Path(p) if p.qself.is_none() => &p.path,
         Type::Reference(_) => {
-            return Err(Error::new_spanned(ty, format!("tensors are taken by value in a #[mugraph] signature: {TENSOR_FORM}")))
+            return Err(Error::new_spanned(
+                ty,
+                format!("tensors are taken by value in a #[mugraph] signature: {TENSOR_FORM}"),
+            ));
         }
-        Type::Tuple(_) => return Err(Error::new_spanned(ty, format!("a tuple is only allowed as the return type: {TENSOR_FORM}"))),
+        Type::Tuple(_) => {
+            return Err(Error::new_spanned(ty, format!("a tuple is only allowed as the return type: {TENSOR_FORM}")));
+        }
         _ => return Err(Error::new_spanned(ty, TENSOR_FORM)),
     };
     let Some(last) = path.segments.last() else {
@@ -110,7 +115,7 @@ pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
     let args = match &last.arguments {
         PathArguments::AngleBracketed(a) => &a.args,
         PathArguments::None => {
-            return Err(Error::new_spanned(ty, format!("`Tensor` needs an element type and dims: {TENSOR_FORM}")))
+            return Err(Error::new_spanned(ty, format!("`Tensor` needs an element type and dims: {TENSOR_FORM}")));
         }
         PathArguments::Parenthesized(_) => return Err(Error::new_spanned(&last.arguments, TENSOR_FORM)),
     };
@@ -179,10 +184,7 @@ fn parse_dim(arg: &GenericArgument) -> Result<usize> {
     let Some(lit) = lit else {
         return Err(Error::new_spanned(
             arg,
-            format!(
-                "dims must be integer literals (the macro needs every shape), found `{}`",
-                quote::quote!(#arg)
-            ),
+            format!("dims must be integer literals (the macro needs every shape), found `{}`", quote::quote!(#arg)),
         ));
     };
     let dim = parse_usize(lit, "dim")?;
@@ -201,10 +203,12 @@ pub fn int_literal(e: &Expr) -> Option<&LitInt> {
         },
         Expr::Paren(p) => int_literal(&p.expr),
         Expr::Group(g) => int_literal(&g.expr),
-        Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() && b.block.stmts.len() == 1 => match &b.block.stmts[0] {
-            syn::Stmt::Expr(e, None) => int_literal(e),
-            _ => None,
-        },
+        Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() && b.block.stmts.len() == 1 => {
+            match &b.block.stmts[0] {
+                syn::Stmt::Expr(e, None) => int_literal(e),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -214,7 +218,10 @@ pub fn parse_usize(lit: &LitInt, what: &str) -> Result<usize> {
     match lit.suffix() {
         "" | "usize" | "u8" | "u16" | "u32" | "u64" | "i32" | "i64" => {}
         other => {
-            return Err(Error::new_spanned(lit, format!("a {what} is an unsuffixed integer literal, found suffix `{other}`")))
+            return Err(Error::new_spanned(
+                lit,
+                format!("a {what} is an unsuffixed integer literal, found suffix `{other}`"),
+            ));
         }
     }
     lit.base10_parse::<usize>()
@@ -229,13 +236,16 @@ pub fn parse_strides(attr: &syn::Attribute, ty: &TensorType) -> Result<Vec<usize
         _ => {
             return Err(Error::new_spanned(
                 attr,
-                format!("expected `#[strides(...)]` with one integer literal per dim, e.g. `#[strides({})]`", example_strides(ty)),
-            ))
+                format!(
+                    "expected `#[strides(...)]` with one integer literal per dim, e.g. `#[strides({})]`",
+                    example_strides(ty)
+                ),
+            ));
         }
     };
-    let lits = list
-        .parse_args_with(Punctuated::<LitInt, Token![,]>::parse_terminated)
-        .map_err(|e| Error::new(e.span(), format!("{e}: `#[strides(...)]` takes integer literals separated by commas")))?;
+    let lits = list.parse_args_with(Punctuated::<LitInt, Token![,]>::parse_terminated).map_err(|e| {
+        Error::new(e.span(), format!("{e}: `#[strides(...)]` takes integer literals separated by commas"))
+    })?;
     if lits.len() != ty.rank() {
         return Err(Error::new_spanned(
             &list.tokens,
@@ -265,7 +275,8 @@ fn example_strides(ty: &TensorType) -> String {
 /// `None` when the strides address distinct elements; otherwise why not. Sorted by stride, each
 /// stride of a dim with extent above 1 must be at least the span of the smaller ones.
 pub fn strides_alias(shape: &[usize], strides: &[usize]) -> Option<String> {
-    let mut dims: Vec<(usize, usize)> = strides.iter().copied().zip(shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
+    let mut dims: Vec<(usize, usize)> =
+        strides.iter().copied().zip(shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
     dims.sort_unstable();
     let mut span = 1usize;
     for (stride, extent) in dims {

@@ -28,7 +28,8 @@
 //! Threads: 128, or 256 for tiles over 2048 elements (matmul: 256 for tiles of 128×64 and up).
 
 use crate::ir::{
-    check_shape, check_strides, infer_kernel_op, AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, IrError, KernelGraph, KernelOp, TensorDesc, TensorRef,
+    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, IrError, KernelGraph, KernelOp, TensorDesc, TensorRef,
+    check_shape, check_strides, infer_kernel_op,
 };
 
 /// Streaming multiprocessors of the target GPU (H100 SXM / H200).
@@ -61,13 +62,19 @@ const MACS_PER_LOAD: f64 = 256.0;
 pub fn default_block_graph(op: &KernelOp, inputs: &[TensorDesc]) -> Result<BlockGraph, IrError> {
     let name = op.name();
     for d in inputs {
-        check_shape(&name, &d.shape).and_then(|()| check_strides(&name, &d.shape, &d.strides)).map_err(|e| rename(&name, inputs, e))?;
+        check_shape(&name, &d.shape)
+            .and_then(|()| check_strides(&name, &d.shape, &d.strides))
+            .map_err(|e| rename(&name, inputs, e))?;
     }
     let refs: Vec<&TensorDesc> = inputs.iter().collect();
     let outputs = infer_kernel_op(op, &refs).map_err(|e| rename(&name, inputs, e))?;
     let built = match op {
         KernelOp::Input { .. } | KernelOp::Output { .. } => {
-            return Err(IrError::rule(&name, fmt_inputs(inputs), "program inputs and outputs are not kernels: they have no block graph"));
+            return Err(IrError::rule(
+                &name,
+                fmt_inputs(inputs),
+                "program inputs and outputs are not kernels: they have no block graph",
+            ));
         }
         KernelOp::Custom { block } => return Ok((**block).clone()),
         KernelOp::Unary { op } => elementwise(inputs, &outputs[0], |b, t| b.unary(*op, t[0])),
@@ -168,9 +175,8 @@ impl Split {
 /// largest divisor not above it.
 fn split_factors(n: usize) -> Vec<usize> {
     let divisors: Vec<usize> = (1..=n.min(MAX_AXIS_SPLIT)).filter(|&f| n.is_multiple_of(f)).collect();
-    let mut out: Vec<usize> = (0..=15)
-        .filter_map(|p| divisors.iter().copied().filter(|&f| f <= 1 << p).max())
-        .collect();
+    let mut out: Vec<usize> =
+        (0..=15).filter_map(|p| divisors.iter().copied().filter(|&f| f <= 1 << p).max()).collect();
     out.dedup();
     out
 }
@@ -198,8 +204,9 @@ fn contiguous_run(shape: &[usize], strides: &[usize], tile: &[usize]) -> usize {
 fn plan_split(shape: &[usize], whole: &[bool], layouts: &[&[usize]]) -> Split {
     let total: f64 = shape.iter().map(|&n| n as f64).product();
     let target = (total / NUM_SMS as f64).clamp(MIN_TILE_TARGET, MAX_TILE_TARGET);
-    let options: Vec<Vec<usize>> =
-        (0..shape.len()).map(|d| if whole.get(d).copied().unwrap_or(true) { vec![1] } else { split_factors(shape[d]) }).collect();
+    let options: Vec<Vec<usize>> = (0..shape.len())
+        .map(|d| if whole.get(d).copied().unwrap_or(true) { vec![1] } else { split_factors(shape[d]) })
+        .collect();
     let best_runs: Vec<usize> = layouts.iter().map(|s| contiguous_run(shape, s, shape).min(GOOD_RUN)).collect();
     let mut best: Option<(f64, Vec<usize>)> = None;
     let mut factors = vec![1usize; shape.len()];
@@ -302,7 +309,9 @@ fn reduction(x: &TensorDesc, dim: usize, max: bool) -> Result<BlockGraph, IrErro
     let td = if slab_elems <= MAX_REDUCE_TILE {
         extent
     } else {
-        let fit = (1..=extent.min(MAX_REDUCE_TILE)).filter(|&t| extent.is_multiple_of(t) && t.saturating_mul(others) <= MAX_REDUCE_TILE).max();
+        let fit = (1..=extent.min(MAX_REDUCE_TILE))
+            .filter(|&t| extent.is_multiple_of(t) && t.saturating_mul(others) <= MAX_REDUCE_TILE)
+            .max();
         match fit {
             Some(t) if t.saturating_mul(others) >= MIN_TILE_TARGET as usize => t,
             _ if slab_elems <= MAX_WHOLE_REDUCE_TILE => extent,

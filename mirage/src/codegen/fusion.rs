@@ -69,12 +69,7 @@ impl RowBands {
         let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
         let warps = (bg.threads() / 32).max(1);
         let mt = m.div_ceil(16);
-        Some(RowBands {
-            mt,
-            per_warp: mt.div_ceil(warps),
-            nt: n.div_ceil(8),
-            kt: k.div_ceil(16),
-        })
+        Some(RowBands { mt, per_warp: mt.div_ceil(warps), nt: n.div_ceil(8), kt: k.div_ceil(16) })
     }
 }
 
@@ -124,10 +119,7 @@ impl RegisterPlan {
         }
         let in_loop = |i: usize| match nodes[i].op {
             BlockOp::Accum { .. } | BlockOp::Output { .. } | BlockOp::Input { .. } => false,
-            _ => nodes[i]
-                .outputs
-                .first()
-                .is_some_and(|t| t.phase == Phase::InLoop),
+            _ => nodes[i].outputs.first().is_some_and(|t| t.phase == Phase::InLoop),
         };
         let mut plan = RegisterPlan {
             fused: vec![None; n],
@@ -164,14 +156,9 @@ impl RegisterPlan {
                 | BlockOp::ReduceSumTo { .. }
                 | BlockOp::ReduceMax { .. }
                 | BlockOp::RmsNorm { .. }
-                | BlockOp::Concat { .. } => {
-                    frange > 1 && in_loop(i) && nd.inputs.iter().all(|t| invariant[t.node])
-                }
+                | BlockOp::Concat { .. } => frange > 1 && in_loop(i) && nd.inputs.iter().all(|t| invariant[t.node]),
                 BlockOp::Matmul => {
-                    frange > 1
-                        && in_loop(i)
-                        && plan.fused[i].is_none()
-                        && nd.inputs.iter().all(|t| invariant[t.node])
+                    frange > 1 && in_loop(i) && plan.fused[i].is_none() && nd.inputs.iter().all(|t| invariant[t.node])
                 }
                 _ => false,
             };
@@ -180,11 +167,7 @@ impl RegisterPlan {
 
         // Register chains, found from their consuming matmuls.
         for m2 in 0..n {
-            if !matches!(nodes[m2].op, BlockOp::Matmul)
-                || !in_loop(m2)
-                || plan.hoisted[m2]
-                || plan.row_owned[m2]
-            {
+            if !matches!(nodes[m2].op, BlockOp::Matmul) || !in_loop(m2) || plan.hoisted[m2] || plan.row_owned[m2] {
                 continue;
             }
             let x = nodes[m2].inputs[0];
@@ -196,25 +179,18 @@ impl RegisterPlan {
             let mut cur = x.node;
             while let BlockOp::Unary { .. } = nodes[cur].op {
                 let src = nodes[cur].inputs[0];
-                if src.port != 0 || !in_loop(cur) || plan.hoisted[cur] || users[src.node].len() != 1
-                {
+                if src.port != 0 || !in_loop(cur) || plan.hoisted[cur] || users[src.node].len() != 1 {
                     break;
                 }
                 cur = src.node;
                 chain.push(cur);
             }
             let m1 = cur;
-            if !matches!(nodes[m1].op, BlockOp::Matmul)
-                || !in_loop(m1)
-                || plan.hoisted[m1]
-                || plan.fused[m1].is_some()
+            if !matches!(nodes[m1].op, BlockOp::Matmul) || !in_loop(m1) || plan.hoisted[m1] || plan.fused[m1].is_some()
             {
                 continue;
             }
-            if chain[..chain.len() - 1]
-                .iter()
-                .any(|&c| !in_loop(c) || plan.hoisted[c])
-            {
+            if chain[..chain.len() - 1].iter().any(|&c| !in_loop(c) || plan.hoisted[c]) {
                 continue;
             }
             // Every user of x: a matmul taking it as A only, or a row sum.
@@ -291,9 +267,7 @@ impl RegisterPlan {
     /// shared memory is free once the loop starts).
     pub fn dead_in_loop(&self, bg: &BlockGraph, t: TensorRef) -> bool {
         bg.nodes().iter().enumerate().all(|(u, nd)| {
-            !nd.inputs.contains(&t)
-                || self.hoisted[u]
-                || (self.preload_a[u] && nd.inputs[0] == t && nd.inputs[1] != t)
+            !nd.inputs.contains(&t) || self.hoisted[u] || (self.preload_a[u] && nd.inputs[0] == t && nd.inputs[1] != t)
         })
     }
 }
@@ -338,10 +312,7 @@ mod tests {
         assert!(p.reg[3] && p.reg[4], "S and exp(S) in registers");
         assert!(p.row_owned[3] && p.row_owned[6]);
         assert!(p.reg_sum[5]);
-        assert!(
-            p.preload_a[3],
-            "Q is loaded once: its fragments are preloaded"
-        );
+        assert!(p.preload_a[3], "Q is loaded once: its fragments are preloaded");
         assert!(!p.hoisted.iter().any(|&h| h));
         assert!(p.dead_in_loop(&bg, TensorRef { node: 0, port: 0 }));
     }
@@ -363,11 +334,7 @@ mod tests {
         let p = RegisterPlan::new(&bg);
         assert!(!p.reg.iter().any(|&r| r));
         assert!(!p.row_owned.iter().any(|&r| r));
-        assert_eq!(
-            p.fused[6],
-            Some(7),
-            "register accumulation is independent of the chain"
-        );
+        assert_eq!(p.fused[6], Some(7), "register accumulation is independent of the chain");
     }
 
     #[test]

@@ -14,9 +14,9 @@ use std::fmt::Write;
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, TensorDesc, TensorRef, UnaryOp};
 
-use super::fusion::{mma_dtype, RegisterPlan, RowBands};
-use super::smem::{Interval, SmemPlanner};
 use super::CodegenError;
+use super::fusion::{RegisterPlan, RowBands, mma_dtype};
+use super::smem::{Interval, SmemPlanner};
 
 /// The C type of an element type.
 pub fn ctype(dtype: DType) -> &'static str {
@@ -93,19 +93,29 @@ impl Tile {
     /// contribute nothing).
     fn load(&self, idx: &[String]) -> String {
         let off = self.offset_expr(idx);
-        if self.ctype == "float" { format!("{}[{off}]", self.var) } else { format!("mirage::to_f32({}[{off}])", self.var) }
+        if self.ctype == "float" {
+            format!("{}[{off}]", self.var)
+        } else {
+            format!("mirage::to_f32({}[{off}])", self.var)
+        }
     }
 
     /// The statement storing f32 `value` at a multi-index (converted to the tile's element type).
     fn store(&self, idx: &[String], value: &str) -> String {
         let off = self.offset_expr(idx);
-        if self.ctype == "float" { format!("{}[{off}] = {value};", self.var) } else { format!("{}[{off}] = mirage::from_f32<{}>({value});", self.var, self.ctype) }
+        if self.ctype == "float" {
+            format!("{}[{off}] = {value};", self.var)
+        } else {
+            format!("{}[{off}] = mirage::from_f32<{}>({value});", self.var, self.ctype)
+        }
     }
 
     fn offset_expr(&self, idx: &[String]) -> String {
         let terms: Vec<String> = (0..self.shape.len())
             .filter(|&d| self.shape[d] > 1)
-            .map(|d| if self.strides[d] == 1 { format!("({})", idx[d]) } else { format!("({})*{}", idx[d], self.strides[d]) })
+            .map(|d| {
+                if self.strides[d] == 1 { format!("({})", idx[d]) } else { format!("({})*{}", idx[d], self.strides[d]) }
+            })
             .collect();
         if terms.is_empty() { "0".into() } else { terms.join(" + ") }
     }
@@ -345,7 +355,10 @@ impl<'a> Gen<'a> {
         if per_output_threads == 1 {
             self.line(indent, &format!("for (int o = tid; o < {outputs}; o += {}) {{", self.threads));
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(indent + 1, &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)));
+            self.line(
+                indent + 1,
+                &format!("for (int r = {}; r < {extent}; r += {width}) {{ v = {}; }}", idx[dim], op("v", &x)),
+            );
             self.line(indent + 1, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent, "}");
         } else if outputs * 2 <= self.warps && extent / width >= 64 * (self.warps / outputs) {
@@ -358,14 +371,25 @@ impl<'a> Gen<'a> {
             self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
             self.line(indent + 1, &format!("float v = {init};"));
             self.line(indent + 1, &format!("if (o < {outputs}) {{"));
-            self.line(indent + 2, &format!("for (int r = {} + (part * 32 + lane) * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * wpo * width, op("v", &x)));
+            self.line(
+                indent + 2,
+                &format!(
+                    "for (int r = {} + (part * 32 + lane) * {width}; r < {extent}; r += {}) {{ v = {}; }}",
+                    idx[dim],
+                    32 * wpo * width,
+                    op("v", &x)
+                ),
+            );
             self.line(indent + 1, "}");
             self.line(indent + 1, &format!("v = {warp_op}(v);"));
             self.line(indent + 1, "if (lane == 0) red[warp] = v;");
             self.line(indent + 1, "__syncthreads();");
             self.line(indent + 1, &format!("if (tid < {outputs}) {{"));
             self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
-            self.line(indent + 2, &format!("for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}", op("v", &format!("red[o * {wpo} + q]"))));
+            self.line(
+                indent + 2,
+                &format!("for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}", op("v", &format!("red[o * {wpo} + q]"))),
+            );
             self.line(indent + 2, &store.replace("{o}", "o").replace("{v}", "v"));
             self.line(indent + 1, "}");
             self.line(indent, "}");
@@ -374,26 +398,49 @@ impl<'a> Gen<'a> {
             // pass), each summing a strided share, then log2(l) shuffles.
             let l = lanes_per_output(outputs, self.threads, extent / width);
             let shfl = |off: usize| {
-                if combine == "sum" { format!("v += __shfl_xor_sync(0xffffffffu, v, {off});") } else { format!("v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, {off}));") }
+                if combine == "sum" {
+                    format!("v += __shfl_xor_sync(0xffffffffu, v, {off});")
+                } else {
+                    format!("v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, {off}));")
+                }
             };
             self.line(indent, "{");
             self.line(indent + 1, &format!("const int o = tid / {l}, part = tid % {l};"));
             self.line(indent + 1, &format!("float v = {init};"));
             self.line(indent + 1, &format!("if (o < {outputs}) {{"));
-            self.line(indent + 2, &format!("for (int r = {} + part * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], l * width, op("v", &x)));
+            self.line(
+                indent + 2,
+                &format!(
+                    "for (int r = {} + part * {width}; r < {extent}; r += {}) {{ v = {}; }}",
+                    idx[dim],
+                    l * width,
+                    op("v", &x)
+                ),
+            );
             self.line(indent + 1, "}");
             let mut off = l / 2;
             while off >= 1 {
                 self.line(indent + 1, &shfl(off));
                 off /= 2;
             }
-            self.line(indent + 1, &format!("if (o < {outputs} && part == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
+            self.line(
+                indent + 1,
+                &format!("if (o < {outputs} && part == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")),
+            );
             self.line(indent, "}");
         } else {
             let warp_op = if combine == "sum" { "mirage::warp_sum" } else { "mirage::warp_max" };
             self.line(indent, &format!("for (int o = warp; o < {outputs}; o += {}) {{", self.warps));
             self.line(indent + 1, &format!("float v = {init};"));
-            self.line(indent + 1, &format!("for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}", idx[dim], 32 * width, op("v", &x)));
+            self.line(
+                indent + 1,
+                &format!(
+                    "for (int r = {} + lane * {width}; r < {extent}; r += {}) {{ v = {}; }}",
+                    idx[dim],
+                    32 * width,
+                    op("v", &x)
+                ),
+            );
             self.line(indent + 1, &format!("v = {warp_op}(v);"));
             self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", store.replace("{o}", "o").replace("{v}", "v")));
             self.line(indent, "}");
@@ -405,11 +452,7 @@ impl<'a> Gen<'a> {
     fn matmul(&mut self, indent: usize, a: &Tile, b: &Tile, c: Option<&Tile>, acc: Option<&str>) {
         let r = a.shape.len();
         let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
-        let dtype = if a.dtype != DType::F32 {
-            a.dtype
-        } else {
-            b.dtype
-        };
+        let dtype = if a.dtype != DType::F32 { a.dtype } else { b.dtype };
         if dtype == DType::F32 {
             // FMA fallback: one output element per thread.
             let c = c.expect("f32 matmuls are never fused");
@@ -443,7 +486,10 @@ impl<'a> Gen<'a> {
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
         if split > 1 {
-            self.line(indent + 2, &format!("const int q = warp + j * {}, t = q % {tiles}, k0 = (q / {tiles}) * {kt_range};", self.warps));
+            self.line(
+                indent + 2,
+                &format!("const int q = warp + j * {}, t = q % {tiles}, k0 = (q / {tiles}) * {kt_range};", self.warps),
+            );
         } else {
             self.line(indent + 2, &format!("const int t = warp + j * {}, k0 = 0;", self.warps));
         }
@@ -455,7 +501,10 @@ impl<'a> Gen<'a> {
         }
         self.line(indent + 3, &format!("float dc[{chains}][4];"));
         self.line(indent + 3, "#pragma unroll");
-        self.line(indent + 3, &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"));
+        self.line(
+            indent + 3,
+            &format!("for (int c = 0; c < {chains}; ++c) {{ dc[c][0] = dc[c][1] = dc[c][2] = dc[c][3] = 0.0f; }}"),
+        );
         self.line(indent + 3, &format!("for (int kb = 0; kb < {kt_range}; kb += {chains}) {{"));
         self.line(indent + 4, "#pragma unroll");
         self.line(indent + 4, &format!("for (int c = 0; c < {chains}; ++c) {{"));
@@ -470,7 +519,10 @@ impl<'a> Gen<'a> {
             self.line(indent + 5, &format!("fa[{q}] = {};", a_pair(row, col)));
         }
         if b_ldmatrix {
-            self.line(indent + 5, &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var));
+            self.line(
+                indent + 5,
+                &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var),
+            );
         } else {
             self.line(indent + 5, &format!("fb[0] = {};", b_pair("c0", "nb")));
             self.line(indent + 5, &format!("fb[1] = {};", b_pair("c0+8", "nb")));
@@ -491,27 +543,14 @@ impl<'a> Gen<'a> {
     /// Tile matmul `[m, k] x [k, n]` with whole 16-row bands per warp (warp `w` owns bands
     /// `w, w + warps, …`; `fusion::RegisterPlan::row_owned`). Each k-step loads one A fragment
     /// and runs the band's `n / 8` mma tiles on it: that many independent accumulators.
-    fn matmul_rows(
-        &mut self,
-        indent: usize,
-        bands: RowBands,
-        dtype: DType,
-        a: &ASource,
-        b: &Tile,
-        out: &RowOut,
-    ) {
+    fn matmul_rows(&mut self, indent: usize, bands: RowBands, dtype: DType, a: &ASource, b: &Tile, out: &RowOut) {
         let r = b.shape.len();
         let (k, n) = (b.shape[r - 2], b.shape[r - 1]);
         let m = bands.mt * 16;
         let ty = ctype(dtype);
         let ldm = b_by_ldmatrix(b, ty, k, n);
         let sb0 = b.strides[r - 2];
-        let RowBands {
-            mt,
-            per_warp,
-            nt,
-            kt,
-        } = bands;
+        let RowBands { mt, per_warp, nt, kt } = bands;
         let warps = self.warps;
         let src = match a {
             ASource::Smem(_) => "A from shared memory",
@@ -529,10 +568,7 @@ impl<'a> Gen<'a> {
         }
         self.line(indent, "{");
         self.line(indent + 1, "#pragma unroll");
-        self.line(
-            indent + 1,
-            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
-        );
+        self.line(indent + 1, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
         self.line(indent + 2, &format!("const int mt = warp + mi * {warps};"));
         // The target of tile `nt` of band `mi`.
         let target = match out {
@@ -548,7 +584,12 @@ impl<'a> Gen<'a> {
             RowOut::Smem(_) => {
                 self.line(indent + 2, &format!("float dl[{nt}][4];"));
                 self.line(indent + 2, "#pragma unroll");
-                self.line(indent + 2, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ dl[nt][0] = dl[nt][1] = dl[nt][2] = dl[nt][3] = 0.0f; }}"));
+                self.line(
+                    indent + 2,
+                    &format!(
+                        "for (int nt = 0; nt < {nt}; ++nt) {{ dl[nt][0] = dl[nt][1] = dl[nt][2] = dl[nt][3] = 0.0f; }}"
+                    ),
+                );
             }
             RowOut::Acc(_) => {}
         }
@@ -558,15 +599,9 @@ impl<'a> Gen<'a> {
         self.line(indent + 4, "uint32_t fa[4];");
         match a {
             ASource::Smem(t) => {
-                self.line(
-                    indent + 4,
-                    "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
-                );
+                self.line(indent + 4, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
                 for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-                    self.line(
-                        indent + 4,
-                        &format!("fa[{q}] = {};", a_pair_expr(t, ty, m, k, row, col)),
-                    );
+                    self.line(indent + 4, &format!("fa[{q}] = {};", a_pair_expr(t, ty, m, k, row, col)));
                 }
             }
             ASource::Preloaded(name) => {
@@ -576,18 +611,20 @@ impl<'a> Gen<'a> {
                 // Accumulator fragments of tiles 2kt and 2kt+1 = the A fragment of k-step kt.
                 self.line(
                     indent + 4,
-                    &format!(
-                        "fa[0] = mirage::pack2<{ty}>({name}[mi][2 * kt][0], {name}[mi][2 * kt][1]);"
-                    ),
+                    &format!("fa[0] = mirage::pack2<{ty}>({name}[mi][2 * kt][0], {name}[mi][2 * kt][1]);"),
                 );
                 self.line(
                     indent + 4,
-                    &format!(
-                        "fa[1] = mirage::pack2<{ty}>({name}[mi][2 * kt][2], {name}[mi][2 * kt][3]);"
-                    ),
+                    &format!("fa[1] = mirage::pack2<{ty}>({name}[mi][2 * kt][2], {name}[mi][2 * kt][3]);"),
                 );
-                self.line(indent + 4, &format!("fa[2] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][0], {name}[mi][2 * kt + 1][1]);"));
-                self.line(indent + 4, &format!("fa[3] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][2], {name}[mi][2 * kt + 1][3]);"));
+                self.line(
+                    indent + 4,
+                    &format!("fa[2] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][0], {name}[mi][2 * kt + 1][1]);"),
+                );
+                self.line(
+                    indent + 4,
+                    &format!("fa[3] = mirage::pack2<{ty}>({name}[mi][2 * kt + 1][2], {name}[mi][2 * kt + 1][3]);"),
+                );
             }
         }
         self.line(indent + 4, "#pragma unroll");
@@ -596,29 +633,14 @@ impl<'a> Gen<'a> {
         if ldm {
             self.line(
                 indent + 5,
-                &format!(
-                    "mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);",
-                    b.var
-                ),
+                &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var),
             );
         } else {
-            self.line(
-                indent + 5,
-                "const int c0 = kt * 16 + (lane & 3) * 2, nb = nt * 8 + (lane >> 2);",
-            );
-            self.line(
-                indent + 5,
-                &format!("fb[0] = {};", b_pair_expr(b, ty, k, n, "c0", "nb")),
-            );
-            self.line(
-                indent + 5,
-                &format!("fb[1] = {};", b_pair_expr(b, ty, k, n, "c0+8", "nb")),
-            );
+            self.line(indent + 5, "const int c0 = kt * 16 + (lane & 3) * 2, nb = nt * 8 + (lane >> 2);");
+            self.line(indent + 5, &format!("fb[0] = {};", b_pair_expr(b, ty, k, n, "c0", "nb")));
+            self.line(indent + 5, &format!("fb[1] = {};", b_pair_expr(b, ty, k, n, "c0+8", "nb")));
         }
-        self.line(
-            indent + 5,
-            &format!("mirage::mma_16816<{ty}>({target}, fa, fb);"),
-        );
+        self.line(indent + 5, &format!("mirage::mma_16816<{ty}>({target}, fa, fb);"));
         self.line(indent + 4, "}");
         self.line(indent + 3, "}");
         if let RowOut::Smem(c) = out {
@@ -638,36 +660,25 @@ impl<'a> Gen<'a> {
         let r = a.shape.len();
         let (m, k) = (a.shape[r - 2], a.shape[r - 1]);
         let ty = ctype(dtype);
-        let RowBands {
-            per_warp, kt, mt, ..
-        } = bands;
-        self.line(indent, &format!("// A fragments of a loop-invariant operand, loaded once: {per_warp} band(s) x {kt} k-steps"));
-        self.line(indent, &format!("uint32_t {name}[{per_warp}][{kt}][4];"));
-        self.line(indent, "#pragma unroll");
+        let RowBands { per_warp, kt, mt, .. } = bands;
         self.line(
             indent,
-            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
+            &format!("// A fragments of a loop-invariant operand, loaded once: {per_warp} band(s) x {kt} k-steps"),
         );
+        self.line(indent, &format!("uint32_t {name}[{per_warp}][{kt}][4];"));
+        self.line(indent, "#pragma unroll");
+        self.line(indent, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int kt = 0; kt < {kt}; ++kt) {{"));
+        self.line(indent + 2, &format!("const int mt = warp + mi * {};", self.warps));
+        self.line(indent + 2, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(
             indent + 2,
-            &format!("const int mt = warp + mi * {};", self.warps),
+            &format!("{name}[mi][kt][0] = {name}[mi][kt][1] = {name}[mi][kt][2] = {name}[mi][kt][3] = 0u;"),
         );
-        self.line(
-            indent + 2,
-            "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;",
-        );
-        self.line(indent + 2, &format!("{name}[mi][kt][0] = {name}[mi][kt][1] = {name}[mi][kt][2] = {name}[mi][kt][3] = 0u;"));
         self.line(indent + 2, &format!("if (mt < {mt}) {{"));
         for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-            self.line(
-                indent + 3,
-                &format!(
-                    "{name}[mi][kt][{q}] = {};",
-                    a_pair_expr(a, ty, m, k, row, col)
-                ),
-            );
+            self.line(indent + 3, &format!("{name}[mi][kt][{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
         }
         self.line(indent + 2, "}");
         self.line(indent + 1, "}");
@@ -677,16 +688,10 @@ impl<'a> Gen<'a> {
     /// `out = f(x)` on register fragments `x[per_warp][nt][4]`.
     fn unary_regs(&mut self, indent: usize, op: &UnaryOp, bands: RowBands, x: &str, out: &str) {
         let RowBands { per_warp, nt, .. } = bands;
-        self.line(
-            indent,
-            &format!("// {} on register fragments", unary_name(op)),
-        );
+        self.line(indent, &format!("// {} on register fragments", unary_name(op)));
         self.line(indent, &format!("float {out}[{per_warp}][{nt}][4];"));
         self.line(indent, "#pragma unroll");
-        self.line(
-            indent,
-            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
-        );
+        self.line(indent, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
         self.line(indent + 2, "#pragma unroll");
@@ -705,50 +710,22 @@ impl<'a> Gen<'a> {
     /// the four lanes of a row meet by two shuffles, one adds to the shared-memory accumulator
     /// (the rows of a band belong to one warp, so no other warp touches them).
     fn row_sum_regs(&mut self, indent: usize, bands: RowBands, x: &str, acc: &Tile) {
-        let RowBands {
-            per_warp, nt, mt, ..
-        } = bands;
+        let RowBands { per_warp, nt, mt, .. } = bands;
         let r = acc.shape.len();
         let at = |row: &str| acc.offset_expr(&two(row, "0", r));
         self.line(indent, "// row sums of register fragments");
         self.line(indent, "#pragma unroll");
-        self.line(
-            indent,
-            &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"),
-        );
-        self.line(
-            indent + 1,
-            &format!("const int mt = warp + mi * {};", self.warps),
-        );
+        self.line(indent, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+        self.line(indent + 1, &format!("const int mt = warp + mi * {};", self.warps));
         self.line(indent + 1, "float v0 = 0.0f, v1 = 0.0f;");
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ v0 += {x}[mi][nt][0] + {x}[mi][nt][1]; v1 += {x}[mi][nt][2] + {x}[mi][nt][3]; }}"));
-        self.line(
-            indent + 1,
-            "v0 += __shfl_xor_sync(0xffffffffu, v0, 1); v0 += __shfl_xor_sync(0xffffffffu, v0, 2);",
-        );
-        self.line(
-            indent + 1,
-            "v1 += __shfl_xor_sync(0xffffffffu, v1, 1); v1 += __shfl_xor_sync(0xffffffffu, v1, 2);",
-        );
+        self.line(indent + 1, "v0 += __shfl_xor_sync(0xffffffffu, v0, 1); v0 += __shfl_xor_sync(0xffffffffu, v0, 2);");
+        self.line(indent + 1, "v1 += __shfl_xor_sync(0xffffffffu, v1, 1); v1 += __shfl_xor_sync(0xffffffffu, v1, 2);");
         self.line(indent + 1, &format!("if (mt < {mt} && (lane & 3) == 0) {{"));
         self.line(indent + 2, "const int r = mt * 16 + (lane >> 2);");
-        self.line(
-            indent + 2,
-            &format!(
-                "{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v0;",
-                acc.var,
-                at("r")
-            ),
-        );
-        self.line(
-            indent + 2,
-            &format!(
-                "{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v1;",
-                acc.var,
-                at("r+8")
-            ),
-        );
+        self.line(indent + 2, &format!("{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v0;", acc.var, at("r")));
+        self.line(indent + 2, &format!("{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v1;", acc.var, at("r+8")));
         self.line(indent + 1, "}");
         self.line(indent, "}");
     }
@@ -774,7 +751,10 @@ impl<'a> Gen<'a> {
         };
         for (i, (row, col)) in [("r", "q"), ("r", "q+1"), ("r+8", "q"), ("r+8", "q+1")].iter().enumerate() {
             let r = c.shape.len();
-            self.line(indent + 1, &format!("{}{}[{}] {op} d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))));
+            self.line(
+                indent + 1,
+                &format!("{}{}[{}] {op} d[{i}];", guard(row, col), c.var, c.offset_expr(&two(row, col, r))),
+            );
         }
         self.line(indent, "}");
     }
@@ -791,24 +771,13 @@ fn a_pair_expr(a: &Tile, ty: &str, m: usize, k: usize, row: &str, col: &str) -> 
     let r = a.shape.len();
     let (sa0, sa1) = (a.strides[r - 2], a.strides[r - 1]);
     if a.ctype == ty && sa1 == 1 && sa0 % 2 == 0 && k % 16 == 0 {
-        let load = format!(
-            "*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])",
-            a.var
-        );
-        if m % 16 != 0 {
-            format!("(({row}) < {m} ? {load} : 0u)")
-        } else {
-            load
-        }
+        let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])", a.var);
+        if m % 16 != 0 { format!("(({row}) < {m} ? {load} : 0u)") } else { load }
     } else {
         let lim = (m % 16 != 0).then_some(m);
         let kl = (k % 16 != 0).then_some(k);
         let at = |row: &str, col: &str| guarded_load(a, row, col, lim, kl);
-        format!(
-            "mirage::pack2<{ty}>({}, {})",
-            at(row, col),
-            at(row, &format!("{col}+1"))
-        )
+        format!("mirage::pack2<{ty}>({}, {})", at(row, col), at(row, &format!("{col}+1")))
     }
 }
 
@@ -831,24 +800,13 @@ fn b_pair_expr(b: &Tile, ty: &str, k: usize, n: usize, row: &str, col: &str) -> 
     let r = b.shape.len();
     let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
     if b.ctype == ty && sb0 == 1 && sb1 % 2 == 0 && k % 16 == 0 {
-        let load = format!(
-            "*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])",
-            b.var
-        );
-        if n % 8 != 0 {
-            format!("(({col}) < {n} ? {load} : 0u)")
-        } else {
-            load
-        }
+        let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])", b.var);
+        if n % 8 != 0 { format!("(({col}) < {n} ? {load} : 0u)") } else { load }
     } else {
         let kl = (k % 16 != 0).then_some(k);
         let lim = (n % 8 != 0).then_some(n);
         let at = |row: &str, col: &str| guarded_load(b, row, col, kl, lim);
-        format!(
-            "mirage::pack2<{ty}>({}, {})",
-            at(row, col),
-            at(&format!("{row}+1"), col)
-        )
+        format!("mirage::pack2<{ty}>({}, {})", at(row, col), at(&format!("{row}+1"), col))
     }
 }
 
@@ -857,13 +815,7 @@ fn b_pair_expr(b: &Tile, ty: &str, k: usize, n: usize, row: &str, col: &str) -> 
 fn b_by_ldmatrix(b: &Tile, ty: &str, k: usize, n: usize) -> bool {
     let r = b.shape.len();
     let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
-    b.ctype == ty
-        && sb1 == 1
-        && sb0 % 8 == 0
-        && n % 8 == 0
-        && k % 16 == 0
-        && b.offset % 16 == 0
-        && b.bytes % 16 == 0
+    b.ctype == ty && sb1 == 1 && sb0 % 8 == 0 && n % 8 == 0 && k % 16 == 0 && b.offset % 16 == 0 && b.bytes % 16 == 0
 }
 
 /// A multi-index for a rank-`r` tile whose leading dims are 1.
@@ -891,7 +843,11 @@ pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Res
                 stages -= 1;
             }
             Ok(k) => {
-                return Err(CodegenError::SharedMemory { kernel: name.to_string(), needed: k.smem_bytes + k.static_smem_bytes, available: opts.max_smem_bytes });
+                return Err(CodegenError::SharedMemory {
+                    kernel: name.to_string(),
+                    needed: k.smem_bytes + k.static_smem_bytes,
+                    available: opts.max_smem_bytes,
+                });
             }
             Err(e) => return Err(e),
         }
@@ -952,10 +908,13 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let in_body = |j: usize| {
         !(matches!(nodes[j].op, BlockOp::Input { .. })
             || g.rp.hoisted[j]
-            || (matches!(nodes[j].op, BlockOp::Accum { .. }) && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
+            || (matches!(nodes[j].op, BlockOp::Accum { .. })
+                && (g.fused.iter().any(|f| *f == Some(j)) || alias[j].is_some()))
             || (!in_loop(j) && !matches!(nodes[j].op, BlockOp::Accum { .. })))
     };
-    let in_epilogue = |i: usize| matches!(nodes[i].op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nodes[i].op, BlockOp::Accum { .. }));
+    let in_epilogue = |i: usize| {
+        matches!(nodes[i].op, BlockOp::Output { .. }) || (!in_loop(i) && !matches!(nodes[i].op, BlockOp::Accum { .. }))
+    };
     let sections: [Vec<usize>; 3] = [
         (0..n).filter(|&i| g.rp.hoisted[i]).collect(),
         (0..n).filter(|&i| in_body(i)).collect(),
@@ -969,7 +928,8 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     let gpos = |i: usize| ew.group_of[i].map_or(pos(i), |gid| pos(ew.groups[gid][0]));
     let last_use = |i: usize, p: usize| users[i][p].iter().map(|&u| gpos(u)).max().unwrap_or(gpos(i));
     let mut planner = SmemPlanner::default();
-    let any_pipelined = nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
+    let any_pipelined =
+        nodes.iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. })) && frange > 1;
     g.stages = if any_pipelined { max_stages } else { 1 };
     let mut copy_plans: Vec<Option<CopyPlan>> = (0..n).map(|_| None).collect();
     let mut scratch: Vec<Option<Tile>> = vec![None; n];
@@ -997,7 +957,16 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                     let nst = if pipelined { g.stages } else { 1 };
                     let offset = planner.alloc(stage_bytes * nst, Interval { start: 0, end: FOREVER });
                     copy_plans[i] = Some(plan);
-                    Tile { var, ctype: ctype(kdesc.dtype), dtype: kdesc.dtype, shape: desc.shape.clone(), strides, offset, bytes: stage_bytes, pipelined }
+                    Tile {
+                        var,
+                        ctype: ctype(kdesc.dtype),
+                        dtype: kdesc.dtype,
+                        shape: desc.shape.clone(),
+                        strides,
+                        offset,
+                        bytes: stage_bytes,
+                        pipelined,
+                    }
                 }
                 _ => {
                     let numel: usize = desc.shape.iter().product();
@@ -1005,64 +974,81 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                         || (matches!(nd.op, BlockOp::RunningMax { .. }) && p == 0);
                     let live = if g.rp.hoisted[i] {
                         // Written before the loop; free once it starts unless read in it.
-                        let end = if g.rp.dead_in_loop(bg, TensorRef { node: i, port: p }) {
-                            0
-                        } else {
-                            FOREVER
-                        };
+                        let end = if g.rp.dead_in_loop(bg, TensorRef { node: i, port: p }) { 0 } else { FOREVER };
                         Interval { start: 0, end }
                     } else if persistent {
-                        Interval {
-                            start: 0,
-                            end: FOREVER,
-                        }
+                        Interval { start: 0, end: FOREVER }
                     } else {
-                        Interval {
-                            start: gpos(i),
-                            end: last_use(i, p),
-                        }
+                        Interval { start: gpos(i), end: last_use(i, p) }
                     };
                     // Tiles written by matmul fragments or element-wise ops and read as mma
                     // operands: rows padded by 16 bytes (see `padded_f32_strides`).
                     let padded = matches!(
                         nd.op,
-                        BlockOp::Matmul
-                            | BlockOp::Unary { .. }
-                            | BlockOp::Binary { .. }
-                            | BlockOp::RmsNorm { .. }
+                        BlockOp::Matmul | BlockOp::Unary { .. } | BlockOp::Binary { .. } | BlockOp::RmsNorm { .. }
                     );
                     // An element-wise result read only as a tensor-core operand of its own type
                     // is stored in that type: the matmul would round it to it when packing the
                     // fragment anyway, so the values are identical, the tile is half the size and
                     // the operand loads are 32-bit pairs or ldmatrix.
-                    let mma_typed = matches!(nd.op, BlockOp::Unary { .. } | BlockOp::Binary { .. } | BlockOp::RmsNorm { .. })
-                        && desc.dtype != DType::F32
-                        && !users[i][p].is_empty()
-                        && users[i][p].iter().all(|&u| matches!(nodes[u].op, BlockOp::Matmul) && mma_dtype(bg, u) == Some(desc.dtype));
+                    let mma_typed =
+                        matches!(nd.op, BlockOp::Unary { .. } | BlockOp::Binary { .. } | BlockOp::RmsNorm { .. })
+                            && desc.dtype != DType::F32
+                            && !users[i][p].is_empty()
+                            && users[i][p].iter().all(|&u| {
+                                matches!(nodes[u].op, BlockOp::Matmul) && mma_dtype(bg, u) == Some(desc.dtype)
+                            });
                     if mma_typed {
                         let (strides, elements) = padded_mma_strides(&desc.shape, desc.dtype.size_bytes());
                         let bytes = elements * desc.dtype.size_bytes();
                         let offset = planner.alloc(bytes, live);
-                        Tile { var, ctype: ctype(desc.dtype), dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: bytes.div_ceil(16) * 16, pipelined: false }
+                        Tile {
+                            var,
+                            ctype: ctype(desc.dtype),
+                            dtype: desc.dtype,
+                            shape: desc.shape.clone(),
+                            strides,
+                            offset,
+                            bytes: bytes.div_ceil(16) * 16,
+                            pipelined: false,
+                        }
                     } else {
-                        let (strides, elements) = if padded { padded_f32_strides(&desc.shape) } else { (row_major(&desc.shape), numel) };
+                        let (strides, elements) =
+                            if padded { padded_f32_strides(&desc.shape) } else { (row_major(&desc.shape), numel) };
                         let offset = planner.alloc(elements * 4, live);
-                        Tile { var, ctype: "float", dtype: desc.dtype, shape: desc.shape.clone(), strides, offset, bytes: elements * 4, pipelined: false }
+                        Tile {
+                            var,
+                            ctype: "float",
+                            dtype: desc.dtype,
+                            shape: desc.shape.clone(),
+                            strides,
+                            offset,
+                            bytes: elements * 4,
+                            pipelined: false,
+                        }
                     }
                 }
             };
             tiles.push(Some(tile));
         }
         if let BlockOp::RmsNorm { .. } = nd.op {
-            let rows = nd.outputs[0].shape.iter().product::<usize>()
-                / nd.outputs[0].shape.last().copied().unwrap_or(1);
+            let rows = nd.outputs[0].shape.iter().product::<usize>() / nd.outputs[0].shape.last().copied().unwrap_or(1);
             let at = if g.rp.hoisted[i] { 0 } else { pos(i) };
             let offset = planner.alloc(rows * 4, Interval { start: at, end: at });
             let mut shape = nd.outputs[0].shape.clone();
             if let Some(l) = shape.last_mut() {
                 *l = 1;
             }
-            scratch[i] = Some(Tile { var: format!("s{i}"), ctype: "float", dtype: DType::F32, strides: row_major(&shape), shape, offset, bytes: rows * 4, pipelined: false });
+            scratch[i] = Some(Tile {
+                var: format!("s{i}"),
+                ctype: "float",
+                dtype: DType::F32,
+                strides: row_major(&shape),
+                shape,
+                offset,
+                bytes: rows * 4,
+                pipelined: false,
+            });
         }
         g.tiles[i] = tiles;
     }
@@ -1078,7 +1064,12 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     for (k, d) in out_descs.iter().enumerate() {
         params.push(format!("{}* __restrict__ out{k}", ctype(d.dtype)));
     }
-    writeln!(g.out, "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory", grid, threads, frange, g.stages, smem_bytes).ok();
+    writeln!(
+        g.out,
+        "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory",
+        grid, threads, frange, g.stages, smem_bytes
+    )
+    .ok();
     writeln!(g.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}({}) {{", params.join(", ")).ok();
     g.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
     g.line(1, RED_MARKER);
@@ -1092,7 +1083,10 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
         for t in g.tiles[i].clone().into_iter().flatten() {
             if !t.pipelined {
-                g.line(1, &format!("{}* const {} = reinterpret_cast<{}*>(smem + {});", t.ctype, t.var, t.ctype, t.offset));
+                g.line(
+                    1,
+                    &format!("{}* const {} = reinterpret_cast<{}*>(smem + {});", t.ctype, t.var, t.ctype, t.offset),
+                );
             }
         }
         if let Some(s) = scratch[i].clone() {
@@ -1194,7 +1188,8 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         g.line(indent, "}");
     };
     let inputs: Vec<usize> = (0..n).filter(|&i| matches!(nodes[i].op, BlockOp::Input { .. })).collect();
-    let stage_ptr = |t: &Tile, stage: &str| format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes);
+    let stage_ptr =
+        |t: &Tile, stage: &str| format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes);
     // Once-loaded tiles (and every tile when there is no loop).
     g.line(1, "// tiles loaded once, before the loop");
     for &i in &inputs {
@@ -1206,11 +1201,16 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         }
     }
     g.line(1, "mirage::cp_async_commit();");
-    let pipelined: Vec<usize> = inputs.iter().copied().filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)).collect();
+    let pipelined: Vec<usize> =
+        inputs.iter().copied().filter(|&i| g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)).collect();
     let sync_looped: Vec<usize> = inputs
         .iter()
         .copied()
-        .filter(|&i| frange > 1 && matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. }) && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined))
+        .filter(|&i| {
+            frange > 1
+                && matches!(nodes[i].op, BlockOp::Input { forloop_dim: Some(_), .. })
+                && !g.tiles[i][0].as_ref().is_some_and(|t| t.pipelined)
+        })
         .collect();
     let s = g.stages;
     if !pipelined.is_empty() {
@@ -1233,13 +1233,7 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
         // The once-loaded tiles are the first commit group: complete when at most the
         // prologue's groups are pending.
         g.line(1, "// loop-invariant operators, once");
-        g.line(
-            1,
-            &format!(
-                "mirage::cp_async_wait<{}>();",
-                if pipelined.is_empty() { 0 } else { s - 1 }
-            ),
-        );
+        g.line(1, &format!("mirage::cp_async_wait<{}>();", if pipelined.is_empty() { 0 } else { s - 1 }));
         g.sync(1);
         for &i in &sections[0] {
             match ew.group_of[i] {
@@ -1366,8 +1360,21 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
                 for round in 0..split {
                     g.line(1, "#pragma unroll");
                     g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
-                    g.line(2, &format!("const int q = warp + j * {}, t = q % {tiles}; if (q / {tiles} == {round}) {{", g.warps));
-                    g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
+                    g.line(
+                        2,
+                        &format!(
+                            "const int q = warp + j * {}, t = q % {tiles}; if (q / {tiles} == {round}) {{",
+                            g.warps
+                        ),
+                    );
+                    g.line(
+                        3,
+                        &format!(
+                            "const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];",
+                            nn.div_ceil(8),
+                            nn.div_ceil(8)
+                        ),
+                    );
                     g.store_fragment_op(3, &c, m, nn, if round == 0 { "=" } else { "+=" });
                     g.line(2, "}");
                     g.line(1, "}");
@@ -1379,7 +1386,14 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
             g.line(1, "#pragma unroll");
             g.line(1, &format!("for (int j = 0; j < {tpw}; ++j) {{"));
             g.line(2, &format!("const int t = warp + j * {}; if (t < {tiles}) {{", g.warps));
-            g.line(3, &format!("const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];", nn.div_ceil(8), nn.div_ceil(8)));
+            g.line(
+                3,
+                &format!(
+                    "const int mt = t / {}, nt = t % {}; const float* d = racc{i}[j];",
+                    nn.div_ceil(8),
+                    nn.div_ceil(8)
+                ),
+            );
             g.store_fragment(3, &c, m, nn);
             g.line(2, "}");
             g.line(1, "}");
@@ -1426,14 +1440,25 @@ fn try_generate(bg: &BlockGraph, name: &str, max_stages: usize) -> Result<Kernel
     }
     g.line(0, "}");
     let red = if g.uses_red { format!("__shared__ float red[{}];", g.warps) } else { String::new() };
-    let code = g.out.replacen(&format!("  {RED_MARKER}\n"), &if red.is_empty() { String::new() } else { format!("  {red}\n") }, 1);
+    let code = g.out.replacen(
+        &format!("  {RED_MARKER}\n"),
+        &if red.is_empty() { String::new() } else { format!("  {red}\n") },
+        1,
+    );
     let static_smem_bytes = if g.uses_red { 4 * g.warps } else { 0 };
     Ok(KernelSource { name: name.to_string(), code, grid, threads, smem_bytes, static_smem_bytes, stages: g.stages })
 }
 
 /// The statement of output saver `nd` (output `saver`, device descriptor `desc`) writing
 /// `value`, the element at multi-index `idx` of its operand tile of shape `shape`.
-fn saver_store(nd: &crate::ir::BlockNode, shape: &[usize], saver: usize, idx: &[String], value: &str, desc: &TensorDesc) -> String {
+fn saver_store(
+    nd: &crate::ir::BlockNode,
+    shape: &[usize],
+    saver: usize,
+    idx: &[String],
+    value: &str,
+    desc: &TensorDesc,
+) -> String {
     let BlockOp::Output { omap } = &nd.op else { return String::new() };
     let gstr = row_major(&desc.shape);
     let terms: Vec<String> = (0..shape.len())
@@ -1475,9 +1500,18 @@ impl ElementwiseGroups {
     fn new(bg: &BlockGraph, sections: &[Vec<usize>], users: &[Vec<usize>], rp: &RegisterPlan) -> ElementwiseGroups {
         let nodes = bg.nodes();
         let n = nodes.len();
-        let mut ew = ElementwiseGroups { groups: Vec::new(), group_of: vec![None; n], in_register: vec![false; n], shapes: Vec::new() };
+        let mut ew = ElementwiseGroups {
+            groups: Vec::new(),
+            group_of: vec![None; n],
+            in_register: vec![false; n],
+            shapes: Vec::new(),
+        };
         let shape_of = |i: usize| nodes[i].outputs.first().map(|t| t.shape.clone());
-        let pointwise = |i: usize| matches!(nodes[i].op, BlockOp::Unary { .. } | BlockOp::Binary { .. }) && !rp.reg[i] && nodes[i].outputs.len() == 1;
+        let pointwise = |i: usize| {
+            matches!(nodes[i].op, BlockOp::Unary { .. } | BlockOp::Binary { .. })
+                && !rp.reg[i]
+                && nodes[i].outputs.len() == 1
+        };
         for section in sections {
             let mut cur: Vec<usize> = Vec::new();
             let mut shape: Vec<usize> = Vec::new();
@@ -1495,10 +1529,15 @@ impl ElementwiseGroups {
             };
             for &i in section {
                 let joins = match nodes[i].op {
-                    BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => !cur.is_empty() && shape_of(i).as_ref() == Some(&shape),
+                    BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => {
+                        !cur.is_empty() && shape_of(i).as_ref() == Some(&shape)
+                    }
                     BlockOp::Output { .. } => {
                         let t = nodes[i].inputs[0];
-                        !cur.is_empty() && t.port == 0 && cur.contains(&t.node) && !matches!(nodes[t.node].op, BlockOp::Output { .. })
+                        !cur.is_empty()
+                            && t.port == 0
+                            && cur.contains(&t.node)
+                            && !matches!(nodes[t.node].op, BlockOp::Output { .. })
                     }
                     _ => false,
                 };
@@ -1529,7 +1568,14 @@ impl ElementwiseGroups {
 
 /// Emits element-wise group `gid` as one pass (see [`ElementwiseGroups`]); `saver_of` gives
 /// the output index of each saver (epilogue groups only).
-fn gen_group(g: &mut Gen, indent: usize, ew: &ElementwiseGroups, gid: usize, scratch: &[Option<Tile>], saver_of: &[usize]) -> Result<(), CodegenError> {
+fn gen_group(
+    g: &mut Gen,
+    indent: usize,
+    ew: &ElementwiseGroups,
+    gid: usize,
+    scratch: &[Option<Tile>],
+    saver_of: &[usize],
+) -> Result<(), CodegenError> {
     let members = ew.groups[gid].clone();
     let shape = ew.shapes[gid].clone();
     let numel: usize = shape.iter().product();
@@ -1558,7 +1604,13 @@ fn gen_group(g: &mut Gen, indent: usize, ew: &ElementwiseGroups, gid: usize, scr
             BlockOp::RmsNorm { eps } => {
                 let sc = scratch[i].clone().expect("rms scratch planned");
                 let nlast = shape.last().copied().unwrap_or(1);
-                format!("{} * rsqrtf({}[e / {nlast}] / {} + {})", operand(g, nd.inputs[0]), sc.var, float_lit(nlast as f32), float_lit(eps.0))
+                format!(
+                    "{} * rsqrtf({}[e / {nlast}] / {} + {})",
+                    operand(g, nd.inputs[0]),
+                    sc.var,
+                    float_lit(nlast as f32),
+                    float_lit(eps.0)
+                )
             }
             BlockOp::Output { .. } => {
                 let t = nd.inputs[0];
@@ -1650,11 +1702,7 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
         let bands = RowBands::of(g.bg, i).expect("row-owned matmuls have bands");
         let dtype = mma_dtype(g.bg, i).expect("register chains admit only f16/bf16 matmuls");
         let a_ref = nd.inputs[0];
-        let a_tile = if g.rp.preload_a[i] || g.rp.reg[a_ref.node] {
-            None
-        } else {
-            Some(g.tile(a_ref).clone())
-        };
+        let a_tile = if g.rp.preload_a[i] || g.rp.reg[a_ref.node] { None } else { Some(g.tile(a_ref).clone()) };
         let b_tile = g.tile(nd.inputs[1]).clone();
         let a = if g.rp.preload_a[i] {
             ASource::Preloaded(format!("pa{i}"))
@@ -1721,7 +1769,16 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
             g.reduce(indent, x, last, 1, "({x})*({x})", "sum", &format!("{}[{{o}}] = {{v}};", s.var));
             g.sync(indent);
             let idx = unflatten("e", &out.shape);
-            let body = out.store(&idx, &format!("{} * rsqrtf({}[e / {nlast}] / {} + {})", x.load(&idx), s.var, float_lit(nlast as f32), float_lit(eps.0)));
+            let body = out.store(
+                &idx,
+                &format!(
+                    "{} * rsqrtf({}[e / {nlast}] / {} + {})",
+                    x.load(&idx),
+                    s.var,
+                    float_lit(nlast as f32),
+                    float_lit(eps.0)
+                ),
+            );
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::Concat { dim } => {
@@ -1730,7 +1787,13 @@ fn gen_op(g: &mut Gen, indent: usize, i: usize, scratch: &[Option<Tile>]) -> Res
             let split = args[0].shape[dim];
             let mut bidx = idx.clone();
             bidx[dim] = format!("({} - {split})", idx[dim]);
-            let body = format!("{}[e] = ({} < {split}) ? {} : {};", out.var, idx[dim], args[0].load(&idx), args[1].load(&bidx));
+            let body = format!(
+                "{}[e] = ({} < {split}) ? {} : {};",
+                out.var,
+                idx[dim],
+                args[0].load(&idx),
+                args[1].load(&bidx)
+            );
             g.elementwise(indent, out.numel(), &body);
         }
         BlockOp::RunningMax { dim } => {
@@ -1841,7 +1904,9 @@ mod tests {
         assert!(k.code.contains("// one pass: rms_norm, add, mul, add"), "{}", k.code);
         // rms_norm's row sums (s3) are read during the whole pass that writes the last add (t6).
         let tiles = tile_offsets(&k.code);
-        let at = |n: &str| tiles.iter().find(|t| t.0 == n).map(|t| t.1).unwrap_or_else(|| panic!("no tile {n} in\n{}", k.code));
+        let at = |n: &str| {
+            tiles.iter().find(|t| t.0 == n).map(|t| t.1).unwrap_or_else(|| panic!("no tile {n} in\n{}", k.code))
+        };
         let (s3, t6) = (at("s3"), at("t6"));
         assert!(s3 + 4 <= t6 || t6 + 4096 * 4 <= s3, "s3 at {s3} and t6 at {t6} overlap:\n{}", k.code);
         // the intermediate members live in registers only

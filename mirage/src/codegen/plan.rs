@@ -6,7 +6,7 @@
 
 use crate::ir::{DType, TensorDesc};
 
-pub use mirage_runtime::plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, TensorSpec, PLAN_VERSION};
+pub use mirage_runtime::plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION, TensorSpec};
 
 /// The runtime's element type for an IR element type.
 pub fn runtime_dtype(dtype: DType) -> mirage_runtime::DType {

@@ -30,15 +30,12 @@ impl SmemPlanner {
     /// lifetimes do not overlap may share bytes.
     pub fn alloc(&mut self, bytes: usize, live: Interval) -> usize {
         let bytes = bytes.max(1).div_ceil(ALIGN) * ALIGN;
-        let mut candidates: Vec<usize> = std::iter::once(0)
-            .chain(self.placed.iter().filter(|p| p.2.overlaps(&live)).map(|p| p.0 + p.1))
-            .collect();
+        let mut candidates: Vec<usize> =
+            std::iter::once(0).chain(self.placed.iter().filter(|p| p.2.overlaps(&live)).map(|p| p.0 + p.1)).collect();
         candidates.sort_unstable();
         let offset = candidates
             .into_iter()
-            .find(|&off| {
-                self.placed.iter().all(|&(o, b, iv)| !iv.overlaps(&live) || off + bytes <= o || o + b <= off)
-            })
+            .find(|&off| self.placed.iter().all(|&(o, b, iv)| !iv.overlaps(&live) || off + bytes <= o || o + b <= off))
             .unwrap_or(0);
         self.placed.push((offset, bytes, live));
         offset

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ops::{broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape, BinaryOp, UnaryOp};
-use super::types::{check_shape, fmt_shape, DType, Scalar, TensorDesc, TensorRef};
 use super::IrError;
+use super::ops::{BinaryOp, UnaryOp, broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape};
+use super::types::{DType, Scalar, TensorDesc, TensorRef, check_shape, fmt_shape};
 
 /// For each grid axis (x, y, z): the tensor dim it splits (inputs) or concatenates along
 /// (outputs), or `None` (replicated). Entries of axes with grid size 1 are always `None`.
@@ -195,29 +195,57 @@ pub fn input_tile_shape(
     imap: &GridMap,
     forloop_dim: Option<usize>,
 ) -> Result<Vec<usize>, IrError> {
-    let what = || format!("{} with grid {:?}, imap {}, forloop_dim {:?}, forloop_range {forloop_range}", fmt_shape(shape), grid, fmt_map(imap), forloop_dim);
+    let what = || {
+        format!(
+            "{} with grid {:?}, imap {}, forloop_dim {:?}, forloop_range {forloop_range}",
+            fmt_shape(shape),
+            grid,
+            fmt_map(imap),
+            forloop_dim
+        )
+    };
     let imap = &normalize_map(imap, grid);
     let mut tile = shape.to_vec();
     for a in 0..3 {
         if let Some(d) = imap[a] {
             if d >= shape.len() {
-                return Err(IrError::rule("input iterator", what(), format!("imap.{} = {d} is not a dim of a rank-{} tensor", AXES[a], shape.len())));
+                return Err(IrError::rule(
+                    "input iterator",
+                    what(),
+                    format!("imap.{} = {d} is not a dim of a rank-{} tensor", AXES[a], shape.len()),
+                ));
             }
             if (0..a).any(|b| imap[b] == Some(d)) {
-                return Err(IrError::rule("input iterator", what(), format!("two grid axes split dim {d}: each dim is split by at most one axis")));
+                return Err(IrError::rule(
+                    "input iterator",
+                    what(),
+                    format!("two grid axes split dim {d}: each dim is split by at most one axis"),
+                ));
             }
             if tile[d] % grid[a] != 0 {
-                return Err(IrError::rule("input iterator", what(), format!("grid.{} = {} does not divide dim {d} (size {})", AXES[a], grid[a], tile[d])));
+                return Err(IrError::rule(
+                    "input iterator",
+                    what(),
+                    format!("grid.{} = {} does not divide dim {d} (size {})", AXES[a], grid[a], tile[d]),
+                ));
             }
             tile[d] /= grid[a];
         }
     }
     if let Some(f) = forloop_dim {
         if f >= shape.len() {
-            return Err(IrError::rule("input iterator", what(), format!("forloop_dim {f} is not a dim of a rank-{} tensor", shape.len())));
+            return Err(IrError::rule(
+                "input iterator",
+                what(),
+                format!("forloop_dim {f} is not a dim of a rank-{} tensor", shape.len()),
+            ));
         }
         if tile[f] % forloop_range != 0 {
-            return Err(IrError::rule("input iterator", what(), format!("forloop_range {forloop_range} does not divide the block's slab of dim {f} (size {})", tile[f])));
+            return Err(IrError::rule(
+                "input iterator",
+                what(),
+                format!("forloop_range {forloop_range} does not divide the block's slab of dim {f} (size {})", tile[f]),
+            ));
         }
         tile[f] /= forloop_range;
     }
@@ -232,15 +260,30 @@ pub fn output_shape(tile: &[usize], grid: [usize; 3], omap: &GridMap) -> Result<
         match omap[a] {
             Some(d) => {
                 if d >= tile.len() {
-                    return Err(IrError::rule("output saver", what(), format!("omap.{} = {d} is not a dim of a rank-{} tile", AXES[a], tile.len())));
+                    return Err(IrError::rule(
+                        "output saver",
+                        what(),
+                        format!("omap.{} = {d} is not a dim of a rank-{} tile", AXES[a], tile.len()),
+                    ));
                 }
                 if (0..a).any(|b| omap[b] == Some(d)) {
-                    return Err(IrError::rule("output saver", what(), format!("two grid axes concatenate along dim {d}: their blocks would overwrite each other")));
+                    return Err(IrError::rule(
+                        "output saver",
+                        what(),
+                        format!("two grid axes concatenate along dim {d}: their blocks would overwrite each other"),
+                    ));
                 }
                 out[d] = out[d].saturating_mul(grid[a]);
             }
             None if grid[a] > 1 => {
-                return Err(IrError::rule("output saver", what(), format!("grid.{} = {} > 1 needs an omap entry, or its blocks would overwrite each other", AXES[a], grid[a])));
+                return Err(IrError::rule(
+                    "output saver",
+                    what(),
+                    format!(
+                        "grid.{} = {} > 1 needs an omap entry, or its blocks would overwrite each other",
+                        AXES[a], grid[a]
+                    ),
+                ));
             }
             None => {}
         }
@@ -268,15 +311,28 @@ pub fn normalize_map(map: &GridMap, grid: [usize; 3]) -> GridMap {
 impl BlockGraph {
     /// An empty block graph for a kernel taking `inputs`, launched as `grid` blocks of `threads`
     /// threads, with `forloop_range` loop iterations.
-    pub fn new(inputs: Vec<TensorDesc>, grid: [usize; 3], threads: usize, forloop_range: usize) -> Result<Self, IrError> {
+    pub fn new(
+        inputs: Vec<TensorDesc>,
+        grid: [usize; 3],
+        threads: usize,
+        forloop_range: usize,
+    ) -> Result<Self, IrError> {
         let what = || format!("grid {grid:?}, {threads} threads, forloop_range {forloop_range}");
         for a in 0..3 {
             if grid[a] == 0 || grid[a] > MAX_GRID[a] {
-                return Err(IrError::rule("block graph", what(), format!("grid.{} must be in 1..={}", AXES[a], MAX_GRID[a])));
+                return Err(IrError::rule(
+                    "block graph",
+                    what(),
+                    format!("grid.{} must be in 1..={}", AXES[a], MAX_GRID[a]),
+                ));
             }
         }
         if threads == 0 || threads > 1024 || threads % 32 != 0 {
-            return Err(IrError::rule("block graph", what(), "threads per block must be a multiple of 32 in 32..=1024"));
+            return Err(IrError::rule(
+                "block graph",
+                what(),
+                "threads per block must be a multiple of 32 in 32..=1024",
+            ));
         }
         if forloop_range == 0 {
             return Err(IrError::rule("block graph", what(), "forloop_range must be at least 1"));
@@ -320,7 +376,11 @@ impl BlockGraph {
     /// The tile a reference names.
     pub fn tile(&self, t: TensorRef) -> Result<&TileDesc, IrError> {
         self.nodes.get(t.node).and_then(|n| n.outputs.get(t.port)).ok_or_else(|| {
-            IrError::rule("operand", t.to_string(), format!("no such tile in a block graph of {} nodes", self.nodes.len()))
+            IrError::rule(
+                "operand",
+                t.to_string(),
+                format!("no such tile in a block graph of {} nodes", self.nodes.len()),
+            )
         })
     }
 
@@ -349,15 +409,28 @@ impl BlockGraph {
             _ => 1,
         };
         if inputs.len() != arity {
-            return Err(IrError::rule(&name, format!("{} operands", inputs.len()), format!("expects {arity} operands")));
+            return Err(IrError::rule(
+                &name,
+                format!("{} operands", inputs.len()),
+                format!("expects {arity} operands"),
+            ));
         }
-        let shapes = || inputs.iter().map(|t| format!("{}({:?})", fmt_shape(&t.shape), t.phase)).collect::<Vec<_>>().join(", ");
+        let shapes =
+            || inputs.iter().map(|t| format!("{}({:?})", fmt_shape(&t.shape), t.phase)).collect::<Vec<_>>().join(", ");
         if inputs.len() == 2 {
             if inputs[0].dtype != inputs[1].dtype {
-                return Err(IrError::rule(&name, shapes(), format!("operands must have one element type, found {} and {}", inputs[0].dtype, inputs[1].dtype)));
+                return Err(IrError::rule(
+                    &name,
+                    shapes(),
+                    format!("operands must have one element type, found {} and {}", inputs[0].dtype, inputs[1].dtype),
+                ));
             }
             if inputs[0].phase != inputs[1].phase {
-                return Err(IrError::rule(&name, shapes(), "an operand and its partner must both be in the loop or both after it (mixing in-loop and after-loop operands)"));
+                return Err(IrError::rule(
+                    &name,
+                    shapes(),
+                    "an operand and its partner must both be in the loop or both after it (mixing in-loop and after-loop operands)",
+                ));
             }
         }
         let same = |shape: Vec<usize>| {
@@ -368,18 +441,28 @@ impl BlockGraph {
             check_shape(&name, &shape)?;
             Ok(vec![TileDesc { shape, dtype: inputs[0].dtype, phase: Phase::AfterLoop }])
         };
-        let last_to = |shape: &[usize], w: usize| -> Result<Vec<usize>, IrError> { reduce_shape(&name, shape, shape.len() - 1, w) };
+        let last_to = |shape: &[usize], w: usize| -> Result<Vec<usize>, IrError> {
+            reduce_shape(&name, shape, shape.len() - 1, w)
+        };
         match op {
             BlockOp::Input { input, imap, forloop_dim } => {
                 let desc = self.inputs.get(*input).ok_or_else(|| {
-                    IrError::rule(&name, format!("kernel operand {input}"), format!("the kernel has {} operands", self.inputs.len()))
+                    IrError::rule(
+                        &name,
+                        format!("kernel operand {input}"),
+                        format!("the kernel has {} operands", self.inputs.len()),
+                    )
                 })?;
                 let shape = input_tile_shape(&desc.shape, self.grid, self.forloop_range, imap, *forloop_dim)?;
                 Ok(vec![TileDesc { shape, dtype: desc.dtype, phase: Phase::InLoop }])
             }
             BlockOp::Output { omap } => {
                 if inputs[0].phase != Phase::AfterLoop {
-                    return Err(IrError::rule(&name, shapes(), "outputs are written after the loop: the path from the inputs skips the accumulator"));
+                    return Err(IrError::rule(
+                        &name,
+                        shapes(),
+                        "outputs are written after the loop: the path from the inputs skips the accumulator",
+                    ));
                 }
                 output_shape(&inputs[0].shape, self.grid, omap)?;
                 Ok(vec![])
@@ -387,7 +470,9 @@ impl BlockGraph {
             BlockOp::Matmul => same(matmul_shape(&inputs[0].shape, &inputs[1].shape, false)?),
             BlockOp::Unary { .. } => same(inputs[0].shape.clone()),
             BlockOp::Binary { op } => same(broadcast_shape(op.name(), &inputs[0].shape, &inputs[1].shape)?),
-            BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } => same(reduce_shape(&name, &inputs[0].shape, *dim, 1)?),
+            BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } => {
+                same(reduce_shape(&name, &inputs[0].shape, *dim, 1)?)
+            }
             BlockOp::ReduceSumTo { dim, width } => same(reduce_shape(&name, &inputs[0].shape, *dim, *width)?),
             BlockOp::RmsNorm { .. } => same(inputs[0].shape.clone()),
             BlockOp::Concat { dim } => {
@@ -396,7 +481,11 @@ impl BlockGraph {
             }
             BlockOp::RunningMax { dim } => {
                 if inputs[0].phase != Phase::InLoop {
-                    return Err(IrError::rule(&name, shapes(), "a running max carries state across iterations: its operand must be in the loop"));
+                    return Err(IrError::rule(
+                        &name,
+                        shapes(),
+                        "a running max carries state across iterations: its operand must be in the loop",
+                    ));
                 }
                 let shape = reduce_shape(&name, &inputs[0].shape, *dim, 1)?;
                 let t = TileDesc { shape, dtype: inputs[0].dtype, phase: Phase::InLoop };
@@ -404,7 +493,11 @@ impl BlockGraph {
             }
             BlockOp::Accum { acc } => {
                 if inputs[0].phase != Phase::InLoop {
-                    return Err(IrError::rule(&name, shapes(), "an accumulator folds in-loop values: its operand is already after the loop"));
+                    return Err(IrError::rule(
+                        &name,
+                        shapes(),
+                        "an accumulator folds in-loop values: its operand is already after the loop",
+                    ));
                 }
                 let x = &inputs[0].shape;
                 match acc {
@@ -415,7 +508,14 @@ impl BlockGraph {
                         let target = if *acc == AccKind::Rescale { x.clone() } else { last_to(x, 1)? };
                         let b = broadcast_shape(&name, &target, &inputs[1].shape)?;
                         if b != target {
-                            return Err(IrError::rule(&name, shapes(), format!("the rescale factor must broadcast to the accumulator's shape {}", fmt_shape(&target))));
+                            return Err(IrError::rule(
+                                &name,
+                                shapes(),
+                                format!(
+                                    "the rescale factor must broadcast to the accumulator's shape {}",
+                                    fmt_shape(&target)
+                                ),
+                            ));
                         }
                         after(target)
                     }
@@ -428,7 +528,9 @@ impl BlockGraph {
     /// Grid-map entries of axes of size 1 are dropped.
     pub fn push(&mut self, op: BlockOp, inputs: &[TensorRef]) -> Result<Vec<TensorRef>, IrError> {
         let op = match op {
-            BlockOp::Input { input, imap, forloop_dim } => BlockOp::Input { input, imap: normalize_map(&imap, self.grid), forloop_dim },
+            BlockOp::Input { input, imap, forloop_dim } => {
+                BlockOp::Input { input, imap: normalize_map(&imap, self.grid), forloop_dim }
+            }
             BlockOp::Output { omap } => BlockOp::Output { omap: normalize_map(&omap, self.grid) },
             other => other,
         };
@@ -484,15 +586,30 @@ impl BlockGraph {
         let mut fresh = BlockGraph::new(self.inputs.clone(), self.grid, self.threads, self.forloop_range)?;
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some(bad) = node.inputs.iter().find(|t| t.node >= i) {
-                return Err(IrError::rule(node.op.name(), format!("block node {i}"), format!("operand {bad} is not produced by an earlier node")));
+                return Err(IrError::rule(
+                    node.op.name(),
+                    format!("block node {i}"),
+                    format!("operand {bad} is not produced by an earlier node"),
+                ));
             }
             fresh.push(node.op.clone(), &node.inputs)?;
             if fresh.nodes[i] != *node {
-                return Err(IrError::rule(node.op.name(), format!("block node {i}"), format!("recorded outputs {:?} differ from the inferred {:?}", node.outputs, fresh.nodes[i].outputs)));
+                return Err(IrError::rule(
+                    node.op.name(),
+                    format!("block node {i}"),
+                    format!(
+                        "recorded outputs {:?} differ from the inferred {:?}",
+                        node.outputs, fresh.nodes[i].outputs
+                    ),
+                ));
             }
         }
         if !self.nodes.iter().any(|n| matches!(n.op, BlockOp::Output { .. })) {
-            return Err(IrError::rule("block graph", format!("{} nodes", self.nodes.len()), "a block graph must save at least one output"));
+            return Err(IrError::rule(
+                "block graph",
+                format!("{} nodes", self.nodes.len()),
+                "a block graph must save at least one output",
+            ));
         }
         Ok(())
     }
@@ -511,7 +628,13 @@ struct BlockGraphData {
 impl<'de> Deserialize<'de> for BlockGraph {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let data = BlockGraphData::deserialize(deserializer)?;
-        let g = BlockGraph { grid: data.grid, threads: data.threads, forloop_range: data.forloop_range, inputs: data.inputs, nodes: data.nodes };
+        let g = BlockGraph {
+            grid: data.grid,
+            threads: data.threads,
+            forloop_range: data.forloop_range,
+            inputs: data.inputs,
+            nodes: data.nodes,
+        };
         g.validate().map_err(serde::de::Error::custom)?;
         Ok(g)
     }

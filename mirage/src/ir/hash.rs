@@ -77,7 +77,8 @@ impl BlockGraph {
         let mut saver = 0u64;
         for node in self.nodes() {
             let operands = operand_hashes(&hashes, &node.inputs);
-            let mut h = NodeHasher::new("block-node").bytes(&json(&node.op)).bytes(&operands).bytes(&json(&node.outputs));
+            let mut h =
+                NodeHasher::new("block-node").bytes(&json(&node.op)).bytes(&operands).bytes(&json(&node.outputs));
             if matches!(node.op, BlockOp::Output { .. }) {
                 h = h.bytes(&saver.to_le_bytes());
                 saver += 1;
@@ -105,7 +106,9 @@ impl KernelGraph {
                     output += 1;
                     NodeHasher::new("output").bytes(&json(strides)).bytes(&operands).bytes(&(output - 1).to_le_bytes())
                 }
-                KernelOp::Custom { block } => NodeHasher::new("custom").bytes(&block.canonical_hash().0).bytes(&operands),
+                KernelOp::Custom { block } => {
+                    NodeHasher::new("custom").bytes(&block.canonical_hash().0).bytes(&operands)
+                }
                 op => NodeHasher::new("kernel-node").bytes(&json(op)).bytes(&operands).bytes(&json(&node.outputs)),
             };
             hashes.push(h.finish());

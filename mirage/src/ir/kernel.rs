@@ -2,10 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::block::BlockGraph;
-use super::ops::{broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape, BinaryOp, UnaryOp};
-use super::types::{check_shape, check_strides, fmt_shape, row_major_strides, DType, Scalar, TensorDesc, TensorRef};
 use super::IrError;
+use super::block::BlockGraph;
+use super::ops::{BinaryOp, UnaryOp, broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape};
+use super::types::{DType, Scalar, TensorDesc, TensorRef, check_shape, check_strides, fmt_shape, row_major_strides};
 
 /// A kernel-graph operator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -161,9 +161,8 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
             if let Some(w) = inputs.get(1) {
                 same_dtype(&name, inputs)?;
                 let last = x.len() - 1;
-                let ok = w.shape.len() == x.len()
-                    && w.shape[last] == x[last]
-                    && w.shape[..last].iter().all(|&d| d == 1);
+                let ok =
+                    w.shape.len() == x.len() && w.shape[last] == x[last] && w.shape[..last].iter().all(|&d| d == 1);
                 if !ok {
                     return Err(IrError::rule(
                         &name,

@@ -12,10 +12,15 @@ mod kernel;
 mod ops;
 mod types;
 
-pub use block::{input_tile_shape, normalize_map, output_shape, AccKind, BlockGraph, BlockNode, BlockOp, GridMap, Phase, TileDesc};
+pub use block::{
+    AccKind, BlockGraph, BlockNode, BlockOp, GridMap, Phase, TileDesc, input_tile_shape, normalize_map, output_shape,
+};
 pub use error::IrError;
 pub use hash::CanonicalHash;
 pub use json::{FORMAT, VERSION};
-pub use kernel::{infer_kernel_op, KernelGraph, KernelNode, KernelOp};
-pub use ops::{broadcast_shape, concat_shape, matmul_shape, reduce_shape, BinaryOp, UnaryOp};
-pub use types::{check_shape, check_strides, num_elements, row_major_strides, storage_len, DType, Scalar, TensorDesc, TensorRef, MAX_ELEMENTS, MAX_RANK};
+pub use kernel::{KernelGraph, KernelNode, KernelOp, infer_kernel_op};
+pub use ops::{BinaryOp, UnaryOp, broadcast_shape, concat_shape, matmul_shape, reduce_shape};
+pub use types::{
+    DType, MAX_ELEMENTS, MAX_RANK, Scalar, TensorDesc, TensorRef, check_shape, check_strides, num_elements,
+    row_major_strides, storage_len,
+};

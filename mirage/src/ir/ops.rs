@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use super::types::{fmt_shape, Scalar};
 use super::IrError;
+use super::types::{Scalar, fmt_shape};
 
 /// Element-wise unary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -190,7 +190,11 @@ pub fn concat_shape(a: &[usize], b: &[usize], dim: usize) -> Result<Vec<usize>, 
     check_dim("concat", a, dim)?;
     for d in 0..a.len() {
         if d != dim && a[d] != b[d] {
-            return Err(IrError::rule("concat", shapes(), format!("dim {d} differs ({} vs {}) and is not the concat dim {dim}", a[d], b[d])));
+            return Err(IrError::rule(
+                "concat",
+                shapes(),
+                format!("dim {d} differs ({} vs {}) and is not the concat dim {dim}", a[d], b[d]),
+            ));
         }
     }
     let mut out = a.to_vec();

@@ -90,7 +90,11 @@ impl<'de> Deserialize<'de> for Scalar {
                     .map(f32::from_bits)
                     .filter(|v| v.is_nan())
                     .map(Scalar)
-                    .ok_or_else(|| serde::de::Error::custom(format!("expected a number, \"inf\", \"-inf\", \"nan\" or \"nan:0x<bits>\", found \"{other}\""))),
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "expected a number, \"inf\", \"-inf\", \"nan\" or \"nan:0x<bits>\", found \"{other}\""
+                        ))
+                    }),
             },
         }
     }
@@ -139,11 +143,7 @@ pub const MAX_ELEMENTS: usize = 1 << 48;
 /// Checks rank 1..=4, non-zero extents and at most [`MAX_ELEMENTS`] elements.
 pub fn check_shape(op: &str, shape: &[usize]) -> Result<(), IrError> {
     if shape.is_empty() || shape.len() > MAX_RANK {
-        return Err(IrError::rule(
-            op,
-            fmt_shape(shape),
-            format!("rank must be 1..={MAX_RANK}, found {}", shape.len()),
-        ));
+        return Err(IrError::rule(op, fmt_shape(shape), format!("rank must be 1..={MAX_RANK}, found {}", shape.len())));
     }
     if shape.contains(&0) {
         return Err(IrError::rule(op, fmt_shape(shape), "every dimension must be at least 1"));
@@ -178,7 +178,8 @@ pub fn check_strides(op: &str, shape: &[usize], strides: &[usize]) -> Result<(),
         }
         span = stride.saturating_mul(extent);
     }
-    let largest_offset = shape.iter().zip(strides).try_fold(0usize, |o, (&n, &s)| n.saturating_sub(1).checked_mul(s)?.checked_add(o));
+    let largest_offset =
+        shape.iter().zip(strides).try_fold(0usize, |o, (&n, &s)| n.saturating_sub(1).checked_mul(s)?.checked_add(o));
     if largest_offset.is_none_or(|o| o >= MAX_ELEMENTS) {
         return Err(IrError::rule(
             op,

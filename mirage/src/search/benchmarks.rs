@@ -2,7 +2,7 @@
 //! Mirage µGraphs where the reference data has them.
 
 use crate::ir::{DType, IrError, KernelGraph};
-use crate::programs::{self, golden_cases, GoldenCase};
+use crate::programs::{self, GoldenCase, golden_cases};
 
 /// `attention(rms_norm(Q), K, rms_norm(V))` (no epsilon, no weight; the norms over the head
 /// dim) with `Q[h, q, d]`, `K[h, d, s]`, `V[h, s, d]`, softmax written as exp / sum.
@@ -38,7 +38,9 @@ pub fn benchmark_set() -> Result<Vec<Benchmark>, IrError> {
     const F16: DType = DType::F16;
     let golden = |name: &str| golden_cases().into_iter().find(|c| c.name == name);
     let mut out = Vec::new();
-    let mut push = |name: &'static str, program: KernelGraph, g: Option<&str>| out.push(Benchmark { name, program, golden: g.and_then(golden) });
+    let mut push = |name: &'static str, program: KernelGraph, g: Option<&str>| {
+        out.push(Benchmark { name, program, golden: g.and_then(golden) })
+    };
     push("gated_mlp_bs1", programs::gated_mlp(1, 4096, 4096, F16)?, None);
     push("gated_mlp_bs8", programs::gated_mlp(8, 4096, 4096, F16)?, Some("gated_mlp"));
     push("rmsnorm_linear_bs1", programs::rmsnorm_linear(2, 4096, 6144, F16)?, Some("rmsnorm_bs1"));

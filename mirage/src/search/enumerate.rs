@@ -36,13 +36,14 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::expr::{self, Pruner, E};
 use super::SearchConfig;
+use super::expr::{self, E, Pruner};
 use crate::codegen::default_blocks::default_block_graph;
-use crate::cost::{estimate_block_with, lower_bound_us, KernelCost, SmemMode};
+use crate::cost::{KernelCost, SmemMode, estimate_block_with, lower_bound_us};
 use crate::fingerprint::mix64;
 use crate::ir::{
-    infer_kernel_op, AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, Scalar, TensorDesc, TensorRef, TileDesc, UnaryOp,
+    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, Scalar, TensorDesc, TensorRef,
+    TileDesc, UnaryOp, infer_kernel_op,
 };
 
 /// A dimension class id.
@@ -129,7 +130,10 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
         let tie_same = |uf: &mut UnionFind, a: TensorRef, skip: Option<usize>| {
             let rank = nodes[i].outputs[0].rank();
             for d in 0..rank {
-                if Some(d) != skip && desc(a).shape[d] == nodes[i].outputs[0].shape[d] && nodes[i].outputs[0].shape[d] > 1 {
+                if Some(d) != skip
+                    && desc(a).shape[d] == nodes[i].outputs[0].shape[d]
+                    && nodes[i].outputs[0].shape[d] > 1
+                {
                     uf.union(slot(a, d), slot(out, d));
                 }
             }
@@ -181,7 +185,11 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
                 tie_same(&mut uf, n.inputs[1], Some(*dim));
             }
-            KernelOp::Custom { .. } => return Err("the program already contains custom kernels; search programs of kernel-level operators".into()),
+            KernelOp::Custom { .. } => {
+                return Err(
+                    "the program already contains custom kernels; search programs of kernel-level operators".into()
+                );
+            }
         }
     }
     // Compact class ids, in order of first appearance over inputs, outputs, then the rest.
@@ -202,7 +210,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     for (i, n) in nodes.iter().enumerate() {
         if let KernelOp::Input { desc } = &n.op {
             inputs.push(desc.clone());
-            input_classes.push((0..desc.rank()).map(|d| class_of(&mut uf, slot(TensorRef::new(i), d), desc.shape[d])).collect());
+            input_classes
+                .push((0..desc.rank()).map(|d| class_of(&mut uf, slot(TensorRef::new(i), d), desc.shape[d])).collect());
         }
     }
     let mut output_classes = HashSet::new();
@@ -222,7 +231,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     let mut outputs = Vec::new();
     for n in nodes.iter() {
         let ie: Vec<E> = n.inputs.iter().map(|t| exprs[t.node][t.port].clone()).collect();
-        let mut tag = |t: TensorRef, d: usize| class_of(&mut uf, slot(t, d), desc(t).shape[d]).map_or(TAG_NONE, |c| c as Tag);
+        let mut tag =
+            |t: TensorRef, d: usize| class_of(&mut uf, slot(t, d), desc(t).shape[d]).map_or(TAG_NONE, |c| c as Tag);
         let e = match &n.op {
             KernelOp::Input { .. } => {
                 input_index += 1;
@@ -240,8 +250,12 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             }
             KernelOp::Unary { op } => expr::unary(op, &ie[0]),
             KernelOp::Binary { op } => expr::binary(*op, &ie[0], &ie[1]),
-            KernelOp::ReduceSum { dim } => expr::sum(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0]),
-            KernelOp::ReduceMax { dim } => expr::max(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0]),
+            KernelOp::ReduceSum { dim } => {
+                expr::sum(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0])
+            }
+            KernelOp::ReduceMax { dim } => {
+                expr::max(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0])
+            }
             KernelOp::RmsNorm { eps } => {
                 let x = n.inputs[0];
                 let last = desc(x).rank() - 1;
@@ -390,11 +404,23 @@ struct BlockConfig {
 /// Enumerates µGraphs of at most `max_kernels` kernels, fewer kernels first.
 pub(crate) fn enumerate(run: &Run<'_>) -> Vec<Found> {
     let info = run.info;
-    let classes = info.class_sizes.iter().enumerate().map(|(c, &size)| ClassInfo { size, part: c as Tag, full: c as Tag }).collect();
+    let classes = info
+        .class_sizes
+        .iter()
+        .enumerate()
+        .map(|(c, &size)| ClassInfo { size, part: c as Tag, full: c as Tag })
+        .collect();
     let mut init = KState { graph: KernelGraph::new(), tensors: Vec::new(), classes, kernels: 0, cost_us: 0.0 };
     for (i, d) in info.inputs.iter().enumerate() {
         let Ok(r) = init.graph.push(KernelOp::Input { desc: d.clone() }, &[]) else { return vec![] };
-        init.tensors.push(KTensor { r: r[0], desc: d.clone(), expr: expr::var(i), classes: info.input_classes[i].clone(), uses: 0, program_input: true });
+        init.tensors.push(KTensor {
+            r: r[0],
+            desc: d.clone(),
+            expr: expr::var(i),
+            classes: info.input_classes[i].clone(),
+            uses: 0,
+            program_input: true,
+        });
     }
     let mut found = Vec::new();
     for n in 1..=run.cfg.max_kernels.max(1) {
@@ -417,7 +443,8 @@ fn remaining_targets(run: &Run<'_>, s: &KState, consumed_now: &[usize]) -> Optio
         if t.program_input {
             return None; // every input must be read
         }
-        let pos = targets.iter().position(|(e, d)| *e == t.expr && d.shape == t.desc.shape && d.dtype == t.desc.dtype)?;
+        let pos =
+            targets.iter().position(|(e, d)| *e == t.expr && d.shape == t.desc.shape && d.dtype == t.desc.dtype)?;
         targets.remove(pos);
     }
     Some(targets)
@@ -434,7 +461,12 @@ fn finish(run: &Run<'_>, s: &KState) -> Option<Found> {
     for (e, d, strides) in &run.info.outputs {
         let i = (0..s.tensors.len()).find(|&i| {
             let t = &s.tensors[i];
-            !taken[i] && t.uses == 0 && !t.program_input && t.expr == *e && t.desc.shape == d.shape && t.desc.dtype == d.dtype
+            !taken[i]
+                && t.uses == 0
+                && !t.program_input
+                && t.expr == *e
+                && t.desc.shape == d.shape
+                && t.desc.dtype == d.dtype
         })?;
         taken[i] = true;
         g.output(s.tensors[i].r, strides.clone()).ok()?;
@@ -457,7 +489,8 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
     let last = s.kernels + 1 == max;
     // Custom kernels over subsets of the available tensors.
     let n = s.tensors.len();
-    let unconsumed_inputs: Vec<usize> = (0..n).filter(|&i| s.tensors[i].uses == 0 && s.tensors[i].program_input).collect();
+    let unconsumed_inputs: Vec<usize> =
+        (0..n).filter(|&i| s.tensors[i].uses == 0 && s.tensors[i].program_input).collect();
     let mut subsets: Vec<Vec<usize>> = Vec::new();
     for mask in 1u32..(1u32 << n.min(16)) {
         let set: Vec<usize> = (0..n).filter(|&i| mask & (1 << i) != 0).collect();
@@ -501,7 +534,14 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
             let descs = r.block.output_descs();
             next.classes = r.classes.clone();
             for ((o, (e, cls)), d) in outs.iter().zip(&r.outputs).zip(descs) {
-                next.tensors.push(KTensor { r: *o, desc: d, expr: e.clone(), classes: cls.clone(), uses: 0, program_input: false });
+                next.tensors.push(KTensor {
+                    r: *o,
+                    desc: d,
+                    expr: e.clone(),
+                    classes: cls.clone(),
+                    uses: 0,
+                    program_input: false,
+                });
             }
             next.kernels += 1;
             next.cost_us += r.cost.us;
@@ -536,8 +576,11 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
         next.tensors.push(KTensor { r: r[0], desc: out[0].clone(), expr: e, classes, uses: 0, program_input: false });
         next.kernels += 1;
         let owned: Vec<TensorDesc> = descs.iter().map(|d| (*d).clone()).collect();
-        next.cost_us += default_block_graph(&op, &owned).map_or(f64::INFINITY, |b| estimate_block_with(&b, &run.cfg.arch, SmemMode::Estimated).us);
-        if next.cost_us + (max - next.kernels) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us) > BOUND_SLACK * run.best() {
+        next.cost_us += default_block_graph(&op, &owned)
+            .map_or(f64::INFINITY, |b| estimate_block_with(&b, &run.cfg.arch, SmemMode::Estimated).us);
+        if next.cost_us + (max - next.kernels) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us)
+            > BOUND_SLACK * run.best()
+        {
             continue;
         }
         kernel_step(run, &next, max, found);
@@ -569,14 +612,22 @@ fn kernel_moves(run: &Run<'_>, s: &KState) -> Vec<(KernelOp, Vec<usize>)> {
     moves
 }
 
-fn kernel_expr(op: &KernelOp, es: &[&E], descs: &[&TensorDesc], cls: &[&Vec<Option<Class>>], info: &[ClassInfo]) -> Option<E> {
+fn kernel_expr(
+    op: &KernelOp,
+    es: &[&E],
+    descs: &[&TensorDesc],
+    cls: &[&Vec<Option<Class>>],
+    info: &[ClassInfo],
+) -> Option<E> {
     let last = cls[0].len().checked_sub(1)?;
     let tag = |d: usize| full_tag(info, cls[0].get(d).copied().flatten());
     Some(match op {
         KernelOp::Matmul => expr::matmul(tag(last), *descs[0].shape.last()? as u64, es[0], es[1]),
         KernelOp::Unary { op } => expr::unary(op, es[0]),
         KernelOp::Binary { op } => expr::binary(*op, es[0], es[1]),
-        KernelOp::RmsNorm { eps } => expr::div(es[0], &expr::rms_eps(tag(last), *descs[0].shape.last()? as u64, eps.0, es[0])),
+        KernelOp::RmsNorm { eps } => {
+            expr::div(es[0], &expr::rms_eps(tag(last), *descs[0].shape.last()? as u64, eps.0, es[0]))
+        }
         KernelOp::ReduceSum { dim } => expr::sum(tag(*dim), descs[0].shape[*dim] as u64, es[0]),
         _ => return None,
     })
@@ -591,7 +642,11 @@ fn kernel_classes(op: &KernelOp, ins: &[&KTensor], out: &TensorDesc) -> Vec<Opti
             c
         }
         _ => (0..r)
-            .map(|d| ins.iter().find(|t| t.desc.shape.get(d) == Some(&out.shape[d]) && out.shape[d] > 1).and_then(|t| t.classes[d]))
+            .map(|d| {
+                ins.iter()
+                    .find(|t| t.desc.shape.get(d) == Some(&out.shape[d]) && out.shape[d] > 1)
+                    .and_then(|t| t.classes[d])
+            })
             .collect(),
     }
 }
@@ -625,12 +680,12 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
             }
         }
     }
-    let mut v: Vec<(usize, BlockResult)> = best
-        .into_values()
-        .map(|r| (coverage(run, &r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>()), r))
-        .collect();
+    let mut v: Vec<(usize, BlockResult)> =
+        best.into_values().map(|r| (coverage(run, &r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>()), r)).collect();
     let score = |c: usize, r: &BlockResult| r.cost.us / c.max(1) as f64;
-    v.sort_by(|(ca, a), (cb, b)| score(*ca, a).total_cmp(&score(*cb, b)).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash())));
+    v.sort_by(|(ca, a), (cb, b)| {
+        score(*ca, a).total_cmp(&score(*cb, b)).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
+    });
     v.truncate(keep);
     v.into_iter().map(|(_, r)| r).collect()
 }
@@ -659,11 +714,18 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
             continue;
         }
         let extra = chosen.iter().filter(|c| !outc.contains(c)).count();
-        let wanted_extra = if final_kernel { 0..=0 } else if cfg.split_intermediates_only { 1..=1 } else { 0..=1 };
+        let wanted_extra = if final_kernel {
+            0..=0
+        } else if cfg.split_intermediates_only {
+            1..=1
+        } else {
+            0..=1
+        };
         if !wanted_extra.contains(&extra) {
             continue;
         }
-        let options: Vec<Vec<usize>> = chosen.iter().map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks)).collect();
+        let options: Vec<Vec<usize>> =
+            chosen.iter().map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks)).collect();
         if options.iter().any(|o| o.is_empty()) {
             continue;
         }
@@ -782,7 +844,8 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
                 })
                 .collect();
             let best_key = keys.iter().copied().min().unwrap_or(usize::MAX);
-            let eligible: Vec<usize> = (0..p.configs.len()).filter(|&i| keys[i] == best_key && best_key != usize::MAX).collect();
+            let eligible: Vec<usize> =
+                (0..p.configs.len()).filter(|&i| keys[i] == best_key && best_key != usize::MAX).collect();
             let mut structures: Vec<Structure> = Vec::new();
             let n = eligible.len();
             for order in [&mut (0..n) as &mut dyn Iterator<Item = usize>, &mut (0..n).rev()] {
@@ -803,7 +866,8 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
                 return Vec::new();
             }
             let mut out = Vec::new();
-            let after = (run.cfg.max_kernels.max(1).saturating_sub(s.kernels + 1)) as f64 * (run.cfg.arch.launch_us + run.cfg.arch.latency_us);
+            let after = (run.cfg.max_kernels.max(1).saturating_sub(s.kernels + 1)) as f64
+                * (run.cfg.arch.launch_us + run.cfg.arch.latency_us);
             for c in &p.configs {
                 if run.out_of_time() {
                     break;
@@ -825,7 +889,9 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
             out
         })
         .collect();
-    results.sort_by(|a, b| a.cost.us.total_cmp(&b.cost.us).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash())));
+    results.sort_by(|a, b| {
+        a.cost.us.total_cmp(&b.cost.us).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
+    });
     results
 }
 
@@ -840,11 +906,21 @@ fn initial(s: &KState, set: &[usize], c: &BlockConfig, threads: usize) -> Option
         let fdim = c.loop_class.and_then(|cl| t.classes.iter().position(|&x| x == Some(cl)));
         let r = bg.input(k, imap, fdim).ok()?;
         let id = mix64(0x1000 + k as u64);
-        tiles.push(BTile { r, expr: t.expr.clone(), phase: Phase::InLoop, classes: t.classes.clone(), uses: 0, is_input: true, id });
+        tiles.push(BTile {
+            r,
+            expr: t.expr.clone(),
+            phase: Phase::InLoop,
+            classes: t.classes.clone(),
+            uses: 0,
+            is_input: true,
+            id,
+        });
     }
     // Each grid axis must split some input (or all blocks would compute the same tile).
     for a in 0..3 {
-        if c.grid[a] > 1 && !bg.nodes().iter().any(|n| matches!(&n.op, BlockOp::Input { imap, .. } if imap[a].is_some())) {
+        if c.grid[a] > 1
+            && !bg.nodes().iter().any(|n| matches!(&n.op, BlockOp::Input { imap, .. } if imap[a].is_some()))
+        {
             return None;
         }
     }
@@ -887,7 +963,13 @@ fn replay(s: &KState, set: &[usize], c: &BlockConfig, threads: usize, structure:
 }
 
 /// The operator structures that close a block graph at configuration `c`.
-fn structures_at(run: &Run<'_>, s: &KState, set: &[usize], c: &BlockConfig, targets: Option<&[(E, TensorDesc)]>) -> Vec<Structure> {
+fn structures_at(
+    run: &Run<'_>,
+    s: &KState,
+    set: &[usize],
+    c: &BlockConfig,
+    targets: Option<&[(E, TensorDesc)]>,
+) -> Vec<Structure> {
     let Some(mut st) = initial(s, set, c, run.cfg.threads.first().copied().unwrap_or(128)) else { return vec![] };
     let mut visited = HashSet::new();
     let mut out = Vec::new();
@@ -912,19 +994,19 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
         let shape = &tile.shape;
         let epilogue_only_binary = no_loop && ti.phase == Phase::AfterLoop;
         if !epilogue_only_binary {
-        for u in &ops.unary {
-            moves.push((BlockOp::Unary { op: *u }, vec![i]));
-        }
-        for eps in &ops.rms_eps {
-            moves.push((BlockOp::RmsNorm { eps: *eps }, vec![i]));
-        }
-        if ops.reduce_sum {
-            for (d, &len) in shape.iter().enumerate() {
-                if len > 1 {
-                    moves.push((BlockOp::ReduceSum { dim: d }, vec![i]));
+            for u in &ops.unary {
+                moves.push((BlockOp::Unary { op: *u }, vec![i]));
+            }
+            for eps in &ops.rms_eps {
+                moves.push((BlockOp::RmsNorm { eps: *eps }, vec![i]));
+            }
+            if ops.reduce_sum {
+                for (d, &len) in shape.iter().enumerate() {
+                    if len > 1 {
+                        moves.push((BlockOp::ReduceSum { dim: d }, vec![i]));
+                    }
                 }
             }
-        }
         }
         if ti.phase == Phase::InLoop {
             if !(no_loop && ti.is_input) {
@@ -983,7 +1065,11 @@ fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[
         // Element-wise: the class of an operand of the output's extent (a tile dim of extent 1
         // split off by the grid keeps its class).
         _ => (0..r)
-            .map(|d| (0..ins.len()).filter(|&k| in_shapes[k][d] == out[d]).find_map(|k| ins[k].classes.get(d).copied().flatten()))
+            .map(|d| {
+                (0..ins.len())
+                    .filter(|&k| in_shapes[k][d] == out[d])
+                    .find_map(|k| ins[k].classes.get(d).copied().flatten())
+            })
             .collect(),
     }
 }
@@ -991,7 +1077,14 @@ fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[
 /// The expression of a block operator's result. Reductions are tagged with the class they
 /// reduce: a matmul its operand's last dim, an accumulator the loop's class (and the last dim's
 /// for `acc_sum_last` / `acc_rms_last` / `acc_sum_to`).
-fn tile_expr(op: &BlockOp, es: &[&E], in_shapes: &[&Vec<usize>], in_classes: &[&Vec<Option<Class>>], c: &BlockConfig, info: &[ClassInfo]) -> Option<E> {
+fn tile_expr(
+    op: &BlockOp,
+    es: &[&E],
+    in_shapes: &[&Vec<usize>],
+    in_classes: &[&Vec<Option<Class>>],
+    c: &BlockConfig,
+    info: &[ClassInfo],
+) -> Option<E> {
     let last = |s: &Vec<usize>| s.last().copied().unwrap_or(1) as u64;
     let cls = |k: usize, d: usize| in_classes.get(k).and_then(|v| v.get(d)).copied().flatten();
     let r = in_shapes[0].len();
@@ -1005,7 +1098,9 @@ fn tile_expr(op: &BlockOp, es: &[&E], in_shapes: &[&Vec<usize>], in_classes: &[&
         BlockOp::Unary { op } => expr::unary(op, es[0]),
         BlockOp::Binary { op } => expr::binary(*op, es[0], es[1]),
         BlockOp::ReduceSum { dim } => expr::sum(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
-        BlockOp::ReduceSumTo { dim, width } => expr::sum(part_tag(info, cls(0, *dim)), (in_shapes[0][*dim] / width) as u64, es[0]),
+        BlockOp::ReduceSumTo { dim, width } => {
+            expr::sum(part_tag(info, cls(0, *dim)), (in_shapes[0][*dim] / width) as u64, es[0])
+        }
         BlockOp::ReduceMax { dim } => expr::max(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
         BlockOp::RmsNorm { eps } => expr::div(es[0], &expr::rms_eps(last_tag, last(in_shapes[0]), eps.0, es[0])),
         BlockOp::Concat { .. } => expr::concat(es[0], es[1]),
@@ -1016,8 +1111,14 @@ fn tile_expr(op: &BlockOp, es: &[&E], in_shapes: &[&Vec<usize>], in_classes: &[&
             AccKind::SumLast => expr::sum(loop_tag, f, &expr::sum(last_tag, last(in_shapes[0]), es[0])),
             AccKind::RmsLast if same_loop => expr::rms(last_tag, f * last(in_shapes[0]), es[0]),
             AccKind::RmsLast => expr::rms(TAG_MIXED, f * last(in_shapes[0]), es[0]),
-            AccKind::SumTo { width } if same_loop => expr::sum(part_tag(info, last_class), f * last(in_shapes[0]) / *width as u64, es[0]),
-            AccKind::SumTo { width } => expr::sum(loop_tag, f, &expr::sum(part_tag(info, last_class), last(in_shapes[0]) / *width as u64, es[0])),
+            AccKind::SumTo { width } if same_loop => {
+                expr::sum(part_tag(info, last_class), f * last(in_shapes[0]) / *width as u64, es[0])
+            }
+            AccKind::SumTo { width } => expr::sum(
+                loop_tag,
+                f,
+                &expr::sum(part_tag(info, last_class), last(in_shapes[0]) / *width as u64, es[0]),
+            ),
             AccKind::Rescale | AccKind::SumLastRescale => return None,
         },
         BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::RunningMax { .. } => return None,
@@ -1115,7 +1216,10 @@ fn closable(run: &Run<'_>, s: &KState, targets: Option<&[(E, TensorDesc)]>, st: 
         return false;
     }
     let leaves: Vec<&BTile> = st.tiles.iter().filter(|t| !t.is_input && t.uses == 0).collect();
-    if leaves.is_empty() || leaves.len() > run.cfg.max_block_outputs || leaves.iter().any(|t| t.phase != Phase::AfterLoop) {
+    if leaves.is_empty()
+        || leaves.len() > run.cfg.max_block_outputs
+        || leaves.iter().any(|t| t.phase != Phase::AfterLoop)
+    {
         return false;
     }
     match targets {
@@ -1140,7 +1244,14 @@ fn closable(run: &Run<'_>, s: &KState, targets: Option<&[(E, TensorDesc)]>, st: 
 
 /// Closes a replayed state: output savers for its leaves (omaps forced by the classes, free
 /// dims for a split reduction of an intermediate kernel), shape checks, cost.
-fn close(run: &Run<'_>, s: &KState, c: &BlockConfig, targets: Option<&[(E, TensorDesc)]>, st: &BState, out: &mut Vec<BlockResult>) {
+fn close(
+    run: &Run<'_>,
+    s: &KState,
+    c: &BlockConfig,
+    targets: Option<&[(E, TensorDesc)]>,
+    st: &BState,
+    out: &mut Vec<BlockResult>,
+) {
     if !closable(run, s, targets, st) {
         return;
     }
@@ -1185,7 +1296,9 @@ fn close(run: &Run<'_>, s: &KState, c: &BlockConfig, targets: Option<&[(E, Tenso
         if leaves.iter().zip(&omaps).all(|(l, m)| bg.output(l.r, *m).is_ok()) {
             let descs = bg.output_descs();
             let shapes_ok = match targets {
-                Some(targets) => leaves.iter().zip(&descs).all(|(l, d)| targets.iter().any(|(e, t)| *e == l.expr && t.shape == d.shape && t.dtype == d.dtype)),
+                Some(targets) => leaves.iter().zip(&descs).all(|(l, d)| {
+                    targets.iter().any(|(e, t)| *e == l.expr && t.shape == d.shape && t.dtype == d.dtype)
+                }),
                 None => true,
             };
             if shapes_ok {
@@ -1200,16 +1313,26 @@ fn close(run: &Run<'_>, s: &KState, c: &BlockConfig, targets: Option<&[(E, Tenso
                                 let size = d.shape[k];
                                 let inner = l.classes[k];
                                 // The class of the grid axis that concatenates blocks along dim k.
-                                let outer = (0..3).find(|&a| omap[a] == Some(k)).and_then(|a| c.axis_class[a]).filter(|&o| Some(o) != inner);
+                                let outer = (0..3)
+                                    .find(|&a| omap[a] == Some(k))
+                                    .and_then(|a| c.axis_class[a])
+                                    .filter(|&o| Some(o) != inner);
                                 match inner {
-                                    Some(cl) if classes.get(cl as usize).map(|i| i.size) == Some(size) && outer.is_none() => Some(cl),
+                                    Some(cl)
+                                        if classes.get(cl as usize).map(|i| i.size) == Some(size)
+                                            && outer.is_none() =>
+                                    {
+                                        Some(cl)
+                                    }
                                     _ if size <= 1 => None,
                                     _ => {
                                         // A fresh class: partial results of `outer` (the split
                                         // reduction) laid out next to `inner`'s elements.
                                         let (part, full) = match (outer, inner) {
                                             (None, i) => (full_tag(&classes, i), full_tag(&classes, i)),
-                                            (Some(o), None) => (full_tag(&classes, Some(o)), full_tag(&classes, Some(o))),
+                                            (Some(o), None) => {
+                                                (full_tag(&classes, Some(o)), full_tag(&classes, Some(o)))
+                                            }
                                             (Some(o), Some(_)) => (full_tag(&classes, Some(o)), TAG_MIXED),
                                         };
                                         classes.push(ClassInfo { size, part, full });
@@ -1223,8 +1346,10 @@ fn close(run: &Run<'_>, s: &KState, c: &BlockConfig, targets: Option<&[(E, Tenso
                     .collect::<Vec<(E, Vec<Option<Class>>)>>();
                 // An intermediate kernel's outputs are partial results of the reduction it splits
                 // across the grid: no output keeps that class whole.
-                let split: Vec<Class> = c.axis_class.iter().flatten().filter(|cl| !run.info.output_classes.contains(cl)).copied().collect();
-                let partial = targets.is_some() || outputs.iter().all(|(_, cls)| !cls.iter().flatten().any(|cl| split.contains(cl)));
+                let split: Vec<Class> =
+                    c.axis_class.iter().flatten().filter(|cl| !run.info.output_classes.contains(cl)).copied().collect();
+                let partial = targets.is_some()
+                    || outputs.iter().all(|(_, cls)| !cls.iter().flatten().any(|cl| split.contains(cl)));
                 let cost = estimate_block_with(&bg, &run.cfg.arch, SmemMode::Estimated);
                 if partial && cost.us.is_finite() {
                     out.push(BlockResult { block: bg, outputs, classes, cost });

@@ -165,7 +165,9 @@ pub fn unary(op: &UnaryOp, x: &E) -> E {
     match op {
         UnaryOp::Square => mul(x, x),
         UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
-        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Fn("clamp", (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64, x.clone())),
+        UnaryOp::Clamp { lo, hi } => {
+            Arc::new(Expr::Fn("clamp", (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64, x.clone()))
+        }
         other => Arc::new(Expr::Fn(other.name(), 0, x.clone())),
     }
 }
@@ -229,7 +231,9 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
         return true;
     }
     match (c, t) {
-        (Expr::Sum(s, m, x), Expr::Sum(t, n, y)) | (Expr::Max(s, m, x), Expr::Max(t, n, y)) => s == t && n % m == 0 && x == y,
+        (Expr::Sum(s, m, x), Expr::Sum(t, n, y)) | (Expr::Max(s, m, x), Expr::Max(t, n, y)) => {
+            s == t && n % m == 0 && x == y
+        }
         (Expr::Add(cs), Expr::Add(ts)) | (Expr::Mul(cs), Expr::Mul(ts)) => cs.len() < ts.len() && sub_multiset(cs, ts),
         // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
         // completes to or occurs in the target's: the normalization of an operand before a

@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::cache::{Cache, CacheEntry, CacheKey, CachedCandidate};
-use crate::cost::{estimate, Arch, CostReport};
+use crate::cost::{Arch, CostReport, estimate};
 use crate::eval::EvalError;
-use crate::fingerprint::{mix64, FingerprintContext, Verdict, VerifyConfig, VerifyError};
+use crate::fingerprint::{FingerprintContext, Verdict, VerifyConfig, VerifyError, mix64};
 use crate::ir::{BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
-use crate::reference::{max_scaled_error, run, HostTensor};
+use crate::reference::{HostTensor, max_scaled_error, run};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
 
 /// Version of the search algorithm; part of every cache key.
@@ -260,12 +260,21 @@ pub enum SearchError {
 }
 
 /// Superoptimizes `program`: the cheapest verified µGraph, from `cache` when it holds one.
-pub fn superoptimize(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>) -> Result<SearchResult, SearchError> {
+pub fn superoptimize(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    cache: Option<&Cache>,
+) -> Result<SearchResult, SearchError> {
     superoptimize_with(program, cfg, cache, None)
 }
 
 /// [`superoptimize`] with a custom pruner (`None`: the configuration's default).
-pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Option<&Cache>, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
+pub fn superoptimize_with(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    cache: Option<&Cache>,
+    pruner: Option<&dyn Pruner>,
+) -> Result<SearchResult, SearchError> {
     program.validate().map_err(|e| SearchError::Program(e.to_string()))?;
     let program_hash = program.canonical_hash();
     let key = CacheKey { program_hash, arch: cfg.arch.name.to_string(), search_version: cfg.version() };
@@ -292,7 +301,10 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
                 }
                 Verdict::NotEquivalent { witness } => {
                     unusable = format!("; the entry there does not compute the program ({witness})");
-                    notes.push(format!("cached µGraph {} does not compute the program ({witness}); searching again", path.display()));
+                    notes.push(format!(
+                        "cached µGraph {} does not compute the program ({witness}); searching again",
+                        path.display()
+                    ));
                 }
             },
             Ok(None) => {}
@@ -303,7 +315,8 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
         }
     }
     if cfg.is_offline() {
-        let path = cache.map_or_else(|| "a search cache (none was given)".to_string(), |c| c.path(&key).display().to_string());
+        let path =
+            cache.map_or_else(|| "a search cache (none was given)".to_string(), |c| c.path(&key).display().to_string());
         return Err(SearchError::Offline {
             program: program_hash.to_hex(),
             arch: key.arch.clone(),
@@ -318,9 +331,15 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
         let top = result
             .top
             .iter()
-            .map(|c| CachedCandidate { hash: c.hash.to_hex(), kernels: c.graph.num_kernels(), cost_us: c.cost.total_us, verified: c.verified })
+            .map(|c| CachedCandidate {
+                hash: c.hash.to_hex(),
+                kernels: c.graph.num_kernels(),
+                cost_us: c.cost.total_us,
+                verified: c.verified,
+            })
             .collect();
-        let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top).and_then(|e| cache.store(&key, &e));
+        let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top)
+            .and_then(|e| cache.store(&key, &e));
         match stored {
             Ok(p) => result.cache_path = Some(p),
             Err(e) => result.notes.push(format!("could not write the search cache: {e}")),
@@ -332,7 +351,11 @@ pub fn superoptimize_with(program: &KernelGraph, cfg: &SearchConfig, cache: Opti
 /// The enumeration and costing alone, without verification: every distinct complete candidate,
 /// cheapest first (ties by canonical hash), none verified yet. [`superoptimize`] verifies them in
 /// this order.
-pub fn candidates(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
+pub fn candidates(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    pruner: Option<&dyn Pruner>,
+) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
     let start = Instant::now();
     let info = enumerate::analyze(program).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
@@ -393,21 +416,26 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     let mut tried = 0;
     let mut notes = Vec::new();
     for i in 0..cands.len() {
-        let verified_enough = best.is_some() && cands[..i].iter().filter(|c| c.verified == Some(true)).count() >= cfg.verify_top.max(1);
+        let verified_enough =
+            best.is_some() && cands[..i].iter().filter(|c| c.verified == Some(true)).count() >= cfg.verify_top.max(1);
         if verified_enough || tried >= cfg.max_verify {
             break;
         }
         tried += 1;
         let ok = ctx.check(&cands[i].graph)?.is_equivalent();
-        let ok = ok && (best.is_some() || !cfg.float_check || {
-            match float_check(program, &cands[i].graph)? {
-                Ok(()) => true,
-                Err(msg) => {
-                    notes.push(format!("candidate {} passed fingerprints but failed the float check: {msg}", cands[i].hash));
-                    false
+        let ok = ok
+            && (best.is_some() || !cfg.float_check || {
+                match float_check(program, &cands[i].graph)? {
+                    Ok(()) => true,
+                    Err(msg) => {
+                        notes.push(format!(
+                            "candidate {} passed fingerprints but failed the float check: {msg}",
+                            cands[i].hash
+                        ));
+                        false
+                    }
                 }
-            }
-        });
+            });
         cands[i].verified = Some(ok);
         if ok {
             stats.verified += 1;
@@ -418,11 +446,27 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     }
     stats.verify_time = vstart.elapsed();
     let Some(b) = best else {
-        return Err(SearchError::NotFound(format!("{} candidates, the {tried} cheapest were rejected by verification", cands.len())));
+        return Err(SearchError::NotFound(format!(
+            "{} candidates, the {tried} cheapest were rejected by verification",
+            cands.len()
+        )));
     };
     let best = cands[b].clone();
-    let top: Vec<Candidate> = std::iter::once(best.clone()).chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone())).take(cfg.top_k.max(1)).collect();
-    Ok(SearchResult { program_hash: program.canonical_hash(), best, top, stats, from_cache: false, cache_path: None, notes, cached_top: Vec::new(), arch: cfg.arch.name.to_string() })
+    let top: Vec<Candidate> = std::iter::once(best.clone())
+        .chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone()))
+        .take(cfg.top_k.max(1))
+        .collect();
+    Ok(SearchResult {
+        program_hash: program.canonical_hash(),
+        best,
+        top,
+        stats,
+        from_cache: false,
+        cache_path: None,
+        notes,
+        cached_top: Vec::new(),
+        arch: cfg.arch.name.to_string(),
+    })
 }
 
 /// Deterministic inputs in `[-0.5, 0.5)` for the float check.
@@ -433,7 +477,8 @@ fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError
         .map(|(i, d)| {
             let n: usize = d.shape.iter().product();
             let base = mix64(seed ^ (i as u64 + 1));
-            let data = (0..n).map(|j| (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            let data =
+                (0..n).map(|j| (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
             HostTensor::new(d.shape.clone(), data)
         })
         .collect()
@@ -476,12 +521,21 @@ pub fn describe(g: &KernelGraph) -> String {
             KernelOp::Input { desc } => s += &format!("  %{i} = input {:?} {}\n", desc.shape, desc.dtype),
             KernelOp::Output { .. } => s += &format!("  output {args}\n"),
             KernelOp::Custom { block } => {
-                s += &format!("  %{i} = k{k}: custom({args}) grid {:?}, {} threads, forloop_range {}\n", block.grid(), block.threads(), block.forloop_range());
+                s += &format!(
+                    "  %{i} = k{k}: custom({args}) grid {:?}, {} threads, forloop_range {}\n",
+                    block.grid(),
+                    block.threads(),
+                    block.forloop_range()
+                );
                 for (j, b) in block.nodes().iter().enumerate() {
                     let bargs = b.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
                     let shape = b.outputs.first().map(|t| format!(" -> {:?}", t.shape)).unwrap_or_default();
                     let what = match &b.op {
-                        BlockOp::Input { input, imap, forloop_dim } => format!("input {input} imap {} forloop_dim {}", fmt_map(imap), forloop_dim.map_or("-".into(), |d| d.to_string())),
+                        BlockOp::Input { input, imap, forloop_dim } => format!(
+                            "input {input} imap {} forloop_dim {}",
+                            fmt_map(imap),
+                            forloop_dim.map_or("-".into(), |d| d.to_string())
+                        ),
                         BlockOp::Output { omap } => format!("output {bargs} omap {}", fmt_map(omap)),
                         op => format!("{}({bargs})", op.name()),
                     };
@@ -508,7 +562,12 @@ impl SearchResult {
     /// report that is the same whether the answer was searched or read from the cache (the build
     /// records it in the launch plan, which therefore does not change on a cache hit).
     pub fn summary(&self) -> String {
-        let mut s = format!("chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):\n", self.best.graph.num_kernels(), self.best.cost.total_us, self.arch);
+        let mut s = format!(
+            "chosen µGraph ({} kernel(s), estimated {:.2} µs on {}):\n",
+            self.best.graph.num_kernels(),
+            self.best.cost.total_us,
+            self.arch
+        );
         s += &describe(&self.best.graph);
         s += &format!("cost: {}", self.best.cost);
         s += "top candidates:\n";
@@ -519,11 +578,23 @@ impl SearchResult {
         };
         if self.from_cache {
             for (i, c) in self.cached_top.iter().enumerate() {
-                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost_us, c.kernels, verdict(c.verified), c.hash.get(..16).unwrap_or(&c.hash));
+                s += &format!(
+                    "  #{i}: {:.2} µs, {} kernel(s), {}, {}\n",
+                    c.cost_us,
+                    c.kernels,
+                    verdict(c.verified),
+                    c.hash.get(..16).unwrap_or(&c.hash)
+                );
             }
         } else {
             for (i, c) in self.top.iter().enumerate() {
-                s += &format!("  #{i}: {:.2} µs, {} kernel(s), {}, {}\n", c.cost.total_us, c.graph.num_kernels(), verdict(c.verified), &c.hash.to_hex()[..16]);
+                s += &format!(
+                    "  #{i}: {:.2} µs, {} kernel(s), {}, {}\n",
+                    c.cost.total_us,
+                    c.graph.num_kernels(),
+                    verdict(c.verified),
+                    &c.hash.to_hex()[..16]
+                );
             }
         }
         s
@@ -534,7 +605,11 @@ impl fmt::Display for SearchResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let short = &self.program_hash.to_hex()[..16];
         if self.from_cache {
-            writeln!(f, "program {short}: µGraph from the search cache ({}), re-verified", self.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string()))?;
+            writeln!(
+                f,
+                "program {short}: µGraph from the search cache ({}), re-verified",
+                self.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string())
+            )?;
         } else {
             let s = &self.stats;
             writeln!(
