@@ -71,6 +71,17 @@ impl RowBands {
         let mt = m.div_ceil(16);
         Some(RowBands { mt, per_warp: mt.div_ceil(warps), nt: n.div_ceil(8), kt: k.div_ceil(16) })
     }
+
+    /// The bands of register value `x` of `bg`: those of the matmul at the head of its chain
+    /// (unary functions keep the fragment layout); `None` when the chain does not start at one.
+    pub fn of_register_value(bg: &BlockGraph, x: usize) -> Option<RowBands> {
+        let nodes = bg.nodes();
+        let mut cur = x;
+        while !matches!(nodes.get(cur)?.op, BlockOp::Matmul) {
+            cur = nodes[cur].inputs.first()?.node;
+        }
+        RowBands::of(bg, cur)
+    }
 }
 
 /// The mma element type of a matmul (that of its first non-f32 operand), `None` for an f32
