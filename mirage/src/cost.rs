@@ -278,15 +278,23 @@ pub fn estimate_block(bg: &BlockGraph, arch: &Arch) -> KernelCost {
     estimate_block_with(bg, arch, SmemMode::Planned)
 }
 
-/// Estimates one block graph with shared memory obtained as `mode` says.
-pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
+/// The arithmetic of one block graph, summed over its blocks and iterations.
+struct Work {
+    /// Tensor-core FLOPs (padded to the instruction shape).
+    flops: f64,
+    /// Non-tensor FLOPs (element-wise, reductions, accumulators, FMA matmuls).
+    fma: f64,
+    /// The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
+    /// to warps round-robin, k-steps split over 4 independent accumulator chains).
+    mma_chain: f64,
+}
+
+/// Counts the arithmetic of `bg`.
+fn work(bg: &BlockGraph) -> Work {
     let blocks = bg.num_blocks();
     let frange = bg.forloop_range();
-    let (mut dram, l2) = input_traffic(bg, arch, true);
     let mut flops = 0f64;
     let mut fma = 0f64;
-    // The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
-    // to warps round-robin, k-steps split over 4 independent accumulator chains).
     let mut mma_chain = 0f64;
     let warps = (bg.threads() / 32).max(1);
     for node in bg.nodes() {
@@ -330,6 +338,16 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             }
         }
     }
+    Work { flops, fma, mma_chain }
+}
+
+/// Estimates one block graph with shared memory obtained as `mode` says.
+pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
+    let blocks = bg.num_blocks();
+    let frange = bg.forloop_range();
+    let (mut dram, l2) = input_traffic(bg, arch, true);
+    let Work { flops, fma, mma_chain } = work(bg);
+    let warps = (bg.threads() / 32).max(1);
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
     dram += written;
 
