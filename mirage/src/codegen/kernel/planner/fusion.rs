@@ -281,7 +281,7 @@ impl RegisterPlan {
         let b1 = c.bands;
         mma_exact(f.bg, c.m1)
             && mma_dtype(f.bg, c.m1).is_some()
-            && b1.nt % 2 == 0
+            && b1.nt.is_multiple_of(2)
             && b1.per_warp * b1.nt * 4 * (1 + c.accs.len()) <= MAX_FRAGMENT_FLOATS
             && c.consumers.iter().all(|&u| {
                 let Some(b2) = RowBands::of(f.bg, u) else {

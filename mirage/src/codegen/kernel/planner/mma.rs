@@ -53,7 +53,8 @@ pub struct TiledMatmul {
     pub chains: usize,
     /// (tile, slice) items per warp.
     pub per_warp: usize,
-    /// B goes through `ldmatrix.trans` (see [`b_by_ldmatrix`]).
+    /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
+    /// aligned rows).
     pub b_ldmatrix: bool,
     /// Accumulates in registers across the iterations (its `acc_sum` has no code in the loop).
     pub accumulates: bool,
@@ -93,7 +94,8 @@ pub struct RowMatmul {
     pub a: ASource,
     /// The result.
     pub out: RowOut,
-    /// B goes through `ldmatrix.trans` (see [`b_by_ldmatrix`]).
+    /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
+    /// aligned rows).
     pub b_ldmatrix: bool,
 }
 

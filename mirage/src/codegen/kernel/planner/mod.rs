@@ -13,7 +13,8 @@
 //! 7. how each reduction spreads over the threads ([`ReduceStrategy`]), hence the static shared
 //!    memory.
 //!
-//! The emitters ([`super::emit`]) turn a [`KernelPlan`] into text; the cost model reads the plan.
+//! The emitters (the private `codegen::kernel::emit`) turn a [`KernelPlan`] into text; the cost
+//! model reads the plan.
 
 mod copies;
 pub mod fusion;
