@@ -78,11 +78,11 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            // H200, 2026-11-30 (benches/results/NOTES.md, runs 2 and 3): the same rmsnorm_linear
+            // H200, 2026-11-30 (docs/DECISIONS.md, runs 2 and 3): the same rmsnorm_linear
             // kernel at 96 blocks ran 1.25x slower than at 128 (one SM pulls no more than its
             // share), and 256-block two-wave grids ran 2-8 µs slower than 128-block ones.
             sm_dram_bytes_per_us: 4.3e6 / 132.0,
-            // H200, ncu (benches/results/NOTES.md, runs 10-11): weight-streaming kernels of
+            // H200, ncu (docs/DECISIONS.md, runs 10-11): weight-streaming kernels of
             // one block per SM reached 36% of peak DRAM throughput with 4 warps, 64% with 8.
             bandwidth_warps: 8,
             l2_bytes: 50 << 20,
@@ -476,7 +476,7 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
 /// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
 /// contiguous dim shorter than the whole dim are separate segments, and short segments waste
 /// DRAM bursts: `1 + 16 / segment bytes` (32-byte rows cost 1.5×, 128-byte rows 1.125×).
-/// Calibrated on the H200 (benches/results/NOTES.md, run 4): 256-block weight-bound kernels
+/// Calibrated on the H200 (docs/DECISIONS.md, run 4): 256-block weight-bound kernels
 /// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
 fn segment_factor(desc: &TensorDesc, tile: &[usize]) -> f64 {
     let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };

@@ -293,7 +293,7 @@ fn padded_rows(shape: &[usize], row: usize) -> (Vec<usize>, usize) {
 /// in the same bank, so the eight rows an `ldmatrix` or an mma fragment load touches at once
 /// conflict 8-way; padded, consecutive rows start 4 banks apart. Shorter rows conflict at most
 /// 4-way and pay relatively more shared memory for the padding (fewer pipeline stages): on the
-/// H200 (run 5, benches/results/NOTES.md) padding 64- and 96-byte weight rows made the
+/// H200 (run 5, docs/DECISIONS.md) padding 64- and 96-byte weight rows made the
 /// weight-bound batch-1 kernels 10–25% slower.
 fn input_tile_strides(desc: &TensorDesc, tile: &[usize], vectorized: bool) -> (Vec<usize>, usize) {
     let mut order: Vec<usize> = (0..tile.len()).collect();
