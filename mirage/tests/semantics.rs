@@ -102,6 +102,10 @@ fn every_unary_function() {
         (c(0.0, f32::INFINITY), vec![-3.0, 0.0, 0.5, 5.0], vec![0.0, 0.0, 0.5, 5.0]),
         (UnaryOp::MulScalar { c: Scalar(2.5) }, vec![1.0, -2.0, 0.0, 0.4], vec![2.5, -5.0, 0.0, 1.0]),
     ];
+    // Every operator of the table has cases.
+    for op in UnaryOp::ALL {
+        assert!(cases.iter().any(|(c, _, _)| c.name() == op.name()), "no case for {op}");
+    }
     for (op, x, want) in cases {
         let got = run_unary_program(&host(&[2, 2], &x[..4]), |g, t| ok(g.unary(op, t)));
         assert_close(&got, &[2, 2], &want[..4], 1e-6);
