@@ -20,10 +20,10 @@
 //! ```
 //! use mirage_core::ops::{Dsl, Law, UnaryOp};
 //!
-//! let silu = UnaryOp::Silu.spec();
-//! assert_eq!((silu.name, silu.dsl, silu.law), ("silu", Dsl::Function, Law::Uninterpreted));
+//! let tanh = UnaryOp::Tanh.spec();
+//! assert_eq!((tanh.name, tanh.dsl, tanh.law), ("tanh", Dsl::Function, Law::Uninterpreted));
 //! let dsl: Vec<&str> = UnaryOp::ALL.iter().filter(|op| op.spec().dsl == Dsl::Function).map(|op| op.name()).collect();
-//! assert!(dsl.contains(&"gelu") && !dsl.contains(&"mul_scalar"));
+//! assert!(dsl.contains(&"sigmoid") && !dsl.contains(&"mul_scalar"));
 //! assert_eq!(UnaryOp::from_mirage("gelu"), Some(UnaryOp::Gelu));
 //! ```
 
@@ -54,6 +54,10 @@ pub enum UnaryOp {
     Neg,
     /// `1 / x`.
     Recip,
+    /// `tanh(x)`.
+    Tanh,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
     /// `min(max(x, lo), hi)`.
     Clamp {
         /// Lower bound.
@@ -175,6 +179,8 @@ impl UnaryOp {
         UnaryOp::Relu,
         UnaryOp::Neg,
         UnaryOp::Recip,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
         UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
         UnaryOp::MulScalar { c: Scalar(0.75) },
     ];
@@ -247,6 +253,23 @@ impl UnaryOp {
                 mirage: None,
                 law: Law::Recip,
                 domain: Positive,
+            },
+            UnaryOp::Tanh => UnarySpec {
+                name: "tanh",
+                params: Params::None,
+                dsl: Dsl::Function,
+                mirage: None,
+                law: Law::Uninterpreted,
+                domain: Real,
+            },
+            UnaryOp::Sigmoid => UnarySpec {
+                name: "sigmoid",
+                params: Params::None,
+                dsl: Dsl::Function,
+                // Mirage's enum has a sigmoid, but its JSON reader does not.
+                mirage: None,
+                law: Law::Uninterpreted,
+                domain: Real,
             },
             UnaryOp::Clamp { lo, hi } => UnarySpec {
                 name: "clamp",

@@ -36,14 +36,14 @@
 //! `count(n) = n`, and `constant(c)` is the exact dyadic rational `c = m · 2^e` of the `f32`
 //! (so `0.5 · x == x / 2`). Unary operators follow their law in the operator table
 //! ([`crate::ir::Law`]): `exp`, `square`, `neg`, `recip` and `mul_scalar` are the field
-//! operations above; every other one (`sqrt, silu, gelu, relu`, `clamp` keyed by
+//! operations above; every other one (`sqrt, silu, gelu, relu, tanh, sigmoid`, `clamp` keyed by
 //! its bounds), `pow` and non-finite constants are random functions keyed per trial: a
 //! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
 //! gives the same result in both graphs, different arguments almost surely differ; never
 //! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
 //! of `+ − × ÷ exp`: two graphs that agree only through an identity of an uninterpreted operator
-//! (`relu(x) = clamp(x, 0, ∞)`) are reported different, never the reverse; the f32 reference
-//! checks the chosen µGraph's numerics.
+//! (`tanh(x) = 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the
+//! reverse; the f32 reference checks the chosen µGraph's numerics.
 //! `max` is the maximum under a keyed random total order of the values (so it is commutative,
 //! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
 //! `−∞` sentinel is a random value placed at the bottom of that order.

@@ -226,6 +226,16 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
     }
+    // The operators of all reals over [-4, 4] (the GPU test draws inputs from a narrow range):
+    // saturation of tanh and sigmoid, the tails of silu and gelu.
+    let mut g = KernelGraph::new();
+    let x = g.input(&[6, 40], d)?;
+    let wide = g.unary(UnaryOp::MulScalar { c: Scalar(16.0) }, x)?;
+    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real) {
+        let y = g.unary(op, wide)?;
+        g.output(y, None)?;
+    }
+    push("unary_wide_range", g);
     for op in BinaryOp::ALL {
         let mut g = KernelGraph::new();
         let a = g.input(&[3, 5, 24], d)?;
