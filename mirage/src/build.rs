@@ -39,16 +39,12 @@ use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
 use crate::search::{self, SearchConfig, SearchError};
 
-/// The directory under `$OUT_DIR` holding the artifacts.
-pub const ARTIFACT_DIR: &str = "mirage";
+/// The directory under `$OUT_DIR` holding the artifacts, and their file stem (shared with the
+/// `#[mugraph]` expansion, which looks for them).
+pub use mirage_core::{ARTIFACT_DIR, artifact_stem};
 
 /// Steps slower than this are reported with a `cargo:warning=` line.
 const SLOW_STEP: Duration = Duration::from_secs(1);
-
-/// The file stem of a function's artifacts: `<fn name>-<fingerprint hash>`.
-pub fn artifact_stem(name: &str, fingerprint_hash: &str) -> String {
-    format!("{name}-{fingerprint_hash}")
-}
 
 /// Why a build failed. Messages name the file, line, column and function where there is one.
 #[derive(Debug, thiserror::Error)]
