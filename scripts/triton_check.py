@@ -15,7 +15,7 @@ before each call, median), the same timing as torch_baselines.py. With `--bench-
 kernels, benches/gpu.rs's gpu-bench.json) and `--torch-json` (torch_baselines.py's JSON) of the
 same run, the bench table puts the three side by side.
 
-  python3 scripts/triton_check.py DIR [--only REGEX] [--time GROUPS|none] [--jobs N]
+  python3 scripts/triton_check.py DIR [--groups G,..] [--only REGEX] [--time GROUPS|none] [--jobs N]
                                       [--bench-json F] [--torch-json F] [--json OUT]
   python3 scripts/triton_check.py DIR --interpret   # no GPU: Triton's interpreter on numpy
 
@@ -225,9 +225,11 @@ def load_module(path, name):
     return mod
 
 
-def selected(manifest, only):
+def selected(manifest, only, groups):
     pat = re.compile(only) if only else None
     for prog in manifest["programs"]:
+        if groups and prog["group"] not in groups:
+            continue
         mods = [m for m in prog["modules"] if pat is None or pat.search(m["name"]) or pat.search(prog["name"])]
         if mods:
             yield prog, mods
@@ -259,6 +261,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--only", help="regular expression on program or module names")
+    ap.add_argument("--groups", help="comma-separated groups to run (bench, golden, coverage; default all)")
     ap.add_argument("--time", default="bench", help="comma-separated groups to time (bench, golden, coverage), or none")
     ap.add_argument("--jobs", type=int, default=8, help="worker processes compiling the modules first (0: none)")
     ap.add_argument("--interpret", action="store_true", help="no GPU: Triton's interpreter on numpy arrays")
@@ -275,7 +278,7 @@ def main():
     rng = manifest["input_range"]
     timed = set() if a.time == "none" else set(a.time.split(","))
     be = NumpyBackend() if a.interpret else TorchBackend()
-    work = list(selected(manifest, a.only))
+    work = list(selected(manifest, a.only, set(a.groups.split(",")) if a.groups else None))
     print(f"triton check: {sum(len(m) for _, m in work)} modules of {len(work)} programs on {be.name}"
           f" (manifest of commit {manifest.get('commit', '?')})", flush=True)
 
@@ -352,7 +355,7 @@ def bench_table(results, bench_json, torch_json):
         return
     ours = json.load(open(bench_json))["rows"] if bench_json else {}
     torch_rows = json.load(open(torch_json))["rows"] if torch_json else {}
-    print("\n| case | kernels | Triton (ours) µs | CUDA (ours) µs | best PyTorch µs | CUDA / Triton |")
+    print("\n| case | kernels | Triton (ours) µs | CUDA (ours) µs | best PyTorch µs | Triton / CUDA |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         cuda = ours.get(r["program"], {}).get("ours_us")

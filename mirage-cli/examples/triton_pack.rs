@@ -92,9 +92,10 @@ fn cases(groups: &[String]) -> Result<Vec<Case>, String> {
         });
     }
     for case in mirage::programs::golden_cases().into_iter().filter(|_| want("golden")) {
-        let graphs = case.named_graphs()?;
+        let graphs: Vec<(String, KernelGraph)> =
+            case.named_graphs()?.into_iter().map(|(n, g)| (format!("golden_{n}"), g)).collect();
         let program = graphs[0].1.clone();
-        out.push(Case { name: case.ident(), group: "golden", program, modules: graphs });
+        out.push(Case { name: format!("golden_{}", case.ident()), group: "golden", program, modules: graphs });
     }
     if want("coverage") {
         for dtype in [DType::F16, DType::Bf16, DType::F32] {
