@@ -38,7 +38,10 @@ pub fn programs_of(file: &Path) -> Result<Vec<Program>> {
             file.display()
         )));
     }
-    let programs = lower_file(file).map_err(|e| CliError::new(e.to_string()))?;
+    let programs = lower_file(file).map_err(|e| {
+        // Errors without a position (the file cannot be read) name just the file.
+        CliError::new(if e.line == 0 { format!("{}: {}", e.file, e.message) } else { e.to_string() })
+    })?;
     if programs.is_empty() {
         return Err(CliError::new(format!("{}: no #[mugraph] function in this file", file.display())));
     }

@@ -166,6 +166,7 @@ fn search_rejects_bad_limits() {
     fails(mirage().args(["search", &t, "--forloop-ranges", "4,0"]), 2, "every range must be at least 1");
     fails(mirage().args(["search", &pkg.kernels()]), 2, "has 2 #[mugraph] functions: name one");
     fails(mirage().args(["search", &format!("{}::missing", pkg.kernels())]), 2, "no #[mugraph] function `missing`");
+    fails(mirage().args(["search", "missing.rs::scale"]), 2, "missing.rs: cannot read the file");
 }
 
 #[test]
@@ -342,4 +343,10 @@ fn emit_prints_cuda_or_triton() {
     fails(mirage().args(["emit", &target]), 2, "--cuda");
     fails(mirage().args(["emit", "--cuda", "--triton", &target]), 2, "cannot be used with");
     fails(mirage().args(["emit", "--triton", &pkg.kernels()]), 2, "name one as");
+    fails(mirage().args(["emit", "--cuda", "no/such.rs::mlp"]), 2, "cannot read the file");
+    fails(
+        mirage().args(["emit", "--cuda", &format!("{}::nn::other", pkg.kernels())]),
+        2,
+        "no #[mugraph] function `nn::other`",
+    );
 }
