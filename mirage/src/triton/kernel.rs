@@ -535,8 +535,8 @@ impl<'a> Gen<'a> {
         let shape = tile.shape.clone();
         let layout = &self.outputs[k];
         let mut bases = vec![Vec::<String>::new(); shape.len()];
-        for a in 0..3 {
-            if let Some(d) = omap[a] {
+        for (a, d) in omap.iter().enumerate() {
+            if let Some(d) = *d {
                 bases[d].push(format!("pid{a} * {}", shape[d]));
             }
         }
