@@ -353,8 +353,17 @@ def bench_table(results, bench_json, torch_json):
     rows = [r for r in results if r.get("us")]
     if not rows:
         return
-    ours = json.load(open(bench_json))["rows"] if bench_json else {}
-    torch_rows = json.load(open(torch_json))["rows"] if torch_json else {}
+    def rows_of(path):
+        if not path:
+            return {}
+        try:
+            with open(path) as f:
+                return json.load(f)["rows"]
+        except (OSError, ValueError, KeyError) as e:
+            print(f"(no rows from {path}: {e})")
+            return {}
+
+    ours, torch_rows = rows_of(bench_json), rows_of(torch_json)
     print("\n| case | kernels | Triton (ours) µs | CUDA (ours) µs | best PyTorch µs | Triton / CUDA |")
     print("|---|---|---|---|---|---|")
     for r in rows:

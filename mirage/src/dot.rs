@@ -8,9 +8,15 @@
 //! carries. Program inputs and outputs are the graph's sources and sinks.
 //!
 //! ```
-//! let program = mirage::programs::gated_mlp(8, 64, 32, mirage::ir::DType::F16).unwrap();
-//! let dot = mirage::dot::to_dot(&program, "gated_mlp", &[]);
-//! assert!(dot.starts_with("digraph mugraph {"));
+//! use mirage::ir::{DType, KernelGraph};
+//! let mut g = KernelGraph::new();
+//! let x = g.input(&[8, 64], DType::F16)?;
+//! let w = g.input(&[64, 32], DType::F16)?;
+//! let y = g.matmul(x, w)?;
+//! g.output(y, None)?;
+//! let dot = mirage::dot::to_dot(&g, "x @ w", &["x".into(), "w".into()]);
+//! assert!(dot.starts_with("digraph mugraph {") && dot.contains("kernel k0: matmul"));
+//! # Ok::<(), mirage::ir::IrError>(())
 //! ```
 
 use std::collections::HashMap;

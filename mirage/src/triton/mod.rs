@@ -9,9 +9,16 @@
 //! output (a tuple for several).
 //!
 //! ```
-//! let program = mirage::programs::gated_mlp(8, 64, 32, mirage::ir::DType::F16).unwrap();
-//! let module = mirage::triton::generate(&program, "gated_mlp", None).unwrap();
-//! assert!(module.contains("@triton.jit") && module.contains("def launch(x0, x1, x2):"));
+//! use mirage::ir::{DType, KernelGraph};
+//! let mut g = KernelGraph::new();
+//! let x = g.input(&[8, 64], DType::F16)?;
+//! let w = g.input(&[64, 32], DType::F16)?;
+//! let y = g.matmul(x, w)?;
+//! let y = g.silu(y)?;
+//! g.output(y, None)?;
+//! let module = mirage::triton::generate(&g, "linear_silu", None)?;
+//! assert!(module.contains("@triton.jit") && module.contains("def launch(x0, x1):"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! Unsupported, with a [`TritonError::Unsupported`] naming the kernel and the tile: tiles (after
