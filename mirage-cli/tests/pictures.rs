@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use assert_cmd::Command;
-use mirage::cache::{Cache, CacheKey};
+use mirage::cache::Cache;
 use mirage::dot::{render_svg, to_dot};
 use mirage::search::SearchConfig;
 use mirage::search::benchmarks::benchmark_set;
@@ -21,11 +21,7 @@ fn every_benchmark_program_renders_to_svg() {
     let cfg = SearchConfig::default();
     let benchmarks = benchmark_set().expect("benchmarks build");
     for b in &benchmarks {
-        let key = CacheKey {
-            program_hash: b.program.canonical_hash(),
-            arch: cfg.arch.name.into(),
-            search_version: cfg.version(),
-        };
+        let key = cfg.cache_key(&b.program);
         let (_, chosen) = cache
             .load(&key)
             .unwrap_or_else(|e| panic!("{}: {e}", b.name))

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mirage::cache::{Cache, CacheKey};
+use mirage::cache::Cache;
 use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, TensorDesc};
 use mirage::programs::{coverage_cases, golden_cases};
 use mirage::search::SearchConfig;
@@ -56,11 +56,7 @@ fn chosen_benchmarks() -> Vec<(String, KernelGraph)> {
         .expect("benchmarks build")
         .into_iter()
         .map(|b| {
-            let key = CacheKey {
-                program_hash: b.program.canonical_hash(),
-                arch: cfg.arch.name.into(),
-                search_version: cfg.version(),
-            };
+            let key = cfg.cache_key(&b.program);
             let (_, graph) = cache
                 .load(&key)
                 .unwrap_or_else(|e| panic!("{}: {e}", b.name))
