@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use mirage::cache::Cache;
+use mirage::lower::lower_file;
 use mirage::search::{SearchConfig, superoptimize};
 
 use crate::input::{arch, path_of, programs_of};
@@ -72,16 +73,14 @@ fn scan(dir: &Path, root: bool, out: &mut Vec<PathBuf>) -> Result<()> {
 /// Runs `mirage prepare`.
 pub fn run(a: &PrepareArgs) -> Result<()> {
     let package = package_dir(a.manifest_path.as_deref())?;
-    let files = if a.files.is_empty() {
+    let scanned = a.files.is_empty();
+    let files = if scanned {
         let mut found = Vec::new();
         scan(&package, true, &mut found)?;
         found
     } else {
         a.files.clone()
     };
-    if files.is_empty() {
-        return Err(CliError::new(format!("no .rs file with #[mugraph] functions in {}", package.display())));
-    }
     let cache = match &a.cache_dir {
         Some(d) => Cache::new(d),
         None => Cache::at_workspace(mirage::build::workspace_root_from(&package)),
@@ -91,9 +90,18 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
     let cfg = SearchConfig { offline: Some(a.check), ..SearchConfig::for_arch(model) };
     let mut jobs = Vec::new();
     for f in &files {
-        for p in programs_of(f)? {
-            jobs.push((f.clone(), p));
-        }
+        // A scanned file that only mentions #[mugraph] (in a comment or a string) has none.
+        let programs = match programs_of(f) {
+            Err(_) if scanned && lower_file(f).is_ok_and(|p| p.is_empty()) => continue,
+            other => other.map_err(|e| {
+                let hint = if scanned { " (name the kernel files with --file to check only those)" } else { "" };
+                CliError::new(format!("{}{hint}", e.message))
+            })?,
+        };
+        jobs.extend(programs.into_iter().map(|p| (f.clone(), p)));
+    }
+    if jobs.is_empty() {
+        return Err(CliError::new(format!("no .rs file with #[mugraph] functions in {}", package.display())));
     }
     let verb = if a.check { "checking" } else { "preparing" };
     println!(
