@@ -497,7 +497,13 @@ pub fn workspace_root() -> PathBuf {
         .map(PathBuf::from)
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."));
-    let mut root = start.clone();
+    workspace_root_from(&start)
+}
+
+/// The workspace root above `start`: the topmost directory from `start` upwards whose Cargo.toml
+/// declares `[workspace]`; `start` itself when none does.
+pub fn workspace_root_from(start: &Path) -> PathBuf {
+    let mut root = start.to_path_buf();
     for dir in start.ancestors() {
         let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml"))
             .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
