@@ -8,8 +8,8 @@ use std::time::Instant;
 use mirage::eval::{Domain, Tensor};
 use mirage::fingerprint::*;
 use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, TensorRef, UnaryOp};
-use mirage::programs::golden_cases;
 use mirage::reference::{HostTensor, max_scaled_error, run};
+use mirage::testing::programs::golden_cases;
 
 fn values(key: u64, n: usize) -> Vec<Fp> {
     FieldDomain::random_inputs(key, &[vec![n]]).remove(0).data
