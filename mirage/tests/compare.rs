@@ -9,7 +9,7 @@
 //! fault described.
 
 use mirage::DType;
-use mirage::ir::{DType as IrDType, KernelGraph};
+use mirage::ir::{DType as IrDType, KernelGraph, KernelOp, TensorRef};
 use mirage::reference::{HostTensor, run};
 use mirage::testing::compare::{Comparison, ErrorModel, compare, reduction_len};
 use mirage::testing::inputs::{coverage_input_range, golden_input_range, graph_inputs, round_to};
@@ -260,4 +260,59 @@ fn f32_sums_in_another_order_pass() {
     let mut wrong = got.data.clone();
     wrong[5] += (1000.0 * c.scale * f64::from(f32::EPSILON)) as f32;
     assert!(!cmp(&wrong, &want, model_for(&g, DType::F32)).passed());
+}
+
+/// `g` with every kernel-level tensor also an output (inputs and outputs excepted).
+fn with_every_tensor_out(g: &KernelGraph) -> KernelGraph {
+    let mut all = g.clone();
+    for (i, node) in g.nodes().iter().enumerate() {
+        if matches!(node.op, KernelOp::Input { .. } | KernelOp::Output { .. }) {
+            continue;
+        }
+        for port in 0..node.outputs.len() {
+            all.output(TensorRef { node: i, port }, None).unwrap_or_else(|e| panic!("node {i}: {e}"));
+        }
+    }
+    all
+}
+
+/// The largest |value| of an f16 or bf16 tensor the GPU may stage: well below f16's largest
+/// finite value (65504), so that no rounding on the way overflows.
+const F16_HEADROOM: f32 = 65504.0 / 4.0;
+
+#[test]
+fn the_test_inputs_keep_every_intermediate_finite_in_f16() {
+    // The ranges of `golden_input_range` and `coverage_input_range`: every tensor of every golden
+    // and coverage program stays finite, and far from f16's limit, so a kernel staging it in f16
+    // cannot overflow; the outputs are not all zero (a comparison at scale 0 tests nothing).
+    let mut programs_checked = 0;
+    let mut largest = (0.0f32, String::new());
+    let mut check = |what: &str, g: &KernelGraph, inputs: &[HostTensor]| {
+        let all = with_every_tensor_out(g);
+        let values = run(&all, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for (k, t) in values.iter().enumerate() {
+            let max = t.data.iter().fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { f32::INFINITY });
+            assert!(max <= F16_HEADROOM, "{what}: tensor {k} reaches {max:e}");
+            if max > largest.0 {
+                largest = (max, format!("{what} tensor {k}"));
+            }
+        }
+        for (k, t) in values.iter().take(g.outputs().len()).enumerate() {
+            assert!(t.data.iter().any(|&v| v != 0.0), "{what}: output {k} is all zero");
+        }
+        programs_checked += 1;
+    };
+    for case in programs::golden_cases() {
+        let g = (case.program)().expect("program");
+        let inputs = graph_inputs(&g, 1, |i| golden_input_range(case.name, i));
+        check(case.name, &g, &inputs);
+    }
+    for dtype in [IrDType::F16, IrDType::Bf16] {
+        for (name, g) in programs::coverage_cases(dtype).expect("coverage programs") {
+            let inputs = graph_inputs(&g, 1, |i| coverage_input_range(&name, i));
+            check(&name, &g, &inputs);
+        }
+    }
+    assert_eq!(programs_checked, 9 + 2 * 37);
+    println!("largest |value| of any tensor: {:e} ({})", largest.0, largest.1);
 }
