@@ -307,12 +307,16 @@ fn the_test_inputs_keep_every_intermediate_finite_in_f16() {
         let inputs = graph_inputs(&g, 1, |i| golden_input_range(case.name, i));
         check(case.name, &g, &inputs);
     }
+    let mut expected = programs::golden_cases().len();
     for dtype in [IrDType::F16, IrDType::Bf16] {
-        for (name, g) in programs::coverage_cases(dtype).expect("coverage programs") {
+        let cases = programs::coverage_cases(dtype).expect("coverage programs");
+        assert!(cases.len() >= 40, "{dtype:?}: only {} coverage programs", cases.len());
+        expected += cases.len();
+        for (name, g) in cases {
             let inputs = graph_inputs(&g, 1, |i| coverage_input_range(&name, i));
             check(&name, &g, &inputs);
         }
     }
-    assert_eq!(programs_checked, 9 + 2 * 37);
+    assert_eq!(programs_checked, expected);
     println!("largest |value| of any tensor: {:e} ({})", largest.0, largest.1);
 }

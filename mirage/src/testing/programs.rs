@@ -205,7 +205,7 @@ pub fn golden_cases() -> Vec<GoldenCase> {
 /// of imap / forloop combinations and output savers with several omaps, strided inputs, and tile
 /// shapes that are not multiples of the tensor-core tile. Each is built for `dtype`.
 pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrError> {
-    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Domain, Scalar, UnaryOp};
+    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Domain, Law, Scalar, UnaryOp};
     let mut out: Vec<(String, KernelGraph)> = Vec::new();
     let d = dtype;
     let mut push = |name: &str, g: KernelGraph| out.push((name.to_string(), g));
@@ -226,12 +226,13 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
     }
-    // The operators of all reals over [-4, 4] (the GPU test draws inputs from a narrow range):
-    // saturation of tanh and sigmoid, the tails of silu and gelu.
+    // The operators of all reals over 16 times the test range (the GPU test draws inputs from a
+    // narrow one): saturation of tanh and sigmoid, the tails of silu and gelu. The exponential is
+    // left out: over [-64, 64] it leaves f16 (its own case covers it).
     let mut g = KernelGraph::new();
     let x = g.input(&[6, 40], d)?;
     let wide = g.unary(UnaryOp::MulScalar { c: Scalar(16.0) }, x)?;
-    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real) {
+    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real && op.spec().law != Law::Exp) {
         let y = g.unary(op, wide)?;
         g.output(y, None)?;
     }
