@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
-# scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search; others with
-# --only), the example and bench binaries (../shared/gpu/pack --examples --benches), the PyTorch
+# scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search, the gpu bench;
+# others with --only), the example binaries and the gpu bench (../shared/gpu/pack), the PyTorch
 # and Triton anchors of ../shared/bench, and the commit being measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
 # `bash scripts/gpu-bench.sh` (the benchmark) or `bash .gpu/run-tests` (the packed tests).
@@ -11,11 +11,16 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mugraph,runtime_gpu,search)
+only=(--only golden_gpu,mugraph,runtime_gpu,search,gpu)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done
-"$shared/gpu/pack" --examples --benches "${only[@]}" "$@"
+# The GPU bench binary only (`--benches` would add the criterion benches, one of them named
+# `search` like the test binary the run script expects to find alone).
+"$shared/gpu/pack" --examples --bench gpu "${only[@]}" "$@"
+# Built with the examples but not run there: the CLI, the golden-file tool and the Triton packer
+# (scripts/triton-pack.sh runs it here). A device call carries 64 MiB at most.
+rm -rf .gpu/bin/bin .gpu/bin/example/golden .gpu/bin/example/triton_pack
 cp "$shared/bench/torch_baselines.py" "$shared/bench/triton_fused.py" .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"
