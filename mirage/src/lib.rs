@@ -59,3 +59,5 @@ pub mod programs;
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
+#[cfg(feature = "build")]
+pub mod tune;
