@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set to `1` to build the bench's generality set (`benches/kernels/generality.rs`, 73 programs
+/// Set to `1` to build the bench's generality set (`benches/kernels/generality.rs`, 37 programs
 /// with weights of up to 136 M elements): verifying their cached µGraphs at real shapes takes
 /// minutes of CPU time per build, so CI builds without it and the GPU bench's pack sets it.
 const GENERALITY_ENV: &str = "MIRAGE_GENERALITY";

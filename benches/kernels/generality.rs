@@ -1,6 +1,6 @@
 //! The generality set of the GPU benchmark: the decode-time layer projections of three models
-//! nobody tuned for (Llama-3.2-1B, Qwen3-0.6B, Qwen2.5-7B), each as a `#[mugraph]` program at 1,
-//! 4, 16 and 64 rows in bf16 and f16, plus one f32 gated MLP:
+//! nobody tuned for (Llama-3.2-1B, Qwen3-0.6B, Qwen2.5-7B), each as a `#[mugraph]` program at 1
+//! and 16 rows in bf16 and f16, plus one f32 gated MLP:
 //!
 //! - `*_qkv_*`: the fused Q, K and V projection after the layer's RMSNorm, with the norm's gain
 //!   folded into the weight (`rms_norm(x) @ W_qkv`, as in the benchmark's `rmsnorm_linear`);
@@ -40,32 +40,6 @@ pub fn llama1b_down_r1_bf16(
     (silu(g) * u).matmul(w)
 }
 
-/// Llama-3.2-1B QKV projection, 4 row(s), bf16: `rms_norm(x) @ W_qkv` (2048 → 3072).
-#[mugraph]
-pub fn llama1b_qkv_r4_bf16(x: Tensor<bf16, 4, 2048>, w: Tensor<bf16, 2048, 3072>) -> Tensor<bf16, 4, 3072> {
-    rms_norm(x).matmul(w)
-}
-
-/// Llama-3.2-1B gate and up projections, 4 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (2048 → 8192).
-#[mugraph]
-pub fn llama1b_gateup_r4_bf16(
-    x: Tensor<bf16, 4, 2048>,
-    wg: Tensor<bf16, 2048, 8192>,
-    wu: Tensor<bf16, 2048, 8192>,
-) -> Tensor<bf16, 4, 8192> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Llama-3.2-1B down projection with its SiLU gate, 4 row(s), bf16: `(silu(g) * u) @ W_down` (8192 → 2048).
-#[mugraph]
-pub fn llama1b_down_r4_bf16(
-    g: Tensor<bf16, 4, 8192>,
-    u: Tensor<bf16, 4, 8192>,
-    w: Tensor<bf16, 8192, 2048>,
-) -> Tensor<bf16, 4, 2048> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Llama-3.2-1B QKV projection, 16 row(s), bf16: `rms_norm(x) @ W_qkv` (2048 → 3072).
 #[mugraph]
 pub fn llama1b_qkv_r16_bf16(x: Tensor<bf16, 16, 2048>, w: Tensor<bf16, 2048, 3072>) -> Tensor<bf16, 16, 3072> {
@@ -89,32 +63,6 @@ pub fn llama1b_down_r16_bf16(
     u: Tensor<bf16, 16, 8192>,
     w: Tensor<bf16, 8192, 2048>,
 ) -> Tensor<bf16, 16, 2048> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Llama-3.2-1B QKV projection, 64 row(s), bf16: `rms_norm(x) @ W_qkv` (2048 → 3072).
-#[mugraph]
-pub fn llama1b_qkv_r64_bf16(x: Tensor<bf16, 64, 2048>, w: Tensor<bf16, 2048, 3072>) -> Tensor<bf16, 64, 3072> {
-    rms_norm(x).matmul(w)
-}
-
-/// Llama-3.2-1B gate and up projections, 64 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (2048 → 8192).
-#[mugraph]
-pub fn llama1b_gateup_r64_bf16(
-    x: Tensor<bf16, 64, 2048>,
-    wg: Tensor<bf16, 2048, 8192>,
-    wu: Tensor<bf16, 2048, 8192>,
-) -> Tensor<bf16, 64, 8192> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Llama-3.2-1B down projection with its SiLU gate, 64 row(s), bf16: `(silu(g) * u) @ W_down` (8192 → 2048).
-#[mugraph]
-pub fn llama1b_down_r64_bf16(
-    g: Tensor<bf16, 64, 8192>,
-    u: Tensor<bf16, 64, 8192>,
-    w: Tensor<bf16, 8192, 2048>,
-) -> Tensor<bf16, 64, 2048> {
     (silu(g) * u).matmul(w)
 }
 
@@ -144,32 +92,6 @@ pub fn llama1b_down_r1_f16(
     (silu(g) * u).matmul(w)
 }
 
-/// Llama-3.2-1B QKV projection, 4 row(s), f16: `rms_norm(x) @ W_qkv` (2048 → 3072).
-#[mugraph]
-pub fn llama1b_qkv_r4_f16(x: Tensor<f16, 4, 2048>, w: Tensor<f16, 2048, 3072>) -> Tensor<f16, 4, 3072> {
-    rms_norm(x).matmul(w)
-}
-
-/// Llama-3.2-1B gate and up projections, 4 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (2048 → 8192).
-#[mugraph]
-pub fn llama1b_gateup_r4_f16(
-    x: Tensor<f16, 4, 2048>,
-    wg: Tensor<f16, 2048, 8192>,
-    wu: Tensor<f16, 2048, 8192>,
-) -> Tensor<f16, 4, 8192> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Llama-3.2-1B down projection with its SiLU gate, 4 row(s), f16: `(silu(g) * u) @ W_down` (8192 → 2048).
-#[mugraph]
-pub fn llama1b_down_r4_f16(
-    g: Tensor<f16, 4, 8192>,
-    u: Tensor<f16, 4, 8192>,
-    w: Tensor<f16, 8192, 2048>,
-) -> Tensor<f16, 4, 2048> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Llama-3.2-1B QKV projection, 16 row(s), f16: `rms_norm(x) @ W_qkv` (2048 → 3072).
 #[mugraph]
 pub fn llama1b_qkv_r16_f16(x: Tensor<f16, 16, 2048>, w: Tensor<f16, 2048, 3072>) -> Tensor<f16, 16, 3072> {
@@ -193,32 +115,6 @@ pub fn llama1b_down_r16_f16(
     u: Tensor<f16, 16, 8192>,
     w: Tensor<f16, 8192, 2048>,
 ) -> Tensor<f16, 16, 2048> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Llama-3.2-1B QKV projection, 64 row(s), f16: `rms_norm(x) @ W_qkv` (2048 → 3072).
-#[mugraph]
-pub fn llama1b_qkv_r64_f16(x: Tensor<f16, 64, 2048>, w: Tensor<f16, 2048, 3072>) -> Tensor<f16, 64, 3072> {
-    rms_norm(x).matmul(w)
-}
-
-/// Llama-3.2-1B gate and up projections, 64 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (2048 → 8192).
-#[mugraph]
-pub fn llama1b_gateup_r64_f16(
-    x: Tensor<f16, 64, 2048>,
-    wg: Tensor<f16, 2048, 8192>,
-    wu: Tensor<f16, 2048, 8192>,
-) -> Tensor<f16, 64, 8192> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Llama-3.2-1B down projection with its SiLU gate, 64 row(s), f16: `(silu(g) * u) @ W_down` (8192 → 2048).
-#[mugraph]
-pub fn llama1b_down_r64_f16(
-    g: Tensor<f16, 64, 8192>,
-    u: Tensor<f16, 64, 8192>,
-    w: Tensor<f16, 8192, 2048>,
-) -> Tensor<f16, 64, 2048> {
     (silu(g) * u).matmul(w)
 }
 
@@ -248,32 +144,6 @@ pub fn qwen06b_down_r1_bf16(
     (silu(g) * u).matmul(w)
 }
 
-/// Qwen3-0.6B QKV projection, 4 row(s), bf16: `rms_norm(x) @ W_qkv` (1024 → 4096).
-#[mugraph]
-pub fn qwen06b_qkv_r4_bf16(x: Tensor<bf16, 4, 1024>, w: Tensor<bf16, 1024, 4096>) -> Tensor<bf16, 4, 4096> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen3-0.6B gate and up projections, 4 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (1024 → 3072).
-#[mugraph]
-pub fn qwen06b_gateup_r4_bf16(
-    x: Tensor<bf16, 4, 1024>,
-    wg: Tensor<bf16, 1024, 3072>,
-    wu: Tensor<bf16, 1024, 3072>,
-) -> Tensor<bf16, 4, 3072> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen3-0.6B down projection with its SiLU gate, 4 row(s), bf16: `(silu(g) * u) @ W_down` (3072 → 1024).
-#[mugraph]
-pub fn qwen06b_down_r4_bf16(
-    g: Tensor<bf16, 4, 3072>,
-    u: Tensor<bf16, 4, 3072>,
-    w: Tensor<bf16, 3072, 1024>,
-) -> Tensor<bf16, 4, 1024> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Qwen3-0.6B QKV projection, 16 row(s), bf16: `rms_norm(x) @ W_qkv` (1024 → 4096).
 #[mugraph]
 pub fn qwen06b_qkv_r16_bf16(x: Tensor<bf16, 16, 1024>, w: Tensor<bf16, 1024, 4096>) -> Tensor<bf16, 16, 4096> {
@@ -297,32 +167,6 @@ pub fn qwen06b_down_r16_bf16(
     u: Tensor<bf16, 16, 3072>,
     w: Tensor<bf16, 3072, 1024>,
 ) -> Tensor<bf16, 16, 1024> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Qwen3-0.6B QKV projection, 64 row(s), bf16: `rms_norm(x) @ W_qkv` (1024 → 4096).
-#[mugraph]
-pub fn qwen06b_qkv_r64_bf16(x: Tensor<bf16, 64, 1024>, w: Tensor<bf16, 1024, 4096>) -> Tensor<bf16, 64, 4096> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen3-0.6B gate and up projections, 64 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (1024 → 3072).
-#[mugraph]
-pub fn qwen06b_gateup_r64_bf16(
-    x: Tensor<bf16, 64, 1024>,
-    wg: Tensor<bf16, 1024, 3072>,
-    wu: Tensor<bf16, 1024, 3072>,
-) -> Tensor<bf16, 64, 3072> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen3-0.6B down projection with its SiLU gate, 64 row(s), bf16: `(silu(g) * u) @ W_down` (3072 → 1024).
-#[mugraph]
-pub fn qwen06b_down_r64_bf16(
-    g: Tensor<bf16, 64, 3072>,
-    u: Tensor<bf16, 64, 3072>,
-    w: Tensor<bf16, 3072, 1024>,
-) -> Tensor<bf16, 64, 1024> {
     (silu(g) * u).matmul(w)
 }
 
@@ -352,32 +196,6 @@ pub fn qwen06b_down_r1_f16(
     (silu(g) * u).matmul(w)
 }
 
-/// Qwen3-0.6B QKV projection, 4 row(s), f16: `rms_norm(x) @ W_qkv` (1024 → 4096).
-#[mugraph]
-pub fn qwen06b_qkv_r4_f16(x: Tensor<f16, 4, 1024>, w: Tensor<f16, 1024, 4096>) -> Tensor<f16, 4, 4096> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen3-0.6B gate and up projections, 4 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (1024 → 3072).
-#[mugraph]
-pub fn qwen06b_gateup_r4_f16(
-    x: Tensor<f16, 4, 1024>,
-    wg: Tensor<f16, 1024, 3072>,
-    wu: Tensor<f16, 1024, 3072>,
-) -> Tensor<f16, 4, 3072> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen3-0.6B down projection with its SiLU gate, 4 row(s), f16: `(silu(g) * u) @ W_down` (3072 → 1024).
-#[mugraph]
-pub fn qwen06b_down_r4_f16(
-    g: Tensor<f16, 4, 3072>,
-    u: Tensor<f16, 4, 3072>,
-    w: Tensor<f16, 3072, 1024>,
-) -> Tensor<f16, 4, 1024> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Qwen3-0.6B QKV projection, 16 row(s), f16: `rms_norm(x) @ W_qkv` (1024 → 4096).
 #[mugraph]
 pub fn qwen06b_qkv_r16_f16(x: Tensor<f16, 16, 1024>, w: Tensor<f16, 1024, 4096>) -> Tensor<f16, 16, 4096> {
@@ -401,32 +219,6 @@ pub fn qwen06b_down_r16_f16(
     u: Tensor<f16, 16, 3072>,
     w: Tensor<f16, 3072, 1024>,
 ) -> Tensor<f16, 16, 1024> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Qwen3-0.6B QKV projection, 64 row(s), f16: `rms_norm(x) @ W_qkv` (1024 → 4096).
-#[mugraph]
-pub fn qwen06b_qkv_r64_f16(x: Tensor<f16, 64, 1024>, w: Tensor<f16, 1024, 4096>) -> Tensor<f16, 64, 4096> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen3-0.6B gate and up projections, 64 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (1024 → 3072).
-#[mugraph]
-pub fn qwen06b_gateup_r64_f16(
-    x: Tensor<f16, 64, 1024>,
-    wg: Tensor<f16, 1024, 3072>,
-    wu: Tensor<f16, 1024, 3072>,
-) -> Tensor<f16, 64, 3072> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen3-0.6B down projection with its SiLU gate, 64 row(s), f16: `(silu(g) * u) @ W_down` (3072 → 1024).
-#[mugraph]
-pub fn qwen06b_down_r64_f16(
-    g: Tensor<f16, 64, 3072>,
-    u: Tensor<f16, 64, 3072>,
-    w: Tensor<f16, 3072, 1024>,
-) -> Tensor<f16, 64, 1024> {
     (silu(g) * u).matmul(w)
 }
 
@@ -456,32 +248,6 @@ pub fn qwen7b_down_r1_bf16(
     (silu(g) * u).matmul(w)
 }
 
-/// Qwen2.5-7B QKV projection, 4 row(s), bf16: `rms_norm(x) @ W_qkv` (3584 → 4608).
-#[mugraph]
-pub fn qwen7b_qkv_r4_bf16(x: Tensor<bf16, 4, 3584>, w: Tensor<bf16, 3584, 4608>) -> Tensor<bf16, 4, 4608> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen2.5-7B gate and up projections, 4 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (3584 → 18944).
-#[mugraph]
-pub fn qwen7b_gateup_r4_bf16(
-    x: Tensor<bf16, 4, 3584>,
-    wg: Tensor<bf16, 3584, 18944>,
-    wu: Tensor<bf16, 3584, 18944>,
-) -> Tensor<bf16, 4, 18944> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen2.5-7B down projection with its SiLU gate, 4 row(s), bf16: `(silu(g) * u) @ W_down` (18944 → 3584).
-#[mugraph]
-pub fn qwen7b_down_r4_bf16(
-    g: Tensor<bf16, 4, 18944>,
-    u: Tensor<bf16, 4, 18944>,
-    w: Tensor<bf16, 18944, 3584>,
-) -> Tensor<bf16, 4, 3584> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Qwen2.5-7B QKV projection, 16 row(s), bf16: `rms_norm(x) @ W_qkv` (3584 → 4608).
 #[mugraph]
 pub fn qwen7b_qkv_r16_bf16(x: Tensor<bf16, 16, 3584>, w: Tensor<bf16, 3584, 4608>) -> Tensor<bf16, 16, 4608> {
@@ -505,32 +271,6 @@ pub fn qwen7b_down_r16_bf16(
     u: Tensor<bf16, 16, 18944>,
     w: Tensor<bf16, 18944, 3584>,
 ) -> Tensor<bf16, 16, 3584> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Qwen2.5-7B QKV projection, 64 row(s), bf16: `rms_norm(x) @ W_qkv` (3584 → 4608).
-#[mugraph]
-pub fn qwen7b_qkv_r64_bf16(x: Tensor<bf16, 64, 3584>, w: Tensor<bf16, 3584, 4608>) -> Tensor<bf16, 64, 4608> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen2.5-7B gate and up projections, 64 row(s), bf16: `silu(x @ W_gate) * (x @ W_up)` (3584 → 18944).
-#[mugraph]
-pub fn qwen7b_gateup_r64_bf16(
-    x: Tensor<bf16, 64, 3584>,
-    wg: Tensor<bf16, 3584, 18944>,
-    wu: Tensor<bf16, 3584, 18944>,
-) -> Tensor<bf16, 64, 18944> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen2.5-7B down projection with its SiLU gate, 64 row(s), bf16: `(silu(g) * u) @ W_down` (18944 → 3584).
-#[mugraph]
-pub fn qwen7b_down_r64_bf16(
-    g: Tensor<bf16, 64, 18944>,
-    u: Tensor<bf16, 64, 18944>,
-    w: Tensor<bf16, 18944, 3584>,
-) -> Tensor<bf16, 64, 3584> {
     (silu(g) * u).matmul(w)
 }
 
@@ -560,32 +300,6 @@ pub fn qwen7b_down_r1_f16(
     (silu(g) * u).matmul(w)
 }
 
-/// Qwen2.5-7B QKV projection, 4 row(s), f16: `rms_norm(x) @ W_qkv` (3584 → 4608).
-#[mugraph]
-pub fn qwen7b_qkv_r4_f16(x: Tensor<f16, 4, 3584>, w: Tensor<f16, 3584, 4608>) -> Tensor<f16, 4, 4608> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen2.5-7B gate and up projections, 4 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (3584 → 18944).
-#[mugraph]
-pub fn qwen7b_gateup_r4_f16(
-    x: Tensor<f16, 4, 3584>,
-    wg: Tensor<f16, 3584, 18944>,
-    wu: Tensor<f16, 3584, 18944>,
-) -> Tensor<f16, 4, 18944> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen2.5-7B down projection with its SiLU gate, 4 row(s), f16: `(silu(g) * u) @ W_down` (18944 → 3584).
-#[mugraph]
-pub fn qwen7b_down_r4_f16(
-    g: Tensor<f16, 4, 18944>,
-    u: Tensor<f16, 4, 18944>,
-    w: Tensor<f16, 18944, 3584>,
-) -> Tensor<f16, 4, 3584> {
-    (silu(g) * u).matmul(w)
-}
-
 /// Qwen2.5-7B QKV projection, 16 row(s), f16: `rms_norm(x) @ W_qkv` (3584 → 4608).
 #[mugraph]
 pub fn qwen7b_qkv_r16_f16(x: Tensor<f16, 16, 3584>, w: Tensor<f16, 3584, 4608>) -> Tensor<f16, 16, 4608> {
@@ -609,32 +323,6 @@ pub fn qwen7b_down_r16_f16(
     u: Tensor<f16, 16, 18944>,
     w: Tensor<f16, 18944, 3584>,
 ) -> Tensor<f16, 16, 3584> {
-    (silu(g) * u).matmul(w)
-}
-
-/// Qwen2.5-7B QKV projection, 64 row(s), f16: `rms_norm(x) @ W_qkv` (3584 → 4608).
-#[mugraph]
-pub fn qwen7b_qkv_r64_f16(x: Tensor<f16, 64, 3584>, w: Tensor<f16, 3584, 4608>) -> Tensor<f16, 64, 4608> {
-    rms_norm(x).matmul(w)
-}
-
-/// Qwen2.5-7B gate and up projections, 64 row(s), f16: `silu(x @ W_gate) * (x @ W_up)` (3584 → 18944).
-#[mugraph]
-pub fn qwen7b_gateup_r64_f16(
-    x: Tensor<f16, 64, 3584>,
-    wg: Tensor<f16, 3584, 18944>,
-    wu: Tensor<f16, 3584, 18944>,
-) -> Tensor<f16, 64, 18944> {
-    silu(x.matmul(wg)) * x.matmul(wu)
-}
-
-/// Qwen2.5-7B down projection with its SiLU gate, 64 row(s), f16: `(silu(g) * u) @ W_down` (18944 → 3584).
-#[mugraph]
-pub fn qwen7b_down_r64_f16(
-    g: Tensor<f16, 64, 18944>,
-    u: Tensor<f16, 64, 18944>,
-    w: Tensor<f16, 18944, 3584>,
-) -> Tensor<f16, 64, 3584> {
     (silu(g) * u).matmul(w)
 }
 

@@ -9,12 +9,12 @@
 
 use std::time::Instant;
 
-use mirage_runtime::{AnyTensor, Gpu, L2Flush, Program, Stream, TensorArg, TensorSpec, time_median_with};
+use mirage_runtime::{AnyTensor, Gpu, L2Flush, Program, Stream, TensorArg, TensorDesc, time_median_with};
 use serde::{Deserialize, Serialize};
 
 use super::record::CandidateTiming;
 use super::{CompiledCandidates, TuneConfig, TuneError};
-use crate::codegen::plan::{LaunchPlan, tensor_spec};
+use crate::codegen::plan::LaunchPlan;
 use crate::ir::{DType, KernelGraph};
 use crate::reference::{HostTensor, run};
 
@@ -81,7 +81,7 @@ pub fn tolerance(dtype: mirage_runtime::DType) -> f64 {
     match dtype {
         mirage_runtime::DType::F32 => 1e-4,
         mirage_runtime::DType::F16 => 1e-2,
-        mirage_runtime::DType::BF16 => 3e-2,
+        mirage_runtime::DType::Bf16 => 3e-2,
     }
 }
 
@@ -128,7 +128,7 @@ impl Loaded {
         let name: &'static str = Box::leak(name.to_string().into_boxed_str());
         let program = Program::with_plan(name, cubin, plan.clone()).map_err(|e| e.to_string())?;
         let program: &'static Program = Box::leak(Box::new(program));
-        let nan = |s: &TensorSpec| AnyTensor::upload_f32(stream, s, &vec![f32::NAN; s.num_elements()]);
+        let nan = |s: &TensorDesc| AnyTensor::upload_f32(stream, s, &vec![f32::NAN; s.num_elements()]);
         let outputs = plan.outputs.iter().map(nan).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
         let buffers = plan.buffers.iter().map(|b| nan(&b.desc)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
         Ok(Loaded { program, outputs, buffers })
@@ -202,7 +202,7 @@ pub fn run_candidates(
     let device: Vec<AnyTensor> = host
         .iter()
         .zip(program.inputs())
-        .map(|(h, d)| AnyTensor::upload_f32(stream, &tensor_spec(d), &h.data))
+        .map(|(h, d)| AnyTensor::upload_f32(stream, d, &h.data))
         .collect::<Result<_, _>>()?;
     let mut ok: Vec<(usize, Loaded)> = Vec::new();
     for (i, plan) in plans.iter().enumerate().filter(|(i, _)| !skip.contains(i)) {
