@@ -2,7 +2,7 @@
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
 # scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search; others with
 # --only), the example and bench binaries (../shared/gpu/pack --examples --benches), the PyTorch
-# and Triton anchors of ../shared/bench, and the commit being measured. Then, on the GPU machine,
+# and Triton anchors (benches/py: the benchmark and generality sets), and the commit being measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
 # `bash scripts/gpu-bench.sh` (the benchmark) or `bash .gpu/run-tests` (the packed tests).
 #
@@ -16,7 +16,7 @@ for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done
 "$shared/gpu/pack" --examples --benches "${only[@]}" "$@"
-cp "$shared/bench/torch_baselines.py" "$shared/bench/triton_fused.py" .gpu/
+cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"
 echo "$commit" > .gpu/COMMIT
