@@ -21,6 +21,6 @@ start=$(date +%s)
 .tune/tune measure .tune/bundle --out "$out/tune.json" "$@" > "$out/tune.txt" 2> "$out/tune.log"
 status=$?
 echo "tuning took $(( $(date +%s) - start )) s (exit $status); from $out/tune.log:"
-grep -E "brought|not measured|copy bandwidth|error" "$out/tune.log" | head -20
+grep -iE "brought|not measured|copy bandwidth|error" "$out/tune.log" | head -20
 cat "$out/tune.txt"
 exit $status
