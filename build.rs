@@ -2,8 +2,10 @@
 //! tests (`tests/cuda/*.cu`) to `$OUT_DIR/cuda/<name>.cubin` with `mirage::nvcc`, the way a
 //! user's build script would, so tests can `include_bytes!` them; and generates and compiles the
 //! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`);
-//! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`) and of the
-//! tests (`tests/kernels/mod.rs`) with `mirage::build::compile`, exactly as a user's build.rs does.
+//! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`), of the
+//! tests (`tests/kernels/mod.rs`) and, with `MIRAGE_GENERALITY=1`, of the bench's generality set
+//! (`benches/kernels/generality.rs`) with `mirage::build::compile`, exactly as a user's build.rs
+//! does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,9 +20,27 @@ fn main() -> ExitCode {
     }
 }
 
-/// The `#[mugraph]` functions of the examples and tests: `mirage::build::compile`, the user's path.
+/// Set to `1` to build the bench's generality set (`benches/kernels/generality.rs`, 37 programs
+/// with weights of up to 136 M elements): verifying their cached µGraphs at real shapes takes
+/// minutes of CPU time per build, so CI builds without it and the GPU bench's pack sets it.
+const GENERALITY_ENV: &str = "MIRAGE_GENERALITY";
+
+/// The `#[mugraph]` functions of the examples and tests (and, with `MIRAGE_GENERALITY=1`, of the
+/// bench's generality set, announced to the bench by the `mirage_generality` cfg):
+/// `mirage::build::compile`, the user's path.
 fn mugraph_kernels() -> Result<(), String> {
-    mirage::build::compile(["examples/kernels/mod.rs", "tests/kernels/mod.rs"]).map(|_| ()).map_err(|e| e.to_string())
+    println!("cargo::rustc-check-cfg=cfg(mirage_generality)");
+    println!("cargo:rerun-if-env-changed={GENERALITY_ENV}");
+    let mut files = vec!["examples/kernels/mod.rs", "tests/kernels/mod.rs"];
+    match std::env::var(GENERALITY_ENV).as_deref().map(str::trim) {
+        Ok("1") => {
+            files.push("benches/kernels/generality.rs");
+            println!("cargo:rustc-cfg=mirage_generality");
+        }
+        Ok("" | "0") | Err(_) => {}
+        Ok(other) => return Err(format!("{GENERALITY_ENV}={other:?}: expected 1 (build the generality set) or 0")),
+    }
+    mirage::build::compile(files).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Compiles every `tests/cuda/*.cu` into `$OUT_DIR/cuda/<stem>.cubin`.

@@ -1,8 +1,11 @@
 //! The GPU benchmark of DESIGN §14: every benchmark program through the real `#[mugraph]` path
 //! (the typed launchers of `examples/kernels/mod.rs`, built by this package's build.rs with
-//! `mirage::build::compile`), each checked against the CPU reference interpreter first (element
-//! by element with `mirage::testing::compare`, outputs NaN-poisoned; the seed is printed and
-//! `MIRAGE_TEST_SEED` replays it), then timed with CUDA events (L2 flushed before each launch, median of many launches, random
+//! `mirage::build::compile`), then the generality set when the package was built with
+//! `MIRAGE_GENERALITY=1` (`benches/kernels/generality.rs`: decode projections of three models at
+//! 1 and 16 rows in bf16 and f16, an f32 gated MLP, run through their programs' executors), each
+//! checked against the CPU reference interpreter first (element by element with
+//! `mirage::testing::compare`, outputs NaN-poisoned; the seed is printed and `MIRAGE_TEST_SEED`
+//! replays it), then timed with CUDA events (L2 flushed before each launch, median of many launches, random
 //! inputs at the scales of `bench/torch_baselines.py`).
 //!
 //! ```text
@@ -10,13 +13,17 @@
 //! ```
 //!
 //! With `--torch` (the JSON of `torch_baselines.py` from the same run on the same machine) the
-//! table puts each case next to the best PyTorch variant, the memory floor (bytes read and
+//! table puts each case next to the best PyTorch variant, the hand-fused Triton kernel (when
+//! `triton_fused.py --json` added it to that file), the memory floor (bytes read and
 //! written once at the measured copy bandwidth) and one launch; `--out` writes the table
 //! (`gpu-bench.md`) and the JSON (`gpu-bench.json`) there. Exits with an error when a case
 //! mismatches the reference; without a GPU it says so and exits 0.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+#[cfg(mirage_generality)]
+#[path = "kernels/generality.rs"]
+mod generality;
 #[path = "../examples/kernels/mod.rs"]
 mod kernels;
 
@@ -70,6 +77,65 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// A case of the generality set: its program run through the executor (any element types).
+#[cfg(mirage_generality)]
+macro_rules! general {
+    ($name:ident, [$($scale:expr),+]) => {
+        common::Case {
+            name: stringify!($name),
+            program: &generality::$name::PROGRAM,
+            launch: |gpu, inputs| {
+                let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
+                generality::$name::PROGRAM.run(gpu.stream(), &args)
+            },
+            scales: &[$($scale),+],
+        }
+    };
+}
+
+/// Declares the generality cases of one model: QKV, gate/up and down at 1 and 16 rows in bf16
+/// and f16 (activations in [-1, 1), weights in [-0.02, 0.02), as torch_baselines.py scales
+/// them).
+#[cfg(mirage_generality)]
+macro_rules! model_cases {
+    ($out:ident; $($qkv:ident, $gateup:ident, $down:ident);+ $(;)?) => {
+        $(
+            $out.push(general!($qkv, [1.0, 0.02]));
+            $out.push(general!($gateup, [1.0, 0.02, 0.02]));
+            $out.push(general!($down, [1.0, 1.0, 0.02]));
+        )+
+    };
+}
+
+/// The generality set (`benches/kernels/generality.rs`): layer projections of three models at
+/// decode, and an f32 gated MLP; built when the package was built with `MIRAGE_GENERALITY=1`.
+#[cfg(mirage_generality)]
+fn generality_cases() -> Vec<common::Case> {
+    let mut v = Vec::new();
+    model_cases!(v;
+        llama1b_qkv_r1_bf16, llama1b_gateup_r1_bf16, llama1b_down_r1_bf16;
+        llama1b_qkv_r16_bf16, llama1b_gateup_r16_bf16, llama1b_down_r16_bf16;
+        llama1b_qkv_r1_f16, llama1b_gateup_r1_f16, llama1b_down_r1_f16;
+        llama1b_qkv_r16_f16, llama1b_gateup_r16_f16, llama1b_down_r16_f16;
+        qwen06b_qkv_r1_bf16, qwen06b_gateup_r1_bf16, qwen06b_down_r1_bf16;
+        qwen06b_qkv_r16_bf16, qwen06b_gateup_r16_bf16, qwen06b_down_r16_bf16;
+        qwen06b_qkv_r1_f16, qwen06b_gateup_r1_f16, qwen06b_down_r1_f16;
+        qwen06b_qkv_r16_f16, qwen06b_gateup_r16_f16, qwen06b_down_r16_f16;
+        qwen7b_qkv_r1_bf16, qwen7b_gateup_r1_bf16, qwen7b_down_r1_bf16;
+        qwen7b_qkv_r16_bf16, qwen7b_gateup_r16_bf16, qwen7b_down_r16_bf16;
+        qwen7b_qkv_r1_f16, qwen7b_gateup_r1_f16, qwen7b_down_r1_f16;
+        qwen7b_qkv_r16_f16, qwen7b_gateup_r16_f16, qwen7b_down_r16_f16;
+    );
+    v.push(general!(llama1b_gateup_r8_f32, [1.0, 0.02, 0.02]));
+    v
+}
+
+/// Without `MIRAGE_GENERALITY=1` at build time the generality set is not built: no cases.
+#[cfg(not(mirage_generality))]
+fn generality_cases() -> Vec<common::Case> {
+    Vec::new()
+}
+
 fn bytes(specs: &[TensorDesc]) -> usize {
     specs.iter().map(|s| s.num_elements() * s.dtype.size_bytes()).sum()
 }
@@ -94,17 +160,21 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let copy_bw = torch.as_ref().and_then(|t| t["copy_bw"].as_f64());
     let launch_us = torch.as_ref().and_then(|t| t["launch_us"].as_f64());
-    let programs = mirage::lower::lower_source(include_str!("../examples/kernels/mod.rs"))?;
+    let mut programs = mirage::lower::lower_source(include_str!("../examples/kernels/mod.rs"))?;
+    if cfg!(mirage_generality) {
+        programs.extend(mirage::lower::lower_source(include_str!("kernels/generality.rs"))?);
+    }
 
     let mut rows = BTreeMap::new();
     let mut table = String::new();
     writeln!(
         table,
-        "| case | ours µs | kernels | worst element / tol. | rel. L2 err | best PyTorch µs (variant) | speedup | floor µs | launch µs | ours / max(floor, launch) |"
+        "| case | ours µs | kernels | worst element / tol. | rel. L2 err | best PyTorch µs (variant) | speedup | Triton µs | floor µs | launch µs | ours / max(floor, launch) |"
     )?;
-    writeln!(table, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(table, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     let mut failures = Vec::new();
-    for case in common::all_cases().iter().filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name)) {
+    let cases: Vec<common::Case> = common::all_cases().into_iter().chain(generality_cases()).collect();
+    for case in cases.iter().filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name)) {
         let lowered =
             programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {}", case.name))?;
         let plan = case.program.plan()?;
@@ -122,7 +192,13 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .filter_map(|k| r[*k].as_f64().map(|v| (*k, v)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
         });
+        let triton = trow.and_then(|r| r["triton"].as_f64());
         let floor = copy_bw.map(|bw| io_bytes as f64 / bw * 1e6);
+        // Weight-bound: the memory floor is at least twice one launch (judged against the floor).
+        let weight_bound = match (floor, launch_us) {
+            (Some(f), Some(l)) => Some(f >= 2.0 * l),
+            _ => None,
+        };
         let bound = match (floor, launch_us) {
             (Some(f), Some(l)) => Some(f.max(l)),
             (f, l) => f.or(l),
@@ -130,7 +206,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
         writeln!(
             table,
-            "| {} | {:.1} | {} | {:.2}{} | {:.1e} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} | {} | {:.2}{} | {:.1e} | {} | {} | {} | {} | {} | {} |",
             case.name,
             stats.median_us,
             plan.kernels.len(),
@@ -139,6 +215,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             checked.worst_rel_l2(),
             best.map_or("-".to_string(), |(k, v)| format!("{v:.1} ({k})")),
             fmt(best.map(|(_, v)| v / stats.median_us), 2),
+            fmt(triton, 1),
             fmt(floor, 1),
             fmt(launch_us, 1),
             fmt(bound.map(|b| stats.median_us / b), 2),
@@ -169,6 +246,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 "floor_us": floor,
                 "launch_us": launch_us,
                 "ratio_to_bound": bound.map(|b| stats.median_us / b),
+                "weight_bound": weight_bound,
+                "fraction_of_copy_bandwidth": floor.map(|f| f / stats.median_us),
+                "triton_us": triton,
                 "best_torch_us": best.map(|b| b.1),
                 "best_torch_variant": best.map(|b| b.0),
                 "speedup_vs_best_torch": best.map(|(_, v)| v / stats.median_us),

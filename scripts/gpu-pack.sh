@@ -2,7 +2,8 @@
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
 # scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search, the gpu bench;
 # others with --only), the example binaries and the gpu bench (../shared/gpu/pack), the PyTorch
-# and Triton anchors of ../shared/bench, and the commit being measured. Then, on the GPU machine,
+# and Triton anchors (benches/py: the benchmark and generality sets), and the commit being
+# measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
 # `bash scripts/gpu-bench.sh` (the benchmark) or `bash .gpu/run-tests` (the packed tests).
 #
@@ -18,10 +19,11 @@ done
 # The GPU bench binary only (`--benches` would add the criterion benches, one of them named
 # `search` like the test binary the run script expects to find alone).
 "$shared/gpu/pack" --examples --bench gpu "${only[@]}" "$@"
-# Built with the examples but not run there: the CLI, the golden-file tool and the Triton packer
-# (scripts/triton-pack.sh runs it here). A device call carries 64 MiB at most.
-rm -rf .gpu/bin/bin .gpu/bin/example/golden .gpu/bin/example/triton_pack
-cp "$shared/bench/torch_baselines.py" "$shared/bench/triton_fused.py" .gpu/
+# Built with the examples but not run there: the CLI, the golden-file tool, the Triton packer
+# (scripts/triton-pack.sh runs it here) and the tuner (scripts/tune-pack.sh carries it in .tune).
+# A device call carries 64 MiB at most.
+rm -rf .gpu/bin/bin .gpu/bin/example/golden .gpu/bin/example/triton_pack .gpu/bin/example/tune
+cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"
 echo "$commit" > .gpu/COMMIT

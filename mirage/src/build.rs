@@ -38,6 +38,7 @@ use crate::ir::KernelGraph;
 use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
 use crate::search::{self, SearchConfig, SearchError};
+use crate::tune;
 
 /// The directory under `$OUT_DIR` holding the artifacts, and their file stem (shared with the
 /// `#[mugraph]` expansion, which looks for them).
@@ -87,6 +88,15 @@ pub enum BuildError {
         at: Box<FnLocation>,
         /// What went wrong.
         source: SearchError,
+    },
+
+    /// Tuning (`MIRAGE_TUNE`) failed in a way that is not a candidate's own failure.
+    #[error("mirage: {at}: tuning: {source}")]
+    Tune {
+        /// The function (`<all>` for the `MIRAGE_TUNE` setting itself).
+        at: Box<FnLocation>,
+        /// What went wrong.
+        source: Box<crate::tune::TuneError>,
     },
 
     /// Writing an artifact failed.
@@ -341,6 +351,11 @@ impl Builder {
             ));
         }
         self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
+        self.say(&format!("cargo:rerun-if-env-changed={}", tune::TUNE_ENV));
+        let tune_mode = tune::TuneMode::from_env().map_err(|reason| BuildError::Tune {
+            at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
+            source: Box::new(tune::TuneError::format(tune::TUNE_ENV, reason)),
+        })?;
         let search_cfg = match &self.search {
             Some(cfg) => cfg.clone(),
             None => SearchConfig::for_arch(Arch::from_name(&arch).unwrap_or_default()),
@@ -358,7 +373,7 @@ impl Builder {
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
             .par_iter()
             .map(|(file, line_column, program)| {
-                self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, &search_cfg, &cache)
+                self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, (&search_cfg, tune_mode), &cache)
             })
             .collect();
         let mut programs = Vec::with_capacity(results.len());
@@ -413,7 +428,7 @@ impl Builder {
         program: &lower::Program,
         artifact_dir: &Path,
         nvcc_opts: &nvcc::CompileOptions,
-        search_cfg: &SearchConfig,
+        (search_cfg, tune_mode): (&SearchConfig, tune::TuneMode),
         cache: &Cache,
     ) -> Result<BuiltProgram, BuildError> {
         let started = Instant::now();
@@ -427,12 +442,16 @@ impl Builder {
         };
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
+        let tuned = self.tune(&program.name, &program.graph, search_cfg, cache, tune_mode, nvcc_opts);
+        let tuned = tuned.map_err(|source| BuildError::Tune { at: at(), source: Box::new(source) })?;
         let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(
             &program.graph,
             search_cfg,
             Some(cache),
         ) {
-            Ok(result) => (result.best.graph.clone(), result.to_string(), result.summary(), true, result.from_cache),
+            Ok(result) => {
+                (result.best.graph.clone(), tuned + &result.to_string(), result.summary(), true, result.from_cache)
+            }
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
                 return Err(BuildError::Search { at: at(), source });
             }
@@ -480,6 +499,40 @@ impl Builder {
             nvcc_cached: cubin.cached,
             elapsed: started.elapsed(),
         })
+    }
+}
+
+impl Builder {
+    /// `MIRAGE_TUNE`: measures the program's candidates on a visible GPU and stores the fastest
+    /// in the cache before the search reads it; returns `note:` lines for the report.
+    fn tune(
+        &self,
+        name: &str,
+        graph: &KernelGraph,
+        search_cfg: &SearchConfig,
+        cache: &Cache,
+        mode: tune::TuneMode,
+        nvcc_opts: &nvcc::CompileOptions,
+    ) -> Result<String, tune::TuneError> {
+        let compile = (&self.kernel_options, nvcc_opts);
+        match tune::tune_and_store(name, graph, search_cfg, cache, mode, compile, &tune::TuneConfig::default())? {
+            tune::TuneOutcome::Skipped(why) if mode != tune::TuneMode::Off => Ok(format!("note: not tuned: {why}\n")),
+            tune::TuneOutcome::Skipped(_) => Ok(String::new()),
+            tune::TuneOutcome::Stored { timings, chosen, warnings } => {
+                let us =
+                    |i: usize| timings.get(i).and_then(|t| t.measured_us).map_or("-".into(), |m| format!("{m:.2} µs"));
+                let mut notes = format!(
+                    "note: tuned on the GPU: candidate {chosen} of {} chosen ({}; the model's choice {})\n",
+                    timings.len(),
+                    us(chosen),
+                    us(0)
+                );
+                for w in warnings {
+                    notes += &format!("note: {w}\n");
+                }
+                Ok(notes)
+            }
+        }
     }
 }
 

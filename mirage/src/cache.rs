@@ -55,6 +55,9 @@ pub struct CachedCandidate {
     pub cost_us: f64,
     /// Whether fingerprints verified it (`None`: not checked).
     pub verified: Option<bool>,
+    /// Its median time measured on a GPU by tuning ([`crate::tune`]), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_us: Option<f64>,
 }
 
 /// One cache file.
@@ -77,6 +80,9 @@ pub struct CacheEntry {
     /// Its time measured on a GPU, µs, when tuning recorded one (wins over the model).
     #[serde(default)]
     pub measured_us: Option<f64>,
+    /// The GPU the times were measured on (its name), when tuning recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     /// The best candidates (the winner first) with their estimated costs.
     pub top: Vec<CachedCandidate>,
     /// When the entry was written (seconds since the Unix epoch).
@@ -104,6 +110,7 @@ impl CacheEntry {
             mugraph: value,
             cost_us,
             measured_us: None,
+            device: None,
             top,
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         })

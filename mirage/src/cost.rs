@@ -15,7 +15,8 @@
 //!   overhead of the for-loop (barrier, pipeline bookkeeping), and the **launch** overhead.
 //!
 //! A wave takes `latency + max(memory, compute) + iterations · overhead` (memory and compute
-//! overlap through the `cp.async` pipeline; without a loop they do not, and add). The model is
+//! overlap through the `cp.async` pipeline; without one they do not, and add, and every
+//! iteration of the loop waits for its tiles: its latency is exposed once per iteration). The model is
 //! deliberately simple and symmetric in the grid axes; its purpose is ranking.
 
 use std::fmt;
@@ -397,7 +398,10 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
         let refill = if remaining + n < blocks { arch.wave_refill_us } else { 0.0 };
-        body += arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
+        // Without a pipeline every iteration waits for its own tiles: the first global-memory
+        // latency is exposed once per iteration, not once per wave.
+        let exposed = if pipelined { 1.0 } else { frange as f64 };
+        body += exposed * arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
     }
     let us = body + arch.launch_us;
     let why = format!(

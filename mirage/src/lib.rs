@@ -59,8 +59,9 @@ pub mod nvcc;
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
-#[cfg(feature = "build")]
 pub mod triton;
+#[cfg(feature = "build")]
+pub mod tune;
 // Test data and test tools (benchmark programs, golden cases, coverage programs, the GPU
 // comparison, random inputs): for mirage's own tests, examples and benchmarks, not a user API.
 #[cfg(feature = "testing")]

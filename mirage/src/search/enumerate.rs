@@ -350,12 +350,14 @@ struct KTensor {
 
 /// A dimension class: its extent and the reduction tags of summing its partial groups (`part`,
 /// for a dim that concatenates partial results of a split reduction: the split class) or the
-/// whole dim (`full`).
+/// whole dim (`full`); `group` is the extent of one partial group (the whole size for a class of
+/// the program).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ClassInfo {
     size: usize,
     part: Tag,
     full: Tag,
+    group: usize,
 }
 
 fn full_tag(classes: &[ClassInfo], c: Option<Class>) -> Tag {
@@ -408,7 +410,7 @@ pub(crate) fn enumerate(run: &Run<'_>) -> Vec<Found> {
         .class_sizes
         .iter()
         .enumerate()
-        .map(|(c, &size)| ClassInfo { size, part: c as Tag, full: c as Tag })
+        .map(|(c, &size)| ClassInfo { size, part: c as Tag, full: c as Tag, group: size })
         .collect();
     let mut init = KState { graph: KernelGraph::new(), tensors: Vec::new(), classes, kernels: 0, cost_us: 0.0 };
     for (i, d) in info.inputs.iter().enumerate() {
@@ -1089,7 +1091,17 @@ fn tile_expr(
     let cls = |k: usize, d: usize| in_classes.get(k).and_then(|v| v.get(d)).copied().flatten();
     let r = in_shapes[0].len();
     let f = c.frange as u64;
-    let loop_tag = full_tag(info, c.loop_class);
+    // A loop whose tiles are whole partial groups of a split reduction (one group per iteration)
+    // sums or maximizes over the partial results: the split class's tag.
+    let loop_tag = match c.loop_class.and_then(|lc| Some((lc, *info.get(lc as usize)?))) {
+        Some((lc, ci))
+            if ci.part != ci.full
+                && in_classes[0].iter().position(|&x| x == Some(lc)).map(|d| in_shapes[0][d]) == Some(ci.group) =>
+        {
+            ci.part
+        }
+        _ => full_tag(info, c.loop_class),
+    };
     let last_class = cls(0, r - 1);
     let last_tag = full_tag(info, last_class);
     let same_loop = c.frange == 1 || c.loop_class == last_class;
@@ -1272,7 +1284,7 @@ fn close(
                 let dims: Vec<usize> = match forced {
                     Some(d) => vec![d],
                     None if targets.is_some() => vec![],
-                    None => vec![rank - 1],
+                    None => (0..rank).rev().collect(),
                 };
                 for d in dims {
                     if !m.contains(&Some(d)) {
@@ -1335,8 +1347,20 @@ fn close(
                                             }
                                             (Some(o), Some(_)) => (full_tag(&classes, Some(o)), TAG_MIXED),
                                         };
-                                        classes.push(ClassInfo { size, part, full });
-                                        Some((classes.len() - 1) as Class)
+                                        // One partial group per block along dim k.
+                                        let blocks: usize =
+                                            (0..3).filter(|&a| omap[a] == Some(k)).map(|a| c.grid[a]).product();
+                                        let info = ClassInfo { size, part, full, group: size / blocks.max(1) };
+                                        // Outputs of one kernel split the same way share the class,
+                                        // so a later kernel walks them with one loop.
+                                        let fresh = s.classes.len();
+                                        match classes[fresh..].iter().position(|x| *x == info) {
+                                            Some(p) => Some((fresh + p) as Class),
+                                            None => {
+                                                classes.push(info);
+                                                Some((classes.len() - 1) as Class)
+                                            }
+                                        }
                                     }
                                 }
                             })

@@ -50,7 +50,7 @@ use crate::reference::{HostTensor, max_scaled_error, run};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
 
 /// Version of the search algorithm; part of every cache key.
-pub const SEARCH_ALGORITHM_VERSION: u32 = 5;
+pub const SEARCH_ALGORITHM_VERSION: u32 = 6;
 
 /// Limits and presets of the search.
 #[derive(Clone, Debug)]
@@ -243,6 +243,9 @@ pub struct SearchResult {
     pub cached_top: Vec<CachedCandidate>,
     /// The architecture the costs are for.
     pub arch: String,
+    /// On a cache hit of a tuned entry, the chosen µGraph's measured median time (µs) and the
+    /// GPU it was measured on ([`crate::tune`]).
+    pub measured: Option<(f64, String)>,
 }
 
 /// Why no µGraph could be produced.
@@ -314,6 +317,7 @@ pub fn superoptimize_with(
                         from_cache: true,
                         cache_path: Some(path),
                         notes,
+                        measured: entry.measured_us.map(|us| (us, entry.device.clone().unwrap_or_default())),
                         cached_top: entry.top,
                         arch: cfg.arch.name.to_string(),
                     });
@@ -355,6 +359,7 @@ pub fn superoptimize_with(
                 kernels: c.graph.num_kernels(),
                 cost_us: c.cost.total_us,
                 verified: c.verified,
+                measured_us: None,
             })
             .collect();
         let stored = CacheEntry::new(&key, &result.best.graph, result.best.cost.total_us, top)
@@ -485,11 +490,12 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         notes,
         cached_top: Vec::new(),
         arch: cfg.arch.name.to_string(),
+        measured: None,
     })
 }
 
-/// Deterministic inputs in `[-0.5, 0.5)` for the float check.
-fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError> {
+/// Deterministic inputs in `[-0.5, 0.5)` for the float check (and the tuner's measurements).
+pub(crate) fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError> {
     g.inputs()
         .iter()
         .enumerate()
@@ -596,9 +602,13 @@ impl SearchResult {
             None => "not verified",
         };
         if self.from_cache {
+            if let Some((us, device)) = &self.measured {
+                s += &format!("  (chosen by measurement: {us:.2} µs on {device})\n");
+            }
             for (i, c) in self.cached_top.iter().enumerate() {
+                let measured = c.measured_us.map_or(String::new(), |m| format!(", measured {m:.2} µs"));
                 s += &format!(
-                    "  #{i}: {:.2} µs, {} kernel(s), {}, {}\n",
+                    "  #{i}: {:.2} µs, {} kernel(s), {}{measured}, {}\n",
                     c.cost_us,
                     c.kernels,
                     verdict(c.verified),

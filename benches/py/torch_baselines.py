@@ -1,0 +1,150 @@
+"""PyTorch anchors for the benchmark programs, timed on the GPU.
+
+For each program (shapes of the Mirage benchmark set) this prints the median time of:
+  eager    - PyTorch eager, one call
+  graph    - the same calls captured once as a CUDA graph and replayed
+  compile  - torch.compile(mode="max-autotune-no-cudagraphs")
+  sdpa     - attention programs only: F.scaled_dot_product_attention (FlashAttention path), its
+             inputs laid out once, outside timing, as it expects (K contiguous as [b, n, d])
+and two lower bounds:
+  floor    - bytes of every input read once and every output written once, at the copy
+             bandwidth measured in the same run
+  launch   - one tiny kernel launched and timed the same way (the cost of any single launch)
+Timing: triton.testing.do_bench (CUDA events, L2 flushed before each call, median).
+
+The cases: the eleven benchmark programs (set "bench") and the generality set ("generality": the
+decode-time QKV, gate/up and down projections of Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-7B at 1 and
+16 rows in bf16 and f16, and an f32 gated MLP; the same programs as
+benches/kernels/generality.rs).
+
+Usage (on a machine with a GPU and PyTorch):
+  python3 torch_baselines.py [case ...] [--set bench|generality|all] [--only SUBSTRING,...]
+                             [--compile-mode MODE] [--json OUT.json]
+Named cases are run as given; otherwise every case of the set whose name contains
+one of the --only substrings (default set: bench). torch.compile's max-autotune takes tens of seconds per new shape:
+split the generality set over calls with --only (e.g. --only llama1b, then qwen06b, qwen7b).
+"""
+import sys, json, os
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+dev, h = "cuda", torch.float16
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+def r(*s, dtype=h): return torch.randn(*s, dtype=dtype, device=dev)
+
+def rms_norm(x):  # the benchmark programs' rms_norm: last dim, no epsilon, no weight
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True))).to(x.dtype)
+
+def attention(q, k, v):  # q[b,m,d] k[b,d,n] v[b,n,d]: softmax written as exp / sum
+    e = torch.exp(q @ k)
+    return (e / e.sum(dim=2, keepdim=True)) @ v
+
+def sdpa_layout(q, k, v):  # once, outside timing: K as [b, n, d] contiguous, a head axis of 1
+    return q.unsqueeze(1), k.transpose(1, 2).contiguous().unsqueeze(1), v.unsqueeze(1)
+
+def sdpa(q4, k4, v4):  # F.scaled_dot_product_attention on the layout it expects (flash path)
+    return F.scaled_dot_product_attention(q4, k4, v4, scale=1.0).squeeze(1)
+
+CASES = {}
+SETS = {"bench": [], "generality": []}
+def case(name, make, fn, alt=None, group="bench"):
+    CASES[name] = (make, fn, alt)
+    SETS[group].append(name)
+
+for b in (1, 8):
+    case(f"gated_mlp_bs{b}", lambda b=b: (r(b, 4096), r(4096, 4096) * 0.02, r(4096, 4096) * 0.02),
+         lambda x, w1, w2: F.silu(x @ w1) * (x @ w2))
+    case(f"rmsnorm_linear_bs{b}", lambda b=b: (r(2 * b, 4096), r(4096, 6144) * 0.02),
+         lambda x, w: rms_norm(x) @ w)
+    case(f"gqa_bs{b}", lambda b=b: (r(2 * b, 256, 64) * 0.1, r(2 * b, 64, 4096) * 0.1, r(2 * b, 4096, 64)),
+         attention, sdpa)
+    case(f"qknorm_gqa_bs{b}", lambda b=b: (r(2 * b, 256, 64), r(2 * b, 64, 4096) * 0.1, r(2 * b, 4096, 64)),
+         lambda q, k, v: attention(rms_norm(q), k, rms_norm(v)),
+         lambda q, k, v: sdpa(rms_norm(q), k, rms_norm(v)))  # inputs already in sdpa_layout
+    case(f"ntrans_bs{b}", lambda b=b: (r(8 * b, 4096), r(8 * b, 4096), r(8 * b, 4096)),
+         lambda hh, x, al: rms_norm(x + al * (rms_norm(hh) + x)))
+case("lora", lambda: (r(16, 256), r(256, 4096) * 0.05, r(256, 16) * 0.05, r(16, 4096) * 0.05),
+     lambda x, w, a, bb: x @ w + (x @ a) @ bb)
+
+# The generality set: (name, hidden, intermediate, QKV width) of each model; weights [in, out].
+MODELS = [("llama1b", 2048, 8192, 3072), ("qwen06b", 1024, 3072, 4096), ("qwen7b", 3584, 18944, 4608)]
+def gated_mlp(x, wg, wu): return F.silu(x @ wg) * (x @ wu)
+def silu_gate_linear(g, u, w): return (F.silu(g) * u) @ w
+for m, hd, idim, qd in MODELS:
+    for dn in ("bf16", "f16"):
+        for rows in (1, 16):
+            dt = DTYPES[dn]
+            case(f"{m}_qkv_r{rows}_{dn}", lambda rows=rows, hd=hd, qd=qd, dt=dt: (r(rows, hd, dtype=dt), r(hd, qd, dtype=dt) * 0.02),
+                 lambda x, w: rms_norm(x) @ w, group="generality")
+            case(f"{m}_gateup_r{rows}_{dn}",
+                 lambda rows=rows, hd=hd, idim=idim, dt=dt: (r(rows, hd, dtype=dt), r(hd, idim, dtype=dt) * 0.02, r(hd, idim, dtype=dt) * 0.02),
+                 gated_mlp, group="generality")
+            case(f"{m}_down_r{rows}_{dn}",
+                 lambda rows=rows, hd=hd, idim=idim, dt=dt: (r(rows, idim, dtype=dt), r(rows, idim, dtype=dt), r(idim, hd, dtype=dt) * 0.02),
+                 silu_gate_linear, group="generality")
+case("llama1b_gateup_r8_f32",
+     lambda: (r(8, 2048, dtype=torch.float32), r(2048, 8192, dtype=torch.float32) * 0.02, r(2048, 8192, dtype=torch.float32) * 0.02),
+     gated_mlp, group="generality")
+
+def nbytes(ts):
+    ts = ts if isinstance(ts, (tuple, list)) else (ts,)
+    return sum(t.numel() * t.element_size() for t in ts)
+
+def graph_replay(fn, args):
+    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3): fn(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g): fn(*args)
+    return g.replay
+
+def bench(f): return do_bench(f, warmup=25, rep=200, return_mode="median") * 1e3  # microseconds
+
+def main():
+    argv = sys.argv[1:]
+    def option(flag, default=None):
+        if flag in argv:
+            i = argv.index(flag); value = argv[i + 1]; del argv[i:i + 2]; return value
+        return default
+    out = option("--json")
+    which = option("--set", "bench")
+    only = [o for o in option("--only", "").split(",") if o]
+    mode = option("--compile-mode", "max-autotune-no-cudagraphs")
+    unknown = [a for a in argv if a not in CASES]
+    if unknown or which not in ("bench", "generality", "all"):
+        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, all; cases: {', '.join(CASES)}")
+    pool = list(CASES) if which == "all" else SETS[which]
+    names = argv or [n for n in pool if not only or any(o in n for o in only)]
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)
+    bw = 2 * x.numel() / (bench(lambda: y.copy_(x)) * 1e-6)
+    del x, y
+    tiny = torch.zeros(1, device=dev)
+    launch = bench(lambda: tiny.add_(1))
+    print(f"device {torch.cuda.get_device_name()}  copy {bw/1e12:.2f} TB/s  launch {launch:.1f} us", flush=True)
+    rows = {}
+    for name in names:
+        make, fn, alt = CASES[name]
+        args = make()
+        res = fn(*args)
+        row = dict(eager=bench(lambda: fn(*args)), graph=bench(graph_replay(fn, args)))
+        cfn = torch.compile(fn, mode=mode)
+        for _ in range(2): cfn(*args)
+        row["compile"] = bench(lambda: cfn(*args))
+        if alt is not None:
+            row["sdpa"] = bench(graph_replay(alt, sdpa_layout(*args)))
+        row["floor"] = (nbytes(args) + nbytes(res)) / bw * 1e6
+        row["launch"] = launch
+        row["best_torch"] = min(v for k, v in row.items() if k in ("eager", "graph", "compile", "sdpa"))
+        rows[name] = row
+        print(f"{name:22s} " + "  ".join(f"{k} {v:7.1f}" for k, v in row.items()), flush=True)
+        del args, res
+        torch._dynamo.reset()  # one compiled graph per case: keep the caches of many cases bounded
+    if out:
+        json.dump(dict(device=torch.cuda.get_device_name(), copy_bw=bw, launch_us=launch, compile_mode=mode, rows=rows),
+                  open(out, "w"), indent=1)
+
+if __name__ == "__main__":
+    main()

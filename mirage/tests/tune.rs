@@ -1,0 +1,121 @@
+//! Offline tuning without a GPU: a bundle is packed (searched, generated, compiled by nvcc), a
+//! record of measurements is made up as the GPU machine would write it, and importing it stores
+//! the fastest correct candidate in the search cache, which the search then returns on a hit
+//! (re-verified) with the measurement. Candidates that mismatched the reference, failed, or are
+//! not in the bundle are never chosen.
+
+use std::path::PathBuf;
+
+use mirage::cache::{Cache, CacheKey};
+use mirage::ir::{DType, KernelGraph};
+use mirage::search::{SearchConfig, superoptimize};
+use mirage::tune::bundle::{PackOptions, import, pack, read_manifest};
+use mirage::tune::{TuneConfig, TuneRecord};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mirage-tune-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `silu(X @ W1) * (X @ W2)` at a small shape.
+fn gated_mlp() -> KernelGraph {
+    let mut g = KernelGraph::new();
+    let build = |g: &mut KernelGraph| -> Result<(), mirage::ir::IrError> {
+        let x = g.input(&[2, 256], DType::F16)?;
+        let w1 = g.input(&[256, 512], DType::F16)?;
+        let w2 = g.input(&[256, 512], DType::F16)?;
+        let a = g.matmul(x, w1)?;
+        let a = g.silu(a)?;
+        let b = g.matmul(x, w2)?;
+        let o = g.mul(a, b)?;
+        g.output(o, None)
+    };
+    build(&mut g).expect("a valid program");
+    g
+}
+
+#[test]
+fn a_packed_bundle_and_a_recorded_measurement_tune_the_cache() {
+    mirage::nvcc::find_nvcc().expect("nvcc packs the candidates (scripts/setup.sh installs it)");
+    let dir = temp_dir("bundle");
+    let program = gated_mlp();
+    let search = SearchConfig { offline: Some(false), ..SearchConfig::default() };
+    let opts = PackOptions {
+        search: search.clone(),
+        tune: TuneConfig { candidates: 4, ..TuneConfig::default() },
+        kernel: Default::default(),
+        nvcc: Default::default(),
+        commit: "test".into(),
+    };
+    let mut lines = Vec::new();
+    let manifest =
+        pack(&dir.join("bundle"), &[("gated".into(), program.clone())], &opts, &mut |l| lines.push(l.to_string()))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let p = &manifest.programs[0];
+    assert_eq!(p.candidates.len(), 4, "{lines:?}");
+    assert!(dir.join("bundle/cubins").join(&p.cubin).is_file());
+    assert_eq!(read_manifest(&dir.join("bundle")).expect("readable"), manifest);
+    // Packing again keeps the program.
+    let again = pack(&dir.join("bundle"), &[("gated".into(), program.clone())], &opts, &mut |_| {}).expect("packs");
+    assert_eq!(again.programs, manifest.programs);
+
+    // The record a GPU run would write: candidate 2 is the fastest but mismatched the reference,
+    // candidate 3 is the fastest correct one.
+    let mut record = TuneRecord::new("Test GPU".into(), "a test".into(), "test".into());
+    let mut t = mirage::tune::ProgramTiming {
+        name: "gated".into(),
+        program_hash: p.program_hash.clone(),
+        io_bytes: 0,
+        candidates: p.empty_timings(),
+        reference_s: None,
+    };
+    for (i, (us, error)) in
+        [(30.0, None), (25.0, None), (10.0, Some("relative L2 error 5e-1")), (20.0, None)].into_iter().enumerate()
+    {
+        let c = &mut t.candidates[i];
+        c.rel_l2 = Some(if error.is_some() { 0.5 } else { 1e-3 });
+        c.error = error.map(str::to_string);
+        c.rounds_us = vec![us];
+        c.summarize();
+    }
+    record.programs.push(t);
+    let cache = Cache::new(dir.join("cache"));
+    let imported = import(&dir.join("bundle"), &record, &cache).expect("imports");
+    assert_eq!(imported.len(), 1);
+    let path = imported[0].outcome.clone().unwrap_or_else(|e| panic!("{e}"));
+    let key = CacheKey {
+        program_hash: program.canonical_hash(),
+        arch: search.arch.name.to_string(),
+        search_version: search.version(),
+    };
+    assert_eq!(path, cache.path(&key));
+    let (entry, graph) = cache.load(&key).expect("readable").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), p.candidates[3].hash);
+    assert_eq!(entry.measured_us, Some(20.0));
+    assert_eq!(entry.device.as_deref(), Some("Test GPU"));
+    assert_eq!(entry.top[0].hash, p.candidates[3].hash);
+    assert_eq!(entry.top.iter().filter_map(|c| c.measured_us).count(), 4);
+
+    // The search takes the tuned µGraph from the cache (re-verified) and reports the measurement.
+    let r = superoptimize(&program, &search, Some(&cache)).expect("a cache hit");
+    assert!(r.from_cache);
+    assert_eq!(r.best.hash.to_hex(), p.candidates[3].hash);
+    assert!(r.summary().contains("chosen by measurement: 20.00 µs on Test GPU"), "{}", r.summary());
+
+    // A record of another program, or with other candidates, is not imported.
+    let mut wrong = record.clone();
+    wrong.programs[0].program_hash = "00".repeat(32);
+    assert!(import(&dir.join("bundle"), &wrong, &cache).expect("runs")[0].outcome.is_err());
+    let mut wrong = record.clone();
+    wrong.programs[0].candidates.pop();
+    assert!(import(&dir.join("bundle"), &wrong, &cache).expect("runs")[0].outcome.is_err());
+    // Nothing usable: nothing stored.
+    let mut none = record.clone();
+    none.programs[0].candidates.iter_mut().for_each(|c| c.error = Some("launch failed".into()));
+    let e = import(&dir.join("bundle"), &none, &Cache::new(dir.join("empty"))).expect("runs");
+    assert!(e[0].outcome.as_ref().is_err_and(|e| e.contains("no candidate")), "{e:?}");
+    assert!(!dir.join("empty").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
