@@ -5,10 +5,10 @@
 //! - [`DType`]: element types;
 //! - [`TensorDesc`]: a device tensor's shape, strides and element type;
 //! - [`shape`]: strides, shape checks and the shape rules of the operators (broadcast, matmul,
-//!   concat, reductions, the RMS-norm weight);
+//!   concat, reductions, the RMS-norm weight, rope, gather, argmax);
 //! - [`ops`]: the operator table ([`UnaryOp`], [`BinaryOp`] and their rows) from which the DSL's
 //!   functions, the importer's names, the verifier's and pruners' treatment and the tests'
-//!   operator lists are derived;
+//!   operator lists are derived, and the layouts of rotary embeddings ([`RopeLayout`]);
 //! - [`Scalar`]: float constants of operators, compared by bits;
 //! - [`artifact_stem`]: the names of a function's build artifacts.
 //!
@@ -17,7 +17,7 @@
 //!
 //! let x = TensorDesc::new(&[8, 4096], DType::F16);
 //! assert_eq!(x.strides, vec![4096, 1]);
-//! assert_eq!(UnaryOp::ALL.iter().filter(|op| op.spec().dsl == mirage_core::ops::Dsl::Function).count(), 10);
+//! assert_eq!(UnaryOp::ALL.iter().filter(|op| op.spec().dsl == mirage_core::ops::Dsl::Function).count(), 11);
 //! ```
 
 pub mod artifact;
@@ -29,7 +29,7 @@ pub mod tensor;
 
 pub use artifact::{ARTIFACT_DIR, artifact_stem};
 pub use dtype::DType;
-pub use ops::{BinaryOp, UnaryOp};
+pub use ops::{BinaryOp, RopeLayout, UnaryOp};
 pub use scalar::Scalar;
 pub use shape::{MAX_ELEMENTS, MAX_RANK, ShapeError, row_major_strides};
 pub use tensor::TensorDesc;

@@ -13,6 +13,10 @@
 //! - tests derive their operator lists from [`UnaryOp::ALL`] and [`BinaryOp::ALL`], and the
 //!   operand range they draw inputs from ([`Domain`]).
 //!
+//! [`RopeLayout`] names the two element pairings of rotary embeddings and says, once, which
+//! elements a rotation pairs ([`RopeLayout::pair`]): the evaluator and the code generator both
+//! follow it.
+//!
 //! Every table and every per-operator behaviour elsewhere (the f32 reference, the CUDA
 //! expression) is an exhaustive `match`: adding a variant makes the compiler list each place the
 //! new operator needs, and `ALL`'s length is checked against the number of variants.
@@ -58,6 +62,9 @@ pub enum UnaryOp {
     Tanh,
     /// `1 / (1 + e^-x)`.
     Sigmoid,
+    /// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715·x³)))`: the tanh approximation of GELU (GPT-2,
+    /// Gemma, PyTorch's `gelu(approximate="tanh")`).
+    GeluTanh,
     /// `min(max(x, lo), hi)`.
     Clamp {
         /// Lower bound.
@@ -70,6 +77,11 @@ pub enum UnaryOp {
         /// The constant factor.
         c: Scalar,
     },
+    /// `x + c`.
+    AddScalar {
+        /// The constant term.
+        c: Scalar,
+    },
 }
 
 /// How the `#[mugraph]` language writes a unary operator.
@@ -80,7 +92,8 @@ pub enum Dsl {
     /// A function with parameters, checked by its own rule in the macro's checker (`clamp(x, lo,
     /// hi)`).
     Special,
-    /// Not called by name: produced by arithmetic with float literals (`x * 0.5` is `mul_scalar`).
+    /// Not called by name: produced by arithmetic with float literals (`x * 0.5` is `mul_scalar`,
+    /// `x + 1e-5` is `add_scalar`).
     Arithmetic,
 }
 
@@ -98,6 +111,8 @@ pub enum Law {
     Recip,
     /// `c · x`.
     Scale(Scalar),
+    /// `x + c`.
+    Offset(Scalar),
     /// No law the search relies on: the fingerprint draws a random function of the argument per
     /// trial, keyed by the name and the parameters; the pruners treat it as an uninterpreted
     /// function of them. Two applications are equal only when name, parameters and argument are.
@@ -181,8 +196,10 @@ impl UnaryOp {
         UnaryOp::Recip,
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
+        UnaryOp::GeluTanh,
         UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
         UnaryOp::MulScalar { c: Scalar(0.75) },
+        UnaryOp::AddScalar { c: Scalar(-0.5) },
     ];
 
     /// The operator's row of the table.
@@ -271,6 +288,15 @@ impl UnaryOp {
                 law: Law::Uninterpreted,
                 domain: Real,
             },
+            UnaryOp::GeluTanh => UnarySpec {
+                name: "gelu_tanh",
+                params: Params::None,
+                dsl: Dsl::Function,
+                // Mirage's GELU is the exact (erf) form.
+                mirage: None,
+                law: Law::Uninterpreted,
+                domain: Real,
+            },
             UnaryOp::Clamp { lo, hi } => UnarySpec {
                 name: "clamp",
                 params: Params::Two(lo, hi),
@@ -288,6 +314,14 @@ impl UnaryOp {
                 law: Law::Scale(c),
                 domain: Real,
             },
+            UnaryOp::AddScalar { c } => UnarySpec {
+                name: "add_scalar",
+                params: Params::One(c),
+                dsl: Dsl::Arithmetic,
+                mirage: None,
+                law: Law::Offset(c),
+                domain: Real,
+            },
         }
     }
 
@@ -303,7 +337,8 @@ impl UnaryOp {
 }
 
 impl fmt::Display for UnaryOp {
-    /// The name and its parameters: `exp`, `clamp(-0.25, 0.5)`, `mul_scalar(0.75)`.
+    /// The name and its parameters: `exp`, `clamp(-0.25, 0.5)`, `mul_scalar(0.75)`,
+    /// `add_scalar(-0.5)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let spec = self.spec();
         write!(f, "{}{}", spec.name, spec.params)
@@ -403,6 +438,61 @@ impl fmt::Display for BinaryOp {
     }
 }
 
+/// How `rope` pairs the elements of one attention head that it rotates together.
+///
+/// `rope(x, cos, sin)` rotates each head — each run of `h = 2·cos.last` consecutive elements of
+/// `x`'s last dim — by the angles of `cos`/`sin` (`h/2` per position): pair `k` of a head is
+/// rotated by angle `k`, `(a, b) ↦ (a·cos_k − b·sin_k, b·cos_k + a·sin_k)`. The layouts differ in
+/// which two elements form pair `k`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, EnumCount)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeLayout {
+    /// Pair `k` is elements `k` and `k + h/2` (GPT-NeoX; the `rotate_half` of Hugging Face's
+    /// Llama, Mistral and Qwen).
+    HalfSplit,
+    /// Pair `k` is elements `2k` and `2k + 1` (GPT-J; Meta's reference Llama).
+    Interleaved,
+}
+
+impl RopeLayout {
+    /// Both layouts.
+    pub const ALL: [RopeLayout; RopeLayout::COUNT] = [RopeLayout::HalfSplit, RopeLayout::Interleaved];
+
+    /// The DSL function that applies it: `rope`, `rope_interleaved`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RopeLayout::HalfSplit => "rope",
+            RopeLayout::Interleaved => "rope_interleaved",
+        }
+    }
+
+    /// For element `j` of a head of `h` elements (`j < h`, `h` even): its partner in the pair,
+    /// the pair's angle index `k`, and whether the partner's term is subtracted (`j` is the first
+    /// element of its pair: `y_j = x_j·cos_k − x_partner·sin_k`) or added
+    /// (`y_j = x_j·cos_k + x_partner·sin_k`).
+    pub const fn pair(self, j: usize, h: usize) -> (usize, usize, bool) {
+        match self {
+            RopeLayout::HalfSplit => {
+                let half = h / 2;
+                if j < half { (j + half, j, true) } else { (j - half, j - half, false) }
+            }
+            RopeLayout::Interleaved => {
+                if j.is_multiple_of(2) {
+                    (j + 1, j / 2, true)
+                } else {
+                    (j - 1, j / 2, false)
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for RopeLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
@@ -485,6 +575,26 @@ mod tests {
                 assert_eq!(imported.name(), op.name(), "{name} imports as its own operator");
             }
         }
+    }
+
+    #[test]
+    fn rope_pairs_are_involutions_with_one_subtracted_side() {
+        for layout in RopeLayout::ALL {
+            for h in [2, 4, 8, 128] {
+                let mut angles = vec![0; h / 2];
+                for j in 0..h {
+                    let (partner, k, first) = layout.pair(j, h);
+                    assert!(partner < h && k < h / 2, "{layout} {j} of {h}");
+                    let (back, k2, first2) = layout.pair(partner, h);
+                    assert_eq!((back, k2, first2), (j, k, !first), "{layout} {j} of {h}");
+                    angles[k] += 1;
+                }
+                assert!(angles.iter().all(|&n| n == 2), "every angle rotates one pair");
+            }
+        }
+        assert_eq!(RopeLayout::HalfSplit.pair(1, 8), (5, 1, true));
+        assert_eq!(RopeLayout::Interleaved.pair(5, 8), (4, 2, false));
+        assert_eq!(serde_json::to_value(RopeLayout::Interleaved).ok(), Some(serde_json::Value::from("interleaved")));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Shapes and strides, and the shape rules of the operators: broadcasting, matmul,
-//! concatenation, reductions and the RMS-norm weight.
+//! concatenation, reductions, the RMS-norm weight, rotary embeddings, gathers and argmax.
 //!
 //! Every rule is a pure function of shapes that returns the result's shape or a [`ShapeError`]
 //! saying which rule failed, with the sizes involved. The `#[mugraph]` checker wraps it into a
@@ -215,6 +215,68 @@ pub fn check_rms_norm_weight(x: &[usize], weight: &[usize]) -> Result<(), ShapeE
     Ok(())
 }
 
+/// `rope(x, cos, sin)`: `cos` and `sin` have one shape, `x`'s rank, and leading dims equal to
+/// `x`'s or 1 (they broadcast); their last dim `h/2` gives the head size `h`, which must divide
+/// `x`'s last dim (each head of `h` elements is rotated alike). The result has `x`'s shape.
+pub fn rope_shape(x: &[usize], cos: &[usize], sin: &[usize]) -> Result<Vec<usize>, ShapeError> {
+    if cos != sin {
+        return broken(format!("cos and sin must have one shape, found {} and {}", fmt_shape(cos), fmt_shape(sin)));
+    }
+    if cos.len() != x.len() {
+        return broken(format!(
+            "cos and sin must have x's rank {} (leading dims equal to x's or 1, then the half head size), found rank {}",
+            x.len(),
+            cos.len()
+        ));
+    }
+    let last = x.len() - 1;
+    if let Some(d) = (0..last).find(|&d| cos[d] != x[d] && cos[d] != 1) {
+        return broken(format!("dim {d} of cos and sin is {}; it must be x's ({}) or 1", cos[d], x[d]));
+    }
+    let head = cos[last].checked_mul(2).filter(|&h| x[last].is_multiple_of(h));
+    if head.is_none() {
+        return broken(format!(
+            "the last dim of cos and sin ({}) is half the head size, so twice it must divide x's last dim ({})",
+            cos[last], x[last]
+        ));
+    }
+    Ok(x.to_vec())
+}
+
+/// `gather(table, ids)`: rows of a `[rows, width]` table at the ids: the result is `ids`'s shape
+/// followed by `width` (rank at most [`MAX_RANK`]); `rows` at most 2^24 (indices are exact as
+/// f32 values inside kernels).
+pub fn gather_shape(table: &[usize], ids: &[usize]) -> Result<Vec<usize>, ShapeError> {
+    if table.len() != 2 {
+        return broken(format!("the table must have rank 2 ([rows, width]), found {}", fmt_shape(table)));
+    }
+    if table[0] > crate::DType::MAX_INDEX_EXTENT {
+        return broken(format!("the table has {} rows; at most 2^24 rows can be indexed", table[0]));
+    }
+    if ids.len() >= MAX_RANK {
+        return broken(format!(
+            "the result has the ids' rank plus one; ids of rank {} would give rank {} (at most {MAX_RANK})",
+            ids.len(),
+            ids.len() + 1
+        ));
+    }
+    let mut out = ids.to_vec();
+    out.push(table[1]);
+    Ok(out)
+}
+
+/// `argmax(x, dim)`: the position of the maximum along `dim`, kept with size 1; `dim` has at
+/// most 2^24 elements (positions are exact as f32 values inside kernels).
+pub fn argmax_shape(x: &[usize], dim: usize) -> Result<Vec<usize>, ShapeError> {
+    check_dim(x, dim)?;
+    if x[dim] > crate::DType::MAX_INDEX_EXTENT {
+        return broken(format!("dim {dim} has {} elements; at most 2^24 positions can be returned", x[dim]));
+    }
+    let mut out = x.to_vec();
+    out[dim] = 1;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +331,17 @@ mod tests {
         assert!(check_rms_norm_weight(&[8, 64], &[1, 64]).is_ok());
         assert!(check_rms_norm_weight(&[8, 64], &[64]).expect_err("breaks the rule").0.ends_with("shape [1, 64]"));
         assert!(check_rms_norm_weight(&[8, 64], &[8, 64]).is_err());
+        assert_eq!(rope_shape(&[7, 256], &[7, 64], &[7, 64]).expect("two heads of 128"), vec![7, 256]);
+        assert!(rope_shape(&[2, 7, 64], &[1, 7, 32], &[1, 7, 32]).is_ok());
+        assert!(rope_shape(&[7, 96], &[7, 64], &[7, 64]).expect_err("128 does not divide 96").0.contains("twice"));
+        assert!(rope_shape(&[7, 128], &[7, 64], &[1, 64]).expect_err("differ").0.starts_with("cos and sin"));
+        assert!(rope_shape(&[7, 128], &[3, 64], &[3, 64]).expect_err("3 vs 7").0.starts_with("dim 0"));
+        assert!(rope_shape(&[7, 128], &[64], &[64]).is_err());
+        assert_eq!(gather_shape(&[100, 16], &[2, 5]).expect("follows the rule"), vec![2, 5, 16]);
+        assert!(gather_shape(&[100, 16, 2], &[5]).is_err());
+        assert!(gather_shape(&[100, 16], &[1, 2, 3, 4]).expect_err("rank 5").0.contains("rank 5"));
+        assert!(gather_shape(&[(1 << 24) + 1, 2], &[3]).is_err());
+        assert_eq!(argmax_shape(&[4, 6, 40], 2).expect("follows the rule"), vec![4, 6, 1]);
+        assert!(argmax_shape(&[4, 6], 2).is_err());
     }
 }

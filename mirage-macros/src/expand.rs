@@ -130,6 +130,7 @@ fn element_type(dtype: DType) -> TokenStream {
         DType::F16 => quote!(::mirage::half::f16),
         DType::Bf16 => quote!(::mirage::half::bf16),
         DType::F32 => quote!(f32),
+        DType::I32 => quote!(i32),
     }
 }
 

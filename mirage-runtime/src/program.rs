@@ -3,7 +3,7 @@
 //! intermediate buffers and launches every kernel in order on a stream.
 //!
 //! Tensors of mixed element types pass through [`TensorArg`] (borrowed) and [`AnyTensor`]
-//! (owned), enums over the three element types.
+//! (owned), enums over the four element types.
 //!
 //! ```no_run
 //! use mirage_runtime::{AnyTensor, Gpu, Program, ProgramArtifacts, RuntimeError, TensorArg};
@@ -48,6 +48,8 @@ pub enum TensorArg<'a> {
     BF16(&'a DeviceTensor<bf16>),
     /// An `f32` tensor.
     F32(&'a DeviceTensor<f32>),
+    /// An `i32` tensor (indices).
+    I32(&'a DeviceTensor<i32>),
 }
 
 impl<'a> From<&'a DeviceTensor<f16>> for TensorArg<'a> {
@@ -65,6 +67,11 @@ impl<'a> From<&'a DeviceTensor<f32>> for TensorArg<'a> {
         TensorArg::F32(t)
     }
 }
+impl<'a> From<&'a DeviceTensor<i32>> for TensorArg<'a> {
+    fn from(t: &'a DeviceTensor<i32>) -> Self {
+        TensorArg::I32(t)
+    }
+}
 
 impl TensorArg<'_> {
     /// The element type.
@@ -73,6 +80,7 @@ impl TensorArg<'_> {
             TensorArg::F16(_) => DType::F16,
             TensorArg::BF16(_) => DType::Bf16,
             TensorArg::F32(_) => DType::F32,
+            TensorArg::I32(_) => DType::I32,
         }
     }
 
@@ -82,6 +90,7 @@ impl TensorArg<'_> {
             TensorArg::F16(t) => t.layout(),
             TensorArg::BF16(t) => t.layout(),
             TensorArg::F32(t) => t.layout(),
+            TensorArg::I32(t) => t.layout(),
         };
         TensorDesc { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
     }
@@ -94,6 +103,7 @@ impl TensorArg<'_> {
             TensorArg::F16(t) => args.tensor(t),
             TensorArg::BF16(t) => args.tensor(t),
             TensorArg::F32(t) => args.tensor(t),
+            TensorArg::I32(t) => args.tensor(t),
         };
     }
 }
@@ -107,6 +117,8 @@ pub enum AnyTensor {
     BF16(DeviceTensor<bf16>),
     /// An `f32` tensor.
     F32(DeviceTensor<f32>),
+    /// An `i32` tensor (indices).
+    I32(DeviceTensor<i32>),
 }
 
 macro_rules! any_conversions {
@@ -148,6 +160,7 @@ any_conversions! {
     F16 f16 => into_f16, as_f16;
     BF16 bf16 => into_bf16, as_bf16;
     F32 f32 => into_f32, as_f32;
+    I32 i32 => into_i32, as_i32;
 }
 
 impl AnyTensor {
@@ -170,6 +183,7 @@ impl AnyTensor {
             AnyTensor::F16(t) => t.shape(),
             AnyTensor::BF16(t) => t.shape(),
             AnyTensor::F32(t) => t.shape(),
+            AnyTensor::I32(t) => t.shape(),
         }
     }
 
@@ -184,21 +198,25 @@ impl AnyTensor {
             AnyTensor::F16(t) => TensorArg::F16(t),
             AnyTensor::BF16(t) => TensorArg::BF16(t),
             AnyTensor::F32(t) => TensorArg::F32(t),
+            AnyTensor::I32(t) => TensorArg::I32(t),
         }
     }
 
     /// Downloads the tensor's storage (row-major values for a row-major tensor) converted to
-    /// `f32`, waiting on the stream the tensor was allocated on.
+    /// `f32` (indices below 2^24 exactly), waiting on the stream the tensor was allocated on.
     pub fn to_host_f32(&self) -> Result<Vec<f32>, RuntimeError> {
         Ok(match self {
             AnyTensor::F16(t) => t.to_host()?.into_iter().map(f16::to_f32).collect(),
             AnyTensor::BF16(t) => t.to_host()?.into_iter().map(bf16::to_f32).collect(),
             AnyTensor::F32(t) => t.to_host()?,
+            AnyTensor::I32(t) => t.to_host()?.into_iter().map(|v| v as f32).collect(),
         })
     }
 
     /// Uploads row-major `f32` values converted to the element type of `spec`, with the layout of
-    /// `spec` (strided specs get a storage buffer of exactly the layout's size).
+    /// `spec` (strided specs get a storage buffer of exactly the layout's size). For `i32` a value
+    /// is rounded to the nearest integer (saturating) and NaN becomes `i32::MIN`, a poison no
+    /// index takes.
     pub fn upload_f32(stream: &Stream, spec: &TensorDesc, values: &[f32]) -> Result<AnyTensor, RuntimeError> {
         fn storage<T: Copy>(
             spec: &TensorDesc,
@@ -241,13 +259,18 @@ impl AnyTensor {
                 &spec.shape,
                 &spec.strides,
             )?),
+            DType::I32 => AnyTensor::I32(stream.upload_strided(
+                &storage(spec, values, 0, |v| if v.is_nan() { i32::MIN } else { v.round() as i32 })?,
+                &spec.shape,
+                &spec.strides,
+            )?),
         })
     }
 
     /// An uninitialised row-major tensor of `spec`'s shape and element type (a plan's outputs
     /// and buffers are row-major).
     fn alloc(stream: &Stream, spec: &TensorDesc) -> Result<AnyTensor, RuntimeError> {
-        // SAFETY: every bit pattern is a valid f16, bf16 and f32, so reading unwritten device
+        // SAFETY: every bit pattern is a valid f16, bf16, f32 and i32, so reading unwritten device
         // memory is never undefined behaviour; the plan's kernels write every element of the
         // outputs and buffers before anything reads them (the code generator's contract, checked
         // on the GPU with NaN-poisoned outputs by the golden test).
@@ -256,6 +279,7 @@ impl AnyTensor {
                 DType::F16 => AnyTensor::F16(stream.alloc_uninit(&spec.shape)?),
                 DType::Bf16 => AnyTensor::BF16(stream.alloc_uninit(&spec.shape)?),
                 DType::F32 => AnyTensor::F32(stream.alloc_uninit(&spec.shape)?),
+                DType::I32 => AnyTensor::I32(stream.alloc_uninit(&spec.shape)?),
             })
         }
     }
@@ -265,6 +289,7 @@ impl AnyTensor {
             AnyTensor::F16(t) => args.tensor_mut(t),
             AnyTensor::BF16(t) => args.tensor_mut(t),
             AnyTensor::F32(t) => args.tensor_mut(t),
+            AnyTensor::I32(t) => args.tensor_mut(t),
         };
     }
 }

@@ -14,9 +14,11 @@ mod sealed {
     impl Sealed for half::f16 {}
     impl Sealed for half::bf16 {}
     impl Sealed for f32 {}
+    impl Sealed for i32 {}
 }
 
-/// A type a [`DeviceTensor`] can hold: `half::f16`, `half::bf16` or `f32` (sealed).
+/// A type a [`DeviceTensor`] can hold: `half::f16`, `half::bf16`, `f32` or `i32` (indices)
+/// (sealed).
 pub trait Element:
     sealed::Sealed + DeviceRepr + ValidAsZeroBits + Copy + Default + fmt::Debug + Send + Sync + 'static
 {
@@ -32,6 +34,9 @@ impl Element for half::bf16 {
 }
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
 }
 
 /// A tensor's shape (rank 1 to 4, every dimension at least 1) and strides, in elements.

@@ -1,6 +1,7 @@
 // mirage device library: included as source at the top of every generated translation unit.
 // Tile copies (16-byte cp.async), tensor-core fragments (mma.sync m16n8k16, f16/bf16 in, f32
-// accumulate), element-wise functions and warp reductions used by the generated kernels.
+// accumulate), element-wise functions, warp reductions, the argmax order and the element pairs of
+// rotary embeddings used by the generated kernels.
 #ifndef MIRAGE_DEVICE_CUH
 #define MIRAGE_DEVICE_CUH
 #include <cuda_fp16.h>
@@ -13,11 +14,14 @@ namespace mirage {
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+// i32 tensors hold indices (below 2^24 where they address anything): exact as f32.
+__device__ __forceinline__ float to_f32(int v) { return static_cast<float>(v); }
 
 template <typename T> __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ int from_f32<int>(float v) { return __float2int_rn(v); }
 
 // ---- asynchronous copies ---------------------------------------------------------------------
 // The L2::256B hint has L2 fetch the aligned 256 bytes around each copy: the weight tiles of the
@@ -37,6 +41,20 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x));
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float relu(float x) { return fmaxf(x, 0.0f); }
 __device__ __forceinline__ float clampf(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): the tanh approximation of GELU.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+
+// ---- argmax ------------------------------------------------------------------------------------
+// Whether value a at position i beats value b at position j: the larger value, NaN above every
+// number, ties to the lower position (the order of mirage's reference interpreter).
+__device__ __forceinline__ bool argmax_beats(float a, int i, float b, int j) {
+  const bool an = isnan(a), bn = isnan(b);
+  if (an != bn) return an;
+  if (!an && a != b) return a > b;
+  return i < j;
+}
 
 // ---- warp reductions ---------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {
@@ -48,6 +66,34 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+// One step of an argmax over lanes `off` apart: every lane keeps the better (value, position).
+__device__ __forceinline__ void shfl_argmax(float& v, int& k, int off) {
+  const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+  const int ok = __shfl_xor_sync(0xffffffffu, k, off);
+  if (argmax_beats(ov, ok, v, k)) { v = ov; k = ok; }
+}
+__device__ __forceinline__ void warp_argmax(float& v, int& k) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) shfl_argmax(v, k, o);
+}
+
+// ---- rotary embeddings -------------------------------------------------------------------------
+// Element j of a head of h elements: its partner in the rotated pair, the pair's angle, and
+// whether j is the pair's first element (y_j = x_j cos - x_partner sin) or its second
+// (y_j = x_j cos + x_partner sin). The same pairs as mirage_core::ops::RopeLayout::pair.
+struct RopePair {
+  int partner;
+  int angle;
+  bool first;
+};
+__device__ __forceinline__ RopePair rope_pair_half_split(int j, int h) {
+  const int half = h >> 1;
+  return j < half ? RopePair{j + half, j, true} : RopePair{j - half, j - half, false};
+}
+__device__ __forceinline__ RopePair rope_pair_interleaved(int j, int h) {
+  (void)h;
+  return (j & 1) == 0 ? RopePair{j + 1, j >> 1, true} : RopePair{j - 1, j >> 1, false};
 }
 
 // ---- tensor cores ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! Every tensor of a kernel graph, and every tile of its block graphs, gets an abstract
 //! expression ([`Expr`]): a term over uninterpreted `add, mul, div, pow, exp, neg`, one
 //! uninterpreted function per unary operator without a law in the operator table
-//! ([`crate::ir::Law::Uninterpreted`]: `sqrt, silu, gelu, relu, tanh, sigmoid, clamp`, the last
+//! ([`crate::ir::Law::Uninterpreted`]: `sqrt, silu, gelu, gelu_tanh, relu, tanh, sigmoid, clamp`, the last
 //! with its bounds as an argument) and `sum(n, ·)`, that forgets which elements meet but keeps
 //! reduction sizes (the table of `reference/mirage-core.md` §3.1, extended to our operators):
 //!
@@ -16,12 +16,12 @@
 //! | `acc_sum_last` of a tile with last dim `l`; `acc_sum_to(w)` | `sum(F·l, x)`; `sum(F·l / w, x)` |
 //! | `acc_rms_last`; `rms` of `rms_norm` over `n` | `sqrt(mul(sum(F·l, mul(x, x)), 1/(F·l)))`; the same with `n` |
 //! | `rms_norm(x, eps, w)` | `mul(div(x, rms), w)`, `eps ≠ 0` adds `add(·, eps)` under the sqrt |
-//! | `square`, `recip`, `mul_scalar(c)`, `sub(a, b)` | `mul(x, x)`, `div(1, x)`, `mul(c, x)`, `add(a, neg(b))` |
-//! | `reduce_max`, `running_max`, `acc_max`, rescaling accumulators, `concat` | opaque |
+//! | `square`, `recip`, `mul_scalar(c)`, `add_scalar(c)`, `sub(a, b)` | `mul(x, x)`, `div(1, x)`, `mul(c, x)`, `add(x, c)`, `add(a, neg(b))` |
+//! | `reduce_max`, `running_max`, `acc_max`, rescaling accumulators, `concat`, `rope`, `gather`, `argmax` | opaque |
 //!
 //! `sum(1, x)` is `x` and `sum(a, sum(b, x))` is `sum(a·b, x)`, applied when terms are built.
-//! Opaque tensors (max and online-softmax rescaling, whose algebra the axioms do not describe, and
-//! concatenation, which mixes elements) make every expression that contains them opaque, and an
+//! Opaque tensors (max and online-softmax rescaling, whose algebra the axioms do not describe;
+//! concatenation and rotary embeddings, which mix elements; gathers and argmax, which index) make every expression that contains them opaque, and an
 //! opaque expression is always kept: pruning is conservative — it may keep a useless prefix, it
 //! must never drop one that could lead to the program.
 //!
@@ -145,6 +145,7 @@ pub mod build {
             Law::Neg => Arc::new(Expr::Neg(x.clone())),
             Law::Recip => div(&constant(1.0), x),
             Law::Scale(c) => mul(&constant(c.0), x),
+            Law::Offset(c) => add(x, &constant(c.0)),
             Law::Uninterpreted => Arc::new(Expr::Fn(spec.name, spec.params.bits(), x.clone())),
         }
     }
@@ -297,7 +298,11 @@ pub fn graph_exprs(g: &KernelGraph) -> Result<GraphExprs, AbsExprError> {
             KernelOp::Unary { op } => vec![unary(op, &args[0])],
             KernelOp::Binary { op } => vec![binary(*op, &args[0], &args[1])],
             KernelOp::ReduceSum { dim } => vec![sum(shape(0).get(*dim).copied().unwrap_or(1) as u64, &args[0])],
-            KernelOp::ReduceMax { .. } | KernelOp::Concat { .. } => vec![opaque()],
+            KernelOp::ReduceMax { .. }
+            | KernelOp::Concat { .. }
+            | KernelOp::Rope { .. }
+            | KernelOp::Gather
+            | KernelOp::Argmax { .. } => vec![opaque()],
             KernelOp::RmsNorm { eps } => {
                 let n = shape(0).last().copied().unwrap_or(1) as u64;
                 let y = div(&args[0], &rms(&args[0], n, eps.0));
@@ -344,7 +349,11 @@ fn block_exprs(bg: &BlockGraph, inputs: &[E], kernel_node: usize) -> Result<(Vec
                 vec![sum((shape(0).get(*dim).copied().unwrap_or(1) / (*width).max(1)) as u64, &args[0])]
             }
             BlockOp::RmsNorm { eps } => vec![div(&args[0], &rms(&args[0], last(0), eps.0))],
-            BlockOp::ReduceMax { .. } | BlockOp::Concat { .. } => vec![opaque()],
+            BlockOp::ReduceMax { .. }
+            | BlockOp::Concat { .. }
+            | BlockOp::Rope { .. }
+            | BlockOp::Gather { .. }
+            | BlockOp::Argmax { .. } => vec![opaque()],
             BlockOp::RunningMax { .. } => vec![opaque(), opaque()],
             BlockOp::Accum { acc } => vec![match acc {
                 AccKind::Sum => sum(f, &args[0]),

@@ -459,6 +459,12 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
                 *f = f.max(segment_factor(desc, &t.shape));
             }
         }
+        // A gather reads its rows of the table from device memory directly.
+        if let (BlockOp::Gather { table, .. }, Some(t)) = (&node.op, node.outputs.first())
+            && let Some(r) = requested.get_mut(*table)
+        {
+            *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * blocks;
+        }
     }
     let (mut dram, mut l2) = (0f64, 0f64);
     for ((desc, req), factor) in inputs.iter().zip(&requested).zip(&dram_factor) {

@@ -9,7 +9,8 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp, row_major_strides,
+    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, RopeLayout, TensorRef, UnaryOp,
+    row_major_strides,
 };
 
 /// A value domain: the arithmetic the evaluator is instantiated with.
@@ -38,6 +39,14 @@ pub trait Domain: Sync {
     fn max(&self, a: Self::V, b: Self::V) -> Self::V;
     /// An element-wise unary function.
     fn unary(&self, op: &UnaryOp, a: Self::V) -> Self::V;
+    /// The index an element of an `i32` tensor holds (a `gather` id), or `None` when it is
+    /// negative or too large to address anything.
+    fn index(&self, v: Self::V) -> Option<usize>;
+    /// Whether `a` comes strictly after `b` in the order `argmax` maximizes.
+    fn greater(&self, a: Self::V, b: Self::V) -> bool;
+    /// The `i32` value `argmax` returns for position `i` of the searched `row` (the row's
+    /// elements in order): the value whose [`Domain::index`] is `i`.
+    fn position(&self, i: usize, row: &[Self::V]) -> Self::V;
     /// `acc + a · b` (the matmul inner step).
     #[inline]
     fn mul_add(&self, acc: Self::V, a: Self::V, b: Self::V) -> Self::V {
@@ -341,6 +350,80 @@ impl<D: Domain> Ops<'_, D> {
         Tensor { shape, data }
     }
 
+    /// `rope(x, cos, sin)`: each head of `h = 2·cos.last` elements of `x`'s last dim rotated
+    /// pair by pair as [`RopeLayout::pair`] says; `cos`/`sin` broadcast over the leading dims.
+    fn rope(&self, layout: RopeLayout, x: &Tensor<D::V>, cos: &Tensor<D::V>, sin: &Tensor<D::V>) -> Tensor<D::V> {
+        let d = self.0;
+        let r = x.shape.len();
+        let width = x.shape[r - 1];
+        let half = cos.shape[r - 1];
+        let head = 2 * half;
+        let cstr = row_major_strides(&cos.shape);
+        let rows = x.data.len() / width;
+        let mut data = Vec::with_capacity(x.data.len());
+        let mut idx = vec![0usize; r];
+        for row in 0..rows {
+            // The row's multi-index over the leading dims, and the matching row of cos/sin.
+            let mut rest = row;
+            for dim in (0..r - 1).rev() {
+                idx[dim] = rest % x.shape[dim];
+                rest /= x.shape[dim];
+            }
+            let cbase: usize = (0..r - 1).filter(|&dim| cos.shape[dim] != 1).map(|dim| idx[dim] * cstr[dim]).sum();
+            let xrow = &x.data[row * width..(row + 1) * width];
+            for (p, &v) in xrow.iter().enumerate() {
+                let (base, j) = (p - p % head, p % head);
+                let (partner, k, first) = layout.pair(j, head);
+                let (c, s) = (cos.data[cbase + k], sin.data[cbase + k]);
+                let other = d.mul(xrow[base + partner], s);
+                let own = d.mul(v, c);
+                data.push(if first { d.sub(own, other) } else { d.add(own, other) });
+            }
+        }
+        Tensor { shape: x.shape.clone(), data }
+    }
+
+    /// Rows of `table` at `ids`, columns `col0..col0 + width`: `ids`'s shape followed by
+    /// `width`; an id that addresses no row gives zeros.
+    fn gather(&self, table: &Tensor<D::V>, ids: &Tensor<D::V>, col0: usize, width: usize) -> Tensor<D::V> {
+        let (rows, cols) = (table.shape[0], table.shape[1]);
+        let mut data = Vec::with_capacity(ids.data.len() * width);
+        for &id in &ids.data {
+            match self.0.index(id).filter(|&r| r < rows) {
+                Some(r) => data.extend_from_slice(&table.data[r * cols + col0..r * cols + col0 + width]),
+                None => data.extend(std::iter::repeat_n(self.0.zero(), width)),
+            }
+        }
+        let mut shape = ids.shape.clone();
+        shape.push(width);
+        Tensor { shape, data }
+    }
+
+    /// The position of the maximum along `dim` (kept with size 1): the first element no later
+    /// element is [`Domain::greater`] than (ties go to the lowest position).
+    fn argmax(&self, x: &Tensor<D::V>, dim: usize) -> Tensor<D::V> {
+        let d = self.0;
+        let (outer, extent, inner) = around(&x.shape, dim);
+        let mut shape = x.shape.clone();
+        shape[dim] = 1;
+        let mut data = Vec::with_capacity(outer * inner);
+        let mut row = Vec::with_capacity(extent);
+        for o in 0..outer {
+            for i in 0..inner {
+                row.clear();
+                row.extend((0..extent).map(|e| x.data[(o * extent + e) * inner + i]));
+                let mut best = 0;
+                for (e, &v) in row.iter().enumerate().skip(1) {
+                    if d.greater(v, row[best]) {
+                        best = e;
+                    }
+                }
+                data.push(d.position(best, &row));
+            }
+        }
+        Tensor { shape, data }
+    }
+
     /// The element-wise and reduction operators common to both levels.
     fn common_block_op(&self, op: &BlockOp, args: &[&Tensor<D::V>]) -> Option<Tensor<D::V>> {
         Some(match op {
@@ -352,7 +435,13 @@ impl<D: Domain> Ops<'_, D> {
             BlockOp::ReduceMax { dim } => self.reduce_max(args[0], *dim),
             BlockOp::RmsNorm { eps } => self.rms_norm(args[0], eps.0, None),
             BlockOp::Concat { dim } => self.concat(args[0], args[1], *dim),
-            _ => return None,
+            BlockOp::Rope { layout } => self.rope(*layout, args[0], args[1], args[2]),
+            BlockOp::Argmax { dim } => self.argmax(args[0], *dim),
+            BlockOp::Input { .. }
+            | BlockOp::Output { .. }
+            | BlockOp::Gather { .. }
+            | BlockOp::RunningMax { .. }
+            | BlockOp::Accum { .. } => return None,
         })
     }
 }
@@ -402,6 +491,9 @@ pub fn evaluate<D: Domain>(
             KernelOp::ReduceMax { dim } => vec![ops.reduce_max(args[0], *dim)],
             KernelOp::RmsNorm { eps } => vec![ops.rms_norm(args[0], eps.0, args.get(1).copied())],
             KernelOp::Concat { dim } => vec![ops.concat(args[0], args[1], *dim)],
+            KernelOp::Rope { layout } => vec![ops.rope(*layout, args[0], args[1], args[2])],
+            KernelOp::Gather => vec![ops.gather(args[0], args[1], 0, args[0].shape[1])],
+            KernelOp::Argmax { dim } => vec![ops.argmax(args[0], *dim)],
             KernelOp::Custom { block } => evaluate_block(block, &ops, &args),
         };
         values.push(produced.into_iter().map(Cow::Owned).collect());
@@ -438,6 +530,27 @@ fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tenso
         }
     }
     outs
+}
+
+/// A block's gather: the rows of `table` at `ids`, over the block's slab of the table's width
+/// (split by the grid axes that `imap` maps to dim 1).
+fn gather_block<D: Domain>(
+    ops: &Ops<'_, D>,
+    table: &Tensor<D::V>,
+    imap: &GridMap,
+    grid: [usize; 3],
+    b: [usize; 3],
+    ids: &Tensor<D::V>,
+) -> Tensor<D::V> {
+    let mut width = table.shape[1];
+    let mut col0 = 0;
+    for a in 0..3 {
+        if imap[a] == Some(1) {
+            width /= grid[a];
+            col0 += b[a] * width;
+        }
+    }
+    ops.gather(table, ids, col0, width)
 }
 
 /// Runs block `b`: returns, for each output saver in order, the offset and the tile it writes.
@@ -511,6 +624,16 @@ fn run_block<D: Domain>(
                     }
                     vec![src.region(&offset, tile)]
                 }
+                BlockOp::Gather { table, imap } => {
+                    vec![gather_block(
+                        ops,
+                        inputs[*table],
+                        imap,
+                        grid,
+                        b,
+                        &values[node.inputs[0].node][node.inputs[0].port],
+                    )]
+                }
                 BlockOp::RunningMax { dim } => {
                     let cur = ops.reduce_max(&get(&values, &node.inputs[0]), *dim);
                     let Carry::RunningMax(prev) = &mut carry[i] else { continue };
@@ -561,6 +684,10 @@ fn run_block<D: Domain>(
                     }
                 }
                 saved.push((offset, tile));
+            }
+            BlockOp::Gather { table, imap } if !in_loop(i) => {
+                let ids = &values[node.inputs[0].node][node.inputs[0].port];
+                values[i] = vec![gather_block(ops, inputs[*table], imap, grid, b, ids)];
             }
             op if !in_loop(i) => {
                 let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();

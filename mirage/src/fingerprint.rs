@@ -29,15 +29,17 @@
 //! exponential); it is a keyed random function of the result so that a later `exp` of it is still
 //! a well-defined function of the value.
 //!
-//! A value's identity is its `p` component: the keyed random functions below hash `x_p`, and
-//! outputs are compared on `x_p` (the `q` component is the exponent shadow that `exp` consumes;
-//! `exp(a)·exp(b)` and `exp(a+b)` agree in `p` but not in `q`).
+//! A float value's identity is its `p` component: the keyed random functions below hash `x_p`,
+//! and float outputs are compared on `x_p` (the `q` component is the exponent shadow that `exp`
+//! consumes; `exp(a)·exp(b)` and `exp(a+b)` agree in `p` but not in `q`). Indices are the
+//! exception (see below).
 //!
 //! `count(n) = n`, and `constant(c)` is the exact dyadic rational `c = m · 2^e` of the `f32`
 //! (so `0.5 · x == x / 2`). Unary operators follow their law in the operator table
-//! ([`crate::ir::Law`]): `exp`, `square`, `neg`, `recip` and `mul_scalar` are the field
-//! operations above; every other one (`sqrt, silu, gelu, relu, tanh, sigmoid`, `clamp` keyed by
-//! its bounds), `pow` and non-finite constants are random functions keyed per trial: a
+//! ([`crate::ir::Law`]): `exp`, `square`, `neg`, `recip`, `mul_scalar` and `add_scalar` are the
+//! field operations above; every other one (`sqrt, silu, gelu, gelu_tanh, relu, tanh, sigmoid`,
+//! `clamp` keyed by its bounds), `pow` and non-finite constants are random functions keyed per
+//! trial: a
 //! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
 //! gives the same result in both graphs, different arguments almost surely differ; never
 //! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
@@ -46,7 +48,29 @@
 //! reverse; the f32 reference checks the chosen µGraph's numerics.
 //! `max` is the maximum under a keyed random total order of the values (so it is commutative,
 //! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
-//! `−∞` sentinel is a random value placed at the bottom of that order.
+//! `−∞` sentinel is a random value placed at the bottom of that order. `x + c` (`add_scalar`) is
+//! the field addition of the constant.
+//!
+//! # Indices (`i32` tensors)
+//!
+//! An `i32` value holds its index in the `p` component (`gather` reads row `x_p`; an id outside
+//! the table gives zeros in both graphs). `argmax` returns the position of the maximum under the
+//! same random order as `max` (ties to the lowest position), and in the `q` component a keyed
+//! hash of the whole searched row: the row it came from. `rope` is exact (products and sums of
+//! the rotated pairs). What follows for the verdict:
+//!
+//! - an `i32` *output* is compared on both components: a candidate that returns the right
+//!   position of the wrong row (a partial sum, another dim) is caught like any wrong value, with
+//!   probability `1 − 2^-31` per element;
+//! - the *rows `gather` reads at a computed index* (an `argmax` result used inside the program)
+//!   depend on the index alone, and a position has only `n` possible values: a candidate whose
+//!   row differs from the program's picks the same row with probability about `1/n` per element
+//!   and trial (assuming its positions fall like random ones). Such programs get more trials:
+//!   enough that `n^-trials ≤ 2^-40` for the smallest table `n` read that way
+//!   ([`trials_for`]). The f32 float check of the chosen µGraph (DESIGN §8.2) runs the real
+//!   arithmetic on top;
+//! - inputs of type `i32` are drawn as ids in `0..=rows` of the smallest table they index (the
+//!   value `rows` itself is out of range: the zero rows are exercised too).
 //!
 //! # Use
 //!
@@ -56,7 +80,7 @@
 use rayon::prelude::*;
 
 use crate::eval::{Domain, EvalError, Tensor, evaluate};
-use crate::ir::{DType, KernelGraph, Law, UnaryOp};
+use crate::ir::{DType, KernelGraph, KernelOp, Law, UnaryOp};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
 pub const P: u64 = 4_294_967_087;
@@ -314,6 +338,8 @@ mod tag {
     pub const OMEGA: u64 = 11;
     pub const INPUT: u64 = 12;
     pub const TRIAL: u64 = 13;
+    pub const ARGMAX_ROW: u64 = 14;
+    pub const IDS: u64 = 15;
 }
 
 /// Smallest and largest binary exponent of an `f32` value `m · 2^e` with an integer `m`.
@@ -484,6 +510,23 @@ impl FieldDomain {
     }
 }
 
+impl FieldDomain {
+    /// Random ids for an `i32` input of shape `shape` that indexes tables of at least `rows`
+    /// rows: uniform in `0..=rows` (`rows` itself addresses nothing), derived from `key` and the
+    /// input's position `i`.
+    pub fn random_ids(key: u64, i: usize, shape: &[usize], rows: usize) -> Tensor<Fp> {
+        let n: usize = shape.iter().product();
+        let k = hash_words(key, &[tag::IDS, i as u64]);
+        let data = (0..n as u64)
+            .map(|j| {
+                let h = mix64(k ^ j.wrapping_mul(GOLDEN));
+                Fp::from_u64((((h as u128) * (rows as u128 + 1)) >> 64) as u64)
+            })
+            .collect();
+        Tensor { shape: shape.to_vec(), data }
+    }
+}
+
 impl Domain for FieldDomain {
     type V = Fp;
 
@@ -540,8 +583,26 @@ impl Domain for FieldDomain {
             Law::Neg => self.sub(Fp::default(), a),
             Law::Recip => self.div(Fp::from_u64(1), a),
             Law::Scale(c) => self.mul(self.dyadic(c.0), a),
+            Law::Offset(c) => self.add(self.dyadic(c.0), a),
             Law::Uninterpreted => self.keyed(tag::UNARY, unary_key(spec.name, spec.params.bits()), a),
         }
+    }
+
+    fn index(&self, v: Fp) -> Option<usize> {
+        Some(v.p as usize)
+    }
+
+    fn greater(&self, a: Fp, b: Fp) -> bool {
+        self.rank(a) > self.rank(b)
+    }
+
+    /// Position `i` in `p`, and in `q` a keyed hash of the searched row (which row the position
+    /// is of).
+    fn position(&self, i: usize, row: &[Fp]) -> Fp {
+        let h = row
+            .iter()
+            .fold(hash_words(self.key, &[tag::ARGMAX_ROW]), |h, v| mix64(h.wrapping_add(GOLDEN) ^ v.p as u64));
+        Fp { p: i as u32, q: (h % Q) as u32 }
     }
 
     #[inline(always)]
@@ -574,7 +635,8 @@ pub fn has_order_q(omega: u32) -> bool {
 /// How a verification is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifyConfig {
-    /// Independent trials (fresh inputs, `ω` and keys each); at least 2 are always run.
+    /// Independent trials (fresh inputs, `ω` and keys each); at least 2 are always run, more for
+    /// programs that gather at computed indices ([`trials_for`]).
     pub trials: usize,
     /// Seed of all randomness: the same seed gives the same trials.
     pub seed: u64,
@@ -691,14 +753,23 @@ pub struct FingerprintContext {
 
 impl FingerprintContext {
     /// Evaluates `program` in `cfg.trials` (at least 2) independent trials.
+    ///
+    /// Programs that gather rows at computed indices get more trials ([`trials_for`]); `i32`
+    /// inputs are drawn as ids of the tables they index ([`index_bounds`]).
     pub fn new(program: &KernelGraph, cfg: &VerifyConfig) -> Result<Self, VerifyError> {
         let signature = signature(program);
         let shapes: Vec<Vec<usize>> = signature.inputs.iter().map(|(s, _)| s.clone()).collect();
-        let trials = (0..cfg.trials.max(2))
+        let bounds = index_bounds(program);
+        let trials = (0..trials_for(program, cfg))
             .map(|t| {
                 let key = hash_words(cfg.seed, &[tag::TRIAL, t as u64]);
                 let domain = FieldDomain::new(key);
-                let inputs = FieldDomain::random_inputs(mix64(key ^ tag::INPUT), &shapes);
+                let mut inputs = FieldDomain::random_inputs(mix64(key ^ tag::INPUT), &shapes);
+                for (i, bound) in bounds.iter().enumerate() {
+                    if let Some(rows) = bound {
+                        inputs[i] = FieldDomain::random_ids(key, i, &shapes[i], *rows);
+                    }
+                }
                 let outputs = evaluate(program, &domain, &inputs)
                     .map_err(|source| VerifyError::Eval { which: "program", source })?;
                 Ok(Trial { domain, inputs, outputs })
@@ -735,32 +806,34 @@ impl FingerprintContext {
             for (i, row) in compatible.iter_mut().enumerate() {
                 for (j, ok) in row.iter_mut().enumerate() {
                     if *ok {
-                        *ok = first_difference(&trial.outputs[i], &outs[j]).is_none();
+                        *ok = first_difference(&trial.outputs[i], &outs[j], self.signature.outputs[i].1).is_none();
                     }
                 }
             }
             if let Some(unmatched) = unmatched_output(&compatible) {
                 // Report against a same-shape candidate output (the first one, in order).
                 let same = (0..n).find(|&j| self.signature.outputs[unmatched] == sig.outputs[j]);
-                let witness =
-                    match same.and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j]).map(|d| (j, d))) {
-                        Some((j, flat)) => Witness::Value {
-                            trial: t,
-                            output: unmatched,
-                            candidate_output: Some(j),
-                            index: unflatten(flat, &outs[j].shape),
-                            program: trial.outputs[unmatched].data[flat],
-                            candidate: outs[j].data[flat],
-                        },
-                        None => Witness::Value {
-                            trial: t,
-                            output: unmatched,
-                            candidate_output: None,
-                            index: vec![],
-                            program: Fp::default(),
-                            candidate: Fp::default(),
-                        },
-                    };
+                let dtype = self.signature.outputs[unmatched].1;
+                let witness = match same
+                    .and_then(|j| first_difference(&trial.outputs[unmatched], &outs[j], dtype).map(|d| (j, d)))
+                {
+                    Some((j, flat)) => Witness::Value {
+                        trial: t,
+                        output: unmatched,
+                        candidate_output: Some(j),
+                        index: unflatten(flat, &outs[j].shape),
+                        program: trial.outputs[unmatched].data[flat],
+                        candidate: outs[j].data[flat],
+                    },
+                    None => Witness::Value {
+                        trial: t,
+                        output: unmatched,
+                        candidate_output: None,
+                        index: vec![],
+                        program: Fp::default(),
+                        candidate: Fp::default(),
+                    },
+                };
                 return Ok(Verdict::NotEquivalent { witness });
             }
         }
@@ -803,13 +876,54 @@ fn signature_difference(program: &Signature, candidate: &Signature) -> Option<St
     None
 }
 
-/// The first flat index where `a` and `b` differ in the `p` component (`Some(0)` if the shapes
-/// differ).
-fn first_difference(a: &Tensor<Fp>, b: &Tensor<Fp>) -> Option<usize> {
+/// The first flat index where `a` and `b` differ (`Some(0)` if the shapes differ): in the `p`
+/// component for floats, in both for `i32` (a position and the row it is of).
+fn first_difference(a: &Tensor<Fp>, b: &Tensor<Fp>, dtype: DType) -> Option<usize> {
     if a.shape != b.shape {
         return Some(0);
     }
-    a.data.par_iter().zip(&b.data).position_first(|(x, y)| x.p != y.p)
+    if dtype.is_float() {
+        a.data.par_iter().zip(&b.data).position_first(|(x, y)| x.p != y.p)
+    } else {
+        a.data.par_iter().zip(&b.data).position_first(|(x, y)| x != y)
+    }
+}
+
+/// For each input of `program`: `None` for floats, and for `i32` inputs the rows of the smallest
+/// table a `gather` reads at them ([`crate::ir::DType::MAX_INDEX_EXTENT`] when none does).
+pub fn index_bounds(program: &KernelGraph) -> Vec<Option<usize>> {
+    let nodes = program.nodes();
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match &n.op {
+            KernelOp::Input { desc } if desc.dtype == DType::I32 => {
+                let rows = nodes
+                    .iter()
+                    .filter(|g| matches!(g.op, KernelOp::Gather) && g.inputs[1].node == i)
+                    .filter_map(|g| program.desc(g.inputs[0]).ok().map(|t| t.shape[0]))
+                    .min();
+                Some(Some(rows.unwrap_or(DType::MAX_INDEX_EXTENT)))
+            }
+            KernelOp::Input { .. } => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The trials a verification of `program` runs: `cfg.trials` (at least 2), and for a program that
+/// gathers rows at computed indices (ids not read from an input) enough that `n^-trials ≤ 2^-40`
+/// for the fewest rows `n` of such a gather (see the module docs).
+pub fn trials_for(program: &KernelGraph, cfg: &VerifyConfig) -> usize {
+    let nodes = program.nodes();
+    let computed_rows = nodes
+        .iter()
+        .filter(|g| matches!(g.op, KernelOp::Gather))
+        .filter(|g| !matches!(nodes[g.inputs[1].node].op, KernelOp::Input { .. }))
+        .filter_map(|g| program.desc(g.inputs[0]).ok().map(|t| t.shape[0]))
+        .min();
+    let needed = computed_rows.map_or(0, |n| (40.0 / (n.max(2) as f64).log2()).ceil() as usize);
+    cfg.trials.max(2).max(needed)
 }
 
 fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {

@@ -118,6 +118,9 @@ pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Erro
             syntax::Op::ReduceMax { dim } => graph.reduce_max(arg(0)?, *dim),
             syntax::Op::RmsNorm { eps } => graph.rms_norm(arg(0)?, *eps, args.get(1).copied()),
             syntax::Op::Concat { dim } => graph.concat(arg(0)?, arg(1)?, *dim),
+            syntax::Op::Rope { layout } => graph.rope(*layout, arg(0)?, arg(1)?, arg(2)?),
+            syntax::Op::Gather => graph.gather(arg(0)?, arg(1)?),
+            syntax::Op::Argmax { dim } => graph.argmax(arg(0)?, *dim),
         }
         .map_err(|e| ir_err(v.span, e))?;
         refs.push(t);

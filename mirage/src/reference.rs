@@ -1,5 +1,9 @@
 //! The CPU reference interpreter: the evaluator of [`crate::eval`] instantiated with `f32`
 //! values. It is the ground truth of every test (DESIGN §8.2, §13).
+//!
+//! Tensors of every element type are held as `f32` values: f16/bf16 data is converted on the
+//! way in, and `i32` tensors (gather ids, argmax positions) hold their integers exactly (indices
+//! stay below 2^24).
 
 use crate::eval::{Domain, EvalError, Tensor, evaluate};
 use crate::ir::{KernelGraph, UnaryOp};
@@ -48,8 +52,14 @@ pub fn unary_f32(op: &UnaryOp, x: f32) -> f32 {
         UnaryOp::Recip => 1.0 / x,
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::GeluTanh => {
+            let x = x as f64;
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            (0.5 * x * (1.0 + inner.tanh())) as f32
+        }
         UnaryOp::Clamp { lo, hi } => x.max(lo.0).min(hi.0),
         UnaryOp::MulScalar { c } => c.0 * x,
+        UnaryOp::AddScalar { c } => x + c.0,
     }
 }
 
@@ -90,6 +100,18 @@ impl Domain for F32 {
     }
     fn unary(&self, op: &UnaryOp, a: f32) -> f32 {
         unary_f32(op, a)
+    }
+    /// An `i32` element is held exactly as an f32 (indices stay below 2^24): a non-negative
+    /// integer is an index, anything else addresses nothing.
+    fn index(&self, v: f32) -> Option<usize> {
+        (v >= 0.0 && v.fract() == 0.0 && v < 2_147_483_648.0).then_some(v as usize)
+    }
+    /// The numeric order, with NaN above every number (as PyTorch's `argmax`).
+    fn greater(&self, a: f32, b: f32) -> bool {
+        a > b || (a.is_nan() && !b.is_nan())
+    }
+    fn position(&self, i: usize, _row: &[f32]) -> f32 {
+        i as f32
     }
     #[inline]
     fn mul_add(&self, acc: f32, a: f32, b: f32) -> f32 {

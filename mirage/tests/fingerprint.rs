@@ -652,3 +652,128 @@ fn mutants_of_every_golden_file_are_rejected() {
         "re-tiling with another forloop range keeps the meaning"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Scalar offsets, rotary embeddings, gathers and argmax.
+
+/// A graph of f32 inputs (and `i32` ones where `dtypes` says so) built by `f`, with its outputs.
+fn graph_of(
+    inputs: &[(&[usize], DType)],
+    f: impl FnOnce(&mut KernelGraph, &[TensorRef]) -> Result<Vec<TensorRef>, mirage::ir::IrError>,
+) -> KernelGraph {
+    let mut g = KernelGraph::new();
+    let refs: Vec<TensorRef> = inputs.iter().map(|(s, d)| g.input(s, *d).expect("input")).collect();
+    for o in f(&mut g, &refs).expect("builds") {
+        g.output(o, None).expect("output");
+    }
+    g
+}
+
+fn verdict(a: &KernelGraph, b: &KernelGraph) -> Verdict {
+    verify(a, b, &VerifyConfig::default()).expect("verifies")
+}
+
+#[test]
+fn offsets_take_part_in_the_field_algebra() {
+    use mirage::ir::Scalar;
+    let x: &[usize] = &[4, 8];
+    // (x + 1) · 2 = 2x + 2: the offset is the field's addition of the constant.
+    let factored = graph_of(&[(x, DType::F32)], |g, t| {
+        let a = g.unary(UnaryOp::AddScalar { c: Scalar(1.0) }, t[0])?;
+        Ok(vec![g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, a)?])
+    });
+    let expanded = graph_of(&[(x, DType::F32)], |g, t| {
+        let a = g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, t[0])?;
+        Ok(vec![g.unary(UnaryOp::AddScalar { c: Scalar(2.0) }, a)?])
+    });
+    let other = graph_of(&[(x, DType::F32)], |g, t| {
+        let a = g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, t[0])?;
+        Ok(vec![g.unary(UnaryOp::AddScalar { c: Scalar(1.0) }, a)?])
+    });
+    assert!(verdict(&factored, &expanded).is_equivalent());
+    assert!(!verdict(&factored, &other).is_equivalent());
+    assert_eq!(UnaryOp::AddScalar { c: Scalar(1.0) }.spec().law, Law::Offset(Scalar(1.0)));
+}
+
+#[test]
+fn rope_is_exact_and_linear_in_x() {
+    use mirage::ir::RopeLayout;
+    let (x, c): (&[usize], &[usize]) = (&[6, 32], &[6, 8]);
+    let ins = [(x, DType::F32), (x, DType::F32), (c, DType::F32), (c, DType::F32)];
+    let of_sum = |layout| {
+        graph_of(&ins, |g, t| {
+            let s = g.add(t[0], t[1])?;
+            Ok(vec![g.rope(layout, s, t[2], t[3])?])
+        })
+    };
+    let sum_of = graph_of(&ins, |g, t| {
+        let a = g.rope(RopeLayout::HalfSplit, t[0], t[2], t[3])?;
+        let b = g.rope(RopeLayout::HalfSplit, t[1], t[2], t[3])?;
+        Ok(vec![g.add(a, b)?])
+    });
+    assert!(verdict(&of_sum(RopeLayout::HalfSplit), &sum_of).is_equivalent());
+    assert!(!verdict(&of_sum(RopeLayout::Interleaved), &sum_of).is_equivalent());
+    // cos and sin swapped.
+    let swapped = graph_of(&ins, |g, t| {
+        let s = g.add(t[0], t[1])?;
+        Ok(vec![g.rope(RopeLayout::HalfSplit, s, t[3], t[2])?])
+    });
+    assert!(!verdict(&of_sum(RopeLayout::HalfSplit), &swapped).is_equivalent());
+}
+
+#[test]
+fn index_outputs_are_compared_with_the_row_they_come_from() {
+    let x: &[usize] = &[3, 64];
+    let argmax_of = |sub: bool| {
+        graph_of(&[(x, DType::F32), (x, DType::F32)], |g, t| {
+            let y = if sub { g.binary(BinaryOp::Sub, t[0], t[1])? } else { g.add(t[0], t[1])? };
+            Ok(vec![g.argmax(y, 1)?])
+        })
+    };
+    assert!(verdict(&argmax_of(false), &argmax_of(false)).is_equivalent());
+    // Three positions out of 64 agree by chance with probability 64^-3 per trial; the row hash
+    // in q tells the rows apart whatever the positions.
+    assert!(!verdict(&argmax_of(false), &argmax_of(true)).is_equivalent());
+    // The argmax's position and its row's hash; ties go to the lowest position.
+    let d = FieldDomain::new(3);
+    let row = values(9, 16);
+    let p = d.position(5, &row);
+    assert_eq!((p.p, d.index(p)), (5, Some(5)));
+    assert_ne!(p.q, d.position(5, &values(10, 16)).q);
+    for (&a, &b) in row.iter().zip(&row[1..]) {
+        assert!(!d.greater(a, a), "strict");
+        assert_ne!(d.greater(a, b), d.greater(b, a), "total on distinct values");
+        // The maximum is the greater one.
+        assert_eq!(d.max(a, b), if d.greater(b, a) { b } else { a });
+    }
+}
+
+#[test]
+fn gathers_draw_ids_of_their_table_and_computed_ids_get_more_trials() {
+    let cfg = VerifyConfig::default();
+    // Embedding lookup: ids drawn in 0..=rows (rows itself reads zeros).
+    let lookup = graph_of(&[(&[50, 16], DType::F32), (&[40], DType::I32)], |g, t| Ok(vec![g.gather(t[0], t[1])?]));
+    assert_eq!(index_bounds(&lookup), vec![None, Some(50)]);
+    assert_eq!(trials_for(&lookup, &cfg), 2);
+    let ids = FieldDomain::random_ids(1, 1, &[400], 50);
+    assert!(ids.data.iter().all(|v| v.p <= 50));
+    assert!(ids.data.iter().any(|v| v.p == 50) && ids.data.iter().any(|v| v.p == 0));
+    // The default block graph of the lookup is equivalent; gathering another input is not.
+    let blocks = mirage::codegen::default_blocks::lower_to_blocks(&lookup).expect("lowers");
+    assert!(verdict(&lookup, &blocks).is_equivalent());
+    // Greedy decoding: rows gathered at an argmax over 1000 logits: 40 / log2(1000) → 5 trials.
+    let decode = graph_of(&[(&[1, 8], DType::F32), (&[8, 1000], DType::F32), (&[1000, 4], DType::F32)], |g, t| {
+        let logits = g.matmul(t[0], t[1])?;
+        let next = g.argmax(logits, 1)?;
+        Ok(vec![g.gather(t[2], next)?])
+    });
+    assert_eq!(trials_for(&decode, &cfg), 5);
+    let wrong = graph_of(&[(&[1, 8], DType::F32), (&[8, 1000], DType::F32), (&[1000, 4], DType::F32)], |g, t| {
+        let logits = g.matmul(t[0], t[1])?;
+        let shifted = g.unary(UnaryOp::Exp, logits)?;
+        let next = g.argmax(shifted, 1)?;
+        Ok(vec![g.gather(t[2], next)?])
+    });
+    // exp is monotone over the reals, not under the field's random order: reported different.
+    assert!(!verdict(&decode, &wrong).is_equivalent());
+}

@@ -260,6 +260,68 @@ fn dtypes_must_not_mix() {
 }
 
 /// A block graph that copies its one `[4, 8]` operand: grid 2 on dim 0, acc_sum, saved on dim 0.
+#[test]
+fn rope_gather_argmax_rules() {
+    use mirage::ir::RopeLayout;
+    let mut g = KernelGraph::new();
+    let x = input(&mut g, &[4, 7, 256]);
+    let c = input(&mut g, &[1, 7, 64]);
+    let s = input(&mut g, &[1, 7, 64]);
+    let y = ok(g.rope(RopeLayout::Interleaved, x, c, s));
+    assert_eq!(shape(&g, y), vec![4, 7, 256]);
+    let c3 = input(&mut g, &[1, 7, 48]);
+    expect_err(g.rope(RopeLayout::HalfSplit, x, c3, c3), &["rope", "twice it must divide"]);
+    expect_err(g.rope(RopeLayout::HalfSplit, x, c, c3), &["rope", "cos and sin must have one shape"]);
+    let half = ok(g.input(&[1, 7, 64], F16));
+    expect_err(g.rope(RopeLayout::HalfSplit, x, half, half), &["rope", "one element type"]);
+
+    let table = input(&mut g, &[100, 16]);
+    let ids = ok(g.input(&[3, 5], DType::I32));
+    let rows = ok(g.gather(table, ids));
+    assert_eq!((shape(&g, rows), ok(g.desc(rows)).dtype), (vec![3, 5, 16], F32));
+    expect_err(g.gather(table, table), &["gather", "the ids (operand 1) must be i32, found f32"]);
+    expect_err(g.gather(ids, ids), &["gather", "computes on floats"]);
+    let big = ok(g.input(&[2, 3, 4], DType::I32));
+    let ok_rank = ok(g.gather(table, big));
+    assert_eq!(shape(&g, ok_rank), vec![2, 3, 4, 16]);
+    let huge = ok(g.input(&[1, 2, 3, 4], DType::I32));
+    expect_err(g.gather(table, huge), &["gather", "rank 5"]);
+
+    let m = ok(g.argmax(x, 2));
+    assert_eq!((shape(&g, m), ok(g.desc(m)).dtype), (vec![4, 7, 1], DType::I32));
+    expect_err(g.argmax(x, 3), &["argmax(3)", "dim 3 is out of range"]);
+    // Indices take part in no arithmetic.
+    expect_err(g.unary(UnaryOp::Exp, m), &["exp", "computes on floats", "i32"]);
+    expect_err(g.argmax(m, 0), &["argmax(0)", "computes on floats"]);
+    expect_err(g.reduce_sum(ids, 0), &["reduce_sum(0)", "computes on floats"]);
+    // But they may be outputs.
+    ok(g.output(m, None));
+}
+
+#[test]
+fn block_gather_and_argmax_rules() {
+    let descs = vec![TensorDesc::new(&[64, 32], F32), TensorDesc::new(&[8, 4], DType::I32)];
+    let mut b = ok(BlockGraph::new(descs, [2, 4, 1], 128, 1));
+    let ids = ok(b.input(1, [Some(0), None, None], None));
+    let rows = ok(b.op(BlockOp::Gather { table: 0, imap: [None, Some(1), None] }, &[ids]));
+    assert_eq!(ok(b.tile(rows)).shape, vec![4, 4, 8]);
+    expect_err(b.op(BlockOp::Gather { table: 1, imap: [None; 3] }, &[ids]), &["gather", "computes on floats"]);
+    expect_err(b.op(BlockOp::Gather { table: 2, imap: [None; 3] }, &[ids]), &["gather", "the kernel has 2 operands"]);
+    expect_err(b.op(BlockOp::Gather { table: 0, imap: [None; 3] }, &[rows]), &["gather", "the ids tile must be i32"]);
+    // Accumulators, like all arithmetic, take floats only.
+    expect_err(b.accum(AccKind::Sum, &[ids]), &["acc_sum", "computes on floats"]);
+    let acc = ok(b.accum(AccKind::Sum, &[rows]));
+    let m = ok(b.op(BlockOp::Argmax { dim: 2 }, &[acc]));
+    assert_eq!(
+        (ok(b.tile(m)).shape.clone(), ok(b.tile(m)).dtype, ok(b.tile(m)).phase),
+        (vec![4, 4, 1], DType::I32, Phase::AfterLoop)
+    );
+    // Each block's positions within its slab of the width, side by side.
+    ok(b.output(m, [Some(0), Some(2), None]));
+    assert_eq!(b.output_descs()[0], TensorDesc::new(&[8, 4, 4], DType::I32));
+    ok(b.validate());
+}
+
 fn copy_block(desc: TensorDesc) -> BlockGraph {
     let mut bg = ok(BlockGraph::new(vec![desc], [2, 1, 1], 128, 1));
     let x = ok(bg.input(0, [Some(0), None, None], None));

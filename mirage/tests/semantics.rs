@@ -111,6 +111,13 @@ fn every_unary_function() {
         (c(-1.0, 2.0), vec![-3.0, -1.0, 0.5, 5.0], vec![-1.0, -1.0, 0.5, 2.0]),
         (c(0.0, f32::INFINITY), vec![-3.0, 0.0, 0.5, 5.0], vec![0.0, 0.0, 0.5, 5.0]),
         (UnaryOp::MulScalar { c: Scalar(2.5) }, vec![1.0, -2.0, 0.0, 0.4], vec![2.5, -5.0, 0.0, 1.0]),
+        // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): close to, not equal to, the erf form above.
+        (
+            UnaryOp::GeluTanh,
+            vec![0.0, 1.0, -1.0, 2.0, -3.0, 4.0, -4.0],
+            vec![0.0, 0.841_192, -0.158_808_01, 1.954_597_7, -0.003_637_392, 3.999_929_7, -0.000_070_245_95],
+        ),
+        (UnaryOp::AddScalar { c: Scalar(-0.5) }, vec![1.0, -2.0, 0.0, 0.5], vec![0.5, -2.5, -0.5, 0.0]),
     ];
     // Every operator of the table has cases.
     for op in UnaryOp::ALL {
@@ -636,4 +643,124 @@ fn half_precision_host_data_converts_exactly() {
     assert_eq!(th.data, vec![1.5, -2.0, 0.25]);
     assert_eq!(tb.data, th.data);
     assert!(HostTensor::from_f16(vec![2], &h).is_err());
+}
+
+/// Runs `f` over inputs of the given shapes and element types; returns the first output.
+fn run_program(inputs: &[(&HostTensor, DType)], f: impl Fn(&mut KernelGraph, &[TensorRef]) -> TensorRef) -> HostTensor {
+    let mut g = KernelGraph::new();
+    let refs: Vec<TensorRef> = inputs.iter().map(|(t, d)| ok(g.input(&t.shape, *d))).collect();
+    let y = f(&mut g, &refs);
+    ok(g.output(y, None));
+    let data: Vec<HostTensor> = inputs.iter().map(|(t, _)| (*t).clone()).collect();
+    ok(run(&g, &data)).remove(0)
+}
+
+#[test]
+fn rope_rotates_the_pairs_of_each_layout() {
+    use mirage::ir::RopeLayout::{HalfSplit, Interleaved};
+    // One head of 4: angle 0 is a quarter turn (cos 0, sin 1), angle 1 no turn.
+    let x = host(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+    let (cos, sin) = (host(&[1, 2], &[0.0, 1.0]), host(&[1, 2], &[1.0, 0.0]));
+    let rope =
+        |layout| run_program(&[(&x, F32), (&cos, F32), (&sin, F32)], |g, t| ok(g.rope(layout, t[0], t[1], t[2])));
+    // Half split: pairs (0, 2) and (1, 3); interleaved: (0, 1) and (2, 3).
+    assert_close(&rope(HalfSplit), &[1, 4], &[-3.0, 2.0, 1.0, 4.0], 0.0);
+    assert_close(&rope(Interleaved), &[1, 4], &[-2.0, 1.0, 3.0, 4.0], 0.0);
+}
+
+#[test]
+fn rope_is_a_complex_rotation_per_pair_with_broadcast_angles() {
+    use mirage::ir::RopeLayout;
+    // x [heads 2, positions 3, two heads of 8 per row]; cos/sin [1, 3, 4]: one angle per pair and
+    // position, shared by the leading dim and by both heads of a row.
+    let mut rng = StdRng::seed_from_u64(5);
+    let x = random(&[2, 3, 16], &mut rng, -1.0, 1.0);
+    let theta = random(&[1, 3, 4], &mut rng, -3.0, 3.0);
+    let cos = host(&theta.shape, &theta.data.iter().map(|t| t.cos()).collect::<Vec<_>>());
+    let sin = host(&theta.shape, &theta.data.iter().map(|t| t.sin()).collect::<Vec<_>>());
+    for layout in RopeLayout::ALL {
+        let got = run_program(&[(&x, F32), (&cos, F32), (&sin, F32)], |g, t| ok(g.rope(layout, t[0], t[1], t[2])));
+        let mut want = vec![0.0f32; x.data.len()];
+        for row in 0..6 {
+            let pos = row % 3;
+            for head in 0..2 {
+                for k in 0..4 {
+                    // The pair's two elements as the real and imaginary parts of one number.
+                    let (a, b) = match layout {
+                        RopeLayout::HalfSplit => (k, k + 4),
+                        RopeLayout::Interleaved => (2 * k, 2 * k + 1),
+                    };
+                    let base = row * 16 + head * 8;
+                    let (re, im) = (x.data[base + a], x.data[base + b]);
+                    let (c, s) = (cos.data[pos * 4 + k], sin.data[pos * 4 + k]);
+                    want[base + a] = re * c - im * s;
+                    want[base + b] = im * c + re * s;
+                }
+            }
+        }
+        assert_close(&got, &[2, 3, 16], &want, 1e-6);
+    }
+}
+
+#[test]
+fn gather_reads_rows_and_zeros_outside_the_table() {
+    let table = iota(&[4, 3]);
+    let ids = host(&[5], &[2.0, 0.0, 3.0, -1.0, 4.0]);
+    let got = run_program(&[(&table, F32), (&ids, DType::I32)], |g, t| ok(g.gather(t[0], t[1])));
+    let want = [6.0, 7.0, 8.0, 0.0, 1.0, 2.0, 9.0, 10.0, 11.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    assert_close(&got, &[5, 3], &want, 0.0);
+    // Ids of rank 2 give a rank-3 result.
+    let ids = host(&[2, 1], &[1.0, 3.0]);
+    let got = run_program(&[(&table, F32), (&ids, DType::I32)], |g, t| ok(g.gather(t[0], t[1])));
+    assert_close(&got, &[2, 1, 3], &[3.0, 4.0, 5.0, 9.0, 10.0, 11.0], 0.0);
+}
+
+#[test]
+fn argmax_takes_the_first_maximum_with_nan_on_top() {
+    let nan = f32::NAN;
+    let x = host(&[2, 5], &[1.0, 3.0, 3.0, 2.0, 0.0, nan, 5.0, nan, 1.0, 1.0]);
+    let along = |dim| run_program(&[(&x, F32)], |g, t| ok(g.argmax(t[0], dim)));
+    assert_close(&along(1), &[2, 1], &[1.0, 0.0], 0.0);
+    assert_close(&along(0), &[1, 5], &[1.0, 1.0, 1.0, 0.0, 1.0], 0.0);
+    // The result is an i32 tensor.
+    let mut g = KernelGraph::new();
+    let t = ok(g.input(&[2, 5], F32));
+    let m = ok(g.argmax(t, 1));
+    assert_eq!(ok(g.desc(m)).dtype, DType::I32);
+}
+
+#[test]
+fn block_gather_reads_its_slab_of_the_width_and_argmax_counts_within_the_tile() {
+    // gather: ids [4] split by x, the table's width 8 split by y.
+    let table = iota(&[6, 8]);
+    let ids = host(&[4], &[5.0, 1.0, 7.0, 0.0]);
+    let descs = vec![TensorDesc::new(&[6, 8], F32), TensorDesc::new(&[4], DType::I32)];
+    let mut bg = ok(BlockGraph::new(descs, [2, 2, 1], 128, 1));
+    let t = ok(bg.input(1, [Some(0), None, None], None));
+    let rows = ok(bg.op(BlockOp::Gather { table: 0, imap: [None, Some(1), None] }, &[t]));
+    let a = ok(bg.accum(AccKind::Sum, &[rows]));
+    ok(bg.output(a, [Some(0), Some(1), None]));
+    let mut g = KernelGraph::new();
+    let xt = ok(g.input(&[6, 8], F32));
+    let xi = ok(g.input(&[4], DType::I32));
+    let outs = ok(g.custom(&[xt, xi], bg));
+    ok(g.output(outs[0], None));
+    let got = ok(run(&g, &[table.clone(), ids.clone()])).remove(0);
+    let want = run_program(&[(&table, F32), (&ids, DType::I32)], |g, t| ok(g.gather(t[0], t[1])));
+    assert_close(&got, &[4, 8], &want.data, 0.0);
+    // The table's rows cannot be split.
+    let descs = vec![TensorDesc::new(&[6, 8], F32), TensorDesc::new(&[4], DType::I32)];
+    let mut bg = ok(BlockGraph::new(descs, [2, 1, 1], 128, 1));
+    let t = ok(bg.input(1, [None, None, None], None));
+    let e = bg.op(BlockOp::Gather { table: 0, imap: [Some(0), None, None] }, &[t]).expect_err("rows split");
+    assert!(e.to_string().contains("only the width"), "{e}");
+    // argmax after the loop: the position within each block's tile of a row split in two.
+    let x = host(&[2, 4], &[0.0, 9.0, 1.0, 2.0, 5.0, 4.0, 3.0, 8.0]);
+    let mut bg = block(&[&[2, 4]], [2, 1, 1], 1);
+    let t = ok(bg.input(0, [Some(1), None, None], None));
+    let a = ok(bg.accum(AccKind::Sum, &[t]));
+    let m = ok(bg.op(BlockOp::Argmax { dim: 1 }, &[a]));
+    ok(bg.output(m, [Some(1), None, None]));
+    let got = run_block(bg, &[x]);
+    assert_close(&got[0], &[2, 2], &[1.0, 1.0, 0.0, 1.0], 0.0);
 }

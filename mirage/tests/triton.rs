@@ -11,7 +11,7 @@ use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, TensorDesc};
 use mirage::search::SearchConfig;
 use mirage::testing::benchmarks::benchmark_set;
 use mirage::testing::programs::{coverage_cases, golden_cases};
-use mirage::triton::{TritonError, generate};
+use mirage::triton::{TritonError, generate, handles_operators};
 
 fn coverage(case: &str, dtype: DType) -> KernelGraph {
     coverage_cases(dtype)
@@ -74,9 +74,27 @@ fn every_mugraph() -> Vec<(String, KernelGraph)> {
     }
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
         let cases = coverage_cases(dtype).expect("coverage graphs build");
-        all.extend(cases.into_iter().map(|(n, g)| (format!("coverage_{}_{n}", dtype.name()), g)));
+        all.extend(
+            cases
+                .into_iter()
+                .filter(|(_, g)| handles_operators(g))
+                .map(|(n, g)| (format!("coverage_{}_{n}", dtype.name()), g)),
+        );
     }
     all
+}
+
+#[test]
+fn cuda_only_operators_are_a_clear_error() {
+    let cases = coverage_cases(DType::F16).expect("coverage graphs build");
+    let left_out: Vec<_> = cases.iter().filter(|(_, g)| !handles_operators(g)).collect();
+    // Both rope layouts, rope in a matmul's loop, two gathers, five argmax programs.
+    assert_eq!(left_out.len(), 10, "{:?}", left_out.iter().map(|c| &c.0).collect::<Vec<_>>());
+    for (name, g) in left_out {
+        let e = generate(g, name, None).expect_err("CUDA-only");
+        assert!(matches!(e, TritonError::Unsupported(_)), "{name}: {e}");
+        assert!(e.to_string().contains("CUDA-only"), "{name}: {e}");
+    }
 }
 
 fn python() -> PathBuf {

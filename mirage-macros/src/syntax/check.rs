@@ -4,16 +4,28 @@
 //! - Binary `+ - * /` between tensors of one element type and one rank, with size-1
 //!   broadcasting (each dim equal, or one side 1).
 //! - Float literals are scalars: `x * c` and `c * x` lower to `mul_scalar(c)`, `x / c` to
-//!   `mul_scalar(1/c)`, `c / x` to `recip(x)` (times `c` unless `c` is 1). `-x` is `neg(x)`.
-//!   Adding a scalar to a tensor (`x + 1.0`, `1.0 - x`) is rejected: the kernel graph has no
-//!   add-scalar operator; pass the constant as a tensor input (it broadcasts if its dims are 1).
-//!   Arithmetic between literals is folded (`0.5 * 2.0`).
+//!   `mul_scalar(1/c)`, `c / x` to `recip(x)` (times `c` unless `c` is 1); `x + c` and `c + x`
+//!   to `add_scalar(c)`, `x - c` to `add_scalar(-c)`, `c - x` to `add_scalar(c)` of `neg(x)`.
+//!   `-x` is `neg(x)`. Arithmetic between literals is folded (`0.5 * 2.0`).
 //! - `pow(x, c)` with a literal exponent is accepted for `c` in {1, 2, 0.5, -1} (identity,
 //!   `square`, `sqrt`, `recip`); otherwise both operands are tensors.
 //! - `softmax(x, dim)` is `exp(x) / sum(exp(x), dim)`: the three operators `exp`, `reduce_sum`,
 //!   `div`, with the `exp` shared.
 //! - `rms_norm(x)` has `eps = 0.0`; the weight of `rms_norm_weighted(x, w, eps)` has `x`'s rank,
 //!   leading dims 1 and `x`'s last dim.
+//! - `layer_norm(x, eps)` (eps 0 when omitted) normalizes the last dim: it is `rms_norm` of the
+//!   centered input, `rms_norm(x - sum(x, last) * (1/n), eps)` — exactly `(x - mean) /
+//!   sqrt(var + eps)` — and is lowered to those operators, which the search fuses into one
+//!   kernel. `layer_norm_weighted(x, w, b, eps)` multiplies by `w` and adds `b` (both shaped like
+//!   the RMS-norm weight).
+//! - `rope(x, cos, sin)` and `rope_interleaved(x, cos, sin)` rotate each head of `2·cos.last`
+//!   elements of `x`'s last dim (pairs `j, j + h/2` and `2j, 2j + 1` respectively); `cos` and
+//!   `sin` have `x`'s rank and leading dims equal to `x`'s or 1.
+//! - `i32` tensors hold indices: `gather(table, ids)` reads the rows of a `[rows, width]` table at
+//!   `i32` ids (the result has the ids' shape followed by `width`; an id outside the table gives
+//!   zeros), and `argmax(x, dim)` returns the `i32` position of the maximum along `dim` (kept with
+//!   size 1; ties to the lowest position). Every other function, and arithmetic, takes floats
+//!   only; an `i32` tensor may be a parameter, gather's ids, or a result.
 //! - Every parameter and every `let` binding must be used; a name may be shadowed by a later
 //!   `let`, as in Rust.
 
@@ -23,8 +35,11 @@ use syn::spanned::Spanned;
 use syn::{Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
 
 use mirage_core::ops::{BinaryDsl, Dsl};
-use mirage_core::shape::{broadcast_shape, check_rms_norm_weight, concat_shape, matmul_shape, row_major_strides};
-use mirage_core::{BinaryOp, Scalar, UnaryOp};
+use mirage_core::shape::{
+    argmax_shape, broadcast_shape, check_rms_norm_weight, concat_shape, gather_shape, matmul_shape, rope_shape,
+    row_major_strides,
+};
+use mirage_core::{BinaryOp, DType, RopeLayout, Scalar, UnaryOp};
 
 use super::program::{Op, Param, Program, Value, ValueId};
 use super::ty::{TensorType, int_literal, parse_strides, parse_tensor_type, parse_usize};
@@ -60,6 +75,12 @@ const SPECIAL_FUNCTIONS: &[(&str, &str, usize, usize)] = &[
     ("concat", "concat(a, b, dim)", 3, 3),
     ("pow", "pow(a, b)", 2, 2),
     ("softmax", "softmax(x, dim)", 2, 2),
+    ("layer_norm", "layer_norm(x) or layer_norm(x, eps)", 1, 2),
+    ("layer_norm_weighted", "layer_norm_weighted(x, w, b) or layer_norm_weighted(x, w, b, eps)", 3, 4),
+    ("rope", "rope(x, cos, sin)", 3, 3),
+    ("rope_interleaved", "rope_interleaved(x, cos, sin)", 3, 3),
+    ("gather", "gather(table, ids)", 2, 2),
+    ("argmax", "argmax(x, dim)", 2, 2),
 ];
 
 /// Every function of the language: the unary operators of the table written `name(x)`
@@ -87,8 +108,7 @@ fn function_list() -> String {
 }
 
 const EXPRESSIONS: &str = "a #[mugraph] body is built from parameters, `let`-bound names, float literals, \
-`+ - * /` (between tensors, or a tensor and a float for `*` and `/`), unary `-`, parentheses, and calls of the \
-language's functions";
+`+ - * /` (between tensors, or a tensor and a float), unary `-`, parentheses, and calls of the language's functions";
 
 /// Checks the arguments of the `#[mugraph]` attribute itself: it takes none.
 pub fn parse_attr_args(args: TokenStream) -> Result<()> {
@@ -241,9 +261,20 @@ struct Checker {
 }
 
 impl Checker {
-    fn push(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> ValueId {
+    /// Adds a value; every operand must be a float tensor except the ids of `gather`.
+    fn push(&mut self, op: Op, args: Vec<ValueId>, ty: TensorType, span: Span) -> Result<ValueId> {
+        let index_operands = if op == Op::Gather { &args[1..] } else { &[][..] };
+        if let Some(&a) = args.iter().find(|a| !self.ty(**a).dtype.is_float() && !index_operands.contains(a)) {
+            return Err(Error::new(
+                span,
+                format!(
+                    "`{op}` computes on floats, but an operand is `{}`: i32 tensors hold indices, which only `gather` reads (as its ids) and a result returns",
+                    self.ty(a)
+                ),
+            ));
+        }
         self.values.push(Value { op, args, ty, span });
-        self.values.len() - 1
+        Ok(self.values.len() - 1)
     }
 
     fn ty(&self, v: ValueId) -> &TensorType {
@@ -283,7 +314,7 @@ impl Checker {
         let index = self.params.len();
         let explicit_strides = strides.is_some();
         let strides = strides.unwrap_or_else(|| row_major_strides(&ty.shape));
-        let value = self.push(Op::Param(index), vec![], ty.clone(), name.span());
+        let value = self.push(Op::Param(index), vec![], ty.clone(), name.span())?;
         self.params.push(Param { name: name.clone(), ty, strides, explicit_strides });
         self.scope.push(Binding { name: name.clone(), value, used: false, is_param: true });
         Ok(())
@@ -434,7 +465,7 @@ impl Checker {
             Expr::Unary(u) => match u.op {
                 UnOp::Neg(_) => match self.expr(&u.expr)? {
                     Operand::Float(v) => Ok(Operand::Float(-v)),
-                    Operand::Tensor(x) => Ok(Operand::Tensor(self.unary(UnaryOp::Neg, x, e.span()))),
+                    Operand::Tensor(x) => Ok(Operand::Tensor(self.unary(UnaryOp::Neg, x, e.span())?)),
                 },
                 _ => Err(Error::new_spanned(
                     u,
@@ -476,7 +507,7 @@ impl Checker {
         }
     }
 
-    fn unary(&mut self, f: UnaryOp, x: ValueId, span: Span) -> ValueId {
+    fn unary(&mut self, f: UnaryOp, x: ValueId, span: Span) -> Result<ValueId> {
         let ty = self.ty(x).clone();
         self.push(Op::Unary(f), vec![x], ty, span)
     }
@@ -489,7 +520,27 @@ impl Checker {
         let shape = broadcast_shape(&ta.shape, &tb.shape)
             .map_err(|rule| Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}")))?;
         let ty = TensorType { dtype: ta.dtype, shape };
-        Ok(self.push(Op::Binary(f), vec![a, b], ty, span_of(at)))
+        self.push(Op::Binary(f), vec![a, b], ty, span_of(at))
+    }
+
+    /// `layer_norm(x, eps)` as `rms_norm(x - sum(x, last) * (1/n), eps)` (times `w`, plus `b`).
+    fn layer_norm(&mut self, x: ValueId, eps: f32, params: Option<(ValueId, ValueId)>, span: Span) -> Result<ValueId> {
+        let ty = self.ty(x).clone();
+        let last = ty.rank() - 1;
+        let n = ty.shape[last];
+        let mut row = ty.clone();
+        row.shape[last] = 1;
+        let sum = self.push(Op::ReduceSum { dim: last }, vec![x], row.clone(), span)?;
+        let mean =
+            self.push(Op::Unary(UnaryOp::MulScalar { c: Scalar((1.0 / n as f64) as f32) }), vec![sum], row, span)?;
+        let centered = self.push(Op::Binary(BinaryOp::Sub), vec![x, mean], ty.clone(), span)?;
+        match params {
+            None => self.push(Op::RmsNorm { eps }, vec![centered], ty, span),
+            Some((w, b)) => {
+                let scaled = self.push(Op::RmsNorm { eps }, vec![centered, w], ty.clone(), span)?;
+                self.push(Op::Binary(BinaryOp::Add), vec![scaled, b], ty, span)
+            }
+        }
     }
 
     fn binary(&mut self, b: &syn::ExprBinary) -> Result<Operand> {
@@ -526,29 +577,42 @@ impl Checker {
             }
             (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Mul => {
                 let c = to_f32(c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)?))
             }
             (Operand::Tensor(x), Operand::Float(c)) if f == BinaryOp::Div => {
                 if c == 0.0 {
                     return Err(Error::new_spanned(&b.right, "division by zero"));
                 }
                 let c = to_f32(1.0 / c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)?))
             }
             (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Div => {
-                let r = self.unary(UnaryOp::Recip, x, span);
+                let r = self.unary(UnaryOp::Recip, x, span)?;
                 if c == 1.0 {
                     return Ok(Operand::Tensor(r));
                 }
                 let c = to_f32(c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, r, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, r, span)?))
+            }
+            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Add => {
+                let c = to_f32(c, b)?;
+                Ok(Operand::Tensor(self.unary(UnaryOp::AddScalar { c: Scalar(c) }, x, span)?))
+            }
+            (Operand::Tensor(x), Operand::Float(c)) if f == BinaryOp::Sub => {
+                let c = to_f32(-c, b)?;
+                Ok(Operand::Tensor(self.unary(UnaryOp::AddScalar { c: Scalar(c) }, x, span)?))
+            }
+            (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Sub => {
+                let c = to_f32(c, b)?;
+                let n = self.unary(UnaryOp::Neg, x, span)?;
+                Ok(Operand::Tensor(self.unary(UnaryOp::AddScalar { c: Scalar(c) }, n, span)?))
             }
             _ => Err(Error::new_spanned(
                 b,
                 format!(
-                    "`{symbol}` between a tensor and a float is not supported: the kernel graph has no add-scalar operator; \
-                     a float may only multiply or divide a tensor (`x * 0.5`, `x / 2.0`, `1.0 / x`). \
-                     Pass the constant as a tensor parameter instead (dims of size 1 broadcast)"
+                    "`{symbol}` between a tensor and a float is not supported: a float may add to, subtract from, \
+                     multiply or divide a tensor (`x + 1e-5`, `1.0 - x`, `x * 0.5`, `x / 2.0`, `1.0 / x`); \
+                     for `pow` write `pow(x, 2.0)`"
                 ),
             )),
         }
@@ -609,7 +673,7 @@ impl Checker {
             self.tensor(args[0], &format!("the first argument of `{fname}`"))?
         };
         if let Some(op) = spec.unary {
-            return Ok(Operand::Tensor(self.unary(op, first, span)));
+            return Ok(Operand::Tensor(self.unary(op, first, span)?));
         }
         let v = match fname {
             "clamp" => {
@@ -622,7 +686,7 @@ impl Checker {
                     ));
                 }
                 let (lo, hi) = (to_f32(lo, args[1])?, to_f32(hi, args[2])?);
-                self.unary(UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) }, first, span)
+                self.unary(UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) }, first, span)?
             }
             "matmul" => {
                 let b = self.tensor(args[1], "the second operand of `matmul`")?;
@@ -632,21 +696,21 @@ impl Checker {
                     Error::new_spanned(at, format!("shape mismatch in `matmul`: `{ta}` x `{tb}`: {rule}"))
                 })?;
                 let ty = TensorType { dtype: ta.dtype, shape };
-                self.push(Op::Matmul, vec![first, b], ty, span)
+                self.push(Op::Matmul, vec![first, b], ty, span)?
             }
             "sum" | "reduce_sum" | "max" | "reduce_max" | "softmax" => {
                 let dim = self.dim(args[1], fname, first)?;
                 let mut ty = self.ty(first).clone();
                 if fname == "softmax" {
-                    let e = self.unary(UnaryOp::Exp, first, span);
+                    let e = self.unary(UnaryOp::Exp, first, span)?;
                     ty.shape[dim] = 1;
-                    let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span);
+                    let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span)?;
                     let out_ty = self.ty(first).clone();
-                    self.push(Op::Binary(BinaryOp::Div), vec![e, s], out_ty, span)
+                    self.push(Op::Binary(BinaryOp::Div), vec![e, s], out_ty, span)?
                 } else {
                     ty.shape[dim] = 1;
                     let op = if fname.ends_with("sum") { Op::ReduceSum { dim } } else { Op::ReduceMax { dim } };
-                    self.push(op, vec![first], ty, span)
+                    self.push(op, vec![first], ty, span)?
                 }
             }
             "rms_norm" => {
@@ -664,7 +728,7 @@ impl Checker {
                 };
                 let eps = check_eps(eps, args.get(1).copied().unwrap_or(at))?;
                 let ty = self.ty(first).clone();
-                self.push(Op::RmsNorm { eps }, vec![first], ty, span)
+                self.push(Op::RmsNorm { eps }, vec![first], ty, span)?
             }
             "rms_norm_weighted" => {
                 let w = self.tensor(args[1], "the weight of `rms_norm_weighted`")?;
@@ -682,7 +746,7 @@ impl Checker {
                     ));
                 }
                 let ty = tx.clone();
-                self.push(Op::RmsNorm { eps }, vec![first, w], ty, span)
+                self.push(Op::RmsNorm { eps }, vec![first, w], ty, span)?
             }
             "concat" => {
                 let b = self.tensor(args[1], "the second operand of `concat`")?;
@@ -696,14 +760,85 @@ impl Checker {
                     )
                 })?;
                 let ty = TensorType { dtype: ta.dtype, shape };
-                self.push(Op::Concat { dim }, vec![first, b], ty, span)
+                self.push(Op::Concat { dim }, vec![first, b], ty, span)?
+            }
+            "layer_norm" | "layer_norm_weighted" => {
+                let weighted = fname == "layer_norm_weighted";
+                let eps_at = if weighted { 3 } else { 1 };
+                let params = if weighted {
+                    let w = self.tensor(args[1], "the weight of `layer_norm_weighted`")?;
+                    let b = self.tensor(args[2], "the bias of `layer_norm_weighted`")?;
+                    for (p, what, at) in [(w, "weight", args[1]), (b, "bias", args[2])] {
+                        let (tx, tp) = (self.ty(first), self.ty(p));
+                        same_dtype("`layer_norm_weighted`", tx, tp, at)?;
+                        if let Err(rule) = check_rms_norm_weight(&tx.shape, &tp.shape) {
+                            return Err(Error::new_spanned(
+                                at,
+                                format!(
+                                    "shape mismatch in `layer_norm_weighted`: x is `{tx}`, the {what} is `{tp}`; {rule}"
+                                ),
+                            ));
+                        }
+                    }
+                    Some((w, b))
+                } else {
+                    None
+                };
+                let eps = match args.get(eps_at) {
+                    Some(e) => self.float(e, &format!("eps of `{fname}`"))?,
+                    None => 0.0,
+                };
+                let eps = check_eps(eps, args.get(eps_at).copied().unwrap_or(at))?;
+                self.layer_norm(first, eps, params, span)?
+            }
+            "rope" | "rope_interleaved" => {
+                let layout = if fname == "rope" { RopeLayout::HalfSplit } else { RopeLayout::Interleaved };
+                let cos = self.tensor(args[1], &format!("the cosines of `{fname}`"))?;
+                let sin = self.tensor(args[2], &format!("the sines of `{fname}`"))?;
+                let (tx, tc, ts) = (self.ty(first), self.ty(cos), self.ty(sin));
+                same_dtype(&format!("`{fname}`"), tx, tc, at)?;
+                same_dtype(&format!("`{fname}`"), tx, ts, at)?;
+                let shape = rope_shape(&tx.shape, &tc.shape, &ts.shape).map_err(|rule| {
+                    Error::new_spanned(
+                        at,
+                        format!("shape mismatch in `{fname}`: x is `{tx}`, cos `{tc}`, sin `{ts}`: {rule}"),
+                    )
+                })?;
+                let ty = TensorType { dtype: tx.dtype, shape };
+                self.push(Op::Rope { layout }, vec![first, cos, sin], ty, span)?
+            }
+            "gather" => {
+                let ids = self.tensor(args[1], "the ids of `gather`")?;
+                let (tt, ti) = (self.ty(first), self.ty(ids));
+                if ti.dtype != DType::I32 {
+                    return Err(Error::new_spanned(
+                        args[1],
+                        format!("the ids of `gather` must be `Tensor<i32, ...>`, found `{ti}`"),
+                    ));
+                }
+                let shape = gather_shape(&tt.shape, &ti.shape).map_err(|rule| {
+                    Error::new_spanned(
+                        at,
+                        format!("shape mismatch in `gather`: the table is `{tt}`, the ids `{ti}`: {rule}"),
+                    )
+                })?;
+                let ty = TensorType { dtype: tt.dtype, shape };
+                self.push(Op::Gather, vec![first, ids], ty, span)?
+            }
+            "argmax" => {
+                let dim = self.dim(args[1], fname, first)?;
+                let tx = self.ty(first);
+                let shape = argmax_shape(&tx.shape, dim)
+                    .map_err(|rule| Error::new_spanned(at, format!("`argmax` of `{tx}` along dim {dim}: {rule}")))?;
+                let ty = TensorType { dtype: DType::I32, shape };
+                self.push(Op::Argmax { dim }, vec![first], ty, span)?
             }
             "pow" => match self.expr(args[1])? {
                 Operand::Tensor(b) => self.broadcast(BinaryOp::Pow, "pow", first, b, at)?,
                 Operand::Float(c) => {
                     let special = [(2.0, UnaryOp::Square), (0.5, UnaryOp::Sqrt), (-1.0, UnaryOp::Recip)];
                     match special.into_iter().find(|&(e, _)| e == c) {
-                        Some((_, f)) => self.unary(f, first, span),
+                        Some((_, f)) => self.unary(f, first, span)?,
                         None if c == 1.0 => first,
                         None => {
                             return Err(Error::new_spanned(

@@ -15,7 +15,7 @@
 //! ```text
 //! fn      := attrs vis "fn" NAME "(" param,* ")" "->" ret "{" let* result "}"
 //! param   := ["#[strides(" INT,+ ")]"] NAME ":" tensor
-//! tensor  := "Tensor<" ("f16" | "bf16" | "f32") ("," INT){1,4} ">"
+//! tensor  := "Tensor<" ("f16" | "bf16" | "f32" | "i32") ("," INT){1,4} ">"
 //! ret     := tensor | "(" tensor,+ ")"
 //! let     := "let" NAME [":" tensor] "=" expr ";"
 //! result  := expr | "(" expr,+ ")"

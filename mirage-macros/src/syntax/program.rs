@@ -3,7 +3,7 @@
 use std::fmt::{self, Write as _};
 
 use mirage_core::shape::fmt_shape;
-use mirage_core::{BinaryOp, UnaryOp};
+use mirage_core::{BinaryOp, RopeLayout, UnaryOp};
 use proc_macro2::{Ident, Span};
 
 use super::ty::TensorType;
@@ -55,6 +55,18 @@ pub enum Op {
         /// The concatenation dim.
         dim: usize,
     },
+    /// Rotary position embedding (operands `x, cos, sin`).
+    Rope {
+        /// Which elements of a head form a pair.
+        layout: RopeLayout,
+    },
+    /// Rows of a table at `i32` ids (operands `table, ids`).
+    Gather,
+    /// The `i32` position of the maximum along `dim`, kept with size 1 (operand `x`).
+    Argmax {
+        /// The searched dim.
+        dim: usize,
+    },
 }
 
 impl fmt::Display for Op {
@@ -68,6 +80,9 @@ impl fmt::Display for Op {
             Op::ReduceMax { dim } => write!(f, "reduce_max({dim})"),
             Op::RmsNorm { eps } => write!(f, "rms_norm({eps:?})"),
             Op::Concat { dim } => write!(f, "concat({dim})"),
+            Op::Rope { layout } => f.write_str(layout.name()),
+            Op::Gather => f.write_str("gather"),
+            Op::Argmax { dim } => write!(f, "argmax({dim})"),
         }
     }
 }

@@ -35,7 +35,7 @@ impl fmt::Display for TensorType {
     }
 }
 
-const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32 and 1 to 4 integer-literal dims, e.g. `Tensor<f16, 8, 4096>`";
+const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32, i32 and 1 to 4 integer-literal dims, e.g. `Tensor<f16, 8, 4096>`";
 
 /// Parses `Tensor<T, D0, ...>` (the path may be qualified, e.g. `mirage::Tensor<...>`).
 pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
@@ -103,7 +103,10 @@ fn strip_type_groups(ty: &Type) -> &Type {
 
 fn parse_dtype(arg: &GenericArgument) -> Result<DType> {
     let unsupported = |found: String| {
-        Error::new_spanned(arg, format!("unsupported element type `{found}`: allowed are f16, bf16 and f32"))
+        Error::new_spanned(
+            arg,
+            format!("unsupported element type `{found}`: allowed are f16, bf16, f32 and i32 (indices)"),
+        )
     };
     match arg {
         GenericArgument::Type(Type::Path(p)) if p.qself.is_none() => {
@@ -117,7 +120,7 @@ fn parse_dtype(arg: &GenericArgument) -> Result<DType> {
         }
         GenericArgument::Const(_) => Err(Error::new_spanned(
             arg,
-            "the first argument of `Tensor` is the element type (f16, bf16 or f32), then the dims",
+            "the first argument of `Tensor` is the element type (f16, bf16, f32 or i32), then the dims",
         )),
         other => Err(unsupported(quote::quote!(#other).to_string())),
     }

@@ -24,6 +24,12 @@
 //!   summed by `acc_sum`.
 //! - **rms_norm**: whole rows per block (the block `rms_norm` needs the whole last dim), the
 //!   weight replicated across the grid and multiplied in inside the loop body.
+//! - **rope**: whole rows per block (every head of a row), `cos`/`sin` split with the leading
+//!   dims they share with `x`.
+//! - **gather**: the output split like an element-wise result; the ids are loaded by an input
+//!   iterator, the table rows read from device memory by the block `gather`.
+//! - **argmax** over `d`: `d` whole in every block (no loop: the position is counted within the
+//!   tile), the other dims split.
 //!
 //! Threads: 128, or 256 for tiles over 2048 elements (matmul: 256 for tiles of 128×64 and up).
 
@@ -95,6 +101,17 @@ pub fn default_block_graph(op: &KernelOp, inputs: &[TensorDesc]) -> Result<Block
                 }
             })
         }
+        KernelOp::Rope { layout } => {
+            // Whole rows of x per block (every head of a row together); cos and sin follow the
+            // split of the leading dims they do not broadcast.
+            let mut whole = vec![false; outputs[0].rank()];
+            whole[outputs[0].rank() - 1] = true;
+            elementwise_keep(inputs, &outputs[0], &whole, |b, t| {
+                b.op(BlockOp::Rope { layout: *layout }, &[t[0], t[1], t[2]])
+            })
+        }
+        KernelOp::Gather => gather(&inputs[0], &inputs[1], &outputs[0]),
+        KernelOp::Argmax { dim } => argmax(&inputs[0], *dim),
         KernelOp::ReduceSum { dim } => reduction(&inputs[0], *dim, false),
         KernelOp::ReduceMax { dim } => reduction(&inputs[0], *dim, true),
         KernelOp::Matmul => matmul(&inputs[0], &inputs[1]),
@@ -327,6 +344,39 @@ fn reduction(x: &TensorDesc, dim: usize, max: bool) -> Result<BlockGraph, IrErro
     let acc = if max && frange > 1 { AccKind::Max } else { AccKind::Sum };
     let acc = b.accum(acc, &[r])?;
     b.output(acc, omap(&split))?;
+    Ok(b)
+}
+
+/// `gather(table, ids)`: the output `[ids.., width]` split like an element-wise result (the
+/// split of its leading dims splits the ids, that of its last dim the table's width); each block
+/// loads its ids and reads its rows of the table from device memory.
+fn gather(table: &TensorDesc, ids: &TensorDesc, out: &TensorDesc) -> Result<BlockGraph, IrError> {
+    let r = ids.rank();
+    let split = plan_split(&out.shape, &vec![false; out.rank()], &[&out.strides]);
+    let tile_elems = split.tile(&out.shape).iter().fold(1usize, |p, &n| p.saturating_mul(n));
+    let mut b = BlockGraph::new(vec![table.clone(), ids.clone()], split.grid, threads_for(tile_elems), 1)?;
+    let ids_map: GridMap = split.dims.map(|d| d.filter(|&d| d < r));
+    let table_map: GridMap = split.dims.map(|d| d.filter(|&d| d == r).map(|_| 1));
+    let t = b.input(1, ids_map, None)?;
+    let rows = b.op(BlockOp::Gather { table: 0, imap: table_map }, &[t])?;
+    let acc = b.accum(AccKind::Sum, &[rows])?;
+    b.output(acc, omap(&split))?;
+    Ok(b)
+}
+
+/// `argmax(x, dim)`: `dim` whole in every block (the position is counted within the block's
+/// slab), the other dims split as for a reduction; the position is taken after the (identity)
+/// accumulator.
+fn argmax(x: &TensorDesc, dim: usize) -> Result<BlockGraph, IrError> {
+    let mut whole = vec![false; x.rank()];
+    whole[dim] = true;
+    let split = plan_split(&x.shape, &whole, &[&x.strides]);
+    let tile_elems = split.tile(&x.shape).iter().fold(1usize, |p, &n| p.saturating_mul(n));
+    let mut b = BlockGraph::new(vec![x.clone()], split.grid, threads_for(tile_elems), 1)?;
+    let t = b.input(0, split.imap(&x.shape, &x.shape), None)?;
+    let acc = b.accum(AccKind::Sum, &[t])?;
+    let m = b.op(BlockOp::Argmax { dim }, &[acc])?;
+    b.output(m, omap(&split))?;
     Ok(b)
 }
 

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::IrError;
-use super::ops::{BinaryOp, UnaryOp, broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape};
+use super::ops::{
+    BinaryOp, RopeLayout, UnaryOp, argmax_shape, broadcast_shape, check_dim, check_floats, concat_shape, gather_shape,
+    matmul_shape, reduce_shape, rope_shape,
+};
 use super::types::{DType, Scalar, TensorDesc, TensorRef, check_shape, fmt_shape};
 
 /// For each grid axis (x, y, z): the tensor dim it splits (inputs) or concatenates along
@@ -118,6 +121,30 @@ pub enum BlockOp {
         /// The concatenation dim.
         dim: usize,
     },
+    /// Rotary position embedding of tiles `x, cos, sin` (one phase, one element type), with the
+    /// rule of the kernel operator applied to the tiles: each head of `2·cos.last` elements of
+    /// the tile's last dim is rotated as a whole, so a tile must hold whole heads.
+    Rope {
+        /// Which elements of a head form a pair.
+        layout: RopeLayout,
+    },
+    /// Rows of kernel operand `table` (a `[rows, width]` float tensor, read from device memory
+    /// at the ids: no input iterator loads it) at the ids of its one operand, an `i32` tile: a
+    /// tile of the ids' shape followed by the block's slab of `width`, in the ids' phase. The
+    /// grid may split the width (`imap` entries `Some(1)`), never the rows. An id outside
+    /// `0..rows` gives zeros.
+    Gather {
+        /// Index into the kernel's operands.
+        table: usize,
+        /// Grid axis → split dim of the table (only its width, dim 1).
+        imap: GridMap,
+    },
+    /// The position (`i32`) of the maximum along `dim` within the tile, kept with size 1; ties
+    /// to the lowest position, NaN above every number.
+    Argmax {
+        /// The searched dim.
+        dim: usize,
+    },
     /// In-loop running maximum for online softmax: with `m_i = max(m_{i-1}, max_dim x_i)` and
     /// `m_0 = -∞`, output 0 is `m_i` and output 1 is `m_{i-1} - m_i` (both in the loop, `dim` of
     /// size 1).
@@ -147,6 +174,9 @@ impl BlockOp {
             BlockOp::RmsNorm { .. } => "rms_norm".into(),
             BlockOp::Concat { dim } => format!("concat({dim})"),
             BlockOp::RunningMax { dim } => format!("running_max({dim})"),
+            BlockOp::Rope { layout } => layout.name().into(),
+            BlockOp::Gather { .. } => "gather".into(),
+            BlockOp::Argmax { dim } => format!("argmax({dim})"),
             BlockOp::Accum { acc } => acc.name(),
         }
     }
@@ -406,7 +436,17 @@ impl BlockGraph {
             BlockOp::Input { .. } => 0,
             BlockOp::Matmul | BlockOp::Binary { .. } | BlockOp::Concat { .. } => 2,
             BlockOp::Accum { acc: AccKind::Rescale | AccKind::SumLastRescale } => 2,
-            _ => 1,
+            BlockOp::Rope { .. } => 3,
+            BlockOp::Output { .. }
+            | BlockOp::Unary { .. }
+            | BlockOp::ReduceSum { .. }
+            | BlockOp::ReduceSumTo { .. }
+            | BlockOp::ReduceMax { .. }
+            | BlockOp::RmsNorm { .. }
+            | BlockOp::Gather { .. }
+            | BlockOp::Argmax { .. }
+            | BlockOp::RunningMax { .. }
+            | BlockOp::Accum { .. } => 1,
         };
         if inputs.len() != arity {
             return Err(IrError::rule(
@@ -417,20 +457,38 @@ impl BlockGraph {
         }
         let shapes =
             || inputs.iter().map(|t| format!("{}({:?})", fmt_shape(&t.shape), t.phase)).collect::<Vec<_>>().join(", ");
-        if inputs.len() == 2 {
-            if inputs[0].dtype != inputs[1].dtype {
+        if let Some(other) = inputs.iter().skip(1).find(|t| t.dtype != inputs[0].dtype || t.phase != inputs[0].phase) {
+            if inputs[0].dtype != other.dtype {
                 return Err(IrError::rule(
                     &name,
                     shapes(),
-                    format!("operands must have one element type, found {} and {}", inputs[0].dtype, inputs[1].dtype),
+                    format!("operands must have one element type, found {} and {}", inputs[0].dtype, other.dtype),
                 ));
             }
-            if inputs[0].phase != inputs[1].phase {
+            if inputs[0].phase != other.phase {
                 return Err(IrError::rule(
                     &name,
                     shapes(),
                     "an operand and its partner must both be in the loop or both after it (mixing in-loop and after-loop operands)",
                 ));
+            }
+        }
+        // Arithmetic takes floats; gather reads i32 ids, savers write any type.
+        match op {
+            BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::Gather { .. } => {}
+            BlockOp::Matmul
+            | BlockOp::Unary { .. }
+            | BlockOp::Binary { .. }
+            | BlockOp::ReduceSum { .. }
+            | BlockOp::ReduceSumTo { .. }
+            | BlockOp::ReduceMax { .. }
+            | BlockOp::RmsNorm { .. }
+            | BlockOp::Concat { .. }
+            | BlockOp::Rope { .. }
+            | BlockOp::Argmax { .. }
+            | BlockOp::RunningMax { .. }
+            | BlockOp::Accum { .. } => {
+                check_floats(&name, &inputs.iter().map(|t| (t.shape.as_slice(), t.dtype)).collect::<Vec<_>>())?
             }
         }
         let same = |shape: Vec<usize>| {
@@ -478,6 +536,45 @@ impl BlockGraph {
             BlockOp::Concat { dim } => {
                 check_dim(&name, &inputs[0].shape, *dim)?;
                 same(concat_shape(&inputs[0].shape, &inputs[1].shape, *dim)?)
+            }
+            BlockOp::Rope { .. } => same(rope_shape(&name, &inputs[0].shape, &inputs[1].shape, &inputs[2].shape)?),
+            BlockOp::Gather { table, imap } => {
+                let ids = inputs[0];
+                if ids.dtype != DType::I32 {
+                    return Err(IrError::rule(
+                        &name,
+                        shapes(),
+                        format!("the ids tile must be i32, found {}", ids.dtype),
+                    ));
+                }
+                let desc = self.inputs.get(*table).ok_or_else(|| {
+                    IrError::rule(
+                        &name,
+                        format!("kernel operand {table}"),
+                        format!("the kernel has {} operands", self.inputs.len()),
+                    )
+                })?;
+                check_floats(&name, &[(desc.shape.as_slice(), desc.dtype)])?;
+                let mut out = gather_shape(&desc.shape, &ids.shape)?;
+                if let Some(a) = (0..3).find(|&a| imap[a].is_some_and(|d| d != 1)) {
+                    return Err(IrError::rule(
+                        &name,
+                        format!("table {} with grid {:?}, imap {}", fmt_shape(&desc.shape), self.grid, fmt_map(imap)),
+                        format!(
+                            "imap.{} splits dim {:?} of the table: a gather reads whole rows at any id, so only the width (dim 1) may be split",
+                            AXES[a], imap[a]
+                        ),
+                    ));
+                }
+                let width = input_tile_shape(&desc.shape, self.grid, 1, imap, None)?[1];
+                let last = out.len() - 1;
+                out[last] = width;
+                check_shape(&name, &out)?;
+                Ok(vec![TileDesc { shape: out, dtype: desc.dtype, phase: ids.phase }])
+            }
+            BlockOp::Argmax { dim } => {
+                let shape = argmax_shape(&name, &inputs[0].shape, *dim)?;
+                Ok(vec![TileDesc { shape, dtype: DType::I32, phase: inputs[0].phase }])
             }
             BlockOp::RunningMax { dim } => {
                 if inputs[0].phase != Phase::InLoop {
@@ -532,6 +629,7 @@ impl BlockGraph {
                 BlockOp::Input { input, imap: normalize_map(&imap, self.grid), forloop_dim }
             }
             BlockOp::Output { omap } => BlockOp::Output { omap: normalize_map(&omap, self.grid) },
+            BlockOp::Gather { table, imap } => BlockOp::Gather { table, imap: normalize_map(&imap, self.grid) },
             other => other,
         };
         let tiles = inputs.iter().map(|&t| self.tile(t)).collect::<Result<Vec<_>, _>>()?;

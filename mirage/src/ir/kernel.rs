@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::IrError;
 use super::block::BlockGraph;
 use super::ops::{
-    BinaryOp, UnaryOp, broadcast_shape, check_dim, check_rms_norm_weight, concat_shape, matmul_shape, reduce_shape,
+    BinaryOp, RopeLayout, UnaryOp, argmax_shape, broadcast_shape, check_dim, check_floats, check_rms_norm_weight,
+    concat_shape, gather_shape, matmul_shape, reduce_shape, rope_shape,
 };
 use super::types::{DType, Scalar, TensorDesc, TensorRef, check_shape, check_strides, fmt_shape, row_major_strides};
 
@@ -56,6 +57,22 @@ pub enum KernelOp {
         /// The concatenation dim.
         dim: usize,
     },
+    /// Rotary position embedding (operands `x, cos, sin`): every head of `h = 2·cos.last`
+    /// consecutive elements of `x`'s last dim rotated pair by pair, pair `k` by angle `k`
+    /// (`cos`, `sin` broadcast over `x`'s leading dims); [`RopeLayout`] says which elements pair.
+    Rope {
+        /// Which elements of a head form a pair.
+        layout: RopeLayout,
+    },
+    /// Rows of a `[rows, width]` float table (operand 0) at the `i32` ids (operand 1): the ids'
+    /// shape followed by `width`. An id outside `0..rows` gives a row of zeros.
+    Gather,
+    /// The position (`i32`) of the maximum along `dim`, kept with size 1. Ties go to the lowest
+    /// position; a NaN counts as larger than every number (the first NaN's position is returned).
+    Argmax {
+        /// The searched dim.
+        dim: usize,
+    },
     /// A graph-defined kernel: one CUDA launch.
     Custom {
         /// The kernel's block graph.
@@ -76,6 +93,9 @@ impl KernelOp {
             KernelOp::ReduceMax { dim } => format!("reduce_max({dim})"),
             KernelOp::RmsNorm { .. } => "rms_norm".into(),
             KernelOp::Concat { dim } => format!("concat({dim})"),
+            KernelOp::Rope { layout } => layout.name().into(),
+            KernelOp::Gather => "gather".into(),
+            KernelOp::Argmax { dim } => format!("argmax({dim})"),
             KernelOp::Custom { .. } => "custom".into(),
         }
     }
@@ -116,8 +136,13 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
     let name = op.name();
     let arity = match op {
         KernelOp::Input { .. } => 0,
-        KernelOp::Output { .. } | KernelOp::Unary { .. } | KernelOp::ReduceSum { .. } | KernelOp::ReduceMax { .. } => 1,
-        KernelOp::Matmul | KernelOp::Binary { .. } | KernelOp::Concat { .. } => 2,
+        KernelOp::Output { .. }
+        | KernelOp::Unary { .. }
+        | KernelOp::ReduceSum { .. }
+        | KernelOp::ReduceMax { .. }
+        | KernelOp::Argmax { .. } => 1,
+        KernelOp::Matmul | KernelOp::Binary { .. } | KernelOp::Concat { .. } | KernelOp::Gather => 2,
+        KernelOp::Rope { .. } => 3,
         KernelOp::RmsNorm { .. } => {
             if inputs.len() == 1 || inputs.len() == 2 {
                 inputs.len()
@@ -134,6 +159,21 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
         check_shape(&name, &shape)?;
         Ok(vec![TensorDesc::new(&shape, dtype)])
     };
+    // Arithmetic takes floats; only gather's ids, inputs and outputs may be i32.
+    let operands: Vec<(&[usize], DType)> = inputs.iter().map(|d| (d.shape.as_slice(), d.dtype)).collect();
+    match op {
+        KernelOp::Input { .. } | KernelOp::Output { .. } | KernelOp::Custom { .. } => {}
+        KernelOp::Gather => check_floats(&name, &operands[..1])?,
+        KernelOp::Matmul
+        | KernelOp::Unary { .. }
+        | KernelOp::Binary { .. }
+        | KernelOp::ReduceSum { .. }
+        | KernelOp::ReduceMax { .. }
+        | KernelOp::RmsNorm { .. }
+        | KernelOp::Concat { .. }
+        | KernelOp::Rope { .. }
+        | KernelOp::Argmax { .. } => check_floats(&name, &operands)?,
+    }
     match op {
         KernelOp::Input { desc } => {
             check_shape("input", &desc.shape)?;
@@ -171,6 +211,28 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
             check_dim(&name, &inputs[0].shape, *dim)?;
             plain(concat_shape(&inputs[0].shape, &inputs[1].shape, *dim)?, dtype)
         }
+        KernelOp::Rope { .. } => {
+            let dtype = same_dtype(&name, inputs)?;
+            plain(rope_shape(&name, &inputs[0].shape, &inputs[1].shape, &inputs[2].shape)?, dtype)
+        }
+        KernelOp::Gather => {
+            let (table, ids) = (inputs[0], inputs[1]);
+            if ids.dtype != DType::I32 {
+                return Err(IrError::rule(
+                    &name,
+                    format!(
+                        "table {}:{} ids {}:{}",
+                        fmt_shape(&table.shape),
+                        table.dtype,
+                        fmt_shape(&ids.shape),
+                        ids.dtype
+                    ),
+                    format!("the ids (operand 1) must be i32, found {}", ids.dtype),
+                ));
+            }
+            plain(gather_shape(&table.shape, &ids.shape)?, table.dtype)
+        }
+        KernelOp::Argmax { dim } => plain(argmax_shape(&name, &inputs[0].shape, *dim)?, DType::I32),
         KernelOp::Custom { block } => {
             for (i, (given, expected)) in inputs.iter().zip(block.inputs()).enumerate() {
                 if *given != expected {
@@ -331,6 +393,27 @@ impl KernelGraph {
     /// Concatenation along `dim`.
     pub fn concat(&mut self, a: TensorRef, b: TensorRef, dim: usize) -> Result<TensorRef, IrError> {
         self.push1(KernelOp::Concat { dim }, &[a, b])
+    }
+
+    /// Rotary position embedding of `x` by `cos`, `sin` in `layout`.
+    pub fn rope(
+        &mut self,
+        layout: RopeLayout,
+        x: TensorRef,
+        cos: TensorRef,
+        sin: TensorRef,
+    ) -> Result<TensorRef, IrError> {
+        self.push1(KernelOp::Rope { layout }, &[x, cos, sin])
+    }
+
+    /// Rows of `table` at the i32 `ids`.
+    pub fn gather(&mut self, table: TensorRef, ids: TensorRef) -> Result<TensorRef, IrError> {
+        self.push1(KernelOp::Gather, &[table, ids])
+    }
+
+    /// The i32 position of the maximum along `dim` (kept, size 1).
+    pub fn argmax(&mut self, x: TensorRef, dim: usize) -> Result<TensorRef, IrError> {
+        self.push1(KernelOp::Argmax { dim }, &[x])
     }
 
     /// A graph-defined kernel over `inputs`; returns one tensor per output saver of `block`.

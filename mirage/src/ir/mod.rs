@@ -21,8 +21,8 @@ pub use hash::CanonicalHash;
 pub use json::{FORMAT, VERSION};
 pub use kernel::{KernelGraph, KernelNode, KernelOp, infer_kernel_op};
 pub use ops::{
-    BinaryDsl, BinaryOp, BinarySpec, Domain, Dsl, Law, Params, UnaryOp, UnarySpec, broadcast_shape, concat_shape,
-    matmul_shape, reduce_shape,
+    BinaryDsl, BinaryOp, BinarySpec, Domain, Dsl, Law, Params, RopeLayout, UnaryOp, UnarySpec, broadcast_shape,
+    concat_shape, matmul_shape, reduce_shape,
 };
 pub use types::{
     DType, MAX_ELEMENTS, MAX_RANK, Scalar, TensorDesc, TensorRef, check_shape, check_strides, num_elements,

@@ -1,8 +1,10 @@
-//! The shape rules of the operators shared by both IR levels, as IR errors naming the
-//! operator. The operators themselves ([`UnaryOp`], [`BinaryOp`]) and the rules are
-//! `mirage-core`'s.
+//! The shape and element-type rules of the operators shared by both IR levels, as IR errors
+//! naming the operator. The operators themselves ([`UnaryOp`], [`BinaryOp`], [`RopeLayout`]) and
+//! the shape rules are `mirage-core`'s.
 
-pub use mirage_core::ops::{BinaryDsl, BinaryOp, BinarySpec, Domain, Dsl, Law, Params, UnaryOp, UnarySpec};
+pub use mirage_core::ops::{BinaryDsl, BinaryOp, BinarySpec, Domain, Dsl, Law, Params, RopeLayout, UnaryOp, UnarySpec};
+
+use mirage_core::DType;
 
 use super::IrError;
 use super::types::fmt_shape;
@@ -45,4 +47,38 @@ pub fn concat_shape(a: &[usize], b: &[usize], dim: usize) -> Result<Vec<usize>, 
 pub fn check_rms_norm_weight(op: &str, x: &[usize], weight: &[usize]) -> Result<(), IrError> {
     shape::check_rms_norm_weight(x, weight)
         .map_err(|e| IrError::rule(op, format!("x {} weight {}", fmt_shape(x), fmt_shape(weight)), e.to_string()))
+}
+
+/// `rope(x, cos, sin)` (see [`mirage_core::shape::rope_shape`]).
+pub fn rope_shape(op: &str, x: &[usize], cos: &[usize], sin: &[usize]) -> Result<Vec<usize>, IrError> {
+    shape::rope_shape(x, cos, sin).map_err(|e| {
+        IrError::rule(op, format!("x {} cos {} sin {}", fmt_shape(x), fmt_shape(cos), fmt_shape(sin)), e.to_string())
+    })
+}
+
+/// `gather(table, ids)`: `ids`'s shape followed by the table's width.
+pub fn gather_shape(table: &[usize], ids: &[usize]) -> Result<Vec<usize>, IrError> {
+    shape::gather_shape(table, ids).map_err(|e| {
+        IrError::rule("gather", format!("table {} ids {}", fmt_shape(table), fmt_shape(ids)), e.to_string())
+    })
+}
+
+/// `argmax(x, dim)`: `dim` kept with size 1.
+pub fn argmax_shape(op: &str, x: &[usize], dim: usize) -> Result<Vec<usize>, IrError> {
+    shape::argmax_shape(x, dim).map_err(|e| IrError::rule(op, fmt_shape(x), e.to_string()))
+}
+
+/// Every operand of `op` holds floats: arithmetic takes no `i32` (index) operand.
+pub fn check_floats(op: &str, operands: &[(&[usize], DType)]) -> Result<(), IrError> {
+    if let Some((shape, dtype)) = operands.iter().find(|(_, d)| !d.is_float()) {
+        return Err(IrError::rule(
+            op,
+            operands.iter().map(|(s, d)| format!("{}:{d}", fmt_shape(s))).collect::<Vec<_>>().join(", "),
+            format!(
+                "an operand of element type {dtype} ({}): {op} computes on floats; i32 tensors hold indices, which only gather reads and outputs return",
+                fmt_shape(shape)
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -25,7 +25,10 @@
 //! tiles): its in-loop and epilogue forms, matmuls, the accumulators (`acc_sum`, `acc_sum_last`,
 //! `acc_rms_last` when the program normalizes, `acc_sum_to(w)` for the widths of the program's
 //! outputs, `acc_max` when it takes maxima) and, for programs with `rms_norm`, the division that
-//! moves the normalization after a matmul. A new tile is kept only if the IR's shape and phase
+//! moves the normalization after a matmul; rotary embeddings (also of partial matmul products,
+//! which the accumulator then sums: the rotation is linear) and, after the loop, `argmax`.
+//! `gather` is a kernel-level operator only (its table is read at data-dependent rows, which no
+//! input iterator describes). A new tile is kept only if the IR's shape and phase
 //! rules accept it, no tile of the same phase already holds the same abstract expression, and the
 //! [`Pruner`] keeps its expression. States reached again through another order of independent
 //! operators are recognized by an order-independent key and skipped.
@@ -42,8 +45,8 @@ use crate::codegen::default_blocks::default_block_graph;
 use crate::cost::{KernelCost, SmemMode, estimate_block_with, lower_bound_us};
 use crate::fingerprint::mix64;
 use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, Scalar, TensorDesc, TensorRef,
-    TileDesc, UnaryOp, infer_kernel_op,
+    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, RopeLayout, Scalar, TensorDesc,
+    TensorRef, TileDesc, UnaryOp, infer_kernel_op,
 };
 
 /// A dimension class id.
@@ -76,6 +79,9 @@ pub(crate) struct OpSet {
     pub reduce_max: bool,
     pub concat: bool,
     pub sum_to_widths: Vec<usize>,
+    pub rope: Vec<RopeLayout>,
+    pub gather: bool,
+    pub argmax_dims: Vec<usize>,
 }
 
 struct UnionFind(Vec<usize>);
@@ -185,6 +191,38 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
                 tie_same(&mut uf, n.inputs[1], Some(*dim));
             }
+            KernelOp::Rope { layout } => {
+                if !ops.rope.contains(layout) {
+                    ops.rope.push(*layout);
+                }
+                // x's dims are the output's; cos and sin share the leading dims they do not
+                // broadcast, and their halves of a head.
+                for &t in &n.inputs {
+                    tie_same(&mut uf, t, None);
+                }
+                let last = desc(n.inputs[1]).rank() - 1;
+                if desc(n.inputs[1]).shape[last] > 1 {
+                    uf.union(slot(n.inputs[1], last), slot(n.inputs[2], last));
+                }
+            }
+            KernelOp::Gather => {
+                ops.gather = true;
+                // The ids' dims lead the output, the table's width ends it.
+                let (table, ids) = (n.inputs[0], n.inputs[1]);
+                let r = desc(ids).rank();
+                for d in (0..r).filter(|&d| desc(ids).shape[d] > 1) {
+                    uf.union(slot(ids, d), slot(out, d));
+                }
+                if desc(table).shape[1] > 1 {
+                    uf.union(slot(table, 1), slot(out, r));
+                }
+            }
+            KernelOp::Argmax { dim } => {
+                if !ops.argmax_dims.contains(dim) {
+                    ops.argmax_dims.push(*dim);
+                }
+                tie_same(&mut uf, n.inputs[0], Some(*dim));
+            }
             KernelOp::Custom { .. } => {
                 return Err(
                     "the program already contains custom kernels; search programs of kernel-level operators".into()
@@ -266,6 +304,11 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 }
             }
             KernelOp::Concat { .. } => expr::concat(&ie[0], &ie[1]),
+            KernelOp::Rope { layout } => expr::rope(*layout, &ie[0], &ie[1], &ie[2]),
+            KernelOp::Gather => expr::op("gather", 0, &[&ie[0], &ie[1]]),
+            KernelOp::Argmax { dim } => {
+                expr::argmax(tag(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim] as u64, &ie[0])
+            }
             KernelOp::Custom { .. } => return Err("the program already contains custom kernels".into()),
         };
         exprs.push(vec![e]);
@@ -600,9 +643,20 @@ fn kernel_moves(run: &Run<'_>, s: &KState) -> Vec<(KernelOp, Vec<usize>)> {
         for eps in &ops.rms_eps {
             moves.push((KernelOp::RmsNorm { eps: *eps }, vec![i]));
         }
+        for &dim in &ops.argmax_dims {
+            moves.push((KernelOp::Argmax { dim }, vec![i]));
+        }
         for j in 0..n {
             if ops.matmul {
                 moves.push((KernelOp::Matmul, vec![i, j]));
+            }
+            if ops.gather {
+                moves.push((KernelOp::Gather, vec![i, j]));
+            }
+            for &layout in &ops.rope {
+                for k in (0..n).filter(|&k| k != j) {
+                    moves.push((KernelOp::Rope { layout }, vec![i, j, k]));
+                }
             }
             for b in &ops.binary {
                 if !b.is_commutative() || i <= j {
@@ -631,7 +685,14 @@ fn kernel_expr(
             expr::div(es[0], &expr::rms_eps(tag(last), *descs[0].shape.last()? as u64, eps.0, es[0]))
         }
         KernelOp::ReduceSum { dim } => expr::sum(tag(*dim), descs[0].shape[*dim] as u64, es[0]),
-        _ => return None,
+        KernelOp::Rope { layout } => expr::rope(*layout, es[0], es[1], es[2]),
+        KernelOp::Gather => expr::op("gather", 0, &[es[0], es[1]]),
+        KernelOp::Argmax { dim } => expr::argmax(tag(*dim), *descs[0].shape.get(*dim)? as u64, es[0]),
+        KernelOp::Input { .. }
+        | KernelOp::Output { .. }
+        | KernelOp::ReduceMax { .. }
+        | KernelOp::Concat { .. }
+        | KernelOp::Custom { .. } => return None,
     })
 }
 
@@ -641,6 +702,11 @@ fn kernel_classes(op: &KernelOp, ins: &[&KTensor], out: &TensorDesc) -> Vec<Opti
         KernelOp::Matmul => {
             let mut c = ins[0].classes.clone();
             c[r - 1] = ins[1].classes[r - 1];
+            c
+        }
+        KernelOp::Gather => {
+            let mut c = ins[1].classes.clone();
+            c.push(ins[0].classes[1]);
             c
         }
         _ => (0..r)
@@ -995,9 +1061,29 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
         let Ok(tile) = st.bg.tile(ti.r) else { continue };
         let shape = &tile.shape;
         let epilogue_only_binary = no_loop && ti.phase == Phase::AfterLoop;
+        if ti.phase == Phase::AfterLoop {
+            // An argmax needs the finished values (an i32 tile has no accumulator).
+            for &d in &ops.argmax_dims {
+                if shape.get(d).is_some_and(|&len| len > 1) {
+                    moves.push((BlockOp::Argmax { dim: d }, vec![i]));
+                }
+            }
+        }
         if !epilogue_only_binary {
             for u in &ops.unary {
                 moves.push((BlockOp::Unary { op: *u }, vec![i]));
+            }
+            for &layout in &ops.rope {
+                // cos and sin: two other tiles of one shape in the same phase.
+                for j in (0..n).filter(|&j| j != i && st.tiles[j].phase == ti.phase) {
+                    for k in (0..n).filter(|&k| k != i && k != j && st.tiles[k].phase == ti.phase) {
+                        let same = st.bg.tile(st.tiles[j].r).ok().map(|t| &t.shape)
+                            == st.bg.tile(st.tiles[k].r).ok().map(|t| &t.shape);
+                        if same {
+                            moves.push((BlockOp::Rope { layout }, vec![i, j, k]));
+                        }
+                    }
+                }
             }
             for eps in &ops.rms_eps {
                 moves.push((BlockOp::RmsNorm { eps: *eps }, vec![i]));
@@ -1059,7 +1145,7 @@ fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[
             c[r - 1] = None;
             c
         }
-        BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::Concat { dim } => {
+        BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::Concat { dim } | BlockOp::Argmax { dim } => {
             let mut c = ins[0].classes.clone();
             c[*dim] = None;
             c
@@ -1116,6 +1202,8 @@ fn tile_expr(
         BlockOp::ReduceMax { dim } => expr::max(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
         BlockOp::RmsNorm { eps } => expr::div(es[0], &expr::rms_eps(last_tag, last(in_shapes[0]), eps.0, es[0])),
         BlockOp::Concat { .. } => expr::concat(es[0], es[1]),
+        BlockOp::Rope { layout } => expr::rope(*layout, es[0], es[1], es[2]),
+        BlockOp::Argmax { dim } => expr::argmax(full_tag(info, cls(0, *dim)), in_shapes[0][*dim] as u64, es[0]),
         BlockOp::Accum { acc } => match acc {
             AccKind::Sum => expr::sum(loop_tag, f, es[0]),
             AccKind::Max => expr::max(loop_tag, f, es[0]),
@@ -1133,7 +1221,9 @@ fn tile_expr(
             ),
             AccKind::Rescale | AccKind::SumLastRescale => return None,
         },
-        BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::RunningMax { .. } => return None,
+        BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::RunningMax { .. } | BlockOp::Gather { .. } => {
+            return None;
+        }
     })
 }
 

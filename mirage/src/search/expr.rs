@@ -15,7 +15,11 @@
 //! - `+` and `·` are flattened and sorted (associativity, commutativity); `a · (b / c) = (a·b) / c`,
 //!   `(a / b) / c = a / (b·c)`, `a / (b / c) = (a·c) / b`; `x² = x·x`; `c·x` is a product with
 //!   the constant `c`;
-//! - `rms_norm(x)` over `n` elements is `x / rms(n, x)`.
+//! - `rms_norm(x)` over `n` elements is `x / rms(n, x)`;
+//! - rotary embeddings, gathers and argmax are opaque operators of their operands
+//!   ([`Expr::Op`]); a rotary embedding is linear in `x`, so `sum(n, rope(x, c, s)) =
+//!   rope(sum(n, x), c, s)` (applying it to each partial product of a matmul and summing is the
+//!   same as applying it to the product).
 //!
 //! [`Pruner`] is the search's hook: given the expression of a tensor a prefix has just produced,
 //! it says whether the prefix may still contribute to the program's outputs. [`StructuralPruner`]
@@ -26,7 +30,7 @@
 
 use std::sync::Arc;
 
-use crate::ir::{BinaryOp, Law, UnaryOp};
+use crate::ir::{BinaryOp, Law, RopeLayout, UnaryOp};
 
 /// An abstract expression in normal form (build it with the constructors, not the variants).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,6 +59,9 @@ pub enum Expr {
     Rms(u64, u64, u32, Arc<Expr>),
     /// A concatenation.
     Concat(Arc<Expr>, Arc<Expr>),
+    /// An operator the normal form does not look into (rotary embeddings, gathers, argmax): its
+    /// name, a parameter (the reduced class and extent of an argmax) and its operands.
+    Op(&'static str, u64, Vec<Arc<Expr>>),
 }
 
 /// A shared expression.
@@ -78,6 +85,13 @@ pub fn sum(tag: u64, n: u64, x: &E) -> E {
         Expr::Sum(t, m, y) if *t == tag => sum(tag, n.saturating_mul(*m), y),
         Expr::Sum(t, m, y) if *t > tag => sum(*t, *m, &sum(tag, n, y)),
         Expr::Div(a, b) => div(&sum(tag, n, a), b),
+        // A rotary embedding is linear in its first operand (cos and sin do not vary along a
+        // reduction of it).
+        Expr::Op(name, param, xs) if is_linear(name) => {
+            let mut args = xs.clone();
+            args[0] = sum(tag, n, &xs[0]);
+            Arc::new(Expr::Op(name, *param, args))
+        }
         _ => Arc::new(Expr::Sum(tag, n, x.clone())),
     }
 }
@@ -160,13 +174,15 @@ pub fn binary(op: BinaryOp, a: &E, b: &E) -> E {
     }
 }
 
-/// A unary operator, by its law in the operator table: squares and scalings are products; every
-/// other operator (`exp`, `neg` and `recip` included) is a function of its name and parameters.
+/// A unary operator, by its law in the operator table: squares and scalings are products,
+/// offsets sums with the constant; every other operator (`exp`, `neg` and `recip` included) is a
+/// function of its name and parameters.
 pub fn unary(op: &UnaryOp, x: &E) -> E {
     let spec = op.spec();
     match spec.law {
         Law::Square => mul(x, x),
         Law::Scale(c) => mul(&constant(c.0), x),
+        Law::Offset(c) => add(&constant(c.0), x),
         Law::Exp | Law::Neg | Law::Recip | Law::Uninterpreted => {
             Arc::new(Expr::Fn(spec.name, spec.params.bits(), x.clone()))
         }
@@ -183,12 +199,33 @@ pub fn concat(a: &E, b: &E) -> E {
     Arc::new(Expr::Concat(a.clone(), b.clone()))
 }
 
+/// Whether operator `name` of an [`Expr::Op`] is linear in its first operand: the rotary
+/// embeddings.
+fn is_linear(name: &str) -> bool {
+    RopeLayout::ALL.iter().any(|l| l.name() == name)
+}
+
+/// `rope(x, cos, sin)` in `layout`: linear in `x` (sums move into it).
+pub fn rope(layout: RopeLayout, x: &E, cos: &E, sin: &E) -> E {
+    op(layout.name(), 0, &[x, cos, sin])
+}
+
+/// Operator `name` with parameter `param` of `args`, as an opaque term.
+pub fn op(name: &'static str, param: u64, args: &[&E]) -> E {
+    Arc::new(Expr::Op(name, param, args.iter().map(|&a| a.clone()).collect()))
+}
+
+/// The argmax of `x` over `n` elements of class `tag`.
+pub fn argmax(tag: u64, n: u64, x: &E) -> E {
+    op("argmax", tag.rotate_left(32) ^ n, &[x])
+}
+
 impl Expr {
     /// The direct operands.
     pub fn children(&self) -> Vec<&E> {
         match self {
             Expr::Var(_) | Expr::Const(_) => vec![],
-            Expr::Add(xs) | Expr::Mul(xs) => xs.iter().collect(),
+            Expr::Add(xs) | Expr::Mul(xs) | Expr::Op(_, _, xs) => xs.iter().collect(),
             Expr::Div(a, b) | Expr::Sub(a, b) | Expr::Pow(a, b) | Expr::Concat(a, b) => vec![a, b],
             Expr::Fn(_, _, x) | Expr::Sum(_, _, x) | Expr::Max(_, _, x) | Expr::Rms(_, _, _, x) => vec![x],
         }
@@ -236,6 +273,10 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
             s == t && n % m == 0 && x == y
         }
         (Expr::Add(cs), Expr::Add(ts)) | (Expr::Mul(cs), Expr::Mul(ts)) => cs.len() < ts.len() && sub_multiset(cs, ts),
+        // A linear operator of a partial sum: completed by summing its results.
+        (Expr::Op(a, p, xs), Expr::Op(b, q, ys)) => {
+            a == b && p == q && is_linear(a) && xs[1..] == ys[1..] && completes_to(&xs[0], &ys[0])
+        }
         // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
         // completes to or occurs in the target's: the normalization of an operand before a
         // reduction (the normal form moves divisions out of sums).
@@ -327,6 +368,24 @@ mod tests {
         let p = StructuralPruner::new(&[t]);
         assert!(p.keep(&mul(&x, &g)));
         assert!(p.keep(&matmul(0, 8, &mul(&x, &g), &w)));
+    }
+}
+
+#[cfg(test)]
+mod rope_tests {
+    use super::*;
+
+    #[test]
+    fn rope_of_partial_products_completes_to_rope_of_the_product() {
+        let (x, w, c, s) = (var(0), var(1), var(2), var(3));
+        let target = rope(RopeLayout::HalfSplit, &matmul(1, 4096, &x, &w), &c, &s);
+        let partial = rope(RopeLayout::HalfSplit, &matmul(1, 64, &x, &w), &c, &s);
+        assert_eq!(sum(1, 64, &partial), target, "the accumulated rotations are the rotated product");
+        let p = StructuralPruner::new(std::slice::from_ref(&target));
+        assert!(p.keep(&partial));
+        assert!(!p.keep(&rope(RopeLayout::Interleaved, &matmul(1, 64, &x, &w), &c, &s)), "another layout");
+        assert!(!p.keep(&rope(RopeLayout::HalfSplit, &matmul(1, 64, &x, &w), &s, &c)), "cos and sin swapped");
+        assert!(!p.keep(&argmax(1, 64, &x)) && p.keep(&x));
     }
 }
 

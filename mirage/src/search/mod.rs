@@ -494,38 +494,107 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     })
 }
 
-/// Deterministic inputs in `[-0.5, 0.5)` for the float check (and the tuner's measurements).
+/// Deterministic inputs for the float check (and the tuner's measurements): floats in `[-0.5, 0.5)`, and for `i32` inputs ids
+/// in `0..=rows` of the smallest table they index (`rows` itself reads zeros).
 pub(crate) fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError> {
+    let bounds = crate::fingerprint::index_bounds(g);
     g.inputs()
         .iter()
         .enumerate()
         .map(|(i, d)| {
             let n: usize = d.shape.iter().product();
             let base = mix64(seed ^ (i as u64 + 1));
-            let data =
-                (0..n).map(|j| (mix64(base.wrapping_add(j as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            let bits = |j: usize| mix64(base.wrapping_add(j as u64)) >> 40;
+            let data = match bounds.get(i).copied().flatten() {
+                Some(rows) => (0..n).map(|j| (bits(j) % (rows as u64 + 1)) as f32).collect(),
+                None => (0..n).map(|j| bits(j) as f32 / (1u64 << 24) as f32 - 0.5).collect(),
+            };
             HostTensor::new(d.shape.clone(), data)
         })
         .collect()
 }
 
+/// A copy of `program` that also returns the searched row of every output an `argmax`
+/// produces, and for each original output the (extra output, dim) of its row.
+fn with_argmax_rows(program: &KernelGraph) -> Option<(KernelGraph, Vec<Option<(usize, usize)>>)> {
+    let mut g = KernelGraph::new();
+    for n in program.nodes() {
+        g.push(n.op.clone(), &n.inputs).ok()?;
+    }
+    let outputs = program.outputs();
+    let mut rows = Vec::with_capacity(outputs.len());
+    let mut extra = outputs.len();
+    for (t, _) in &outputs {
+        let node = &program.nodes()[t.node];
+        rows.push(match node.op {
+            KernelOp::Argmax { dim } => {
+                g.output(node.inputs[0], None).ok()?;
+                extra += 1;
+                Some((extra - 1, dim))
+            }
+            _ => None,
+        });
+    }
+    Some((g, rows))
+}
+
+/// Positions `got` of an argmax whose program positions are `want`, over rows `row` (the
+/// program's values, searched along `dim`): each equal, or a near tie — the values at both
+/// positions within tolerance of each other (a different summation order may flip those).
+fn positions_match(want: &HostTensor, got: &HostTensor, row: &HostTensor, dim: usize, rtol: f32) -> Result<(), String> {
+    if want.shape != got.shape {
+        return Err(format!("shape {:?}, expected {:?}", got.shape, want.shape));
+    }
+    let scale = row.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let atol = rtol * 0.1 * scale.max(f32::MIN_POSITIVE);
+    let strides = crate::ir::row_major_strides(&row.shape);
+    let out_strides = crate::ir::row_major_strides(&want.shape);
+    for (e, (&w, &g)) in want.data.iter().zip(&got.data).enumerate() {
+        if w == g {
+            continue;
+        }
+        let base: usize =
+            (0..row.shape.len()).filter(|&d| d != dim).map(|d| (e / out_strides[d] % want.shape[d]) * strides[d]).sum();
+        let at =
+            |p: f32| (p >= 0.0 && (p as usize) < row.shape[dim]).then(|| row.data[base + p as usize * strides[dim]]);
+        match (at(w), at(g)) {
+            (Some(vw), Some(vg)) if (vw - vg).abs() <= atol + rtol * vw.abs() => {}
+            _ => {
+                return Err(format!("element {e}: position {g}, expected {w} (values {:?} and {:?})", at(g), at(w)));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The f32 float check of DESIGN §8.2: program and candidate on the same random inputs, every
-/// output within the element type's tolerance (relative to the output's largest magnitude).
+/// output within the element type's tolerance (relative to the output's largest magnitude); an
+/// argmax's positions equal, or near ties of its row.
 /// The outer `Result` is a failure to run, the inner one the verdict.
 pub fn float_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
     let inputs = float_inputs(program, 0x666c_6f61_7421)?;
-    let want = run(program, &inputs)?;
+    let (with_rows, rows) = match with_argmax_rows(program) {
+        Some((g, rows)) => (run(&g, &inputs)?, rows),
+        None => (run(program, &inputs)?, Vec::new()),
+    };
     let got = run(candidate, &inputs)?;
-    let dtype = program.inputs().first().map_or(DType::F32, |d| d.dtype);
+    let dtype = program.inputs().iter().map(|d| d.dtype).find(|d| d.is_float()).unwrap_or(DType::F32);
     let rtol = match dtype {
         DType::F16 => 1e-2,
         DType::Bf16 => 2e-2,
-        DType::F32 => 1e-4,
+        DType::F32 | DType::I32 => 1e-4,
     };
+    let want = &with_rows[..with_rows.len().min(program.outputs().len())];
     if want.len() != got.len() {
         return Ok(Err(format!("{} outputs, expected {}", got.len(), want.len())));
     }
     for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+        if let Some(&Some((row, dim))) = rows.get(k) {
+            if let Err(e) = positions_match(w, g, &with_rows[row], dim, rtol) {
+                return Ok(Err(format!("output {k} (argmax): {e}")));
+            }
+            continue;
+        }
         let scale = w.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         match max_scaled_error(g, w, rtol * 0.1 * scale.max(f32::MIN_POSITIVE), rtol) {
             Some(e) if e <= 1.0 => {}

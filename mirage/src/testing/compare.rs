@@ -52,6 +52,8 @@ pub fn unit_roundoff(dtype: DType) -> f64 {
         DType::F16 => 1.0 / 2048.0,
         DType::Bf16 => 1.0 / 256.0,
         DType::F32 => F32_UNIT_ROUNDOFF,
+        // Indices are exact: they must match.
+        DType::I32 => 0.0,
     }
 }
 

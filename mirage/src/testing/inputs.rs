@@ -49,6 +49,8 @@ pub fn round_to(dtype: DType, v: f32) -> f32 {
         DType::F16 => half::f16::from_f32(v).to_f32(),
         DType::Bf16 => half::bf16::from_f32(v).to_f32(),
         DType::F32 => v,
+        // Indices: the integer at or below `v`.
+        DType::I32 => v.floor(),
     }
 }
 
@@ -121,9 +123,13 @@ pub fn golden_input_range(case: &str, input: usize) -> Range<f32> {
 /// model (`crate::testing::compare`), so their ranges keep that factor near 1:
 /// `pow(exp(a), exp(b))` takes [-0.5, 0.5) (the base's error is multiplied by the exponent, at
 /// most e^0.5), and the online softmax takes `Q` and `K` in [-0.5, 0.5) (logits of standard
-/// deviation 0.5; `exp` multiplies a staged logit's error by its magnitude).
+/// deviation 0.5; `exp` multiplies a staged logit's error by its magnitude). The `i32` ids of
+/// the gather programs take [-2, 34): rows of their tables of 30 and 50 rows and ids outside them.
 pub fn coverage_input_range(case: &str, input: usize) -> Range<f32> {
-    if case.starts_with("unary_") {
+    if case.starts_with("gather") && input == 1 {
+        // Row ids of tables of 30 and 50 rows: in range, and out of it on both sides.
+        -2.0..34.0
+    } else if case.starts_with("unary_") {
         -4.0..4.0
     } else if case.starts_with("binary_pow") || (case.starts_with("online_softmax") && input < 2) {
         -0.5..0.5

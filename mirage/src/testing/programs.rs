@@ -201,7 +201,8 @@ pub fn golden_cases() -> Vec<GoldenCase> {
 }
 
 /// Small graphs that together cover every construct code generation must handle: every kernel
-/// operator (lowered to default block graphs), every accumulator, input iterators with a matrix
+/// operator (lowered to default block graphs; rope, gather, argmax and layer norm in
+/// `index_and_rotation_cases`), every accumulator, input iterators with a matrix
 /// of imap / forloop combinations and output savers with several omaps, strided inputs, and tile
 /// shapes that are not multiples of the tensor-core tile. Each is built for `dtype`.
 pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrError> {
@@ -396,5 +397,139 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         g.output(outs[0], None)?;
         push("in_loop_reductions_rms_concat", g);
     }
+    index_and_rotation_cases(d, &mut push)?;
     Ok(out)
+}
+
+/// Coverage of the operators transformer code needs beyond the element-wise table: layer norm
+/// (as the DSL lowers it, unfused and as one fused kernel), both rotary layouts (also applied to
+/// the partial products of a matmul inside its loop), gathers (a whole embedding row, the width
+/// split across the grid, out-of-range ids) and argmax (along every dim, a long row reduced by
+/// several warps, and feeding a gather).
+fn index_and_rotation_cases(d: DType, push: &mut impl FnMut(&str, KernelGraph)) -> Result<(), IrError> {
+    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, RopeLayout, Scalar, TensorDesc, UnaryOp};
+    let i32 = DType::I32;
+    // layer_norm_weighted(x, w, b, 1e-5) as lowered: rms_norm of the centered rows, scaled, shifted.
+    {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[5, 96], d)?;
+        let w = g.input(&[1, 96], d)?;
+        let b = g.input(&[1, 96], d)?;
+        let s = g.reduce_sum(x, 1)?;
+        let m = g.unary(UnaryOp::MulScalar { c: Scalar(1.0 / 96.0) }, s)?;
+        let c = g.binary(BinaryOp::Sub, x, m)?;
+        let n = g.rms_norm(c, 1e-5, Some(w))?;
+        let y = g.add(n, b)?;
+        g.output(y, None)?;
+        push("layer_norm_weighted_unfused", g);
+    }
+    // The same as one kernel: whole rows per block, the mean and the normalization in the loop.
+    {
+        let xd = TensorDesc::new(&[6, 96], d);
+        let wd = TensorDesc::new(&[1, 96], d);
+        let mut bg = BlockGraph::new(vec![xd, wd.clone(), wd], [3, 1, 1], 128, 1)?;
+        let x = bg.input(0, [Some(0), None, None], None)?;
+        let w = bg.input(1, [None, None, None], None)?;
+        let b = bg.input(2, [None, None, None], None)?;
+        let s = bg.op(BlockOp::ReduceSum { dim: 1 }, &[x])?;
+        let m = bg.unary(UnaryOp::MulScalar { c: Scalar(1.0 / 96.0) }, s)?;
+        let c = bg.binary(BinaryOp::Sub, x, m)?;
+        let n = bg.op(BlockOp::RmsNorm { eps: Scalar(1e-5) }, &[c])?;
+        let nw = bg.binary(BinaryOp::Mul, n, w)?;
+        let y = bg.binary(BinaryOp::Add, nw, b)?;
+        let a = bg.accum(AccKind::Sum, &[y])?;
+        bg.output(a, [Some(0), None, None])?;
+        let mut g = KernelGraph::new();
+        let gx = g.input(&[6, 96], d)?;
+        let gw = g.input(&[1, 96], d)?;
+        let gb = g.input(&[1, 96], d)?;
+        let outs = g.custom(&[gx, gw, gb], bg)?;
+        g.output(outs[0], None)?;
+        push("layer_norm_weighted_fused", g);
+    }
+    // Rotary embeddings: [heads 2, positions 6, two heads of 32 per row], angles per position.
+    for layout in RopeLayout::ALL {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[2, 6, 64], d)?;
+        let c = g.input(&[1, 6, 16], d)?;
+        let s = g.input(&[1, 6, 16], d)?;
+        let y = g.rope(layout, x, c, s)?;
+        g.output(y, None)?;
+        push(&format!("{}_broadcast_angles", layout.name()), g);
+    }
+    // QKV projection + rope in one kernel: the rotation of each partial product, summed.
+    {
+        let (xd, wd) = (TensorDesc::new(&[8, 64], d), TensorDesc::new(&[64, 128], d));
+        let cd = TensorDesc::new(&[8, 32], d);
+        let mut bg = BlockGraph::new(vec![xd, wd, cd.clone(), cd], [2, 1, 1], 128, 4)?;
+        let x = bg.input(0, [None, None, None], Some(1))?;
+        let w = bg.input(1, [Some(1), None, None], Some(0))?;
+        let c = bg.input(2, [None, None, None], None)?;
+        let s = bg.input(3, [None, None, None], None)?;
+        let p = bg.matmul(x, w)?;
+        let r = bg.op(BlockOp::Rope { layout: RopeLayout::HalfSplit }, &[p, c, s])?;
+        let a = bg.accum(AccKind::Sum, &[r])?;
+        bg.output(a, [Some(1), None, None])?;
+        let mut g = KernelGraph::new();
+        let gx = g.input(&[8, 64], d)?;
+        let gw = g.input(&[64, 128], d)?;
+        let gc = g.input(&[8, 32], d)?;
+        let gs = g.input(&[8, 32], d)?;
+        let outs = g.custom(&[gx, gw, gc, gs], bg)?;
+        g.output(outs[0], None)?;
+        push("qkv_projection_rope_in_loop", g);
+    }
+    // Gathers: rows of a table at i32 ids (ids outside the table read zeros).
+    {
+        let mut g = KernelGraph::new();
+        let t = g.input(&[50, 40], d)?;
+        let ids = g.input(&[3, 5], i32)?;
+        let y = g.gather(t, ids)?;
+        g.output(y, None)?;
+        push("gather_rows", g);
+    }
+    {
+        let td = TensorDesc::new(&[30, 128], d);
+        let idd = TensorDesc::new(&[12], i32);
+        let mut bg = BlockGraph::new(vec![td, idd], [4, 2, 1], 128, 1)?;
+        let ids = bg.input(1, [None, Some(0), None], None)?;
+        let rows = bg.op(BlockOp::Gather { table: 0, imap: [Some(1), None, None] }, &[ids])?;
+        let a = bg.accum(AccKind::Sum, &[rows])?;
+        bg.output(a, [Some(1), Some(0), None])?;
+        let mut g = KernelGraph::new();
+        let gt = g.input(&[30, 128], d)?;
+        let gi = g.input(&[12], i32)?;
+        let outs = g.custom(&[gt, gi], bg)?;
+        g.output(outs[0], None)?;
+        push("gather_width_split", g);
+    }
+    // argmax along every dim; a long row reduced by several warps.
+    for dim in 0..3 {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[4, 6, 40], d)?;
+        let m = g.argmax(x, dim)?;
+        g.output(m, None)?;
+        push(&format!("argmax_dim{dim}"), g);
+    }
+    {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[2, 3000], d)?;
+        let m = g.argmax(x, 1)?;
+        g.output(m, None)?;
+        push("argmax_long_rows", g);
+    }
+    // Greedy decoding: the embedding of the argmax of the logits. The logits are an input, so
+    // the argmax is exact: an argmax of computed logits may differ from the reference's wherever
+    // rounding reorders two near-equal logits.
+    {
+        let mut g = KernelGraph::new();
+        let logits = g.input(&[2, 200], d)?;
+        let emb = g.input(&[200, 48], d)?;
+        let next = g.argmax(logits, 1)?;
+        let y = g.gather(emb, next)?;
+        g.output(y, None)?;
+        g.output(next, None)?;
+        push("argmax_then_gather", g);
+    }
+    Ok(())
 }

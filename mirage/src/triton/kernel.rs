@@ -35,6 +35,7 @@ pub fn tl_dtype(dtype: DType) -> &'static str {
         DType::F16 => "tl.float16",
         DType::Bf16 => "tl.bfloat16",
         DType::F32 => "tl.float32",
+        DType::I32 => "tl.int32",
     }
 }
 
@@ -321,6 +322,12 @@ impl<'a> Gen<'a> {
             }
             BlockOp::Output { .. } => {}
             BlockOp::Matmul => self.matmul(i, ind)?,
+            BlockOp::Rope { .. } | BlockOp::Gather { .. } | BlockOp::Argmax { .. } => {
+                return Err(TritonError::Unsupported(format!(
+                    "kernel `{}`: the block operator {:?} (rope, gather and argmax are CUDA-only)",
+                    self.name, n.op
+                )));
+            }
             BlockOp::Unary { op } => {
                 let e = unary(op, &arg(0));
                 self.line(ind, &format!("t{i} = {e}"));
@@ -564,6 +571,10 @@ fn unary(op: &UnaryOp, x: &str) -> String {
         UnaryOp::MulScalar { c } => format!("{} * {x}", py_float(*c)),
         UnaryOp::Tanh => format!("libdevice.tanh({x})"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + tl.exp(-{x}))"),
+        UnaryOp::GeluTanh => {
+            format!("0.5 * {x} * (1.0 + libdevice.tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")
+        }
+        UnaryOp::AddScalar { c } => format!("{x} + {}", py_float(*c)),
     }
 }
 

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::codegen::default_blocks::lower_to_blocks;
-use crate::ir::{DType, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
+use crate::ir::{BlockOp, DType, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
 use kernel::{OutputLayout, generate_kernel, uses_libdevice};
 
 /// Why a Triton module could not be generated.
@@ -56,6 +56,7 @@ fn torch_dtype(dtype: DType) -> &'static str {
         DType::F16 => "torch.float16",
         DType::Bf16 => "torch.bfloat16",
         DType::F32 => "torch.float32",
+        DType::I32 => "torch.int32",
     }
 }
 
@@ -122,9 +123,26 @@ fn tuple(v: &[usize]) -> String {
     }
 }
 
+/// Whether the Triton backend handles every operator of `graph`: `rope`, `gather` and `argmax`
+/// (as kernel operators or inside a custom kernel) are CUDA-only, and [`generate`] answers
+/// [`TritonError::Unsupported`] for a graph that uses them.
+pub fn handles_operators(graph: &KernelGraph) -> bool {
+    let cuda_only = |op: &BlockOp| matches!(op, BlockOp::Rope { .. } | BlockOp::Gather { .. } | BlockOp::Argmax { .. });
+    graph.nodes().iter().all(|n| match &n.op {
+        KernelOp::Rope { .. } | KernelOp::Gather | KernelOp::Argmax { .. } => false,
+        KernelOp::Custom { block } => !block.nodes().iter().any(|b| cuda_only(&b.op)),
+        _ => true,
+    })
+}
+
 /// Generates the Triton module of `graph`: kernels named `{name}_k{i}`, and `launch(...)` whose
 /// parameters are `input_names` (the program's parameter names; `x0, x1, ..` when `None`).
 pub fn generate(graph: &KernelGraph, name: &str, input_names: Option<&[String]>) -> Result<String, TritonError> {
+    if !handles_operators(graph) {
+        return Err(TritonError::Unsupported(format!(
+            "`{name}` uses rope, gather or argmax: these operators are CUDA-only"
+        )));
+    }
     let graph = lower_to_blocks(graph).map_err(TritonError::Ir)?;
     let base = py_ident(name);
     let n_inputs = graph.inputs().len();

@@ -89,8 +89,10 @@ pub(super) fn unary_expr(op: &UnaryOp, x: &str) -> String {
         UnaryOp::Recip => format!("(1.0f/({x}))"),
         UnaryOp::Tanh => format!("tanhf({x})"),
         UnaryOp::Sigmoid => format!("(1.0f/(1.0f+__expf(-({x}))))"),
+        UnaryOp::GeluTanh => format!("mirage::gelu_tanh({x})"),
         UnaryOp::Clamp { lo, hi } => format!("mirage::clampf({x}, {}, {})", float_lit(lo.0), float_lit(hi.0)),
         UnaryOp::MulScalar { c } => format!("({}*({x}))", float_lit(c.0)),
+        UnaryOp::AddScalar { c } => format!("(({x})+{})", float_lit(c.0)),
     }
 }
 

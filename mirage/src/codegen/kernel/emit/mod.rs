@@ -10,10 +10,12 @@
 mod accum;
 mod copy;
 mod expr;
+mod gather;
 mod groups;
 mod mma;
 mod ops;
 mod reduce;
+mod rope;
 mod save;
 mod skeleton;
 

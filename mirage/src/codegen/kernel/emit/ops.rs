@@ -28,6 +28,9 @@ impl Emitter<'_> {
             BlockOp::RmsNorm { eps } => self.rms_norm(indent, i, eps.0),
             BlockOp::Concat { dim } => self.concat(indent, i, *dim),
             BlockOp::RunningMax { .. } => self.running_max(indent, i),
+            BlockOp::Rope { layout } => self.rope(indent, i, *layout),
+            BlockOp::Gather { table, imap } => self.gather(indent, i, *table, imap),
+            BlockOp::Argmax { .. } => self.reduction(indent, i, Combine::ArgMax),
             BlockOp::Input { .. } | BlockOp::Output { .. } | BlockOp::Accum { .. } => {}
         }
     }
@@ -72,7 +75,7 @@ impl Emitter<'_> {
         self.elementwise(indent, out.numel(), &body);
     }
 
-    /// `reduce_sum`, `reduce_sum_to`, `reduce_max`.
+    /// `reduce_sum`, `reduce_sum_to`, `reduce_max`, `argmax` (its position stored as a float).
     fn reduction(&mut self, indent: usize, i: usize, combine: Combine) {
         let out = self.plan.out_tile(i);
         let x = self.tile(self.bg().nodes()[i].inputs[0]);

@@ -1,4 +1,5 @@
-//! Reductions of a shared-memory tile along one dim, by the strategy the plan chose.
+//! Reductions of a shared-memory tile along one dim, by the strategy the plan chose: sums,
+//! maxima, and argmax (a value and its position travel together).
 
 use super::super::planner::{ReduceStrategy, Reduction, Tile};
 use super::Emitter;
@@ -11,27 +12,44 @@ pub(super) enum Combine {
     Sum,
     /// Maximum.
     Max,
+    /// The position of the maximum (`mirage::argmax_beats`: NaN above every number, ties to the
+    /// lowest position): the state is the best value `v` and its position `k`, the result `k`.
+    ArgMax,
 }
 
 impl Combine {
-    fn init(self) -> &'static str {
+    /// The declaration of the running state.
+    fn declare(self) -> &'static str {
         match self {
-            Combine::Sum => "0.0f",
-            Combine::Max => "__int_as_float(0xff800000)",
+            Combine::Sum => "float v = 0.0f;",
+            Combine::Max => "float v = __int_as_float(0xff800000);",
+            Combine::ArgMax => "float v = __int_as_float(0xff800000); int k = 0x7fffffff;",
         }
     }
 
     fn apply(self, a: &str, b: &str) -> String {
         match self {
             Combine::Sum => format!("{a} + {b}"),
-            Combine::Max => format!("fmaxf({a}, {b})"),
+            Combine::Max | Combine::ArgMax => format!("fmaxf({a}, {b})"),
         }
     }
 
-    fn warp_op(self) -> &'static str {
+    /// The statement folding element `x` at reduced index `r` into the state.
+    fn step(self, x: &str) -> String {
         match self {
-            Combine::Sum => "mirage::warp_sum",
-            Combine::Max => "mirage::warp_max",
+            Combine::Sum | Combine::Max => format!("v = {};", self.apply("v", x)),
+            Combine::ArgMax => {
+                format!("const float y = {x}; if (mirage::argmax_beats(y, r, v, k)) {{ v = y; k = r; }}")
+            }
+        }
+    }
+
+    /// The statement combining the states of a warp's lanes.
+    fn warp(self) -> &'static str {
+        match self {
+            Combine::Sum => "v = mirage::warp_sum(v);",
+            Combine::Max => "v = mirage::warp_max(v);",
+            Combine::ArgMax => "mirage::warp_argmax(v, k);",
         }
     }
 
@@ -39,6 +57,15 @@ impl Combine {
         match self {
             Combine::Sum => format!("v += __shfl_xor_sync(0xffffffffu, v, {off});"),
             Combine::Max => format!("v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, {off}));"),
+            Combine::ArgMax => format!("mirage::shfl_argmax(v, k, {off});"),
+        }
+    }
+
+    /// The reduced value a store writes.
+    fn result(self) -> &'static str {
+        match self {
+            Combine::Sum | Combine::Max => "v",
+            Combine::ArgMax => "(float)k",
         }
     }
 }
@@ -50,7 +77,7 @@ struct Parts {
     width: usize,
     /// The first reduced index of output `o`.
     start: String,
-    /// `v` combined with the mapped element at reduced index `r`.
+    /// The statement folding the mapped element at reduced index `r` into the state.
     step: String,
     /// The store statement of `v` for output `o`.
     store: String,
@@ -60,7 +87,7 @@ struct Parts {
 impl Emitter<'_> {
     /// Reduction `r` of `src` with strided grouping; `map` transforms each element (`{x}`);
     /// `store` is a statement template with `{o}` (flat output index) and `{v}` (the reduced
-    /// value).
+    /// value: the position, as a float, for an argmax).
     pub(super) fn reduce(&mut self, indent: usize, r: Reduction, src: &Tile, map: &str, combine: Combine, store: &str) {
         let Reduction { dim, width, strategy } = r;
         let mut out_shape = src.shape.clone();
@@ -74,8 +101,8 @@ impl Emitter<'_> {
             extent: src.shape[dim],
             width,
             start: idx[dim].clone(),
-            step: combine.apply("v", &x),
-            store: store.replace("{o}", "o").replace("{v}", "v"),
+            step: combine.step(&x),
+            store: store.replace("{o}", "o").replace("{v}", combine.result()),
             combine,
         };
         match strategy {
@@ -88,10 +115,10 @@ impl Emitter<'_> {
 
     fn reduce_per_thread(&mut self, indent: usize, p: &Parts) {
         self.line(indent, &format!("for (int o = tid; o < {}; o += {}) {{", p.outputs, self.plan.threads));
-        self.line(indent + 1, &format!("float v = {};", p.combine.init()));
+        self.line(indent + 1, p.combine.declare());
         self.line(
             indent + 1,
-            &format!("for (int r = {}; r < {}; r += {}) {{ v = {}; }}", p.start, p.extent, p.width, p.step),
+            &format!("for (int r = {}; r < {}; r += {}) {{ {} }}", p.start, p.extent, p.width, p.step),
         );
         self.line(indent + 1, &p.store);
         self.line(indent, "}");
@@ -100,13 +127,19 @@ impl Emitter<'_> {
     fn reduce_split_warps(&mut self, indent: usize, p: &Parts, wpo: usize) {
         let outputs = p.outputs;
         self.line(indent, "{");
+        let warps = self.plan.warps;
+        if p.combine == Combine::ArgMax {
+            // The positions need a scratch of their own beside the values (static shared memory
+            // the plan counts for every split-warp argmax).
+            self.line(indent + 1, &format!("__shared__ float red_v[{warps}]; __shared__ int red_k[{warps}];"));
+        }
         self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
-        self.line(indent + 1, &format!("float v = {};", p.combine.init()));
+        self.line(indent + 1, p.combine.declare());
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
         self.line(
             indent + 2,
             &format!(
-                "for (int r = {} + (part * 32 + lane) * {}; r < {}; r += {}) {{ v = {}; }}",
+                "for (int r = {} + (part * 32 + lane) * {}; r < {}; r += {}) {{ {} }}",
                 p.start,
                 p.width,
                 p.extent,
@@ -115,18 +148,32 @@ impl Emitter<'_> {
             ),
         );
         self.line(indent + 1, "}");
-        self.line(indent + 1, &format!("v = {}(v);", p.combine.warp_op()));
-        self.line(indent + 1, "if (lane == 0) red[warp] = v;");
+        self.line(indent + 1, p.combine.warp());
+        if p.combine == Combine::ArgMax {
+            self.line(indent + 1, "if (lane == 0) { red_v[warp] = v; red_k[warp] = k; }");
+        } else {
+            self.line(indent + 1, "if (lane == 0) red[warp] = v;");
+        }
         self.line(indent + 1, "__syncthreads();");
         self.line(indent + 1, &format!("if (tid < {outputs}) {{"));
-        self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
-        self.line(
-            indent + 2,
-            &format!(
-                "for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}",
-                p.combine.apply("v", &format!("red[o * {wpo} + q]"))
-            ),
-        );
+        if p.combine == Combine::ArgMax {
+            self.line(indent + 2, &format!("const int o = tid; float v = red_v[o * {wpo}]; int k = red_k[o * {wpo}];"));
+            self.line(
+                indent + 2,
+                &format!(
+                    "for (int q = 1; q < {wpo}; ++q) {{ if (mirage::argmax_beats(red_v[o * {wpo} + q], red_k[o * {wpo} + q], v, k)) {{ v = red_v[o * {wpo} + q]; k = red_k[o * {wpo} + q]; }} }}"
+                ),
+            );
+        } else {
+            self.line(indent + 2, &format!("const int o = tid; float v = red[o * {wpo}];"));
+            self.line(
+                indent + 2,
+                &format!(
+                    "for (int q = 1; q < {wpo}; ++q) {{ v = {}; }}",
+                    p.combine.apply("v", &format!("red[o * {wpo} + q]"))
+                ),
+            );
+        }
         self.line(indent + 2, &p.store);
         self.line(indent + 1, "}");
         self.line(indent, "}");
@@ -136,12 +183,12 @@ impl Emitter<'_> {
         let outputs = p.outputs;
         self.line(indent, "{");
         self.line(indent + 1, &format!("const int o = tid / {l}, part = tid % {l};"));
-        self.line(indent + 1, &format!("float v = {};", p.combine.init()));
+        self.line(indent + 1, p.combine.declare());
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
         self.line(
             indent + 2,
             &format!(
-                "for (int r = {} + part * {}; r < {}; r += {}) {{ v = {}; }}",
+                "for (int r = {} + part * {}; r < {}; r += {}) {{ {} }}",
                 p.start,
                 p.width,
                 p.extent,
@@ -161,11 +208,11 @@ impl Emitter<'_> {
 
     fn reduce_per_warp(&mut self, indent: usize, p: &Parts) {
         self.line(indent, &format!("for (int o = warp; o < {}; o += {}) {{", p.outputs, self.plan.warps));
-        self.line(indent + 1, &format!("float v = {};", p.combine.init()));
+        self.line(indent + 1, p.combine.declare());
         self.line(
             indent + 1,
             &format!(
-                "for (int r = {} + lane * {}; r < {}; r += {}) {{ v = {}; }}",
+                "for (int r = {} + lane * {}; r < {}; r += {}) {{ {} }}",
                 p.start,
                 p.width,
                 p.extent,
@@ -173,7 +220,7 @@ impl Emitter<'_> {
                 p.step
             ),
         );
-        self.line(indent + 1, &format!("v = {}(v);", p.combine.warp_op()));
+        self.line(indent + 1, p.combine.warp());
         self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", p.store));
         self.line(indent, "}");
     }

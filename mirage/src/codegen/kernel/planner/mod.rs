@@ -117,7 +117,7 @@ pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
     let loads = Loads::new(bg, &placed.tiles);
     let matmuls = mma::plan_matmuls(bg, &registers, &placed.tiles, warps);
     let reductions = reduce::plan_reductions(bg, &registers, &schedule, threads, warps);
-    let static_smem_bytes = reduce::static_smem_bytes(&reductions, warps);
+    let static_smem_bytes = reduce::static_smem_bytes(bg, &reductions, warps);
     let register_accumulators = mma::register_accumulators(bg, &registers, &matmuls);
     KernelPlan {
         bg,

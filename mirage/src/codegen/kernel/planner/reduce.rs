@@ -87,7 +87,10 @@ pub(super) fn plan_reductions(
             let x = bg.tile(*nd.inputs.first()?).ok()?;
             let last = x.shape.len().checked_sub(1)?;
             let (dim, width) = match nd.op {
-                BlockOp::ReduceSum { dim } | BlockOp::ReduceMax { dim } | BlockOp::RunningMax { dim } => (dim, 1),
+                BlockOp::ReduceSum { dim }
+                | BlockOp::ReduceMax { dim }
+                | BlockOp::RunningMax { dim }
+                | BlockOp::Argmax { dim } => (dim, 1),
                 BlockOp::ReduceSumTo { dim, width } => (dim, width),
                 BlockOp::RmsNorm { .. } => (last, 1),
                 BlockOp::Accum { acc } if schedule.body.contains(&i) && !rp.reg_sum[i] && !rp.reg_acc[i] => match acc {
@@ -102,8 +105,12 @@ pub(super) fn plan_reductions(
         .collect()
 }
 
-/// Static shared memory of the planned reductions: one float per warp when any is block-wide.
-pub(super) fn static_smem_bytes(reductions: &[Option<Reduction>], warps: usize) -> usize {
-    let block_wide = reductions.iter().flatten().any(|r| matches!(r.strategy, ReduceStrategy::SplitWarps { .. }));
-    if block_wide { 4 * warps } else { 0 }
+/// Static shared memory of the planned reductions: one float per warp when any is block-wide,
+/// and a value and a position per warp for each block-wide argmax (its own scratch).
+pub(super) fn static_smem_bytes(bg: &BlockGraph, reductions: &[Option<Reduction>], warps: usize) -> usize {
+    let split = |r: &Option<Reduction>| r.is_some_and(|r| matches!(r.strategy, ReduceStrategy::SplitWarps { .. }));
+    let block_wide = reductions.iter().any(split);
+    let argmax =
+        bg.nodes().iter().zip(reductions).filter(|(nd, r)| matches!(nd.op, BlockOp::Argmax { .. }) && split(r)).count();
+    (if block_wide { 4 * warps } else { 0 }) + argmax * 8 * warps
 }

@@ -19,6 +19,7 @@ pub fn ctype(dtype: DType) -> &'static str {
         DType::F16 => "__half",
         DType::Bf16 => "__nv_bfloat16",
         DType::F32 => "float",
+        DType::I32 => "int",
     }
 }
 

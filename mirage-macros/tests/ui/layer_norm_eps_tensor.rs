@@ -1,0 +1,8 @@
+use mirage_macros::mugraph;
+
+#[mugraph]
+fn f(x: Tensor<f16, 8, 64>, w: Tensor<f16, 1, 64>) -> Tensor<f16, 8, 64> {
+    layer_norm(x, w)
+}
+
+fn main() {}
