@@ -48,7 +48,7 @@ fn round_to(dtype: DType, v: f32) -> f32 {
     match dtype {
         DType::F16 => half::f16::from_f32(v).to_f32(),
         DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-        DType::F32 => v,
+        DType::F32 | DType::I32 => v,
     }
 }
 
@@ -57,6 +57,7 @@ fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 1e-4,
         DType::F16 => 1e-2,
         DType::Bf16 => 3e-2,
+        DType::I32 => 0.0,
     }
 }
 

@@ -82,6 +82,8 @@ pub fn tolerance(dtype: mirage_runtime::DType) -> f64 {
         mirage_runtime::DType::F32 => 1e-4,
         mirage_runtime::DType::F16 => 1e-2,
         mirage_runtime::DType::Bf16 => 3e-2,
+        // Indices (argmax) must be exact.
+        mirage_runtime::DType::I32 => 0.0,
     }
 }
 
@@ -107,7 +109,8 @@ pub fn inputs(program: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, TuneE
         let round = |v: f32| match d.dtype {
             DType::F16 => half::f16::from_f32(v).to_f32(),
             DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-            DType::F32 => v,
+            // Ids are whole numbers already.
+            DType::F32 | DType::I32 => v,
         };
         t.data.iter_mut().for_each(|v| *v = round(*v));
     }
