@@ -1,5 +1,5 @@
 //! The CPU reference interpreter: the evaluator of [`crate::eval`] instantiated with `f32`
-//! values. It is the ground truth of every test (DESIGN §8.2, §13).
+//! values. It is the ground truth of every test and of the float check of the search.
 
 use crate::eval::{Domain, EvalError, Tensor, evaluate};
 use crate::ir::{KernelGraph, UnaryOp};

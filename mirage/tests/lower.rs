@@ -331,7 +331,7 @@ fn numbers_of_small_programs() -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The benchmark programs of DESIGN §14 in the DSL.
+// The benchmark programs in the DSL.
 
 #[test]
 fn gated_mlp_matches_its_builder() -> Result<()> {
