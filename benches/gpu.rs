@@ -1,4 +1,4 @@
-//! The GPU benchmark of DESIGN §14: every benchmark program through the real `#[mugraph]` path
+//! The GPU benchmark (docs/ARCHITECTURE.md §12): every benchmark program through the real `#[mugraph]` path
 //! (the typed launchers of `examples/kernels/mod.rs`, built by this package's build.rs with
 //! `mirage::build::compile`), then the generality set when the package was built with
 //! `MIRAGE_GENERALITY=1` (`benches/kernels/generality.rs`: decode projections of three models at
@@ -6,7 +6,7 @@
 //! checked against the CPU reference interpreter first (element by element with
 //! `mirage::testing::compare`, outputs NaN-poisoned; the seed is printed and `MIRAGE_TEST_SEED`
 //! replays it), then timed with CUDA events (L2 flushed before each launch, median of many launches, random
-//! inputs at the scales of `bench/torch_baselines.py`).
+//! inputs at the scales of the PyTorch baselines, `benches/py/torch_baselines.py`).
 //!
 //! ```text
 //! cargo bench --bench gpu -- [--torch torch.json] [--out DIR] [--commit SHA] [--date YYYY-MM-DD] [--iters N] [CASE ...]

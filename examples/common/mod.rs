@@ -27,11 +27,11 @@ pub struct Case {
     pub program: &'static Program,
     /// Calls `kernels::<name>(&gpu, ...)`.
     pub launch: Launcher,
-    /// Inputs are uniform in `[-scale, scale)`, one scale per parameter: the factors of
-    /// `bench/torch_baselines.py` for the weights (× 0.02 or 0.05); attention's Q and K × 0.6
-    /// (qknorm's K × 0.2, its Q is normalised) so that the logits `Q·K` have a standard deviation
-    /// of about 1: `exp` then works over a realistic range while `exp(Q·K)`, which these programs
-    /// do not shift by the row maximum, and its row sums stay finite in f16.
+    /// Inputs are uniform in `[-scale, scale)`, one scale per parameter: the factors of the
+    /// PyTorch baselines (`torch_baselines.py`) for the weights (× 0.02 or 0.05); attention's Q
+    /// and K × 0.6 (qknorm's K × 0.2, its Q is normalised) so that the logits `Q·K` have a
+    /// standard deviation of about 1: `exp` then works over a realistic range while `exp(Q·K)`,
+    /// which these programs do not shift by the row maximum, and its row sums stay finite in f16.
     pub scales: &'static [f32],
 }
 
@@ -61,8 +61,8 @@ fn input<'a>(program: &str, inputs: &'a [AnyTensor], k: usize) -> Result<&'a Any
     })
 }
 
-/// Every benchmark program of DESIGN §14 at the shapes and input scales of
-/// `bench/torch_baselines.py`.
+/// Every benchmark program at the shapes and input scales of
+/// the PyTorch baselines (`torch_baselines.py`).
 pub fn all_cases() -> Vec<Case> {
     vec![
         case!(gated_mlp_bs1, [1.0, 0.02, 0.02]),

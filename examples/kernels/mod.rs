@@ -1,5 +1,5 @@
-//! The benchmark programs of DESIGN §14 as `#[mugraph]` functions, at the shapes of
-//! `bench/torch_baselines.py` (batch 1 and batch 8 of each, lora once). Compiled by the root
+//! The benchmark programs as `#[mugraph]` functions, at the shapes of the PyTorch baselines
+//! (`torch_baselines.py`: batch 1 and batch 8 of each, lora once). Compiled by the root
 //! package's build.rs with `mirage::build::compile`; each example runs one program.
 // Each example uses some of the programs.
 #![allow(dead_code)]

@@ -1,5 +1,5 @@
 //! The success path of `#[mugraph]`: the expansion of a checked program into a typed launcher
-//! that embeds the build artifacts (DESIGN §11).
+//! that embeds the build artifacts.
 //!
 //! For `fn gated_mlp(x: Tensor<f16, 8, 4096>, ...) -> Tensor<f16, 8, 4096>` it expands to
 //!

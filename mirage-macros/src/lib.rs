@@ -1,5 +1,5 @@
 //! `#[mugraph]`: the attribute that turns a Rust tensor function into a call of a superoptimized,
-//! verified CUDA kernel (DESIGN.md §1, §5, §11).
+//! verified CUDA kernel.
 //!
 //! The attribute parses and checks the function with the DSL syntax module shared with
 //! `mirage::lower` (the same source files are compiled into both crates, so the macro and the

@@ -1,35 +1,16 @@
-//! The device handle ([`Gpu`]), its description ([`DeviceInfo`]) and streams ([`Stream`]).
+//! The device handle ([`Gpu`]): an open device's context, its default [`Stream`] and its
+//! description ([`DeviceInfo`]), with the pure checks used when opening one.
 
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, sys};
+use cudarc::driver::{CudaContext, sys};
 
+use crate::desc::ComputeCapability;
+use crate::driver::{device_count, driver_available, guard};
 use crate::error::RuntimeError;
-use crate::tensor::{DeviceTensor, Element, Layout};
-
-/// A compute capability `major.minor` (9.0 is Hopper, 8.0 is Ampere A100).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ComputeCapability {
-    /// Major version.
-    pub major: u32,
-    /// Minor version.
-    pub minor: u32,
-}
-
-impl ComputeCapability {
-    /// A compute capability from its two parts.
-    pub const fn new(major: u32, minor: u32) -> Self {
-        ComputeCapability { major, minor }
-    }
-}
-
-impl fmt::Display for ComputeCapability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
+use crate::stream::Stream;
+use crate::tensor::{DeviceTensor, Element};
 
 /// What the runtime knows about a device, read once when the [`Gpu`] is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,29 +53,6 @@ impl fmt::Display for DeviceInfo {
     }
 }
 
-/// Whether the CUDA driver library can be loaded on this machine. Makes no CUDA call.
-pub fn driver_available() -> bool {
-    // SAFETY: `is_culib_present` only tries to dlopen the candidate library names and drops the
-    // handles again; it calls no CUDA function.
-    unsafe { sys::is_culib_present() }
-}
-
-/// Runs a closure that calls into cudarc, turning a panic of the bindings (a symbol missing
-/// from an old driver, say) into an error.
-pub(crate) fn guard<R>(context: &str, f: impl FnOnce() -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(result) => result,
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            Err(RuntimeError::DriverPanic { context: context.to_owned(), message })
-        }
-    }
-}
-
 /// Checks a device ordinal against the device count (pure).
 pub fn check_ordinal(ordinal: usize, count: usize) -> Result<(), RuntimeError> {
     if ordinal < count { Ok(()) } else { Err(RuntimeError::NoDevice { ordinal, count }) }
@@ -112,19 +70,6 @@ pub fn check_compute_capability(
     } else {
         Err(RuntimeError::ComputeCapability { ordinal, name: name.to_owned(), found, required })
     }
-}
-
-/// The number of CUDA devices, or [`RuntimeError::NoDriver`] when there is no driver.
-pub fn device_count() -> Result<usize, RuntimeError> {
-    if !driver_available() {
-        return Err(RuntimeError::NoDriver);
-    }
-    guard("counting CUDA devices", || match CudaContext::device_count() {
-        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
-        // cuInit reports a driver without devices as an error.
-        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
-        Err(e) => Err(RuntimeError::driver("counting CUDA devices")(e)),
-    })
 }
 
 /// An open CUDA device: its context, its default stream and what it is.
@@ -188,7 +133,7 @@ impl Gpu {
                 total_memory_bytes: total as u64,
                 free_memory_bytes: free as u64,
             };
-            let stream = Stream { inner: ctx.default_stream() };
+            let stream = Stream::from_raw(ctx.default_stream());
             Ok(Gpu { ctx, stream, info })
         })
     }
@@ -209,7 +154,7 @@ impl Gpu {
             .ctx
             .new_stream()
             .map_err(RuntimeError::driver(format!("creating a stream on device {}", self.info.ordinal)))?;
-        Ok(Stream { inner })
+        Ok(Stream::from_raw(inner))
     }
 
     /// Blocks until all work on the device has finished.
@@ -264,163 +209,4 @@ impl Gpu {
 
 fn nonneg(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
-}
-
-/// A CUDA stream: work queued on it runs in order, asynchronously to the host.
-///
-/// Get one from [`Gpu::stream`] (the default stream) or [`Gpu::new_stream`]. Cloning is cheap
-/// and refers to the same stream.
-#[derive(Clone, Debug)]
-pub struct Stream {
-    pub(crate) inner: Arc<CudaStream>,
-}
-
-impl Stream {
-    /// Blocks until all work queued on this stream has finished. A failed asynchronous launch
-    /// shows up here.
-    pub fn synchronize(&self) -> Result<(), RuntimeError> {
-        self.inner
-            .synchronize()
-            .map_err(RuntimeError::driver("synchronizing a stream (an earlier launch may have failed)"))
-    }
-
-    /// The underlying cudarc stream, for what this crate does not wrap.
-    pub fn raw(&self) -> &Arc<CudaStream> {
-        &self.inner
-    }
-
-    /// The ordinal of the device the stream belongs to.
-    pub fn ordinal(&self) -> usize {
-        self.inner.context().ordinal()
-    }
-
-    /// Uploads row-major host data of the given shape. `host.len()` must equal the product of
-    /// the shape; this is checked before any CUDA call.
-    pub fn upload<T: Element>(&self, host: &[T], shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
-        let layout = Layout::row_major(shape)?;
-        layout.check_host_len(host.len())?;
-        self.upload_checked(host, layout)
-    }
-
-    /// Uploads host storage for a strided layout. `host` is the whole storage buffer: it must
-    /// hold at least the largest offset of the layout plus one element (checked before any CUDA
-    /// call); the device allocation has `host.len()` elements.
-    pub fn upload_strided<T: Element>(
-        &self,
-        host: &[T],
-        shape: &[usize],
-        strides: &[usize],
-    ) -> Result<DeviceTensor<T>, RuntimeError> {
-        let layout = Layout::strided(shape, strides)?;
-        layout.check_storage_len("host data", host.len())?;
-        self.upload_checked(host, layout)
-    }
-
-    fn upload_checked<T: Element>(&self, host: &[T], layout: Layout) -> Result<DeviceTensor<T>, RuntimeError> {
-        let context = || format!("uploading {} {} elements of shape {:?}", host.len(), T::DTYPE, layout.shape());
-        guard(&context(), || {
-            let data = self.inner.clone_htod(host).map_err(RuntimeError::driver(context()))?;
-            DeviceTensor::from_slice(data, layout)
-        })
-    }
-
-    /// A zero-filled row-major tensor.
-    pub fn zeros<T: Element>(&self, shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
-        let layout = Layout::row_major(shape)?;
-        self.zeros_with_layout(layout)
-    }
-
-    /// A zero-filled tensor with the given layout (its storage is exactly large enough).
-    pub fn zeros_with_layout<T: Element>(&self, layout: Layout) -> Result<DeviceTensor<T>, RuntimeError> {
-        let len = layout.storage_len();
-        let context = || format!("allocating {len} zeroed {} elements", T::DTYPE);
-        guard(&context(), || {
-            let data = self.inner.alloc_zeros::<T>(len).map_err(RuntimeError::driver(context()))?;
-            DeviceTensor::from_slice(data, layout)
-        })
-    }
-
-    /// An uninitialised row-major tensor.
-    ///
-    /// # Safety
-    /// The contents are unspecified until written: read them (download, or pass the tensor as a
-    /// kernel input) only after a kernel or copy has written every element.
-    pub unsafe fn alloc_uninit<T: Element>(&self, shape: &[usize]) -> Result<DeviceTensor<T>, RuntimeError> {
-        let layout = Layout::row_major(shape)?;
-        let len = layout.storage_len();
-        let context = || format!("allocating {len} {} elements", T::DTYPE);
-        guard(&context(), || {
-            // SAFETY: the memory is left uninitialised; the caller promises to write it before
-            // reading it (this function's contract).
-            let data = unsafe { self.inner.alloc::<T>(len) }.map_err(RuntimeError::driver(context()))?;
-            DeviceTensor::from_slice(data, layout)
-        })
-    }
-
-    /// Downloads a tensor's whole storage (`storage_len()` elements, in storage order; for a
-    /// row-major tensor that is the tensor in row-major order) and waits for it.
-    pub fn download<T: Element>(&self, tensor: &DeviceTensor<T>) -> Result<Vec<T>, RuntimeError> {
-        let context = || format!("downloading {} {} elements", tensor.as_slice().len(), T::DTYPE);
-        guard(&context(), || {
-            let host = self.inner.clone_dtoh(tensor.as_slice()).map_err(RuntimeError::driver(context()))?;
-            self.synchronize()?;
-            Ok(host)
-        })
-    }
-
-    /// Copies `src` into `dst` on the device. Both must have the same storage length.
-    pub fn copy<T: Element>(&self, src: &DeviceTensor<T>, dst: &mut DeviceTensor<T>) -> Result<(), RuntimeError> {
-        let (from, to) = (src.as_slice().len(), dst.as_slice().len());
-        if from != to {
-            return Err(RuntimeError::Mismatch {
-                what: "device-to-device copy",
-                expected: format!("a destination of {from} elements (the source's length)"),
-                found: format!("{to} elements"),
-            });
-        }
-        guard("copying device memory", || {
-            self.inner
-                .memcpy_dtod(src.as_slice(), dst.as_slice_mut())
-                .map_err(RuntimeError::driver(format!("copying {from} {} elements on the device", T::DTYPE)))
-        })
-    }
-
-    /// Records a timing event (created with timing enabled) on this stream now.
-    pub fn record_timing_event(&self) -> Result<TimingEvent, RuntimeError> {
-        let event = self
-            .inner
-            .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(RuntimeError::driver("recording a timing event"))?;
-        Ok(TimingEvent { event })
-    }
-}
-
-/// A CUDA event created with timing enabled, recorded on a stream.
-#[derive(Debug)]
-pub struct TimingEvent {
-    event: CudaEvent,
-}
-
-impl TimingEvent {
-    /// Creates an unrecorded timing event on the stream's context.
-    pub fn new(stream: &Stream) -> Result<TimingEvent, RuntimeError> {
-        let event = stream
-            .inner
-            .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(RuntimeError::driver("creating a timing event"))?;
-        Ok(TimingEvent { event })
-    }
-
-    /// Records the event on `stream` (after the work queued so far).
-    pub fn record(&self, stream: &Stream) -> Result<(), RuntimeError> {
-        self.event.record(&stream.inner).map_err(RuntimeError::driver("recording a timing event"))
-    }
-
-    /// Microseconds from this event to `end`, waiting for both to complete.
-    pub fn elapsed_us(&self, end: &TimingEvent) -> Result<f64, RuntimeError> {
-        let ms =
-            self.event.elapsed_ms(&end.event).map_err(RuntimeError::driver("reading the time between two events"))?;
-        Ok(f64::from(ms) * 1000.0)
-    }
 }

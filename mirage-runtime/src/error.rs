@@ -2,8 +2,7 @@
 
 use cudarc::driver::DriverError;
 
-use crate::device::ComputeCapability;
-use crate::kernel::LaunchConfig;
+use crate::desc::{ComputeCapability, LaunchConfig};
 
 /// Everything that can go wrong in `mirage-runtime`. Messages say what was expected and what
 /// was found.

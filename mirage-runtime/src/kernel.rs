@@ -29,8 +29,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
 
-use crate::device::{Stream, guard};
+use crate::desc::LaunchConfig;
+use crate::driver::guard;
 use crate::error::RuntimeError;
+use crate::stream::Stream;
 use crate::tensor::{DeviceTensor, Element};
 
 /// Dynamic shared memory a kernel may use without opting in, in bytes (48 KiB).
@@ -39,39 +41,7 @@ pub const DEFAULT_DYNAMIC_SMEM_LIMIT: u32 = 48 * 1024;
 /// The largest number of threads in one block.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 
-/// How a kernel is launched: grid and block dimensions and dynamic shared memory per block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LaunchConfig {
-    /// Blocks in the grid, (x, y, z).
-    pub grid: (u32, u32, u32),
-    /// Threads in a block, (x, y, z).
-    pub block: (u32, u32, u32),
-    /// Dynamic shared memory per block, in bytes.
-    pub dynamic_smem_bytes: u32,
-}
-
-impl fmt::Display for LaunchConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (g, b) = (self.grid, self.block);
-        write!(
-            f,
-            "grid ({}, {}, {}), block ({}, {}, {}), {} bytes of dynamic shared memory",
-            g.0, g.1, g.2, b.0, b.1, b.2, self.dynamic_smem_bytes
-        )
-    }
-}
-
 impl LaunchConfig {
-    /// A configuration from its parts.
-    pub const fn new(grid: (u32, u32, u32), block: (u32, u32, u32), dynamic_smem_bytes: u32) -> Self {
-        LaunchConfig { grid, block, dynamic_smem_bytes }
-    }
-
-    /// Threads per block (product of the block dimensions), without overflow.
-    pub fn threads_per_block(&self) -> u64 {
-        u64::from(self.block.0) * u64::from(self.block.1) * u64::from(self.block.2)
-    }
-
     /// Checks the configuration against CUDA's limits (pure): every dimension at least 1, grid
     /// at most (2^31-1, 65535, 65535), block at most (1024, 1024, 64) and 1024 threads in all.
     /// The error names `kernel` and the configuration.
@@ -214,7 +184,7 @@ impl Module {
     }
 
     fn get(&self, stream: &Stream) -> Result<&LoadedModule, RuntimeError> {
-        let ctx = stream.inner.context();
+        let ctx = stream.raw().context();
         if let Some(loaded) = self.loaded.get() {
             return self.check_context(loaded, ctx);
         }
@@ -364,7 +334,7 @@ impl<'m> Kernel<'m> {
     /// [`KernelArgs::launch`]. Loads the module and the kernel on first use.
     pub fn args<'a>(&'a self, stream: &'a Stream) -> Result<KernelArgs<'a>, RuntimeError> {
         let loaded = self.get(stream)?;
-        Ok(KernelArgs { inner: stream.inner.launch_builder(&loaded.function), kernel: self.name, loaded })
+        Ok(KernelArgs { inner: stream.raw().launch_builder(&loaded.function), kernel: self.name, loaded })
     }
 }
 

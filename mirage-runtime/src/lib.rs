@@ -1,5 +1,5 @@
-//! The run-time half of mirage (DESIGN.md §12): a CUDA device handle, typed device tensors,
-//! cubin loading and kernel launches, and CUDA-event timing, on top of cudarc's driver API.
+//! The run-time half of mirage: a CUDA device handle, typed device tensors, cubin loading and
+//! kernel launches, and CUDA-event timing, on top of cudarc's driver API.
 //!
 //! - [`Gpu`] opens a device (an `Err`, never a panic, when there is no driver or no device) and
 //!   holds its context and default [`Stream`].
@@ -39,26 +39,40 @@
 //! }
 //! ```
 
-mod device;
+// Layers, bottom up: a module uses only the modules listed before it.
+// Plain descriptions (compute capability, launch configuration); no crate imports.
+mod desc;
+// The crate's one error type.
 mod error;
-mod kernel;
-pub mod plan;
-mod program;
+// The driver layer: the only module that calls cudarc's `sys` API or catches its panics.
+mod driver;
+// Element types, layouts and device tensors.
 mod tensor;
+// Streams and timing events: uploads, downloads, copies.
+mod stream;
+// The device handle.
+mod device;
+// Modules, kernels and launches.
+mod kernel;
+// CUDA-event timing and the L2 flush.
 mod timing;
+// Launch plans (read from JSON without the compiler).
+pub mod plan;
+// The executor of built programs.
+mod program;
 
-pub use device::{
-    ComputeCapability, DeviceInfo, Gpu, Stream, TimingEvent, check_compute_capability, check_ordinal, device_count,
-    driver_available,
-};
+pub use desc::{ComputeCapability, LaunchConfig};
+pub use device::{DeviceInfo, Gpu, check_compute_capability, check_ordinal};
+pub use driver::{device_count, driver_available};
 pub use error::RuntimeError;
 pub use kernel::{
-    DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig, MAX_THREADS_PER_BLOCK, Module,
-    ModuleImage, check_image, check_shared_memory,
+    DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, MAX_THREADS_PER_BLOCK, Module, ModuleImage,
+    check_image, check_shared_memory,
 };
 pub use mirage_core::{DType, TensorDesc};
 pub use plan::LaunchPlan;
 pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors};
+pub use stream::{Stream, TimingEvent};
 pub use tensor::{DeviceTensor, Element, Layout};
 pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};
 

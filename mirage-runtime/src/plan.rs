@@ -1,4 +1,4 @@
-//! Launch plans: which kernels of a cubin run in which order on which buffers (DESIGN §2, §11).
+//! Launch plans: which kernels of a cubin run in which order on which buffers.
 //!
 //! `mirage`'s code generator writes a [`LaunchPlan`] as JSON next to the cubin it builds; at run
 //! time [`LaunchPlan::from_json`] reads it back without the compiler, and
@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 pub use mirage_core::TensorDesc;
 
+use crate::desc::LaunchConfig;
 use crate::error::RuntimeError;
-use crate::kernel::LaunchConfig;
 
 /// Version of the plan format; [`LaunchPlan::from_json`] rejects other versions.
 pub const PLAN_VERSION: u32 = 1;

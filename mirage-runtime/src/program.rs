@@ -32,10 +32,10 @@ use std::sync::OnceLock;
 
 use half::{bf16, f16};
 
-use crate::device::Stream;
 use crate::error::RuntimeError;
 use crate::kernel::{Kernel, KernelArgs, Module};
 use crate::plan::{ArgRef, LaunchPlan, TensorDesc};
+use crate::stream::Stream;
 use crate::tensor::{DeviceTensor, Element};
 use mirage_core::DType;
 

@@ -242,11 +242,6 @@ impl<T: Element> DeviceTensor<T> {
     pub fn alloc_stream(&self) -> &std::sync::Arc<CudaStream> {
         self.data.stream()
     }
-
-    /// Downloads the storage on the stream the tensor was allocated on and waits for it.
-    pub fn to_host(&self) -> Result<Vec<T>, RuntimeError> {
-        crate::device::Stream { inner: self.data.stream().clone() }.download(self)
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use cudarc::driver::{CudaSlice, sys};
 
-use crate::device::{Stream, TimingEvent, guard};
+use crate::driver::guard;
 use crate::error::RuntimeError;
+use crate::stream::{Stream, TimingEvent};
 
 /// The smallest L2 flush buffer, in bytes (256 MiB).
 pub const MIN_L2_FLUSH_BYTES: usize = 256 << 20;

@@ -1,4 +1,4 @@
-//! Search time per benchmark program (DESIGN §14: under 60 s each on a 2-core machine), with the
+//! Search time per benchmark program (the bar: under 60 s each on a 2-core machine), with the
 //! chosen µGraph's kernel count and estimated cost next to Mirage's best, and the pruning
 //! ablation on rmsnorm_linear.
 //!

@@ -1,11 +1,11 @@
-//! Abstract expressions and the subexpression oracle (DESIGN §7): the search's pruning test.
+//! Abstract expressions and the subexpression oracle: the search's pruning test.
 //!
 //! Every tensor of a kernel graph, and every tile of its block graphs, gets an abstract
 //! expression ([`Expr`]): a term over uninterpreted `add, mul, div, pow, exp, neg`, one
 //! uninterpreted function per unary operator without a law in the operator table
 //! ([`crate::ir::Law::Uninterpreted`]: `sqrt, silu, gelu, gelu_tanh, relu, tanh, sigmoid, clamp`, the last
 //! with its bounds as an argument) and `sum(n, ·)`, that forgets which elements meet but keeps
-//! reduction sizes (the table of `reference/mirage-core.md` §3.1, extended to our operators):
+//! reduction sizes (the abstract expressions of the OSDI'25 paper, extended to our operators):
 //!
 //! | operator | expression |
 //! |---|---|

@@ -1,4 +1,4 @@
-//! The build-script API (DESIGN §11): `mirage::build::compile(files)` in a user's build.rs finds
+//! The build-script API: `mirage::build::compile(files)` in a user's build.rs finds
 //! every `#[mugraph]` function of the files, lowers it, optimizes it, generates CUDA, compiles a
 //! cubin with nvcc and writes the artifacts the `#[mugraph]` expansion embeds.
 //!

@@ -1,4 +1,4 @@
-//! The persistent search cache of DESIGN §11: `.mirage/` at the workspace root, meant to be
+//! The persistent search cache: `.mirage/` at the workspace root, meant to be
 //! committed (like sqlx's `.sqlx/`), so builds are reproducible and fast without re-searching.
 //!
 //! One human-readable JSON file per (canonical program hash, target architecture, search

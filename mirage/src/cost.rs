@@ -1,4 +1,4 @@
-//! The analytic cost model of DESIGN §9: ranks µGraphs without a GPU.
+//! The analytic cost model: ranks µGraphs without a GPU.
 //!
 //! Every kernel of a µGraph is a block graph (kernel-level operators are costed through their
 //! default block graphs, [`crate::codegen::default_blocks`]). Per kernel the model counts

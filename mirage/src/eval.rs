@@ -1,4 +1,4 @@
-//! The one evaluator of DESIGN §4: it gives the IR its meaning by walking any µGraph — block graphs
+//! The one evaluator: it gives the IR its meaning by walking any µGraph — block graphs
 //! with their partition, loop, accumulate and concatenate rules — over an abstract value domain.
 //!
 //! With `f32` values ([`crate::reference`]) it is the CPU reference interpreter; with finite-field

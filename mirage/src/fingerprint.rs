@@ -1,4 +1,4 @@
-//! Finite-field fingerprints (DESIGN §8.1): the probabilistic equivalence check of a candidate
+//! Finite-field fingerprints: the probabilistic equivalence check of a candidate
 //! µGraph against the program, done soundly.
 //!
 //! Program and candidate are evaluated by the one evaluator ([`crate::eval`]) over
@@ -8,7 +8,8 @@
 //! # The field
 //!
 //! `q = 2^31 − 105 = 2 147 483 543` and `p = 2q + 1 = 2^32 − 209 = 4 294 967 087` are both prime,
-//! so `q | p − 1` and both are above 2^30 as DESIGN §8.1 demands. They were chosen as the largest
+//! so `q | p − 1` and both are above 2^30 (the larger the field, the smaller the error bound
+//! below). They were chosen as the largest
 //! `q < 2^31` for which `q` and `2q + 1` are prime (Miller–Rabin with the deterministic bases
 //! 2..37; the unit tests check primality and divisibility again). Keeping `p < 2^32` makes every
 //! residue a `u32` and every product plus an accumulator fit a `u64`
@@ -67,7 +68,7 @@
 //!   row differs from the program's picks the same row with probability about `1/n` per element
 //!   and trial (assuming its positions fall like random ones). Such programs get more trials:
 //!   enough that `n^-trials ≤ 2^-40` for the smallest table `n` read that way
-//!   ([`trials_for`]). The f32 float check of the chosen µGraph (DESIGN §8.2) runs the real
+//!   ([`trials_for`]). The f32 float check of the chosen µGraph runs the real
 //!   arithmetic on top;
 //! - inputs of type `i32` are drawn as ids in `0..=rows` of the smallest table they index (the
 //!   value `rows` itself is out of range: the zero rows are exercised too).
@@ -841,7 +842,7 @@ impl FingerprintContext {
     }
 }
 
-/// Verifies `candidate` against `program` with fingerprints (DESIGN §8.1).
+/// Verifies `candidate` against `program` with fingerprints.
 pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig) -> Result<Verdict, VerifyError> {
     // A signature mismatch needs no evaluation of the program.
     if let Some(reason) = signature_difference(&signature(program), &signature(candidate)) {

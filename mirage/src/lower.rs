@@ -1,4 +1,4 @@
-//! Lowering `#[mugraph]` functions to kernel graphs (DESIGN §2, §5).
+//! Lowering `#[mugraph]` functions to kernel graphs.
 //!
 //! The DSL is parsed and checked by [`syntax`], the module `mirage-macros` compiles too (the same
 //! source files, included here with `#[path]`, the way cxx shares its syntax module), so the

@@ -1,6 +1,6 @@
 //! The nvcc driver: finds nvcc and compiles CUDA C++ to cubins, with a content-addressed cache.
 //!
-//! nvcc is looked for, in this order (DESIGN.md §10):
+//! nvcc is looked for, in this order:
 //! 1. the `NVCC` environment variable (the path of the binary);
 //! 2. `$CUDA_HOME/bin/nvcc`, then `$CUDA_PATH/bin/nvcc`;
 //! 3. `nvcc` on `PATH`;

@@ -1,5 +1,5 @@
 //! The CPU reference interpreter: the evaluator of [`crate::eval`] instantiated with `f32`
-//! values. It is the ground truth of every test (DESIGN §8.2, §13).
+//! values. It is the ground truth of every test and of the float check of the search.
 //!
 //! Tensors of every element type are held as `f32` values: f16/bf16 data is converted on the
 //! way in, and `i32` tensors (gather ids, argmax positions) hold their integers exactly (indices

@@ -1,4 +1,4 @@
-//! Abstract expressions and the z3 subexpression oracle (DESIGN §7): every prefix of every golden
+//! Abstract expressions and the z3 subexpression oracle: every prefix of every golden
 //! µGraph is kept; prefixes that cannot lead to the program are pruned. Run with `--nocapture`
 //! to see the per-query times.
 #![cfg(feature = "build")]

@@ -1,4 +1,4 @@
-//! The persistent search cache (DESIGN §11): a hit skips the search (after re-verifying the cached
+//! The persistent search cache: a hit skips the search (after re-verifying the cached
 //! µGraph), a corrupt or wrong entry is reported and searched again, and offline mode turns a
 //! miss into an error that says what to do.
 #![cfg(feature = "build")]

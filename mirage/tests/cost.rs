@@ -1,4 +1,4 @@
-//! The analytic cost model (DESIGN §9): every golden µGraph is costed kernel by kernel with an
+//! The analytic cost model: every golden µGraph is costed kernel by kernel with an
 //! explanation; the model prefers fused kernels, charges for shared memory it cannot have, and is
 //! slower on an A100 than on an H100/H200.
 #![cfg(feature = "build")]

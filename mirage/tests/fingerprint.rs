@@ -1,4 +1,4 @@
-//! Finite-field fingerprints (DESIGN §8.1): field arithmetic, the verifier on hand-built graphs,
+//! Finite-field fingerprints: field arithmetic, the verifier on hand-built graphs,
 //! every golden candidate verified against its program at the real shapes, and mutants of the
 //! golden candidates rejected. Run with `--nocapture` to see the counts and times.
 #![cfg(feature = "build")]

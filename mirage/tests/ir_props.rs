@@ -1,4 +1,4 @@
-//! Properties of the IR's JSON format and canonical hash (DESIGN §4): JSON round-trips are the
+//! Properties of the IR's JSON format and canonical hash: JSON round-trips are the
 //! identity on random valid graphs; the hash ignores node numbering and the insertion order of
 //! independent operators, and changes with wiring, shapes, strides, dtypes, maps, ranges and
 //! constants; malformed JSON is rejected with a clear error.

@@ -1,4 +1,4 @@
-//! The shape, type and phase rules of every µGraph operator (DESIGN §4), at both levels: valid
+//! The shape, type and phase rules of every µGraph operator, at both levels: valid
 //! applications give the expected shapes, invalid ones give an `IrError` whose message names the
 //! operator and the rule, and nothing panics.
 #![cfg(feature = "build")]

@@ -428,7 +428,7 @@ fn index_tensors_only_feed_gather_and_results() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The benchmark programs of DESIGN §14 in the DSL.
+// The benchmark programs in the DSL.
 
 #[test]
 fn gated_mlp_matches_its_builder() -> Result<()> {

@@ -1,4 +1,4 @@
-//! The superoptimizer on the benchmark set (DESIGN §14): for every program it finds a verified
+//! The superoptimizer on the benchmark set: for every program it finds a verified
 //! µGraph with no more kernels than Mirage's best and an estimated cost no worse than any of
 //! Mirage's candidates (costed by the same model); results are deterministic; pruning is what
 //! keeps the search small.
@@ -23,7 +23,7 @@ fn mirage_best(b: &Benchmark, arch: &Arch) -> Option<(usize, f64)> {
     Some((kernels, cost))
 }
 
-/// The most kernels DESIGN §14 allows: one fused kernel, two for attention.
+/// The most kernels the bar allows: one fused kernel, two for attention.
 fn kernel_bar(name: &str) -> usize {
     if name.contains("gqa") { 2 } else { 1 }
 }

@@ -1,4 +1,4 @@
-//! The meaning of every operator (DESIGN §4), pinned by small hand-computed examples run through
+//! The meaning of every operator, pinned by small hand-computed examples run through
 //! the reference interpreter: kernel-level operators, and block graphs with their partition,
 //! loop, accumulate and concatenate rules, up to a full online softmax.
 #![cfg(feature = "build")]

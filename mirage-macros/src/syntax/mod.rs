@@ -1,4 +1,4 @@
-//! The `#[mugraph]` language (DESIGN §5), written once and compiled into both `mirage-macros`
+//! The `#[mugraph]` language, written once and compiled into both `mirage-macros`
 //! (spanned compile errors, the launcher's signature) and `mirage::lower` (lowering to the
 //! kernel graph), the way cxx shares its `syntax` module between its macro and its build crate.
 //! It depends only on syn, quote, proc-macro2 and `mirage-core` (element types, shape rules and

@@ -1,4 +1,4 @@
-//! Default block graphs for kernel-level operators (DESIGN §10).
+//! Default block graphs for kernel-level operators.
 //!
 //! Code generation has one path: block graph → one CUDA `__global__`. Every kernel-level operator
 //! that is not already [`KernelOp::Custom`] is therefore rewritten by [`lower_to_blocks`] into a

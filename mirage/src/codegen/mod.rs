@@ -1,4 +1,4 @@
-//! CUDA code generation (DESIGN §10): every kernel of a µGraph becomes one `__global__` function
+//! CUDA code generation: every kernel of a µGraph becomes one `__global__` function
 //! of one translation unit, with the launch plan that runs them.
 
 pub mod default_blocks;

@@ -1,5 +1,5 @@
 //! The block graph: one CUDA kernel described as a grid of blocks that each read tiles through
-//! input iterators, run a for-loop body, accumulate, run an epilogue and save outputs (DESIGN §4).
+//! input iterators, run a for-loop body, accumulate, run an epilogue and save outputs.
 
 use serde::{Deserialize, Serialize};
 

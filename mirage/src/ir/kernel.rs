@@ -1,4 +1,4 @@
-//! The kernel graph: a DAG of operators over device tensors (DESIGN §4).
+//! The kernel graph: a DAG of operators over device tensors.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! The µGraph IR (DESIGN §4): element types and shapes, the kernel graph, block graphs, their
+//! The µGraph IR: element types and shapes, the kernel graph, block graphs, their
 //! shape rules, versioned JSON and canonical hashes. Element types, tensor descriptions, the
 //! shape rules and the operator table are `mirage-core`'s, re-exported here.
 //!

@@ -1,4 +1,4 @@
-//! The enumerator of DESIGN §6: kernel graphs extended kernel by kernel, each custom kernel a
+//! The enumerator: kernel graphs extended kernel by kernel, each custom kernel a
 //! block graph extended operator by operator, guided by abstract expressions.
 //!
 //! # Dimension classes

@@ -1,4 +1,4 @@
-//! Abstract expressions (DESIGN §7) in a normal form, and the pruning hook of the search.
+//! Abstract expressions in a normal form, and the pruning hook of the search.
 //!
 //! An abstract expression forgets which elements a tensor holds but keeps what was computed from
 //! which inputs and how many terms each sum has: a matmul of `a, b` with inner size `k` is
@@ -288,7 +288,7 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
     }
 }
 
-/// The search's pruning hook (DESIGN §7): whether a prefix whose newest tensor has abstract
+/// The search's pruning hook: whether a prefix whose newest tensor has abstract
 /// expression `expr` can still contribute to the program's outputs. Pruning is a heuristic: it
 /// may lose µGraphs, never admit a wrong one (verification decides).
 pub trait Pruner: Send + Sync {

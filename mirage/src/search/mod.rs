@@ -1,4 +1,4 @@
-//! The superoptimizer (DESIGN §6, §8, §9): enumerate µGraphs for a program, keep those proven
+//! The superoptimizer: enumerate µGraphs for a program, keep those proven
 //! equivalent, pick the cheapest by the cost model, and cache the answer.
 //!
 //! [`superoptimize`] is the entry point:
@@ -13,7 +13,7 @@
 //!    cost, ties by canonical hash (so the result does not depend on thread timing), and verified
 //!    in that order with finite-field fingerprints at the program's real shapes
 //!    ([`FingerprintContext`]); the first equivalent one that also passes the f32 float check
-//!    (DESIGN §8.2) is chosen.
+//!    ([`float_check`]) is chosen.
 //!
 //! ```no_run
 //! use mirage::search::{superoptimize, SearchConfig};
@@ -567,7 +567,7 @@ fn positions_match(want: &HostTensor, got: &HostTensor, row: &HostTensor, dim: u
     Ok(())
 }
 
-/// The f32 float check of DESIGN §8.2: program and candidate on the same random inputs, every
+/// The f32 float check of the chosen µGraph: program and candidate on the same random inputs, every
 /// output within the element type's tolerance (relative to the output's largest magnitude); an
 /// argmax's positions equal, or near ties of its row.
 /// The outer `Result` is a failure to run, the inner one the verdict.

@@ -1,5 +1,5 @@
-//! The benchmark set of DESIGN §14 at the shapes of `bench/torch_baselines.py`, with the golden
-//! Mirage µGraphs where the reference data has them.
+//! The benchmark set at the shapes of the PyTorch baselines (`torch_baselines.py`), with the
+//! golden Mirage µGraphs where the reference data has them.
 
 use super::programs::{self, GoldenCase, golden_cases};
 use crate::ir::{DType, IrError, KernelGraph};
@@ -33,7 +33,7 @@ pub struct Benchmark {
     pub golden: Option<GoldenCase>,
 }
 
-/// Every program of the benchmark set, in the order of DESIGN §14.
+/// Every program of the benchmark set, in the order of docs/ARCHITECTURE.md §12.
 pub fn benchmark_set() -> Result<Vec<Benchmark>, IrError> {
     const F16: DType = DType::F16;
     let golden = |name: &str| golden_cases().into_iter().find(|c| c.name == name);

@@ -1,4 +1,4 @@
-//! The benchmark programs (DESIGN §14) as kernel graphs, and the golden µGraphs Mirage found for
+//! The benchmark programs as kernel graphs, and the golden µGraphs Mirage found for
 //! them (`mirage/goldens/`), paired with their programs.
 
 use crate::import::{ImportError, ImportOptions, import_mirage_json_with};

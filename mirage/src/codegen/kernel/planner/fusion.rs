@@ -1,4 +1,4 @@
-//! Which values of a kernel stay out of shared memory (DESIGN §10).
+//! Which values of a kernel stay out of shared memory.
 //!
 //! Three decisions, all made on the block graph before any code is emitted:
 //! - **register accumulation**: an in-loop matmul whose only user is `acc_sum` accumulates its
