@@ -42,6 +42,7 @@
 mod device;
 mod error;
 mod kernel;
+pub mod mpk;
 pub mod plan;
 mod program;
 mod tensor;

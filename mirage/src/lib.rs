@@ -52,6 +52,8 @@ pub mod ir;
 #[cfg(feature = "build")]
 pub mod lower;
 #[cfg(feature = "build")]
+pub mod mpk;
+#[cfg(feature = "build")]
 pub mod nvcc;
 #[cfg(feature = "build")]
 pub mod programs;
