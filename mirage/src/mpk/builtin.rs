@@ -29,16 +29,17 @@ pub enum Builtin {
         /// Columns per tile (must divide `hidden`).
         chunk: usize,
     },
-    /// Rotary embedding (rotate-half layout) of rows at positions `pos + r`: for `i < d/2`,
-    /// angle `(pos + r) · inv_freq[i]`, `out[i] = x[i] cos − x[i + d/2] sin`,
-    /// `out[i + d/2] = x[i + d/2] cos + x[i] sin`. Inputs: `x [rows, heads, d]`,
+    /// Rotary embedding (rotate-half layout) of each head of rows at positions `pos + r`: for
+    /// `i < d/2`, angle `(pos + r) · inv_freq[i]`, `out[i] = x[i] cos − x[i + d/2] sin`,
+    /// `out[i + d/2] = x[i + d/2] cos + x[i] sin`, where head `h` of row `r` is
+    /// `x[r, h·d .. (h+1)·d]` and `d = 2 · len(inv_freq)`. Inputs: `x [rows, heads·d]`,
     /// `inv_freq [d/2]` f32 (any RoPE scaling is computed into it). Output: like `x`. Tiles:
     /// `heads × rows`.
     Rope {
         /// The position of row 0.
         pos: ParamExpr,
     },
-    /// `cache[h, pos + r, :] = k[r, h, :]`. Input: `k [rows, kv_heads, d]`. Output:
+    /// `cache[h, pos + r, :] = k[r, h·d .. (h+1)·d]`. Input: `k [rows, kv_heads·d]`. Output:
     /// `cache [kv_heads, capacity, d]`, a state of `k`'s type. Tiles: `kv_heads`.
     KvAppend {
         /// The position of row 0.
@@ -46,9 +47,9 @@ pub enum Builtin {
     },
     /// Attention of one query row over the first `keylen` cached keys, grouped-query:
     /// head `h` reads KV head `h / (heads / kv_heads)`;
-    /// `out[h] = softmax(scale · q[h] · K[0..keylen]ᵀ) · V[0..keylen]`. Inputs: `q [1, heads, d]`,
-    /// `k_cache`, `v_cache [kv_heads, capacity, d]`. Output: `[1, heads, d]`, `q`'s type. Tiles:
-    /// `heads`.
+    /// `out[h] = softmax(scale · q[h] · K[0..keylen]ᵀ) · V[0..keylen]` with head `h` at
+    /// `[h·d, (h+1)·d)`. Inputs: `q [1, heads·d]`, `k_cache`, `v_cache [kv_heads, capacity, d]`.
+    /// Output: like `q`. Tiles: `heads`.
     Attention {
         /// Number of keys (1..=capacity).
         keylen: ParamExpr,
@@ -215,40 +216,50 @@ impl Builtin {
             }
             Builtin::Rope { .. } => {
                 let (x, inv) = (inputs[0], inputs[1]);
-                rank(x, 3, "x")?;
+                rank(x, 2, "x")?;
                 rank(inv, 1, "inv_freq")?;
                 f32_typed(inv, "inv_freq")?;
-                let d = x.shape[2];
-                expect(d % 2 == 0 && inv.shape[0] == d / 2, || {
-                    format!("inv_freq: expected [{}] for an even head dim {d}, found {}", d / 2, fmt(inv))
+                let d = 2 * inv.shape[0];
+                expect(x.shape[1] % d == 0, || {
+                    format!("x: expected rows of whole heads of {d} (2 × inv_freq), found {}", fmt(x))
                 })?;
                 same(x)?;
-                Ok([x.shape[1], x.shape[0], 1])
+                Ok([x.shape[1] / d, x.shape[0], 1])
             }
             Builtin::KvAppend { .. } => {
                 let k = inputs[0];
-                rank(k, 3, "k")?;
+                rank(k, 2, "k")?;
                 rank(out, 3, "cache")?;
-                let (rows, kvh, d) = (k.shape[0], k.shape[1], k.shape[2]);
-                expect(
-                    out.shape[0] == kvh && out.shape[2] == d && out.dtype == k.dtype && out.shape[1] >= rows,
-                    || format!("cache: expected {} [{kvh}, capacity >= {rows}, {d}], found {}", k.dtype, fmt(out)),
-                )?;
+                let (rows, kvh, d) = (k.shape[0], out.shape[0], out.shape[2]);
+                expect(k.shape[1] == kvh * d && out.dtype == k.dtype && out.shape[1] >= rows, || {
+                    format!(
+                        "cache: expected {} [kv_heads, capacity >= {rows}, d] with kv_heads·d = {}, found {}",
+                        k.dtype,
+                        k.shape[1],
+                        fmt(out)
+                    )
+                })?;
                 Ok([kvh, 1, 1])
             }
-            Builtin::Attention { .. } => {
+            Builtin::Attention { scale, .. } => {
                 let (q, kc, vc) = (inputs[0], inputs[1], inputs[2]);
-                rank(q, 3, "q")?;
+                rank(q, 2, "q")?;
                 rank(kc, 3, "k_cache")?;
-                expect(q.shape[0] == 1, || format!("q: expected one query row [1, heads, d], found {}", fmt(q)))?;
-                let (heads, d) = (q.shape[1], q.shape[2]);
+                expect(q.shape[0] == 1, || format!("q: expected one query row [1, heads·d], found {}", fmt(q)))?;
                 expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
-                expect(kc.shape[2] == d && kc.dtype == q.dtype, || {
-                    format!("k_cache: expected {} [kv_heads, capacity, {d}], found {}", q.dtype, fmt(kc))
+                let (kvh, d) = (kc.shape[0], kc.shape[2]);
+                expect(kc.dtype == q.dtype && q.shape[1] % d == 0, || {
+                    format!(
+                        "k_cache: expected {} [kv_heads, capacity, d] with d dividing {}, found {}",
+                        q.dtype,
+                        q.shape[1],
+                        fmt(kc)
+                    )
                 })?;
-                let kvh = kc.shape[0];
+                let heads = q.shape[1] / d;
                 expect(heads % kvh == 0, || format!("kv_heads {kvh} must divide heads {heads}"))?;
                 expect(d <= MAX_HEAD_DIM, || format!("head dim at most {MAX_HEAD_DIM}, found {d}"))?;
+                expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
                 same(q)?;
                 Ok([heads, 1, 1])
             }
@@ -301,28 +312,29 @@ impl Builtin {
                 (vec![(rows, false), (token, false)], vec![Region::at(out, vec![y, x * chunk], &[1, *chunk])])
             }
             Builtin::Rope { .. } => {
-                let (xt, xd) = inputs[0];
-                let d = xd.shape[2];
-                let row = Region::at(xt, vec![y, x, 0], &[1, 1, d]);
-                (vec![(row, false), (whole(inputs[1]), false)], vec![Region::at(out, vec![y, x, 0], &[1, 1, d])])
+                let d = 2 * inputs[1].1.shape[0];
+                let row = Region::at(inputs[0].0, vec![y, x * d], &[1, d]);
+                (vec![(row, false), (whole(inputs[1]), false)], vec![Region::at(out, vec![y, x * d], &[1, d])])
             }
             Builtin::KvAppend { .. } => {
                 let (kt, kd) = inputs[0];
-                let read = Region::at(kt, vec![0, x, 0], &[kd.shape[0], 1, kd.shape[2]]);
-                (vec![(read, false)], vec![Region::at(out, vec![x, 0, 0], &[1, od.shape[1], od.shape[2]])])
+                let d = od.shape[2];
+                let read = Region::at(kt, vec![0, x * d], &[kd.shape[0], d]);
+                (vec![(read, false)], vec![Region::at(out, vec![x, 0, 0], &[1, od.shape[1], d])])
             }
             Builtin::Attention { .. } => {
                 let (q, qd) = inputs[0];
-                let (heads, d) = (qd.shape[1], qd.shape[2]);
                 let (kc, kd) = inputs[1];
+                let d = kd.shape[2];
+                let heads = qd.shape[1] / d;
                 let kvh = x / (heads / kd.shape[0]);
                 let cache = |t| Region::at(t, vec![kvh, 0, 0], &[1, kd.shape[1], d]);
                 let reads = vec![
-                    (Region::at(q, vec![0, x, 0], &[1, 1, d]), false),
+                    (Region::at(q, vec![0, x * d], &[1, d]), false),
                     (cache(kc), false),
                     (cache(inputs[2].0), false),
                 ];
-                (reads, vec![Region::at(out, vec![0, x, 0], &[1, 1, d])])
+                (reads, vec![Region::at(out, vec![0, x * d], &[1, d])])
             }
             Builtin::ArgmaxPartial { chunk } => {
                 let read = Region::at(inputs[0].0, vec![y, x * chunk], &[1, *chunk]);
@@ -346,7 +358,7 @@ impl Builtin {
     pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc]) -> usize {
         let warps = threads / 32;
         match self {
-            Builtin::Attention { .. } => warps * (inputs[0].shape[2] + 2) * 4,
+            Builtin::Attention { .. } => warps * (inputs[1].shape[2] + 2) * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
             _ => 0,
         }
@@ -389,8 +401,8 @@ impl Builtin {
             Builtin::Rope { pos } => {
                 let (xs, xd) = inputs[0];
                 let inv = inputs[1].0;
-                let (heads, d) = (xd.shape[1], xd.shape[2]);
-                let at = (y * heads + x) * d;
+                let d = 2 * inv.len();
+                let at = y * xd.shape[1] + x * d;
                 let p = pos.eval(params) + y as i64;
                 if !(0..=i64::from(i32::MAX)).contains(&p) {
                     out[at..at + d].fill(0.0);
@@ -412,8 +424,8 @@ impl Builtin {
             }
             Builtin::KvAppend { pos } => {
                 let (k, kd) = inputs[0];
-                let (rows, kvh, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
-                let cap = od.shape[1];
+                let (rows, width) = (kd.shape[0], kd.shape[1]);
+                let (cap, d) = (od.shape[1], od.shape[2]);
                 let p = pos.eval(params);
                 if p < 0 || p + rows as i64 > cap as i64 {
                     return Err(IndexError {
@@ -423,7 +435,7 @@ impl Builtin {
                     });
                 }
                 for r in 0..rows {
-                    let src = (r * kvh + x) * d;
+                    let src = r * width + x * d;
                     let dst = (x * cap + p as usize + r) * d;
                     out[dst..dst + d].copy_from_slice(&k[src..src + d]);
                 }
@@ -433,8 +445,8 @@ impl Builtin {
                 let (q, qd) = inputs[0];
                 let (kc, kd) = inputs[1];
                 let vc = inputs[2].0;
-                let (heads, d) = (qd.shape[1], qd.shape[2]);
-                let (kvh, cap) = (kd.shape[0], kd.shape[1]);
+                let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
+                let heads = qd.shape[1] / d;
                 let l = keylen.eval(params);
                 let dst = x * d;
                 if l < 1 || l > cap as i64 {
@@ -536,7 +548,7 @@ mod tests {
         let bad = Builtin::Embedding { chunk: 100 }.check(&[&table, &tokens], &[&d(&[1, 256], DType::Bf16)], 0);
         assert!(bad.unwrap_err().contains("must divide hidden 256"));
         let a = Builtin::Attention { keylen: ParamExpr::of(ParamId(0)), scale: Scalar(0.125) };
-        let q = d(&[1, 8, 64], DType::F16);
+        let q = d(&[1, 8 * 64], DType::F16);
         let kc = d(&[3, 32, 64], DType::F16);
         assert!(a.check(&[&q, &kc, &kc], &[&q], 1).unwrap_err().contains("kv_heads 3 must divide heads 8"));
         assert!(
@@ -556,7 +568,7 @@ mod tests {
     #[test]
     fn rope_rotates_pairs_by_position() {
         let r = Builtin::Rope { pos: ParamExpr::of(ParamId(0)).plus(1) };
-        let xd = d(&[1, 1, 4], DType::F32);
+        let xd = d(&[1, 4], DType::F32);
         let inv_d = d(&[2], DType::F32);
         let x = [1.0, 0.0, 0.0, 1.0];
         let inv = [1.0, 0.5];

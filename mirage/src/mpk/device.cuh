@@ -238,13 +238,13 @@ __device__ void embedding(const Ctx& c, int cx, int row, const T* table, const f
   }
 }
 
-// Rotary embedding of x[row, head, :] at position pos0 + row (rotate-half layout, angles in
-// double precision).
+// Rotary embedding of head `head` (elements head*d ..) of row `row` of x [rows, width] at
+// position pos0 + row (rotate-half layout, angles in double precision).
 template <typename T, int THREADS>
-__device__ void rope(const Ctx& c, int head, int row, const T* x, const float* inv_freq, T* out, int heads, int d,
+__device__ void rope(const Ctx& c, int head, int row, const T* x, const float* inv_freq, T* out, int width, int d,
                      long long pos0, unsigned source) {
   const long long pos = pos0 + row;
-  const size_t at = ((size_t)row * heads + head) * d;
+  const size_t at = (size_t)row * width + (size_t)head * d;
   const int h = d / 2;
   if (pos < 0 || pos > INT_MAX) {
     if (threadIdx.x == 0) report_index(c, pos, INT_MAX, source);
@@ -253,7 +253,7 @@ __device__ void rope(const Ctx& c, int head, int row, const T* x, const float* i
   }
   for (int i = threadIdx.x; i < h; i += THREADS) {
     double s, co;
-    sincos((double)pos * (double)inv_freq[i], &s, &co);
+    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
     const float cs = (float)co, sn = (float)s;
     const float a = mirage::to_f32(load(x + at + i)), b = mirage::to_f32(load(x + at + i + h));
     out[at + i] = mirage::from_f32<T>(a * cs - b * sn);
@@ -261,9 +261,9 @@ __device__ void rope(const Ctx& c, int head, int row, const T* x, const float* i
   }
 }
 
-// cache[kvh, pos0 + r, :] = k[r, kvh, :] for every row r.
+// cache[kvh, pos0 + r, :] = k[r, kvh*d ..] for every row r of k [rows, width].
 template <typename T, int THREADS>
-__device__ void kv_append(const Ctx& c, int kvh, const T* k, T* cache, int rows, int kv_heads, int cap, int d,
+__device__ void kv_append(const Ctx& c, int kvh, const T* k, T* cache, int rows, int width, int cap, int d,
                           long long pos0, unsigned source) {
   if (pos0 < 0 || pos0 + rows > cap) {
     if (threadIdx.x == 0) report_index(c, pos0, (long long)cap - rows + 1, source);
@@ -271,13 +271,14 @@ __device__ void kv_append(const Ctx& c, int kvh, const T* k, T* cache, int rows,
   }
   for (int e = threadIdx.x; e < rows * d; e += THREADS) {
     const int r = e / d, i = e % d;
-    cache[((size_t)kvh * cap + pos0 + r) * d + i] = load(k + ((size_t)r * kv_heads + kvh) * d + i);
+    cache[((size_t)kvh * cap + pos0 + r) * d + i] = load(k + (size_t)r * width + (size_t)kvh * d + i);
   }
 }
 
 // One query row of head `head` over keys 0..keylen-1 of its KV head: every warp walks keys
 // warp, warp + WARPS, ... with an online softmax (lanes hold D/32 elements of q and of the
 // accumulator), then the warps' partial results are merged through shared memory.
+// q and out are [1, heads*D]; the caches [kv_heads, cap, D].
 template <typename T, int THREADS, int D>
 __device__ void attention(const Ctx& c, int head, const T* q, const T* kc, const T* vc, T* out, int heads, int kv_heads,
                           int cap, long long keylen, float scale, unsigned source, float* smem) {

@@ -214,44 +214,45 @@ fn builtin_call(g: &StepGraph, b: &Builtin, ins: &[TensorId], out: TensorId, thr
             d(ins[0]).shape[1],
             ins[1].0
         ),
-        Builtin::Rope { pos } => format!(
-            "mpk::rope<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {}, {}, {}u);",
-            ty(ins[0]),
-            ptr(g, ins[0], false),
-            ptr(g, ins[1], false),
-            ptr(g, out, true),
-            d(ins[0]).shape[1],
-            d(ins[0]).shape[2],
-            param(pos),
-            param_source(pos)
-        ),
+        Builtin::Rope { pos } => {
+            let hd = 2 * d(ins[1]).shape[0];
+            format!(
+                "mpk::rope<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {hd}, {}, {}u);",
+                ty(ins[0]),
+                ptr(g, ins[0], false),
+                ptr(g, ins[1], false),
+                ptr(g, out, true),
+                d(ins[0]).shape[1],
+                param(pos),
+                param_source(pos)
+            )
+        }
         Builtin::KvAppend { pos } => {
-            let k = d(ins[0]);
+            let c = d(out);
             format!(
                 "mpk::kv_append<{}, {threads}>(ctx, task.x, {}, {}, {}, {}, {}, {}, {}, {}u);",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, out, true),
-                k.shape[0],
-                k.shape[1],
-                d(out).shape[1],
-                k.shape[2],
+                d(ins[0]).shape[0],
+                d(ins[0]).shape[1],
+                c.shape[1],
+                c.shape[2],
                 param(pos),
                 param_source(pos)
             )
         }
         Builtin::Attention { keylen, scale } => {
-            let q = d(ins[0]);
             let kc = d(ins[1]);
+            let hd = kc.shape[2];
             format!(
-                "mpk::attention<{}, {threads}, {}>(ctx, task.x, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                "mpk::attention<{}, {threads}, {hd}>(ctx, task.x, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
-                q.shape[2],
                 ptr(g, ins[0], false),
                 ptr(g, ins[1], false),
                 ptr(g, ins[2], false),
                 ptr(g, out, true),
-                q.shape[1],
+                d(ins[0]).shape[1] / hd,
                 kc.shape[0],
                 kc.shape[1],
                 param(keylen),

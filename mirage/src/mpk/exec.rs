@@ -210,16 +210,23 @@ pub fn reference_step(g: &StepGraph, state: &mut HostTensors, params: &[i32]) ->
     Ok(())
 }
 
-/// A small deterministic generator (splitmix64) for the executor's interleavings.
-struct SplitMix(u64);
+/// A small deterministic generator (splitmix64): the executor's interleavings and test data.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// A uniform value in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
     }
 }
 

@@ -38,6 +38,7 @@
 //! ```
 
 pub mod builtin;
+pub mod decoder;
 pub mod deps;
 pub mod emit;
 pub mod exec;
@@ -45,6 +46,7 @@ pub mod graph;
 pub mod region;
 pub mod schedule;
 pub mod tasks;
+pub mod testmode;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,81 @@
+#![cfg(feature = "build")]
+//! The resident kernel's generated CUDA compiles with nvcc for sm_90a (nvcc from the Python
+//! wheels here), and its tables say what the compiler decided.
+
+use mirage::codegen::CodegenError;
+use mirage::mpk::emit::{ResidentKernel, emit};
+use mirage::mpk::testmode::{cases, overhead_graphs};
+use mirage::mpk::{Compiled, MpkOptions, StepGraph, compile};
+use mirage::nvcc::{CompileOptions, compile_cubin};
+
+fn no_bodies(
+    _: &mirage::ir::BlockGraph,
+    name: &str,
+    _: &mirage::codegen::KernelOptions,
+) -> Result<mirage::codegen::KernelSource, CodegenError> {
+    Err(CodegenError::Unsupported(format!("task body `{name}`: not expected in a graph of built-in tasks")))
+}
+
+fn generate(g: &StepGraph, workers: usize) -> (Compiled, ResidentKernel) {
+    let c =
+        compile(g, &MpkOptions { workers, ..MpkOptions::default() }).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    let k = emit(&c, &no_bodies).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    (c, k)
+}
+
+fn nvcc(k: &ResidentKernel) {
+    let opts = CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
+    let cubin = compile_cubin(&k.source, &k.kernel, &opts).unwrap_or_else(|e| panic!("{}: {e}", k.kernel));
+    assert!(cubin.bytes.starts_with(b"\x7fELF"), "{}: not an ELF cubin", k.kernel);
+}
+
+#[test]
+fn the_resident_kernel_of_every_built_in_task_compiles() {
+    for case in cases().unwrap() {
+        let g = &case.graph;
+        let builtin_only = g.ops().iter().all(|o| matches!(o.kind, mirage::mpk::OpKind::Builtin(_)));
+        if !builtin_only {
+            continue;
+        }
+        let (c, k) = generate(g, 132);
+        assert!(k.source.contains(&format!(
+            "extern \"C\" __global__ void __launch_bounds__(256, 1) {}(const mpk::Params p)",
+            k.kernel
+        )));
+        assert!(k.source.contains(&format!("static __device__ const mpk::Task mpk_tasks[{}]", c.tasks.len() + 1)));
+        nvcc(&k);
+    }
+}
+
+#[test]
+fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() {
+    for g in overhead_graphs(132, 64).unwrap() {
+        let (c, k) = generate(&g, 132);
+        let begin: Vec<String> = std::iter::once(0)
+            .chain(c.schedule.workers.iter().scan(0, |n, w| {
+                *n += w.len();
+                Some(*n)
+            }))
+            .map(|n| n.to_string())
+            .collect();
+        let table = format!("mpk_worker_begin[133] = {{{}}};", begin.join(","));
+        assert!(k.source.contains(&table), "{}: no `{table}`", g.name());
+        nvcc(&k);
+    }
+}
+
+#[test]
+fn weights_are_prefetched_in_strided_runs() {
+    let case = cases().unwrap().into_iter().find(|c| c.graph.name() == "op_projection").unwrap();
+    let c = compile(&case.graph, &MpkOptions { workers: 8, ..MpkOptions::default() }).unwrap();
+    let w = case.graph.tensor_named("w").unwrap();
+    // every task of the projection prefetches its slab of `w` (an input), nothing else
+    let proj: Vec<_> = c.tasks.iter().filter(|t| t.reads.iter().any(|r| r.tensor == w)).collect();
+    assert!(!proj.is_empty());
+    for t in proj {
+        assert!(
+            t.prefetch.iter().all(|r| r.tensor == w || c.graph.tensor(r.tensor).kind == mirage::mpk::TensorKind::Input)
+        );
+        assert!(t.prefetch.iter().any(|r| r.tensor == w));
+    }
+}
