@@ -9,7 +9,7 @@
 //! - **matrix work** on tensor cores (f16/bf16 tiles, padded to the `m16n8k16` instruction shape)
 //!   and **element-wise work** on the FMA pipes;
 //! - **waves** of blocks over the SMs, with the blocks per SM limited by shared memory (from
-//!   [`crate::codegen::generate_kernel`]'s plan), threads and the hardware limit; a partial wave
+//!   [`crate::codegen::plan_kernel`]'s plan), threads and the hardware limit; a partial wave
 //!   runs on fewer SMs and so pulls less bandwidth;
 //! - a **latency** per wave (the first tile's load is not hidden), a small **per-iteration**
 //!   overhead of the for-loop (barrier, pipeline bookkeeping), and the **launch** overhead.
@@ -21,7 +21,7 @@
 use std::fmt;
 
 use crate::codegen::default_blocks::default_block_graph;
-use crate::codegen::{CodegenError, KernelOptions, generate_kernel};
+use crate::codegen::{CodegenError, KernelOptions, plan_kernel};
 use crate::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc, num_elements};
 
 /// Constants of a GPU architecture.
@@ -78,11 +78,11 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            // H200, 2026-11-30 (benches/results/NOTES.md, runs 2 and 3): the same rmsnorm_linear
+            // H200, 2026-11-30 (docs/DECISIONS.md, runs 2 and 3): the same rmsnorm_linear
             // kernel at 96 blocks ran 1.25x slower than at 128 (one SM pulls no more than its
             // share), and 256-block two-wave grids ran 2-8 µs slower than 128-block ones.
             sm_dram_bytes_per_us: 4.3e6 / 132.0,
-            // H200, ncu (benches/results/NOTES.md, runs 10-11): weight-streaming kernels of
+            // H200, ncu (docs/DECISIONS.md, runs 10-11): weight-streaming kernels of
             // one block per SM reached 36% of peak DRAM throughput with 4 warps, 64% with 8.
             bandwidth_warps: 8,
             l2_bytes: 50 << 20,
@@ -227,7 +227,7 @@ pub fn estimate(graph: &KernelGraph, arch: &Arch) -> Result<CostReport, CostErro
 /// How shared memory per block is obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmemMode {
-    /// The code generator's plan ([`generate_kernel`]); exact, about 0.1 ms per kernel.
+    /// The code generator's plan ([`plan_kernel`]): exact, no CUDA written.
     Planned,
     /// A sum of tile sizes (inputs in their element type, pipelined over up to 4 stages while
     /// that fits; other tiles in f32); for ranking many candidates quickly.
@@ -253,18 +253,17 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
     (1..=max_stages).rev().map(|s| fixed + s * per_stage).find(|&b| b <= arch.smem_per_block)
 }
 
-/// Shared memory of a block graph: the code generator's plan, or (when it cannot generate the
-/// kernel for another reason, or when asked to) the tile-size estimate.
-/// Shared memory of the kernel code generation would emit, how it was obtained, and its pipeline
-/// stages (estimated: as many as the loop allows).
+/// Shared memory of a block graph's kernel, how it was obtained, and its pipeline stages: the
+/// code generator's plan, or (when it cannot plan the kernel for another reason, or when asked
+/// to) the tile-size estimate with as many stages as the loop allows.
 fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str, usize) {
     let default_stages = KernelOptions::default().max_stages.clamp(1, bg.forloop_range().max(1));
     if mode == SmemMode::Estimated {
         return (smem_estimate(bg, arch), "estimated", default_stages);
     }
     let opts = KernelOptions { max_smem_bytes: arch.smem_per_block, ..KernelOptions::default() };
-    match generate_kernel(bg, "cost_probe", &opts) {
-        Ok(k) => (Some(k.smem_bytes), "planned", k.stages),
+    match plan_kernel(bg, "cost_probe", &opts) {
+        Ok(plan) => (Some(plan.smem_bytes), "planned", plan.stages),
         Err(CodegenError::SharedMemory { .. }) => (None, "planned", 1),
         Err(_) => (smem_estimate(bg, arch), "estimated", default_stages),
     }
@@ -279,15 +278,23 @@ pub fn estimate_block(bg: &BlockGraph, arch: &Arch) -> KernelCost {
     estimate_block_with(bg, arch, SmemMode::Planned)
 }
 
-/// Estimates one block graph with shared memory obtained as `mode` says.
-pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
+/// The arithmetic of one block graph, summed over its blocks and iterations.
+struct Work {
+    /// Tensor-core FLOPs (padded to the instruction shape).
+    flops: f64,
+    /// Non-tensor FLOPs (element-wise, reductions, accumulators, FMA matmuls).
+    fma: f64,
+    /// The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
+    /// to warps round-robin, k-steps split over 4 independent accumulator chains).
+    mma_chain: f64,
+}
+
+/// Counts the arithmetic of `bg`.
+fn work(bg: &BlockGraph) -> Work {
     let blocks = bg.num_blocks();
     let frange = bg.forloop_range();
-    let (mut dram, l2) = input_traffic(bg, arch, true);
     let mut flops = 0f64;
     let mut fma = 0f64;
-    // The longest chain of dependent mma steps one warp runs (generated code: output tiles dealt
-    // to warps round-robin, k-steps split over 4 independent accumulator chains).
     let mut mma_chain = 0f64;
     let warps = (bg.threads() / 32).max(1);
     for node in bg.nodes() {
@@ -331,6 +338,16 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             }
         }
     }
+    Work { flops, fma, mma_chain }
+}
+
+/// Estimates one block graph with shared memory obtained as `mode` says.
+pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
+    let blocks = bg.num_blocks();
+    let frange = bg.forloop_range();
+    let (mut dram, l2) = input_traffic(bg, arch, true);
+    let Work { flops, fma, mma_chain } = work(bg);
+    let warps = (bg.threads() / 32).max(1);
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
     dram += written;
 
@@ -459,7 +476,7 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
 /// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
 /// contiguous dim shorter than the whole dim are separate segments, and short segments waste
 /// DRAM bursts: `1 + 16 / segment bytes` (32-byte rows cost 1.5×, 128-byte rows 1.125×).
-/// Calibrated on the H200 (benches/results/NOTES.md, run 4): 256-block weight-bound kernels
+/// Calibrated on the H200 (docs/DECISIONS.md, run 4): 256-block weight-bound kernels
 /// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
 fn segment_factor(desc: &TensorDesc, tile: &[usize]) -> f64 {
     let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };

@@ -2,12 +2,10 @@
 //! of one translation unit, with the launch plan that runs them.
 
 pub mod default_blocks;
-pub mod fusion;
 pub mod kernel;
 pub mod plan;
-pub mod smem;
 
-pub use kernel::{KernelOptions, KernelSource, generate_kernel};
+pub use kernel::{KernelOptions, KernelPlan, KernelSource, generate_kernel, plan_kernel};
 
 use crate::ir::{IrError, KernelGraph, KernelOp, TensorRef};
 use plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION, tensor_spec};

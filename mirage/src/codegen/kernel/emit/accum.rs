@@ -1,0 +1,177 @@
+//! Accumulators: the per-iteration folds in the loop body (on shared-memory tiles or register
+//! fragments), and after the loop the register accumulators' stores and the final scaling of
+//! `acc_rms_last`.
+
+use crate::ir::{AccKind, BlockOp};
+
+use super::super::planner::{MatmulPlan, RowBands, Tile, TiledMatmul};
+use super::expr::{float_lit, two, unflatten};
+use super::reduce::Combine;
+use super::{Emitter, register_accumulator, register_value};
+
+impl Emitter<'_> {
+    /// Accumulator `i` of the loop body: row sums of a register value by shuffles, a register
+    /// value summed in registers, or a fold of a shared-memory tile.
+    pub(super) fn body_accumulator(&mut self, i: usize, acc: AccKind) {
+        let plan = self.plan;
+        let x = self.bg().nodes()[i].inputs[0].node;
+        if plan.registers.reg_sum[i] {
+            self.row_sum_regs(2, plan.register_bands(x), x, plan.out_tile(i));
+        } else if plan.registers.reg_acc[i] {
+            let RowBands { per_warp, nt, .. } = plan.register_bands(x);
+            self.line(2, "// sum over the iterations, in registers");
+            self.line(2, "#pragma unroll");
+            self.line(2, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+            self.line(3, "#pragma unroll");
+            self.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+            self.line(4, "#pragma unroll");
+            self.line(
+                4,
+                &format!(
+                    "for (int q = 0; q < 4; ++q) {{ {}[mi * {nt} + nt][q] += {}[mi][nt][q]; }}",
+                    register_accumulator(i),
+                    register_value(x)
+                ),
+            );
+            self.line(3, "}");
+            self.line(2, "}");
+        } else {
+            self.accumulate(i, acc);
+        }
+    }
+
+    /// The per-iteration fold of accumulator `i` on shared-memory tiles.
+    fn accumulate(&mut self, i: usize, acc: AccKind) {
+        let inputs = &self.bg().nodes()[i].inputs;
+        let x = self.tile(inputs[0]);
+        let out = self.plan.out_tile(i);
+        let idx = unflatten("e", &out.shape);
+        let body = match acc {
+            AccKind::Sum => format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, x.load(&idx)),
+            AccKind::Max => format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, x.load(&idx)),
+            AccKind::Rescale => {
+                let r = self.tile(inputs[1]);
+                format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, x.load(&idx), r.load(&idx))
+            }
+            AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } => {
+                let map = if acc == AccKind::RmsLast { "({x})*({x})" } else { "{x}" };
+                let store = format!("{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};", out.var);
+                self.reduce(2, self.reduction_of(i), x, map, Combine::Sum, &store);
+                return;
+            }
+            AccKind::SumLastRescale => {
+                let r = self.tile(inputs[1]);
+                let rv = r.load(&unflatten("{o}", &out.shape));
+                let store = format!("{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};", out.var);
+                self.reduce(2, self.reduction_of(i), x, "{x}", Combine::Sum, &store);
+                return;
+            }
+        };
+        self.elementwise(2, out.numel(), &body);
+    }
+
+    /// `acc[row] += Σ_cols x[row, cols]` for register value `x`: each lane sums its pairs, the
+    /// four lanes of a row meet by two shuffles, one adds to the shared-memory accumulator (the
+    /// rows of a band belong to one warp, so no other warp touches them).
+    fn row_sum_regs(&mut self, indent: usize, bands: RowBands, x: usize, acc: &Tile) {
+        let RowBands { per_warp, nt, mt, .. } = bands;
+        let x = register_value(x);
+        let r = acc.shape.len();
+        let at = |row: &str| acc.offset_expr(&two(row, "0", r));
+        self.line(indent, "// row sums of register fragments");
+        self.line(indent, "#pragma unroll");
+        self.line(indent, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+        self.line(indent + 1, &format!("const int mt = warp + mi * {};", self.plan.warps));
+        self.line(indent + 1, "float v0 = 0.0f, v1 = 0.0f;");
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int nt = 0; nt < {nt}; ++nt) {{ v0 += {x}[mi][nt][0] + {x}[mi][nt][1]; v1 += {x}[mi][nt][2] + {x}[mi][nt][3]; }}"));
+        self.line(indent + 1, "v0 += __shfl_xor_sync(0xffffffffu, v0, 1); v0 += __shfl_xor_sync(0xffffffffu, v0, 2);");
+        self.line(indent + 1, "v1 += __shfl_xor_sync(0xffffffffu, v1, 1); v1 += __shfl_xor_sync(0xffffffffu, v1, 2);");
+        self.line(indent + 1, &format!("if (mt < {mt} && (lane & 3) == 0) {{"));
+        self.line(indent + 2, "const int r = mt * 16 + (lane >> 2);");
+        self.line(indent + 2, &format!("{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v0;", acc.var, at("r")));
+        self.line(indent + 2, &format!("{0}[{1}] = (it == 0 ? 0.0f : {0}[{1}]) + v1;", acc.var, at("r+8")));
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// After the loop: every register accumulator stored to its accumulator's tile, then
+    /// `acc_rms_last` tiles turned from sums of squares into root means, then a barrier.
+    pub(super) fn finish_accumulators(&mut self) {
+        let plan = self.plan;
+        let nodes = self.bg().nodes();
+        for (i, nd) in nodes.iter().enumerate() {
+            if plan.registers.reg_acc[i] {
+                self.store_row_accumulator(i, plan.register_bands(nd.inputs[0].node), plan.out_tile(i));
+                continue;
+            }
+            let Some(u) = plan.registers.fused[i] else { continue };
+            match plan.matmuls[i].as_ref().expect("every matmul is planned") {
+                MatmulPlan::Rows(p) => self.store_row_accumulator(i, p.bands, plan.out_tile(u)),
+                MatmulPlan::Tiled(p) => self.store_tiled_accumulator(i, p, plan.out_tile(u)),
+                MatmulPlan::Fma(_) => unreachable!("f32 matmuls are never fused"),
+            }
+        }
+        for (i, nd) in nodes.iter().enumerate() {
+            if let BlockOp::Accum { acc: AccKind::RmsLast } = nd.op {
+                let x = self.tile(nd.inputs[0]);
+                let count = self.bg().forloop_range() * x.shape.last().copied().unwrap_or(1);
+                let t = plan.out_tile(i);
+                self.elementwise(
+                    1,
+                    t.numel(),
+                    &format!("{0}[e] = sqrtf({0}[e] / {1});", t.var, float_lit(count as f32)),
+                );
+            }
+        }
+        self.sync(1);
+    }
+
+    /// Stores the row-owned register accumulator of node `i` (bands `bands`) to tile `c`.
+    fn store_row_accumulator(&mut self, i: usize, bands: RowBands, c: &Tile) {
+        let RowBands { mt, per_warp, nt, .. } = bands;
+        let (m, n) = (mt * 16, nt * 8);
+        self.line(1, "#pragma unroll");
+        self.line(1, &format!("for (int mi = 0; mi < {per_warp}; ++mi) {{"));
+        self.line(2, &format!("const int mt = warp + mi * {}; if (mt < {mt}) {{", self.plan.warps));
+        self.line(3, "#pragma unroll");
+        self.line(3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+        self.line(4, &format!("const float* d = {}[mi * {nt} + nt];", register_accumulator(i)));
+        self.store_fragment(4, c, m, n, "=");
+        self.line(3, "}");
+        self.line(2, "}");
+        self.line(1, "}");
+    }
+
+    /// Stores the register accumulator of tiled matmul `i` to tile `c`. With its k-steps split
+    /// over the warps, one round per k-slice: the slice-0 items store, the others add, a barrier
+    /// between rounds (each tile has one item per slice: no two writers in a round).
+    fn store_tiled_accumulator(&mut self, i: usize, p: &TiledMatmul, c: &Tile) {
+        let TiledMatmul { m, n, tiles, nt, split, per_warp, .. } = *p;
+        let warps = self.plan.warps;
+        let acc = register_accumulator(i);
+        if split > 1 {
+            for round in 0..split {
+                self.line(1, "#pragma unroll");
+                self.line(1, &format!("for (int j = 0; j < {per_warp}; ++j) {{"));
+                self.line(
+                    2,
+                    &format!("const int q = warp + j * {warps}, t = q % {tiles}; if (q / {tiles} == {round}) {{"),
+                );
+                self.line(3, &format!("const int mt = t / {nt}, nt = t % {nt}; const float* d = {acc}[j];"));
+                self.store_fragment(3, c, m, n, if round == 0 { "=" } else { "+=" });
+                self.line(2, "}");
+                self.line(1, "}");
+                self.sync(1);
+            }
+            return;
+        }
+        self.line(1, "#pragma unroll");
+        self.line(1, &format!("for (int j = 0; j < {per_warp}; ++j) {{"));
+        self.line(2, &format!("const int t = warp + j * {warps}; if (t < {tiles}) {{"));
+        self.line(3, &format!("const int mt = t / {nt}, nt = t % {nt}; const float* d = {acc}[j];"));
+        self.store_fragment(3, c, m, n, "=");
+        self.line(2, "}");
+        self.line(1, "}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Tile copies from device memory to shared memory, and the pipeline's completion tracking.
+//!
+//! This is the one place that writes copy instructions: [`CopyMethod`] picks the instruction,
+//! [`Emitter::commit`] closes a group of asynchronous copies and [`Emitter::wait`] waits until
+//! at most a given number of groups are still in flight. A new copy mechanism (bulk copies,
+//! TMA) is a new method here and in the planner.
+
+use crate::ir::BlockOp;
+
+use super::super::planner::{CopyMethod, Tile, ctype};
+use super::expr::unflatten;
+use super::{BLOCK_INDEX, Emitter, input_param};
+
+impl Emitter<'_> {
+    /// The C expressions of the first element of input tile `i` in iteration `iter`, one per
+    /// device dim: the block's slab along the dims its grid axes map, plus the iteration's slab
+    /// along the dim the loop walks.
+    fn block_offset(&self, i: usize, iter: &str) -> Vec<String> {
+        let bg = self.bg();
+        let nd = &bg.nodes()[i];
+        let BlockOp::Input { input, imap, forloop_dim } = &nd.op else { return vec![] };
+        let kdesc = &bg.inputs()[*input];
+        let grid = bg.grid();
+        let tile = &nd.outputs[0].shape;
+        (0..kdesc.shape.len())
+            .map(|d| {
+                let mut terms = Vec::new();
+                for (a, axis) in BLOCK_INDEX.iter().enumerate() {
+                    if imap[a] == Some(d) {
+                        terms.push(format!("{axis}*{}", kdesc.shape[d] / grid[a]));
+                    }
+                }
+                if *forloop_dim == Some(d) {
+                    terms.push(format!("({iter})*{}", tile[d]));
+                }
+                if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+            })
+            .collect()
+    }
+
+    /// Copies input tile `i` of iteration `iter` into the shared-memory buffer `buf` (a C
+    /// pointer expression), by the planned method.
+    pub(super) fn copy_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str) {
+        let plan = self.plan;
+        let tile = plan.out_tile(i);
+        let copy = plan.copies[i].as_ref().expect("input copy planned");
+        let kdesc = &self.bg().inputs()[copy.input];
+        let src = input_param(copy.input);
+        let boff = self.block_offset(i, iter);
+        let idx = unflatten("v", &copy.units);
+        let mut gterms = Vec::new();
+        let mut sterms = Vec::new();
+        for d in 0..tile.shape.len() {
+            let local = if Some(d) == copy.vec_dim && copy.vec > 1 {
+                format!("{}*{}", idx[d], copy.vec)
+            } else {
+                idx[d].clone()
+            };
+            gterms.push(format!("(long long)({} + {local})*{}", boff[d], kdesc.strides[d]));
+            if tile.shape[d] > 1 {
+                sterms.push(format!("({local})*{}", tile.strides[d]));
+            }
+        }
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        let total = copy.total;
+        if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = copy.method {
+            let ty = ctype(kdesc.dtype);
+            self.line(
+                indent,
+                &if threads == plan.threads { "{".to_string() } else { format!("if (tid < {threads}) {{") },
+            );
+            self.line(indent + 1, "const int v = tid;");
+            self.line(indent + 1, &format!("const {ty}* src = {src} + ({});", gterms.join(" + ")));
+            self.line(indent + 1, &format!("{ty}* dst = {buf} + ({soff});"));
+            self.line(indent + 1, &format!("for (int w = tid; w < {total}; w += {threads}, src += {src_step}, dst += {dst_step}) mirage::cp_async16(dst, src);"));
+            self.line(indent, "}");
+            return;
+        }
+        self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
+        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        if copy.method.is_async() {
+            self.line(indent + 1, &format!("mirage::cp_async16({buf} + ({soff}), {src} + go);"));
+        } else {
+            self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];"));
+        }
+        self.line(indent, "}");
+    }
+
+    /// Closes the group of asynchronous copies issued since the last commit.
+    pub(super) fn commit(&mut self, indent: usize) {
+        self.line(indent, "mirage::cp_async_commit();");
+    }
+
+    /// Waits until at most `pending` committed groups of asynchronous copies are in flight.
+    pub(super) fn wait(&mut self, indent: usize, pending: usize) {
+        self.line(indent, &format!("mirage::cp_async_wait<{pending}>();"));
+    }
+}
+
+/// The pointer to stage `stage` (a C expression) of pipelined tile `t`.
+pub(super) fn stage_ptr(t: &Tile, stage: &str) -> String {
+    format!("reinterpret_cast<{}*>(smem + {} + ({stage})*{})", t.ctype, t.offset, t.bytes)
+}

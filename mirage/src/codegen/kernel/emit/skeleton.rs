@@ -1,0 +1,224 @@
+//! The kernel's skeleton: signature, shared-memory pointers and register declarations, the loads
+//! before the loop, the loop-invariant section, the for-loop with its pipeline, and the epilogue,
+//! in that order. The sections' operators come from the other emitters.
+
+use std::fmt::Write;
+
+use crate::ir::BlockOp;
+
+use super::super::super::CodegenError;
+use super::super::planner::{KernelPlan, MatmulPlan, ctype};
+use super::copy::stage_ptr;
+use super::{BLOCK_INDEX, Emitter, input_param, output_param, register_accumulator};
+
+/// The CUDA source of the `extern "C" __global__` function `name` for `plan`.
+pub(in super::super) fn emit_kernel(plan: &KernelPlan<'_>, name: &str) -> Result<String, CodegenError> {
+    let mut e = Emitter::new(plan);
+    e.signature(name);
+    e.declarations();
+    e.loads_before_the_loop();
+    e.hoisted()?;
+    e.main_loop()?;
+    e.line(1, "// after the loop");
+    e.finish_accumulators();
+    e.epilogue()?;
+    e.line(0, "}");
+    Ok(e.out)
+}
+
+impl Emitter<'_> {
+    /// A comment with the plan's geometry, and the function's signature: the block graph's
+    /// inputs, then its outputs.
+    fn signature(&mut self, name: &str) {
+        let plan = self.plan;
+        let bg = self.bg();
+        let mut params = Vec::new();
+        for (j, d) in bg.inputs().iter().enumerate() {
+            params.push(format!("const {}* __restrict__ {}", ctype(d.dtype), input_param(j)));
+        }
+        for (k, d) in bg.output_descs().iter().enumerate() {
+            params.push(format!("{}* __restrict__ {}", ctype(d.dtype), output_param(k)));
+        }
+        writeln!(
+            self.out,
+            "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory",
+            bg.grid(),
+            plan.threads,
+            bg.forloop_range(),
+            plan.stages,
+            plan.smem_bytes
+        )
+        .ok();
+        writeln!(
+            self.out,
+            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{",
+            plan.threads,
+            params.join(", ")
+        )
+        .ok();
+    }
+
+    /// Shared memory, the thread and block indices, the pointers of the tiles that are not
+    /// pipelined (and the `rms_norm` scratch), and the register accumulators, zeroed.
+    fn declarations(&mut self) {
+        let plan = self.plan;
+        self.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
+        if plan.static_smem_bytes > 0 {
+            self.line(1, &format!("__shared__ float red[{}];", plan.warps));
+        }
+        self.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
+        let [bx, by, bz] = BLOCK_INDEX;
+        self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
+        self.line(1, &format!("(void)warp; (void)lane; (void){bx}; (void){by}; (void){bz};"));
+        for i in 0..plan.tiles.len() {
+            if plan.schedule.alias[i].is_some() {
+                continue;
+            }
+            for t in plan.tiles[i].iter().flatten().filter(|t| !t.pipelined) {
+                self.line(
+                    1,
+                    &format!("{0}* const {1} = reinterpret_cast<{0}*>(smem + {2});", t.ctype, t.var, t.offset),
+                );
+            }
+            if let Some(s) = &plan.scratch[i] {
+                self.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
+            }
+        }
+        for (i, len) in plan.register_accumulators.iter().enumerate() {
+            let Some(len) = len else { continue };
+            let acc = register_accumulator(i);
+            self.line(1, &format!("float {acc}[{len}][4];"));
+            self.line(1, &format!("#pragma unroll\n  for (int j = 0; j < {len}; ++j) {{ {acc}[j][0] = {acc}[j][1] = {acc}[j][2] = {acc}[j][3] = 0.0f; }}"));
+        }
+    }
+
+    /// The tiles loaded once (one commit group), then the pipeline prologue: the pipelined tiles
+    /// of the first `stages - 1` iterations, one commit group each.
+    fn loads_before_the_loop(&mut self) {
+        let plan = self.plan;
+        let frange = self.bg().forloop_range();
+        self.line(1, "// tiles loaded once, before the loop");
+        for &i in &plan.loads.once {
+            self.copy_tile(1, i, "0", &plan.out_tile(i).var);
+        }
+        self.commit(1);
+        let s = plan.stages;
+        if plan.loads.pipelined.is_empty() {
+            return;
+        }
+        self.line(1, &format!("// pipeline prologue: iterations 0..{}", s - 1));
+        for st in 0..s - 1 {
+            self.line(1, &format!("if ({st} < {frange}) {{"));
+            for &i in &plan.loads.pipelined {
+                let buf = stage_ptr(plan.out_tile(i), &st.to_string());
+                self.copy_tile(2, i, &st.to_string(), &buf);
+            }
+            self.line(1, "}");
+            self.commit(1);
+        }
+    }
+
+    /// The loop-invariant operators, once, and the preloaded A fragments of row-owned matmuls.
+    fn hoisted(&mut self) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let preloads: Vec<usize> = (0..plan.tiles.len()).filter(|&i| plan.registers.preload_a[i]).collect();
+        if plan.schedule.hoisted.is_empty() && preloads.is_empty() {
+            return Ok(());
+        }
+        // The once-loaded tiles are the first commit group: complete when at most the
+        // prologue's groups are pending.
+        self.line(1, "// loop-invariant operators, once");
+        self.wait(1, if plan.loads.pipelined.is_empty() { 0 } else { plan.stages - 1 });
+        self.sync(1);
+        for &i in &plan.schedule.hoisted {
+            if !self.section_operator(1, i)? {
+                continue;
+            }
+            self.sync(1);
+        }
+        for &i in &preloads {
+            let Some(MatmulPlan::Rows(p)) = &plan.matmuls[i] else { unreachable!("preloaded matmuls are row-owned") };
+            self.preload_a(1, i, p);
+        }
+        Ok(())
+    }
+
+    /// Operator `i` of a section other than an accumulator or saver: its element-wise group at
+    /// the group's head, alone otherwise. Whether it emitted anything (false for group members
+    /// other than the head).
+    fn section_operator(&mut self, indent: usize, i: usize) -> Result<bool, CodegenError> {
+        let groups = &self.plan.groups;
+        match groups.group_of[i] {
+            Some(gid) if groups.groups[gid][0] != i => return Ok(false),
+            Some(gid) => self.group(indent, gid)?,
+            None => self.operator(indent, i),
+        }
+        Ok(true)
+    }
+
+    /// The for-loop: the next stage's copies issued and this iteration's waited for, the stage
+    /// pointers, the per-iteration copies, then the body's operators and accumulators with a
+    /// barrier after each (none between operators whose results stay with their warp).
+    fn main_loop(&mut self) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let frange = self.bg().forloop_range();
+        let s = plan.stages;
+        self.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
+        if !plan.loads.pipelined.is_empty() {
+            self.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
+            for &i in &plan.loads.pipelined {
+                let buf = stage_ptr(plan.out_tile(i), &format!("nit % {s}"));
+                self.copy_tile(3, i, "nit", &buf);
+            }
+            self.line(2, "} }");
+            self.commit(2);
+            self.wait(2, s - 1);
+        } else {
+            self.wait(2, 0);
+        }
+        for &i in &plan.loads.pipelined {
+            let t = plan.out_tile(i);
+            self.line(2, &format!("{}* const {} = {};", t.ctype, t.var, stage_ptr(t, &format!("it % {s}"))));
+        }
+        if !plan.loads.per_iteration.is_empty() {
+            self.sync(2);
+            for &i in &plan.loads.per_iteration {
+                self.copy_tile(2, i, "it", &plan.out_tile(i).var);
+            }
+        }
+        self.sync(2);
+        let body = &plan.schedule.body;
+        for (k, &i) in body.iter().enumerate() {
+            if let BlockOp::Accum { acc } = self.bg().nodes()[i].op {
+                self.body_accumulator(i, acc);
+            } else if !self.section_operator(2, i)? {
+                continue;
+            }
+            // Operators whose results stay with the warp that computed them (register values,
+            // register accumulators, row sums of owned rows) need no barrier between them: each
+            // reads only tiles that were complete before the first of them ran.
+            let next = body.get(k + 1);
+            if plan.registers.warp_local(i) && next.is_some_and(|&j| plan.registers.warp_local(j)) {
+                self.line(2, "// no barrier: the next operator reads only this warp's registers and completed tiles");
+                continue;
+            }
+            self.sync(2);
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+
+    /// After the loop: the after-loop operators (element-wise groups at their heads) and the
+    /// output savers, a barrier after each operator.
+    fn epilogue(&mut self) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        for &i in &plan.schedule.epilogue {
+            if matches!(self.bg().nodes()[i].op, BlockOp::Output { .. }) && plan.groups.group_of[i].is_none() {
+                self.saver(1, i);
+            } else if self.section_operator(1, i)? {
+                self.sync(1);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! One block graph → one CUDA `__global__` function.
+//!
+//! The generated kernel follows the block graph's structure literally: input iterators copy
+//! tiles from device memory into shared memory (16-byte `cp.async` copies, pipelined over the
+//! for-loop iterations when the tile layout allows it), in-loop operators run on shared-memory
+//! tiles or register fragments (tensor-core `mma.sync` for matmuls of f16/bf16 tiles),
+//! accumulators fold iterations, the epilogue runs after the loop and output savers write each
+//! block's slab.
+//!
+//! Generation is two steps: the [`planner`] decides everything about the kernel and returns a
+//! [`KernelPlan`] (pure data: what the cost model reads), and the emitters write its CUDA text.
+//! [`plan_kernel`] picks the most pipeline stages whose shared memory fits.
+
+mod emit;
+pub mod planner;
+
+pub use planner::{KernelPlan, ctype};
+
+use crate::ir::BlockGraph;
+
+use super::CodegenError;
+
+/// The generated source of one kernel and how to launch it.
+#[derive(Clone, Debug)]
+pub struct KernelSource {
+    /// The `extern "C"` function name.
+    pub name: String,
+    /// CUDA C++ source of the function.
+    pub code: String,
+    /// Blocks along x, y, z.
+    pub grid: [usize; 3],
+    /// Threads per block.
+    pub threads: usize,
+    /// Dynamic shared memory in bytes.
+    pub smem_bytes: usize,
+    /// Static shared memory in bytes (block-reduction scratch); dynamic plus static must fit the
+    /// per-block limit.
+    pub static_smem_bytes: usize,
+    /// Pipeline stages of the tiles walked by the for-loop (1: each iteration's loads are waited
+    /// for before its compute, no overlap).
+    pub stages: usize,
+}
+
+/// Options of kernel generation.
+#[derive(Clone, Debug)]
+pub struct KernelOptions {
+    /// Dynamic shared memory available to one block (bytes).
+    pub max_smem_bytes: usize,
+    /// Most pipeline stages for tiles walked by the for-loop.
+    pub max_stages: usize,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        // H100/H200: 227 KB of shared memory per block with opt-in.
+        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4 }
+    }
+}
+
+/// Plans the kernel `name` for block graph `bg`: the most pipeline stages (up to
+/// `opts.max_stages` and the loop's iterations) whose dynamic and static shared memory fit
+/// `opts.max_smem_bytes`.
+pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelPlan<'g>, CodegenError> {
+    bg.validate().map_err(CodegenError::Ir)?;
+    let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
+    loop {
+        let plan = planner::plan(bg, stages);
+        if plan.total_smem_bytes() <= opts.max_smem_bytes {
+            return Ok(plan);
+        }
+        if stages == 1 {
+            return Err(CodegenError::SharedMemory {
+                kernel: name.to_string(),
+                needed: plan.total_smem_bytes(),
+                available: opts.max_smem_bytes,
+            });
+        }
+        stages -= 1;
+    }
+}
+
+/// Generates the kernel `name` for block graph `bg`.
+pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+    let plan = plan_kernel(bg, name, opts)?;
+    let code = emit::emit_kernel(&plan, name)?;
+    Ok(KernelSource {
+        name: name.to_string(),
+        code,
+        grid: bg.grid(),
+        threads: plan.threads,
+        smem_bytes: plan.smem_bytes,
+        static_smem_bytes: plan.static_smem_bytes,
+        stages: plan.stages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AccKind, BinaryOp, BlockOp, DType, GridMap, IrError, Scalar, TensorDesc};
+
+    /// ntrans' block graph: `y = rms_norm(x1 + x2 * (rms_norm(x0) + x1))`, one row per block.
+    fn ntrans_like() -> Result<BlockGraph, IrError> {
+        let d = TensorDesc::new(&[8, 4096], DType::F16);
+        let mut bg = BlockGraph::new(vec![d.clone(), d.clone(), d], [8, 1, 1], 128, 1)?;
+        let m: GridMap = [Some(0), None, None];
+        let x0 = bg.input(0, m, None)?;
+        let x1 = bg.input(1, m, None)?;
+        let x2 = bg.input(2, m, None)?;
+        let n0 = bg.op(BlockOp::RmsNorm { eps: Scalar(0.0) }, &[x0])?;
+        let a = bg.binary(BinaryOp::Add, x1, n0)?;
+        let b = bg.binary(BinaryOp::Mul, x2, a)?;
+        let c = bg.binary(BinaryOp::Add, x1, b)?;
+        let r = bg.accum(AccKind::RmsLast, &[c])?;
+        let c_out = bg.accum(AccKind::Sum, &[c])?;
+        let y = bg.binary(BinaryOp::Div, c_out, r)?;
+        bg.output(y, m)?;
+        Ok(bg)
+    }
+
+    #[test]
+    fn an_element_wise_group_runs_as_one_pass_and_its_stored_member_does_not_overlap_the_norm_scratch() {
+        let bg = ntrans_like().expect("ntrans block graph");
+        let plan = plan_kernel(&bg, "ntrans_like", &KernelOptions::default()).expect("plans");
+        // nodes: 0..3 inputs, 3 rms_norm, 4 add, 5 mul, 6 add, 7 acc_rms_last, 8 acc_sum, 9 div,
+        // 10 saver
+        assert_eq!(plan.groups.groups, vec![vec![3, 4, 5, 6], vec![9, 10]]);
+        // rms_norm's row sums (s3) are read during the whole pass that writes the last add (t6).
+        let s3 = plan.scratch[3].as_ref().expect("rms_norm has a scratch tile");
+        let t6 = plan.tiles[6][0].as_ref().expect("the last add is read after the pass: stored");
+        assert!(s3.offset + s3.bytes <= t6.offset || t6.offset + t6.bytes <= s3.offset, "{s3:?} and {t6:?} overlap");
+        // the intermediate members live in registers only
+        for reg_only in [3, 4, 5] {
+            assert_eq!(plan.tiles[reg_only], vec![None], "node {reg_only} got a shared-memory tile");
+        }
+        let k = generate_kernel(&bg, "ntrans_like", &KernelOptions::default()).expect("generates");
+        assert!(k.code.contains("// one pass: rms_norm, add, mul, add"), "{}", k.code);
+    }
+
+    #[test]
+    fn stages_drop_until_the_tiles_fit() -> Result<(), IrError> {
+        let d = TensorDesc::new(&[64, 4096], DType::F16);
+        let mut bg = BlockGraph::new(vec![d], [1, 1, 1], 128, 8)?;
+        let none: GridMap = [None, None, None];
+        // 64 x 512 f16 tiles: 64 KiB (plus row padding) per stage.
+        let x = bg.input(0, none, Some(1))?;
+        let s = bg.accum(AccKind::SumLast, &[x])?;
+        bg.output(s, none)?;
+        let stages = |max_smem_bytes: usize| {
+            plan_kernel(&bg, "k", &KernelOptions { max_smem_bytes, max_stages: 4 }).map(|p| (p.stages, p.smem_bytes))
+        };
+        let (four, bytes4) = stages(1 << 20).expect("fits with four stages");
+        assert_eq!(four, 4);
+        let (fewer, bytes) = stages(bytes4 - 1).expect("fits with fewer stages");
+        assert!(fewer < 4 && bytes < bytes4, "{fewer} stages, {bytes} B");
+        assert!(matches!(stages(1024), Err(CodegenError::SharedMemory { available: 1024, .. })));
+        Ok(())
+    }
+}

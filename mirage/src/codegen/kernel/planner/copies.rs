@@ -1,0 +1,173 @@
+//! How input tiles travel from device memory to shared memory, and when.
+//!
+//! Each input iterator's tile is cut into copy units (16-byte vectors along the contiguous
+//! dimension when the layout allows it, single elements otherwise); [`CopyMethod`] says which
+//! instruction moves them. [`Loads`] says which tiles are copied once before the loop, which are
+//! pipelined over the loop's iterations and which are copied at the start of every iteration.
+
+use crate::ir::{BlockGraph, BlockOp, TensorDesc};
+
+use super::tiles::Tile;
+
+/// How a tile's contiguous dimension is cut into vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct VectorCopy {
+    /// The device dim that is contiguous (stride 1) and copied in vectors, if any.
+    pub vec_dim: Option<usize>,
+    /// Elements per 16-byte vector (1 when copying element by element).
+    pub vec: usize,
+}
+
+/// The vectors of a `tile`-shaped copy from a tensor laid out as `desc`: 16-byte vectors along
+/// the contiguous dim when the tile spans a multiple of 16 bytes of it and every other copied
+/// dim's rows start 16-byte aligned.
+pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
+    let es = desc.dtype.size_bytes();
+    let per16 = 16 / es;
+    let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
+    if let Some(c) = c {
+        let others_aligned =
+            (0..desc.shape.len()).all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es).is_multiple_of(16));
+        if tile[c].is_multiple_of(per16) && others_aligned {
+            return VectorCopy { vec_dim: Some(c), vec: per16 };
+        }
+        return VectorCopy { vec_dim: Some(c), vec: 1 };
+    }
+    VectorCopy { vec_dim: None, vec: 1 }
+}
+
+/// The instruction that moves a tile's copy units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyMethod {
+    /// One element per unit: a plain load and store, complete at the next barrier.
+    Elements,
+    /// One 16-byte `cp.async` per unit, the threads striding over the units.
+    CpAsync,
+    /// One 16-byte `cp.async` per unit, strength-reduced: the first `threads` threads (a multiple
+    /// of the units of one outer row) each keep a source and a destination pointer and advance
+    /// them by fixed steps, since every copy of a thread has the same inner position.
+    CpAsyncStrided {
+        /// Threads that copy (the rest idle for this tile).
+        threads: usize,
+        /// Elements the source pointer advances per copy.
+        src_step: usize,
+        /// Elements the destination pointer advances per copy.
+        dst_step: usize,
+    },
+}
+
+impl CopyMethod {
+    /// Whether the copy is asynchronous (`cp.async`: committed and waited for by groups).
+    pub fn is_async(&self) -> bool {
+        !matches!(self, CopyMethod::Elements)
+    }
+}
+
+/// How one input iterator's tile is copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileCopy {
+    /// The kernel input it reads.
+    pub input: usize,
+    /// The dim copied in vectors, if any.
+    pub vec_dim: Option<usize>,
+    /// Elements per copy unit.
+    pub vec: usize,
+    /// The tile's shape in copy units (the vector dim divided by `vec`).
+    pub units: Vec<usize>,
+    /// Copy units of the tile.
+    pub total: usize,
+    /// The instruction.
+    pub method: CopyMethod,
+}
+
+/// The copy of every input iterator's tile.
+pub(super) fn plan_copies(
+    bg: &BlockGraph,
+    tiles: &[Vec<Option<Tile>>],
+    vectors: &[Option<VectorCopy>],
+    threads: usize,
+) -> Vec<Option<TileCopy>> {
+    bg.nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, nd)| {
+            let BlockOp::Input { input, .. } = nd.op else { return None };
+            let tile = tiles[i].first()?.as_ref()?;
+            let vector = vectors[i]?;
+            Some(tile_copy(&bg.inputs()[input], input, tile, vector, threads))
+        })
+        .collect()
+}
+
+/// The copy of `tile` from input `input` laid out as `kdesc` by `threads` threads.
+///
+/// Strength-reduced copies: with the copying threads a multiple of the vectors of one outer row,
+/// every copy of a thread has the same inner position and the next one is a fixed number of outer
+/// rows further: two pointer increments per copy instead of the full 64-bit index arithmetic (the
+/// weight-bound kernels issue tens of copies per thread and iteration from one or two warps per
+/// scheduler; ncu on the H200: latency-bound instruction issue, about 0.2 instructions per cycle
+/// per scheduler).
+fn tile_copy(kdesc: &TensorDesc, input: usize, tile: &Tile, vector: VectorCopy, threads: usize) -> TileCopy {
+    let VectorCopy { vec_dim, vec } = vector;
+    let shape = &tile.shape;
+    let mut units = shape.clone();
+    if let Some(c) = vec_dim {
+        units[c] = shape[c] / vec;
+    }
+    let total: usize = units.iter().product();
+    let mut method = if vec > 1 { CopyMethod::CpAsync } else { CopyMethod::Elements };
+    let outer = (0..shape.len()).find(|&d| units[d] > 1);
+    if let (true, Some(d0)) = (vec > 1 && total > threads, outer) {
+        let inner: usize = units[d0 + 1..].iter().product();
+        // The largest multiple of `inner` threads copies.
+        let used = threads / inner * inner;
+        if used > 0 && total > used {
+            let mult = if Some(d0) == vec_dim { vec } else { 1 };
+            let rows = used / inner * mult;
+            method = CopyMethod::CpAsyncStrided {
+                threads: used,
+                src_step: rows * kdesc.strides[d0],
+                dst_step: rows * tile.strides[d0],
+            };
+        }
+    }
+    TileCopy { input, vec_dim, vec, units, total, method }
+}
+
+/// Which input tiles are copied when (input iterator nodes, in node order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loads {
+    /// Copied once, before the loop: tiles not walked by the loop (every tile when it has one
+    /// iteration).
+    pub once: Vec<usize>,
+    /// Walked by the loop through a ring of stage buffers, copied stages − 1 iterations ahead.
+    pub pipelined: Vec<usize>,
+    /// Walked by the loop in one buffer, copied at the start of every iteration after a barrier
+    /// (tiles that cannot be copied in 16-byte vectors).
+    pub per_iteration: Vec<usize>,
+}
+
+impl Loads {
+    /// Sorts the input iterators of `bg` by when their tiles are copied.
+    pub(super) fn new(bg: &BlockGraph, tiles: &[Vec<Option<Tile>>]) -> Loads {
+        let nodes = bg.nodes();
+        let frange = bg.forloop_range();
+        let pipelined_tile = |i: usize| tiles[i].first().and_then(Option::as_ref).is_some_and(|t| t.pipelined);
+        let mut loads = Loads::default();
+        for (i, nd) in nodes.iter().enumerate() {
+            let walks = matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. });
+            if !matches!(nd.op, BlockOp::Input { .. }) {
+                continue;
+            }
+            if !walks || frange == 1 {
+                loads.once.push(i);
+            }
+            if pipelined_tile(i) {
+                loads.pipelined.push(i);
+            } else if walks && frange > 1 {
+                loads.per_iteration.push(i);
+            }
+        }
+        loads
+    }
+}

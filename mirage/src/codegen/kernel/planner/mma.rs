@@ -1,0 +1,234 @@
+//! How each matmul of a block graph runs: FMA for f32 tiles, `mma.sync` m16n8k16 tiles dealt to
+//! the warps round-robin, or whole 16-row bands per warp for register chains; and which register
+//! accumulators the kernel declares.
+
+use crate::ir::{BlockGraph, BlockOp, DType, TensorRef};
+
+use super::fusion::{RegisterPlan, RowBands, mma_dtype};
+use super::tiles::{Tile, ctype};
+
+/// How one matmul `[m, k] x [k, n]` runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MatmulPlan {
+    /// f32 operands: FMA, one output element per thread.
+    Fma(FmaMatmul),
+    /// Tensor cores, mma tiles dealt to the warps round-robin.
+    Tiled(TiledMatmul),
+    /// Tensor cores, whole 16-row bands per warp (register chains, [`RegisterPlan::row_owned`]).
+    Rows(RowMatmul),
+}
+
+/// An f32 matmul.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FmaMatmul {
+    /// Rows of the result.
+    pub m: usize,
+    /// The reduction length.
+    pub k: usize,
+    /// Columns of the result.
+    pub n: usize,
+}
+
+/// A tensor-core matmul with its 16x8 result tiles dealt to the warps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TiledMatmul {
+    /// Rows of the result.
+    pub m: usize,
+    /// The reduction length.
+    pub k: usize,
+    /// Columns of the result.
+    pub n: usize,
+    /// The mma element type.
+    pub dtype: DType,
+    /// 16x8 result tiles.
+    pub tiles: usize,
+    /// 8-column tiles per row of tiles.
+    pub nt: usize,
+    /// 16-deep k-steps.
+    pub kt: usize,
+    /// Slices the k-steps are split into over the warps ([`k_split`]; 1: no split).
+    pub split: usize,
+    /// Independent accumulator chains over the k-steps: mma latency, not issue, bounds one chain;
+    /// 4 chains keep the tensor pipe busy.
+    pub chains: usize,
+    /// (tile, slice) items per warp.
+    pub per_warp: usize,
+    /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
+    /// aligned rows).
+    pub b_ldmatrix: bool,
+    /// Accumulates in registers across the iterations (its `acc_sum` has no code in the loop).
+    pub accumulates: bool,
+}
+
+/// Where a row-owned matmul's A operand comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ASource {
+    /// A shared-memory tile.
+    Smem(TensorRef),
+    /// Fragments loaded before the loop (the operand is loop-invariant).
+    Preloaded,
+    /// The register value of this node (accumulator fragments of a row-owned matmul).
+    Registers(usize),
+}
+
+/// Where a row-owned matmul's result goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOut {
+    /// A fresh register value.
+    Registers,
+    /// The register accumulator, across iterations.
+    Accumulator,
+    /// Its shared-memory f32 tile.
+    Smem,
+}
+
+/// A tensor-core matmul with whole 16-row bands per warp (warp `w` owns bands `w, w + warps, …`):
+/// each k-step loads one A fragment and runs the band's `n / 8` mma tiles on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowMatmul {
+    /// The bands.
+    pub bands: RowBands,
+    /// The mma element type.
+    pub dtype: DType,
+    /// The A operand.
+    pub a: ASource,
+    /// The result.
+    pub out: RowOut,
+    /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
+    /// aligned rows).
+    pub b_ldmatrix: bool,
+}
+
+/// The plan of every matmul of `bg`, given its tiles.
+pub(super) fn plan_matmuls(
+    bg: &BlockGraph,
+    rp: &RegisterPlan,
+    tiles: &[Vec<Option<Tile>>],
+    warps: usize,
+) -> Vec<Option<MatmulPlan>> {
+    let tile = |t: TensorRef| tiles[t.node][t.port].as_ref().expect("operand tile planned before use");
+    bg.nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, nd)| {
+            if !matches!(nd.op, BlockOp::Matmul) {
+                return None;
+            }
+            if rp.row_owned[i] {
+                return Some(MatmulPlan::Rows(row_matmul(bg, rp, i, tile(nd.inputs[1]))));
+            }
+            Some(tiled_matmul(tile(nd.inputs[0]), tile(nd.inputs[1]), rp.fused[i].is_some(), warps))
+        })
+        .collect()
+}
+
+/// The plan of row-owned matmul `i` with B tile `b`.
+fn row_matmul(bg: &BlockGraph, rp: &RegisterPlan, i: usize, b: &Tile) -> RowMatmul {
+    let bands = RowBands::of(bg, i).expect("row-owned matmuls have bands");
+    let dtype = mma_dtype(bg, i).expect("register chains admit only f16/bf16 matmuls");
+    let a_ref = bg.nodes()[i].inputs[0];
+    let a = if rp.preload_a[i] {
+        ASource::Preloaded
+    } else if rp.reg[a_ref.node] {
+        ASource::Registers(a_ref.node)
+    } else {
+        ASource::Smem(a_ref)
+    };
+    let out = if rp.reg[i] {
+        RowOut::Registers
+    } else if rp.fused[i].is_some() {
+        RowOut::Accumulator
+    } else {
+        RowOut::Smem
+    };
+    let r = b.shape.len();
+    let (k, n) = (b.shape[r - 2], b.shape[r - 1]);
+    RowMatmul { bands, dtype, a, out, b_ldmatrix: b_by_ldmatrix(b, ctype(dtype), k, n) }
+}
+
+/// The plan of a matmul of tiles `a` and `b` dealt to `warps` warps; `accumulates`: it adds to
+/// register accumulators across the iterations.
+fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPlan {
+    let r = a.shape.len();
+    let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+    let dtype = if a.dtype != DType::F32 { a.dtype } else { b.dtype };
+    if dtype == DType::F32 {
+        return MatmulPlan::Fma(FmaMatmul { m, k, n });
+    }
+    let (mt, nt, kt) = (m.div_ceil(16), n.div_ceil(8), k.div_ceil(16));
+    let tiles = mt * nt;
+    // A register-accumulated matmul with few tiles splits its k-steps over the warps too.
+    let split = if accumulates { k_split(tiles, kt, warps) } else { 1 };
+    let chains = (kt / split).clamp(1, 4);
+    let per_warp = (tiles * split).div_ceil(warps);
+    let b_ldmatrix = b_by_ldmatrix(b, ctype(dtype), k, n);
+    MatmulPlan::Tiled(TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, b_ldmatrix, accumulates })
+}
+
+/// How many ways a register-accumulated matmul of `tiles` mma tiles and `kt` k-steps splits its
+/// k-steps over `warps` warps: the fewest slices that deal (tile, slice) items evenly to the
+/// warps, when the tiles alone leave warps idle or unevenly loaded and every slice keeps at
+/// least 8 k-steps (1: no split). The slices' partial sums meet once, after the loop.
+pub fn k_split(tiles: usize, kt: usize, warps: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    if tiles == 0 || warps == 0 || tiles.is_multiple_of(warps) {
+        return 1;
+    }
+    let split = warps / gcd(tiles, warps);
+    if split > 1 && kt.is_multiple_of(split) && kt / split >= 8 { split } else { 1 }
+}
+
+/// Whether B goes through `ldmatrix.trans`: a row-major `[k][n]` tile in the mma type `ty` with
+/// 16-byte aligned rows (every tile starts 16-byte aligned in shared memory).
+fn b_by_ldmatrix(b: &Tile, ty: &str, k: usize, n: usize) -> bool {
+    let r = b.shape.len();
+    let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
+    b.ctype == ty
+        && sb1 == 1
+        && sb0.is_multiple_of(8)
+        && n.is_multiple_of(8)
+        && k.is_multiple_of(16)
+        && b.offset.is_multiple_of(16)
+        && b.bytes.is_multiple_of(16)
+}
+
+/// Register accumulator fragments per thread of every node that has them: a fused matmul's (its
+/// tiles or bands per warp) and a register value's sum over the iterations (its bands).
+pub(super) fn register_accumulators(
+    bg: &BlockGraph,
+    rp: &RegisterPlan,
+    matmuls: &[Option<MatmulPlan>],
+) -> Vec<Option<usize>> {
+    (0..bg.nodes().len())
+        .map(|i| {
+            if rp.reg_acc[i] {
+                let b = RowBands::of_register_value(bg, bg.nodes()[i].inputs[0].node)
+                    .expect("register chains start at a matmul");
+                return Some(b.per_warp * b.nt);
+            }
+            rp.fused[i]?;
+            match matmuls[i].as_ref()? {
+                MatmulPlan::Rows(p) => Some(p.bands.per_warp * p.bands.nt),
+                MatmulPlan::Tiled(p) => Some(p.per_warp),
+                MatmulPlan::Fma(_) => unreachable!("f32 matmuls are never fused"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_accumulated_tiles_split_their_k_steps_over_the_warps() {
+        assert_eq!(k_split(4, 32, 8), 2, "gated_mlp_bs1: 4 tiles, 8 warps");
+        assert_eq!(k_split(6, 64, 8), 4, "rmsnorm_linear_bs1: 6 tiles, 8 warps: 24 items, 3 per warp");
+        assert_eq!(k_split(6, 32, 4), 2, "rmsnorm_linear_bs8: 6 tiles, 4 warps: 12 items, 3 per warp");
+        assert_eq!(k_split(4, 32, 4), 1, "one tile per warp already");
+        assert_eq!(k_split(6, 16, 8), 1, "slices of 4 k-steps are too short");
+        assert_eq!(k_split(16, 4, 8), 1);
+    }
+}
