@@ -3,7 +3,7 @@
 //! wheels here), and its tables say what the compiler decided.
 
 use mirage::codegen::CodegenError;
-use mirage::mpk::emit::{ResidentKernel, emit};
+use mirage::mpk::emit::{ResidentKernel, emit, generate};
 use mirage::mpk::testmode::{cases, overhead_graphs};
 use mirage::mpk::{Compiled, MpkOptions, StepGraph, compile};
 use mirage::nvcc::{CompileOptions, compile_cubin};
@@ -16,7 +16,8 @@ fn no_bodies(
     Err(CodegenError::Unsupported(format!("task body `{name}`: not expected in a graph of built-in tasks")))
 }
 
-fn generate(g: &StepGraph, workers: usize) -> (Compiled, ResidentKernel) {
+/// Compiles and emits a graph of built-in tasks (asking for a task body is an error).
+fn builtin_kernel(g: &StepGraph, workers: usize) -> (Compiled, ResidentKernel) {
     let c =
         compile(g, &MpkOptions { workers, ..MpkOptions::default() }).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
     let k = emit(&c, &no_bodies).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
@@ -30,19 +31,26 @@ fn nvcc(k: &ResidentKernel) {
 }
 
 #[test]
-fn the_resident_kernel_of_every_built_in_task_compiles() {
+fn the_resident_kernel_of_every_test_graph_compiles() {
     for case in cases().unwrap() {
         let g = &case.graph;
-        let builtin_only = g.ops().iter().all(|o| matches!(o.kind, mirage::mpk::OpKind::Builtin(_)));
-        if !builtin_only {
-            continue;
-        }
-        let (c, k) = generate(g, 132);
-        assert!(k.source.contains(&format!(
-            "extern \"C\" __global__ void __launch_bounds__(256, 1) {}(const mpk::Params p)",
-            k.kernel
-        )));
+        let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let head = format!("extern \"C\" __global__ void __launch_bounds__(256, 1) {}(const mpk::Params p)", k.kernel);
+        assert!(k.source.contains(&head), "{}", g.name());
         assert!(k.source.contains(&format!("static __device__ const mpk::Task mpk_tasks[{}]", c.tasks.len() + 1)));
+        // one task body per distinct block graph, each a device function of the tile index
+        let blocks: std::collections::HashSet<_> = c
+            .graph
+            .ops()
+            .iter()
+            .filter_map(|o| match &o.kind {
+                mirage::mpk::OpKind::Block(bg) => Some(bg.as_ref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(k.source.matches("__device__ __noinline__ void mpk_body").count(), blocks.len(), "{}", g.name());
+        assert!(!k.source.contains("blockIdx.x, by = blockIdx.y"), "{}: a task body reads blockIdx", g.name());
         nvcc(&k);
     }
 }
@@ -50,7 +58,7 @@ fn the_resident_kernel_of_every_built_in_task_compiles() {
 #[test]
 fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() {
     for g in overhead_graphs(132, 64).unwrap() {
-        let (c, k) = generate(&g, 132);
+        let (c, k) = builtin_kernel(&g, 132);
         let begin: Vec<String> = std::iter::once(0)
             .chain(c.schedule.workers.iter().scan(0, |n, w| {
                 *n += w.len();

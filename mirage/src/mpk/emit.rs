@@ -46,6 +46,11 @@ fn ptr(g: &StepGraph, t: TensorId, mutable: bool) -> String {
     if mutable { format!("({c}*)p.buffers[{}]", t.0) } else { format!("(const {c}*)p.buffers[{}]", t.0) }
 }
 
+/// The source of `c`'s resident kernel with the code generator's task bodies.
+pub fn generate(c: &Compiled) -> Result<ResidentKernel, BuildError> {
+    emit(c, &crate::codegen::generate_task_body)
+}
+
 /// The source of `c`'s resident kernel; block-graph task bodies come from `bodies`.
 pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, BuildError> {
     let g = &c.graph;

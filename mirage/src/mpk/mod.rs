@@ -15,6 +15,7 @@
 //! 5. [`emit`]: the resident kernel's CUDA; block-graph task bodies come from the code
 //!    generator, parameterized by the tile index.
 //! 6. [`build()`]: nvcc, and the artifacts the runtime embeds (cubin and [`MpkPlan`]).
+//!    [`emit::generate`] is the source alone.
 //!
 //! [`exec`] runs compiled graphs on the CPU: the whole-graph reference and an executor of the
 //! schedule, both through the reference interpreter.
@@ -306,6 +307,17 @@ pub struct Artifacts {
     pub compiled: Compiled,
     /// The plan.
     pub mpk_plan: MpkPlan,
+}
+
+/// [`build_with`] the code generator's task bodies ([`crate::codegen::generate_task_body`]):
+/// how a build script builds a step graph.
+pub fn build(
+    g: &StepGraph,
+    opts: &MpkOptions,
+    nvcc_opts: &nvcc::CompileOptions,
+    dir: &Path,
+) -> Result<Artifacts, BuildError> {
+    build_with(g, opts, &crate::codegen::generate_task_body, nvcc_opts, dir)
 }
 
 /// Compiles `g`, generates its resident kernel with task bodies from `bodies`, builds it with

@@ -94,6 +94,24 @@ pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Res
     })
 }
 
+/// Generates the task body `name` of block graph `bg` for a persistent megakernel
+/// (`mirage::mpk`): a `__device__` function `name(int bx, int by, int bz, inputs..., outputs...)`
+/// running block `(bx, by, bz)` with the block graph's threads; `code` is the function, `grid`
+/// the tiles it may be called for.
+pub fn generate_task_body(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+    let plan = plan_kernel(bg, name, opts)?;
+    let code = emit::emit_task_body(&plan, name)?;
+    Ok(KernelSource {
+        name: name.to_string(),
+        code,
+        grid: bg.grid(),
+        threads: plan.threads,
+        smem_bytes: plan.smem_bytes,
+        static_smem_bytes: plan.static_smem_bytes,
+        stages: plan.stages,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
