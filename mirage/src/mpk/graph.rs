@@ -204,6 +204,13 @@ impl StepGraph {
         &self.name
     }
 
+    /// Renames the graph (the resident kernel is named after it).
+    pub fn set_name(&mut self, name: &str) -> Result<(), GraphError> {
+        check_name(name).map_err(|reason| self.name_error("step graph", name, reason))?;
+        self.name = name.to_owned();
+        Ok(())
+    }
+
     /// Its tensors.
     pub fn tensors(&self) -> &[StepTensor] {
         &self.tensors
