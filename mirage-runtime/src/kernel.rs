@@ -438,23 +438,8 @@ impl<'a> KernelArgs<'a> {
     /// the kernel must stay within the tensors' allocations and write only tensors passed with
     /// [`KernelArgs::tensor_mut`], for this configuration.
     pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<(), RuntimeError> {
-        config.validate(self.kernel)?;
-        self.ensure_shared_memory(config)?;
-        let cfg = cudarc::driver::LaunchConfig {
-            grid_dim: config.grid,
-            block_dim: config.block,
-            shared_mem_bytes: config.dynamic_smem_bytes,
-        };
-        let kernel = self.kernel;
-        guard(&format!("launching kernel `{kernel}` with {config}"), || {
-            // SAFETY: the configuration was validated and the shared memory limit set above;
-            // that the arguments match the kernel is this function's contract with the caller.
-            unsafe { self.inner.launch(cfg) }.map(|_| ()).map_err(|source| RuntimeError::Launch {
-                kernel: kernel.to_owned(),
-                config,
-                source,
-            })
-        })
+        // SAFETY: this function's contract is `launch_as`'s.
+        unsafe { self.launch_as(config, false) }
     }
 
     /// [`KernelArgs::launch`] as a cooperative launch (`cuLaunchCooperativeKernel`): the driver
@@ -464,22 +449,30 @@ impl<'a> KernelArgs<'a> {
     /// # Safety
     /// As for [`KernelArgs::launch`].
     pub unsafe fn launch_cooperative(&mut self, config: LaunchConfig) -> Result<(), RuntimeError> {
+        // SAFETY: this function's contract is `launch_as`'s.
+        unsafe { self.launch_as(config, true) }
+    }
+
+    /// A normal or cooperative launch.
+    ///
+    /// # Safety
+    /// As for [`KernelArgs::launch`].
+    unsafe fn launch_as(&mut self, config: LaunchConfig, cooperative: bool) -> Result<(), RuntimeError> {
         config.validate(self.kernel)?;
-        self.loaded.ensure_shared_memory(self.kernel, config)?;
+        self.ensure_shared_memory(config)?;
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: config.grid,
             block_dim: config.block,
             shared_mem_bytes: config.dynamic_smem_bytes,
         };
         let kernel = self.kernel;
-        guard(&format!("cooperatively launching kernel `{kernel}` with {config}"), || {
-            // SAFETY: as in `launch`: a validated configuration, the shared memory limit set, and
-            // the arguments are the caller's contract.
-            unsafe { self.inner.launch_cooperative(cfg) }.map(|_| ()).map_err(|source| RuntimeError::Launch {
-                kernel: kernel.to_owned(),
-                config,
-                source,
-            })
+        let how = if cooperative { "cooperatively launching" } else { "launching" };
+        guard(&format!("{how} kernel `{kernel}` with {config}"), || {
+            // SAFETY: the configuration was validated and the shared memory limit set above;
+            // that the arguments match the kernel is this function's contract with the caller.
+            let launched =
+                unsafe { if cooperative { self.inner.launch_cooperative(cfg) } else { self.inner.launch(cfg) } };
+            launched.map(|_| ()).map_err(|source| RuntimeError::Launch { kernel: kernel.to_owned(), config, source })
         })
     }
 

@@ -8,6 +8,9 @@ use mirage::mpk::testmode::{cases, overhead_graphs};
 use mirage::mpk::{Compiled, MpkOptions, StepGraph, compile};
 use mirage::nvcc::{CompileOptions, compile_cubin};
 
+/// Test results: any error fails the test with its message.
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
 fn no_bodies(
     _: &mirage::ir::BlockGraph,
     name: &str,
@@ -31,8 +34,8 @@ fn nvcc(k: &ResidentKernel) {
 }
 
 #[test]
-fn the_resident_kernel_of_every_test_graph_compiles() {
-    for case in cases().unwrap() {
+fn the_resident_kernel_of_every_test_graph_compiles() -> R {
+    for case in cases()? {
         let g = &case.graph;
         let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
         let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
@@ -53,11 +56,12 @@ fn the_resident_kernel_of_every_test_graph_compiles() {
         assert!(!k.source.contains("blockIdx.x, by = blockIdx.y"), "{}: a task body reads blockIdx", g.name());
         nvcc(&k);
     }
+    Ok(())
 }
 
 #[test]
-fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() {
-    for g in overhead_graphs(132, 64).unwrap() {
+fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() -> R {
+    for g in overhead_graphs(132, 64)? {
         let (c, k) = builtin_kernel(&g, 132);
         let begin: Vec<String> = std::iter::once(0)
             .chain(c.schedule.workers.iter().scan(0, |n, w| {
@@ -70,13 +74,14 @@ fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() {
         assert!(k.source.contains(&table), "{}: no `{table}`", g.name());
         nvcc(&k);
     }
+    Ok(())
 }
 
 #[test]
-fn weights_are_prefetched_in_strided_runs() {
-    let case = cases().unwrap().into_iter().find(|c| c.graph.name() == "op_projection").unwrap();
-    let c = compile(&case.graph, &MpkOptions { workers: 8, ..MpkOptions::default() }).unwrap();
-    let w = case.graph.tensor_named("w").unwrap();
+fn weights_are_prefetched_in_strided_runs() -> R {
+    let case = cases()?.into_iter().find(|c| c.graph.name() == "op_projection").ok_or("no such test case")?;
+    let c = compile(&case.graph, &MpkOptions { workers: 8, ..MpkOptions::default() })?;
+    let w = case.graph.tensor_named("w").ok_or("no such tensor")?;
     // every task of the projection prefetches its slab of `w` (an input), nothing else
     let proj: Vec<_> = c.tasks.iter().filter(|t| t.reads.iter().any(|r| r.tensor == w)).collect();
     assert!(!proj.is_empty());
@@ -86,4 +91,5 @@ fn weights_are_prefetched_in_strided_runs() {
         );
         assert!(t.prefetch.iter().any(|r| r.tensor == w));
     }
+    Ok(())
 }

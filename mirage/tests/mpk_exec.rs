@@ -11,13 +11,16 @@ use mirage::mpk::exec::{ExecError, HostTensors, execute_step, reference_step};
 use mirage::mpk::testmode::{cases, compare_step};
 use mirage::mpk::{Builtin, MpkOptions, StepGraph, TensorId, compile};
 
+/// Test results: any error fails the test with its message.
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
 fn opts(workers: usize) -> MpkOptions {
     MpkOptions { workers, ..MpkOptions::default() }
 }
 
 #[test]
-fn every_test_graph_runs_its_schedule_exactly_like_the_reference() {
-    for case in cases().unwrap() {
+fn every_test_graph_runs_its_schedule_exactly_like_the_reference() -> R {
+    for case in cases()? {
         let name = case.graph.name().to_owned();
         for workers in [1, 7] {
             let c = compile(&case.graph, &opts(workers)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -41,6 +44,7 @@ fn every_test_graph_runs_its_schedule_exactly_like_the_reference() {
             }
         }
     }
+    Ok(())
 }
 
 /// The toy decoder written directly (f32 math on the same bf16-rounded weights), one step.
@@ -52,7 +56,7 @@ struct Direct<'a> {
 
 impl Direct<'_> {
     fn w(&self, name: &str) -> &[f32] {
-        self.host.get(self.g.tensor_named(name).unwrap())
+        self.host.get(self.g.tensor_named(name).expect("a tensor of the decoder"))
     }
     fn matvec(&self, x: &[f32], name: &str) -> Vec<f32> {
         let w = self.w(name);
@@ -122,23 +126,24 @@ impl Direct<'_> {
 }
 
 #[test]
-fn the_decoder_graph_computes_the_model() {
+fn the_decoder_graph_computes_the_model() -> R {
     let cfg = DecoderConfig::toy();
-    let case = cases().unwrap().into_iter().find(|c| c.graph.name() == "toy").unwrap();
+    let case = cases()?.into_iter().find(|c| c.graph.name() == "toy").ok_or("no such test case")?;
     let g = &case.graph;
     let mut host = case.init(7);
     let mut caches: Vec<(Vec<f32>, Vec<f32>)> = (0..cfg.layers)
         .map(|l| {
-            let get = |s: &str| host.get(g.tensor_named(&format!("l{l}.{s}")).unwrap()).to_vec();
+            let get =
+                |s: &str| host.get(g.tensor_named(&format!("l{l}.{s}")).expect("a cache of the decoder")).to_vec();
             (get("k_cache"), get("v_cache"))
         })
         .collect();
-    let token_id = g.tensor_named("token").unwrap();
-    let logits_id = g.tensor_named("logits.out").unwrap();
+    let token_id = g.tensor_named("token").ok_or("no such tensor")?;
+    let logits_id = g.tensor_named("logits.out").ok_or("no such tensor")?;
     for pos in 0..4 {
         let token = host.get(token_id)[0] as usize;
         let direct = Direct { cfg: &cfg, g, host: &host }.step(token, pos, &mut caches);
-        reference_step(g, &mut host, &[pos as i32]).unwrap();
+        reference_step(g, &mut host, &[pos as i32])?;
         let logits = host.get(logits_id);
         let scale = direct.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let err = logits.iter().zip(&direct).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
@@ -148,20 +153,21 @@ fn the_decoder_graph_computes_the_model() {
         let chosen = host.get(token_id)[0] as usize;
         assert!(direct[chosen] >= best - 0.03 * scale, "step {pos}: token {chosen} is not (near) the best");
     }
+    Ok(())
 }
 
 #[test]
-fn a_missing_wait_shows_up_as_a_read_of_unwritten_data() {
-    let mut g = StepGraph::new("chain").unwrap();
-    let x = g.input("x", &[8], DType::F32).unwrap();
-    let a = g.builtin("a", Builtin::Nop { all: false }, &[x]).unwrap()[0];
-    g.builtin("b", Builtin::Nop { all: false }, &[a]).unwrap();
-    let mut c = compile(&g, &opts(4)).unwrap();
+fn a_missing_wait_shows_up_as_a_read_of_unwritten_data() -> R {
+    let mut g = StepGraph::new("chain")?;
+    let x = g.input("x", &[8], DType::F32)?;
+    let a = g.builtin("a", Builtin::Nop { all: false }, &[x])?[0];
+    g.builtin("b", Builtin::Nop { all: false }, &[a])?;
+    let mut c = compile(&g, &opts(4))?;
     // a's tiles on workers 0 and 1, b's on 2 and 3: only the waits order them.
     c.schedule.workers = vec![(0..4).collect(), (4..8).collect(), (8..12).collect(), (12..16).collect()];
     let host = HostTensors::zeros(&c.graph);
     for seed in 0..4 {
-        execute_step(&c, &mut host.clone(), &[], seed).unwrap();
+        execute_step(&c, &mut host.clone(), &[], seed)?;
     }
     for w in &mut c.sync.waits[8..] {
         w.clear();
@@ -169,18 +175,51 @@ fn a_missing_wait_shows_up_as_a_read_of_unwritten_data() {
     let caught =
         (0..32).any(|seed| matches!(execute_step(&c, &mut host.clone(), &[], seed), Err(ExecError::Unwritten { .. })));
     assert!(caught, "no interleaving of 32 read b's input before a wrote it");
+    Ok(())
 }
 
 #[test]
-fn runtime_indices_out_of_range_are_errors() {
+fn runtime_indices_out_of_range_are_errors() -> R {
     let cfg = DecoderConfig { layers: 1, ..DecoderConfig::toy() };
-    let g = decoder_step("one", &cfg).unwrap();
-    let c = compile(&g, &opts(4)).unwrap();
+    let g = decoder_step("one", &cfg)?;
+    let c = compile(&g, &opts(4))?;
     let mut host = HostTensors::zeros(&c.graph);
-    host.set(g.tensor_named("token").unwrap(), &[cfg.vocab as f32]).unwrap();
-    let e = execute_step(&c, &mut host, &[0], 0).unwrap_err().to_string();
+    host.set(g.tensor_named("token").ok_or("no such tensor")?, &[cfg.vocab as f32])?;
+    let e = execute_step(&c, &mut host, &[0], 0).expect_err("an error").to_string();
     assert!(e.contains("tensor `token` is out of range: expected 0 <= index < 512, found 512"), "{e}");
     let mut host = HostTensors::zeros(&c.graph);
-    let e = reference_step(&c.graph, &mut host, &[cfg.capacity as i32]).unwrap_err().to_string();
+    let e = reference_step(&c.graph, &mut host, &[cfg.capacity as i32]).expect_err("an error").to_string();
     assert!(e.contains("runtime parameter `pos` is out of range: expected 0 <= index < 128, found 128"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn the_step_comparison_accepts_near_ties_of_argmax_and_nothing_else() -> R {
+    let case = cases()?.into_iter().find(|c| c.graph.name() == "op_argmax").ok_or("no such test case")?;
+    let g = &case.graph;
+    let mut before = case.init(1);
+    let logits = g.tensor_named("logits").ok_or("no such tensor")?;
+    let mut l = vec![0.0f32; 512];
+    l[100] = 1.0;
+    l[300] = 0.999; // a near-tie in another chunk
+    l[7] = 0.5;
+    before.set(logits, &l)?;
+    let mut after = before.clone();
+    reference_step(g, &mut after, &[])?;
+    let token = g.tensor_named("token").ok_or("no such tensor")?;
+    assert_eq!(after.get(token), &[100.0]);
+    compare_step(g, &before, &after, &[], 2e-2)?;
+    after.set(token, &[300.0])?;
+    compare_step(g, &before, &after, &[], 2e-2)?;
+    after.set(token, &[7.0])?;
+    let e = compare_step(g, &before, &after, &[], 2e-2).expect_err("a far choice");
+    assert!(e.contains("`token` element 0: the device chose index 7, the CPU 100"), "{e}");
+    // a value of a partial is compared as a value
+    let partial = g.tensor_named("argmax.out").ok_or("no such tensor")?;
+    let mut p = after.get(partial).to_vec();
+    after.set(token, &[100.0])?;
+    p[2] += 0.5;
+    after.set(partial, &p)?;
+    assert!(compare_step(g, &before, &after, &[], 2e-2).is_err());
+    Ok(())
 }

@@ -188,7 +188,7 @@ impl MpkPlan {
         if self.version != MPK_PLAN_VERSION {
             return fail(format!("expected plan version {MPK_PLAN_VERSION}, found {}", self.version));
         }
-        if self.threads == 0 || self.threads % 32 != 0 || self.threads > 1024 {
+        if self.threads == 0 || !self.threads.is_multiple_of(32) || self.threads > 1024 {
             return fail(format!("expected a multiple of 32 threads up to 1024, found {}", self.threads));
         }
         if self.workers == 0 || self.worker_tasks.len() != self.workers as usize {
@@ -259,8 +259,11 @@ impl MpkPlan {
     }
 
     /// A task's name in traces and messages: `op[x,y,z]` (trailing zero axes of a 1-D or 2-D
-    /// grid left out).
+    /// grid left out); task `u32::MAX` is the step barrier (the kernel's own waits).
     pub fn task_name(&self, task: usize) -> String {
+        if task == u32::MAX as usize {
+            return "the step barrier".into();
+        }
         let Some(t) = self.tasks.get(task) else { return format!("task {task}") };
         let op = &self.ops[t.op as usize];
         let axes = if op.grid[2] > 1 {

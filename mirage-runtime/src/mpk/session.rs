@@ -482,7 +482,7 @@ impl Session {
             megakernel: plan.name.clone(),
             code,
             task,
-            task_name: plan.task_name(task as usize),
+            task_name: if code == abi::ERR_LAUNCH { "the launch check".into() } else { plan.task_name(task as usize) },
             step: status[abi::STATUS_STEP],
             message,
         };

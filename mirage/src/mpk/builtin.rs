@@ -164,7 +164,7 @@ impl Builtin {
             Builtin::Attention { .. } => vec![d(&inputs[0].shape, inputs[0].dtype)],
             Builtin::ArgmaxPartial { chunk } => {
                 rank(inputs[0], 2, "logits")?;
-                expect(*chunk > 0 && inputs[0].shape[1] % chunk == 0, || {
+                expect(*chunk > 0 && inputs[0].shape[1].is_multiple_of(*chunk), || {
                     format!("chunk {chunk} must divide the vocabulary {}", inputs[0].shape[1])
                 })?;
                 vec![d(&[inputs[0].shape[0], inputs[0].shape[1] / chunk, 2], DType::F32)]
@@ -210,7 +210,9 @@ impl Builtin {
                 f32_typed(tokens, "tokens")?;
                 let (vocab, hidden) = (table.shape[0], table.shape[1]);
                 expect(vocab <= MAX_VOCAB, || format!("a vocabulary of at most 2^24 ids, found {vocab}"))?;
-                expect(*chunk > 0 && hidden % chunk == 0, || format!("chunk {chunk} must divide hidden {hidden}"))?;
+                expect(*chunk > 0 && hidden.is_multiple_of(*chunk), || {
+                    format!("chunk {chunk} must divide hidden {hidden}")
+                })?;
                 same(&TensorDesc::new(&[tokens.shape[0], hidden], table.dtype))?;
                 Ok([hidden / chunk, tokens.shape[0], 1])
             }
@@ -220,7 +222,7 @@ impl Builtin {
                 rank(inv, 1, "inv_freq")?;
                 f32_typed(inv, "inv_freq")?;
                 let d = 2 * inv.shape[0];
-                expect(x.shape[1] % d == 0, || {
+                expect(x.shape[1].is_multiple_of(d), || {
                     format!("x: expected rows of whole heads of {d} (2 × inv_freq), found {}", fmt(x))
                 })?;
                 same(x)?;
@@ -248,7 +250,7 @@ impl Builtin {
                 expect(q.shape[0] == 1, || format!("q: expected one query row [1, heads·d], found {}", fmt(q)))?;
                 expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
                 let (kvh, d) = (kc.shape[0], kc.shape[2]);
-                expect(kc.dtype == q.dtype && q.shape[1] % d == 0, || {
+                expect(kc.dtype == q.dtype && q.shape[1].is_multiple_of(d), || {
                     format!(
                         "k_cache: expected {} [kv_heads, capacity, d] with d dividing {}, found {}",
                         q.dtype,
@@ -257,7 +259,7 @@ impl Builtin {
                     )
                 })?;
                 let heads = q.shape[1] / d;
-                expect(heads % kvh == 0, || format!("kv_heads {kvh} must divide heads {heads}"))?;
+                expect(heads.is_multiple_of(kvh), || format!("kv_heads {kvh} must divide heads {heads}"))?;
                 expect(d <= MAX_HEAD_DIM, || format!("head dim at most {MAX_HEAD_DIM}, found {d}"))?;
                 expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
                 same(q)?;
@@ -543,17 +545,21 @@ mod tests {
         let table = d(&[100, 256], DType::Bf16);
         let tokens = d(&[1], DType::F32);
         assert_eq!(e.check(&[&table, &tokens], &[&d(&[1, 256], DType::Bf16)], 0), Ok([4, 1, 1]));
-        let bad = e.check(&[&table, &tokens], &[&d(&[1, 128], DType::Bf16)], 0).unwrap_err();
+        let bad = e.check(&[&table, &tokens], &[&d(&[1, 128], DType::Bf16)], 0).expect_err("an operand error");
         assert!(bad.contains("expected bf16 [1, 256]"), "{bad}");
         let bad = Builtin::Embedding { chunk: 100 }.check(&[&table, &tokens], &[&d(&[1, 256], DType::Bf16)], 0);
-        assert!(bad.unwrap_err().contains("must divide hidden 256"));
+        assert!(bad.expect_err("an operand error").contains("must divide hidden 256"));
         let a = Builtin::Attention { keylen: ParamExpr::of(ParamId(0)), scale: Scalar(0.125) };
         let q = d(&[1, 8 * 64], DType::F16);
         let kc = d(&[3, 32, 64], DType::F16);
-        assert!(a.check(&[&q, &kc, &kc], &[&q], 1).unwrap_err().contains("kv_heads 3 must divide heads 8"));
+        assert!(
+            a.check(&[&q, &kc, &kc], &[&q], 1)
+                .expect_err("an operand error")
+                .contains("kv_heads 3 must divide heads 8")
+        );
         assert!(
             a.check(&[&q, &d(&[2, 32, 64], DType::F16), &d(&[2, 32, 64], DType::F16)], &[&q], 0)
-                .unwrap_err()
+                .expect_err("an operand error")
                 .contains("parameter #0")
         );
         assert_eq!(a.check(&[&q, &d(&[2, 32, 64], DType::F16), &d(&[2, 32, 64], DType::F16)], &[&q], 1), Ok([8, 1, 1]));
@@ -574,7 +580,7 @@ mod tests {
         let inv = [1.0, 0.5];
         let mut out = [0.0f32; 4];
         let names = |_| String::from("pos");
-        r.run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[1], &names).unwrap();
+        r.run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[1], &names).expect("in range");
         // position 2: angles 2 and 1.
         let (s2, c2) = 2.0f64.sin_cos();
         let (s1, c1) = 1.0f64.sin_cos();
@@ -582,7 +588,9 @@ mod tests {
         for (a, b) in out.iter().zip(want) {
             assert!((a - b).abs() < 1e-6, "{out:?} vs {want:?}");
         }
-        let e = r.run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[-5], &names).unwrap_err();
+        let e = r
+            .run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[-5], &names)
+            .expect_err("a negative position");
         assert_eq!((e.value, e.source_name.as_str()), (-4, "pos"));
     }
 }

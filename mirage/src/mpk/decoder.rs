@@ -75,7 +75,7 @@ impl DecoderConfig {
 /// Chunk of the vocabulary per argmax tile, and of the hidden size per embedding tile: the
 /// largest divisor not above `target`.
 fn chunk(n: usize, target: usize) -> usize {
-    (1..=target.min(n)).rev().find(|c| n % c == 0).unwrap_or(1)
+    (1..=target.min(n)).rev().find(|&c| n.is_multiple_of(c)).unwrap_or(1)
 }
 
 fn ir(graph: &str, op: &str) -> impl Fn(crate::ir::IrError) -> GraphError {

@@ -400,14 +400,17 @@ __device__ void argmax_reduce(int row, const float* partial, float* token, int n
   if (threadIdx.x == 0) token[row] = (float)i;
 }
 
-// y[i] = 1 + x[i] (or 1 + max x): an empty task for overhead measurements.
+// y[i] = 1 + x[i] (or 1 + max x, read by warp 0): an empty task for overhead measurements.
 __device__ __forceinline__ void nop(int i, const float* x, float* y, int n_in, bool all) {
-  if (threadIdx.x == 0) {
-    float v = all ? load(x) : load(x + i);
-    if (all)
-      for (int j = 1; j < n_in; ++j) v = fmaxf(v, load(x + j));
-    y[i] = v + 1.0f;
+  if (threadIdx.x >= 32) return;
+  float v = -INFINITY;
+  if (all) {
+    for (int j = threadIdx.x; j < n_in; j += 32) v = fmaxf(v, load(x + j));
+    v = mirage::warp_max(v);
+  } else if (threadIdx.x == 0) {
+    v = load(x + i);
   }
+  if (threadIdx.x == 0) y[i] = v + 1.0f;
 }
 
 }  // namespace mpk

@@ -216,7 +216,7 @@ pub struct SplitMix(pub u64);
 
 impl SplitMix {
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -226,7 +226,7 @@ impl SplitMix {
 
     /// A uniform value in `[lo, hi)`.
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
     }
 }
 
@@ -260,7 +260,7 @@ pub fn execute_step(c: &Compiled, state: &mut HostTensors, params: &[i32], seed:
         if runnable.is_empty() {
             return Err(ExecError::Stuck { done, total });
         }
-        let w = runnable[(rng.next() % runnable.len() as u64) as usize];
+        let w = runnable[(rng.next_u64() % runnable.len() as u64) as usize];
         let t = c.schedule.workers[w][head[w]];
         let task = &c.tasks[t];
         for r in &task.reads {

@@ -191,7 +191,7 @@ pub fn with_threads(bg: &BlockGraph, threads: usize) -> Result<BlockGraph, IrErr
 
 /// Compiles a step graph to tasks, dependencies, counters and a checked schedule (no CUDA).
 pub fn compile(g: &StepGraph, opts: &MpkOptions) -> Result<Compiled, BuildError> {
-    if opts.workers == 0 || opts.threads == 0 || opts.threads % 32 != 0 || opts.threads > 1024 {
+    if opts.workers == 0 || opts.threads == 0 || !opts.threads.is_multiple_of(32) || opts.threads > 1024 {
         return Err(BuildError::Options(format!(
             "expected at least one worker and a multiple of 32 threads up to 1024, found {} workers of {} threads",
             opts.workers, opts.threads

@@ -73,7 +73,7 @@ impl Region {
         let mut outer: Vec<(usize, usize)> =
             (0..rank).filter(|&d| !merged[d] && extent[d] > 1).map(|d| (extent[d], strides[d] * elem_bytes)).collect();
         // Outermost (largest stride) first.
-        outer.sort_by(|a, b| b.1.cmp(&a.1));
+        outer.sort_by_key(|&(_, stride)| std::cmp::Reverse(stride));
         let run_bytes = run * elem_bytes;
         let mut count = [1usize; 3];
         let mut stride = [0usize; 3];
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn run_patterns_of_row_major_and_column_major_boxes() {
-        let pat = |r: &Region, strides: &[usize], limit| r.run_pattern(strides, 2, limit).unwrap();
+        let pat = |r: &Region, strides: &[usize], limit| r.run_pattern(strides, 2, limit).expect("a non-empty box");
         // rows 1..3, cols 4..8 of a [4, 16] f16 tensor: two runs of 8 bytes, 32 bytes apart.
         let b = r(&[1, 4], &[3, 8]);
         assert_eq!(
