@@ -270,8 +270,8 @@ mod tests {
         assert_eq!((s.tasks, s.span_ns, s.wait_ns, s.busy_ns), (2, 1000, 500, 1500));
         assert!((s.wait_fraction - 0.25).abs() < 1e-9 && (s.busy_fraction - 0.75).abs() < 1e-9, "{s:?}");
         assert_eq!(s.step_span_ns, vec![1000]);
-        let trace: Value = serde_json::from_str(&tl.chrome_trace()).unwrap();
-        let events = trace["traceEvents"].as_array().unwrap();
+        let trace: Value = serde_json::from_str(&tl.chrome_trace()).expect("the trace is JSON");
+        let events = trace["traceEvents"].as_array().expect("a list of events");
         let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
         assert_eq!(slices.len(), 3, "two task slices and one wait slice");
         assert!(slices.iter().any(|e| e["name"] == "a[1]" && e["tid"] == 9 && e["ts"] == 0.5));
