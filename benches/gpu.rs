@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::fmt::Write as _;
 
-use mirage::{Gpu, TensorSpec};
+use mirage::{Gpu, TensorDesc};
 use serde_json::{Value, json};
 
 struct Args {
@@ -69,7 +69,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn bytes(specs: &[TensorSpec]) -> usize {
+fn bytes(specs: &[TensorDesc]) -> usize {
     specs.iter().map(|s| s.num_elements() * s.dtype.size_bytes()).sum()
 }
 

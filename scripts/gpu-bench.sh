@@ -25,4 +25,10 @@ fi
 torch_arg=()
 [ -s "$out/torch.json" ] && torch_arg=(--torch "$out/torch.json")
 "$bench" "${torch_arg[@]}" --out "$out" --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" --date "$(date -u +%F)" "$@" || status=1
+# Our Triton backend's modules of the benchmark programs (scripts/triton-pack.sh), checked against
+# the CPU reference and timed beside our CUDA kernels and PyTorch of this run.
+if [ -d .gpu/triton ]; then
+  python3 .gpu/triton/triton_check.py .gpu/triton --groups bench --bench-json "$out/gpu-bench.json" \
+    --torch-json "$out/torch.json" --json "$out/triton-bench.json" 2>&1 || status=1
+fi
 exit $status

@@ -7,7 +7,7 @@
 //! `#[ignore = "needs a CUDA GPU"]`: run on the GPU machine with `--ignored` (../shared/gpu/).
 
 use half::{bf16, f16};
-use mirage::codegen::plan::{LaunchPlan, tensor_spec};
+use mirage::codegen::plan::LaunchPlan;
 use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::programs::{coverage_cases, golden_cases};
 use mirage::reference::{HostTensor, run};
@@ -38,7 +38,7 @@ fn round_to(dtype: DType, v: f32) -> f32 {
 fn run_plan(gpu: &Gpu, program: &'static Program, inputs: &[AnyTensor]) -> Vec<Vec<f32>> {
     let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
     let stream = gpu.stream();
-    let nan = |spec: &mirage_runtime::TensorSpec| {
+    let nan = |spec: &mirage_runtime::TensorDesc| {
         AnyTensor::upload_f32(stream, spec, &vec![f32::NAN; spec.num_elements()])
             .unwrap_or_else(|e| panic!("allocating: {e}"))
     };
@@ -94,10 +94,8 @@ fn check_unit(
                 let n: usize = d.shape.iter().product();
                 let values: Vec<f32> =
                     (0..n).map(|_| round_to(d.dtype, rng.random_range(-INPUT_RANGE..INPUT_RANGE))).collect();
-                dev_inputs.push(
-                    AnyTensor::upload_f32(gpu.stream(), &tensor_spec(d), &values)
-                        .unwrap_or_else(|e| panic!("upload: {e}")),
-                );
+                dev_inputs
+                    .push(AnyTensor::upload_f32(gpu.stream(), d, &values).unwrap_or_else(|e| panic!("upload: {e}")));
                 host_inputs.push(HostTensor::new(d.shape.clone(), values).expect("shape and data agree"));
             }
             cache = Some((key, dev_inputs, host_inputs));

@@ -11,7 +11,7 @@ use mirage::fingerprint::{Verdict, VerifyConfig, verify};
 use mirage::ir::KernelGraph;
 use mirage::lower::{Program as Lowered, lower_source};
 use mirage::prelude::*;
-use mirage::{DType, TensorSpec};
+use mirage::{DType, TensorDesc};
 
 const SOURCE: &str = include_str!("kernels/mod.rs");
 
@@ -81,8 +81,7 @@ fn artifacts_belong_to_their_programs() {
         assert_eq!(plan.fingerprint, source.fingerprint_hash, "{name}");
         assert_eq!(program.artifacts().fingerprint, source.fingerprint_hash, "{name}: the macro and the build agree");
         assert_eq!(plan.input_names, source.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), "{name}");
-        let specs: Vec<TensorSpec> =
-            source.params.iter().map(|p| mirage::codegen::plan::tensor_spec(&p.desc)).collect();
+        let specs: Vec<TensorDesc> = source.params.iter().map(|p| p.desc.clone()).collect();
         assert_eq!(plan.inputs, specs, "{name}");
         program.check_inputs(&specs).unwrap_or_else(|e| panic!("{name}: {e}"));
         // The chosen µGraph is the superoptimizer's (fingerprint-equivalent to the program), or
@@ -109,25 +108,25 @@ fn artifacts_belong_to_their_programs() {
 #[test]
 fn bad_tensors_are_errors_naming_the_parameter() {
     let p = &kernels::op_matmul_strided::PROGRAM;
-    let x = TensorSpec::row_major(&[16, 64], DType::F16);
-    let w = TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::F16 };
+    let x = TensorDesc::new(&[16, 64], DType::F16);
+    let w = TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::F16 };
     p.check_inputs(&[x.clone(), w.clone()]).expect("the signature's tensors");
 
-    let e = p.check_inputs(&[TensorSpec::row_major(&[16, 65], DType::F16), w.clone()]).expect_err("shape");
+    let e = p.check_inputs(&[TensorDesc::new(&[16, 65], DType::F16), w.clone()]).expect_err("shape");
     assert_eq!(e.to_string(), "`op_matmul_strided`: parameter `x`: expected shape [16, 64], found shape [16, 65]");
-    let e = p.check_inputs(&[x.clone(), TensorSpec::row_major(&[64, 32], DType::F16)]).expect_err("strides");
+    let e = p.check_inputs(&[x.clone(), TensorDesc::new(&[64, 32], DType::F16)]).expect_err("strides");
     assert_eq!(
         e.to_string(),
         "`op_matmul_strided`: parameter `w`: expected strides [1, 64] for shape [64, 32], found strides [32, 1]"
     );
-    let e = p.check_inputs(&[TensorSpec::row_major(&[16, 64], DType::F32), w.clone()]).expect_err("dtype");
+    let e = p.check_inputs(&[TensorDesc::new(&[16, 64], DType::F32), w.clone()]).expect_err("dtype");
     assert_eq!(e.to_string(), "`op_matmul_strided`: parameter `x`: expected element type f16, found f32");
     let e = p.check_inputs(&[x]).expect_err("arity");
     assert!(e.to_string().contains("expected 2 (x, w), found 1"), "{e}");
 
     let mixed = &kernels::op_mixed::PROGRAM;
     let e = mixed
-        .check_inputs(&[TensorSpec::row_major(&[16, 64], DType::BF16), TensorSpec::row_major(&[8, 32], DType::BF16)])
+        .check_inputs(&[TensorDesc::new(&[16, 64], DType::Bf16), TensorDesc::new(&[8, 32], DType::Bf16)])
         .expect_err("dtype");
     assert_eq!(e.to_string(), "`op_mixed`: parameter `b`: expected element type f32, found bf16");
 }
@@ -165,7 +164,7 @@ fn launchers_match_the_reference_on_the_gpu() {
                     let v = next();
                     match spec.dtype {
                         DType::F16 => f16::from_f32(v).to_f32(),
-                        DType::BF16 => bf16::from_f32(v).to_f32(),
+                        DType::Bf16 => bf16::from_f32(v).to_f32(),
                         _ => v,
                     }
                 })
@@ -185,7 +184,7 @@ fn launchers_match_the_reference_on_the_gpu() {
                 den += f64::from(b).powi(2);
             }
             let rel = (num / den.max(1e-30)).sqrt();
-            let tol = if plan.outputs[k].dtype == DType::BF16 { 3e-2 } else { 1e-2 };
+            let tol = if plan.outputs[k].dtype == DType::Bf16 { 3e-2 } else { 1e-2 };
             assert!(rel <= tol, "{name} output {k}: relative L2 error {rel:.3e} exceeds {tol:.0e}");
         }
     }

@@ -128,7 +128,7 @@ fn round_to(dtype: mirage::DType, values: &mut [f32]) {
     for v in values {
         *v = match dtype {
             mirage::DType::F16 => mirage::half::f16::from_f32(*v).to_f32(),
-            mirage::DType::BF16 => mirage::half::bf16::from_f32(*v).to_f32(),
+            mirage::DType::Bf16 => mirage::half::bf16::from_f32(*v).to_f32(),
             _ => *v,
         };
     }

@@ -34,10 +34,9 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ItemFn;
 
-use crate::syntax::{DType, Program, TensorType};
+use mirage_core::{ARTIFACT_DIR, DType, artifact_stem};
 
-/// The directory under `$OUT_DIR` holding the artifacts (`mirage::build::ARTIFACT_DIR`).
-const ARTIFACT_DIR: &str = "mirage";
+use crate::syntax::{Program, TensorType};
 
 /// Where the artifacts of a program stand.
 #[derive(Debug, PartialEq, Eq)]
@@ -52,11 +51,6 @@ pub enum ArtifactState {
     Stale,
     /// The plan exists but the cubin does not.
     MissingCubin,
-}
-
-/// The artifacts' file stem, as `mirage::build::artifact_stem` computes it.
-pub fn artifact_stem(name: &str, fingerprint_hash: &str) -> String {
-    format!("{name}-{fingerprint_hash}")
 }
 
 /// Looks for the artifacts of `name` with `fingerprint_hash` under `out_dir/mirage/`.

@@ -57,9 +57,10 @@ pub use kernel::{
     DEFAULT_DYNAMIC_SMEM_LIMIT, Kernel, KernelArgs, KernelInfo, LaunchConfig, MAX_THREADS_PER_BLOCK, Module,
     ModuleImage, check_image, check_shared_memory,
 };
-pub use plan::{LaunchPlan, TensorSpec};
+pub use mirage_core::{DType, TensorDesc};
+pub use plan::LaunchPlan;
 pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors};
-pub use tensor::{DType, DeviceTensor, Element, Layout};
+pub use tensor::{DeviceTensor, Element, Layout};
 pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};
 
 /// The cudarc crate this runtime is built on, for what it does not wrap.

@@ -6,7 +6,7 @@
 //! `#[mugraph]` program it was built for, so a stale artifact is detected.
 //!
 //! ```
-//! use mirage_runtime::plan::{ArgRef, LaunchPlan, TensorSpec};
+//! use mirage_runtime::plan::{ArgRef, LaunchPlan, TensorDesc};
 //! use mirage_runtime::DType;
 //!
 //! let json = r#"{"version":1,"name":"scale","fingerprint":"00112233aabbccdd",
@@ -16,87 +16,19 @@
 //!   "kernels":[{"name":"scale_k0","grid":[8,1,1],"threads":128,"smem_bytes":0,
 //!               "args":[{"input":0},{"output":0}]}]}"#;
 //! let plan = LaunchPlan::from_json(json).unwrap();
-//! assert_eq!(plan.inputs[0], TensorSpec::row_major(&[8, 16], DType::F16));
+//! assert_eq!(plan.inputs[0], TensorDesc::new(&[8, 16], DType::F16));
 //! assert_eq!(plan.kernels[0].args, vec![ArgRef::Input(0), ArgRef::Output(0)]);
 //! ```
 
 use serde::{Deserialize, Serialize};
 
+pub use mirage_core::TensorDesc;
+
 use crate::error::RuntimeError;
 use crate::kernel::LaunchConfig;
-use crate::tensor::DType;
 
 /// Version of the plan format; [`LaunchPlan::from_json`] rejects other versions.
 pub const PLAN_VERSION: u32 = 1;
-
-impl Serialize for DType {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for DType {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        dtype_from_name(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!("expected an element type f16, bf16 or f32, found \"{name}\""))
-        })
-    }
-}
-
-/// Reads an element type name (`f16`, `bf16`, `f32`).
-pub fn dtype_from_name(name: &str) -> Option<DType> {
-    match name {
-        "f16" => Some(DType::F16),
-        "bf16" => Some(DType::BF16),
-        "f32" => Some(DType::F32),
-        _ => None,
-    }
-}
-
-/// A tensor of a plan: shape, strides (in elements) and element type.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct TensorSpec {
-    /// Extent of each dim.
-    pub shape: Vec<usize>,
-    /// Element stride of each dim.
-    pub strides: Vec<usize>,
-    /// Element type.
-    pub dtype: DType,
-}
-
-impl TensorSpec {
-    /// A row-major tensor.
-    pub fn row_major(shape: &[usize], dtype: DType) -> TensorSpec {
-        TensorSpec { shape: shape.to_vec(), strides: row_major_strides(shape), dtype }
-    }
-
-    /// The number of elements (product of the shape).
-    pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// Whether the strides are the row-major ones of the shape.
-    pub fn is_row_major(&self) -> bool {
-        self.strides == row_major_strides(&self.shape)
-    }
-}
-
-impl std::fmt::Display for TensorSpec {
-    /// `f16 [8, 4096] strides [4096, 1]`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {:?} strides {:?}", self.dtype, self.shape, self.strides)
-    }
-}
-
-/// Row-major element strides of a shape.
-pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1].saturating_mul(shape[d + 1]);
-    }
-    strides
-}
 
 /// An argument of a kernel launch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +46,7 @@ pub enum ArgRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Buffer {
     /// Shape, row-major strides and element type.
-    pub desc: TensorSpec,
+    pub desc: TensorDesc,
 }
 
 /// One kernel launch.
@@ -166,9 +98,9 @@ pub struct LaunchPlan {
     #[serde(default)]
     pub input_names: Vec<String>,
     /// The program's inputs, in parameter order.
-    pub inputs: Vec<TensorSpec>,
+    pub inputs: Vec<TensorDesc>,
     /// The program's outputs, in order (row-major).
-    pub outputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorDesc>,
     /// Intermediate buffers.
     pub buffers: Vec<Buffer>,
     /// The launches, in order.
@@ -269,6 +201,7 @@ impl LaunchPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mirage_core::DType;
 
     fn plan() -> LaunchPlan {
         LaunchPlan {
@@ -276,9 +209,9 @@ mod tests {
             name: "p".into(),
             fingerprint: "0123456789abcdef".into(),
             input_names: vec!["x".into()],
-            inputs: vec![TensorSpec { shape: vec![4, 8], strides: vec![1, 4], dtype: DType::BF16 }],
-            outputs: vec![TensorSpec::row_major(&[4, 8], DType::F32)],
-            buffers: vec![Buffer { desc: TensorSpec::row_major(&[4, 1], DType::F16) }],
+            inputs: vec![TensorDesc { shape: vec![4, 8], strides: vec![1, 4], dtype: DType::Bf16 }],
+            outputs: vec![TensorDesc::new(&[4, 8], DType::F32)],
+            buffers: vec![Buffer { desc: TensorDesc::new(&[4, 1], DType::F16) }],
             kernels: vec![
                 KernelLaunch {
                     name: "p_k0".into(),

@@ -35,8 +35,9 @@ use half::{bf16, f16};
 use crate::device::Stream;
 use crate::error::RuntimeError;
 use crate::kernel::{Kernel, KernelArgs, Module};
-use crate::plan::{ArgRef, LaunchPlan, TensorSpec};
-use crate::tensor::{DType, DeviceTensor, Element};
+use crate::plan::{ArgRef, LaunchPlan, TensorDesc};
+use crate::tensor::{DeviceTensor, Element};
+use mirage_core::DType;
 
 /// A borrowed device tensor of any element type: an input of [`Program::run`].
 #[derive(Clone, Copy, Debug)]
@@ -70,19 +71,19 @@ impl TensorArg<'_> {
     pub fn dtype(&self) -> DType {
         match self {
             TensorArg::F16(_) => DType::F16,
-            TensorArg::BF16(_) => DType::BF16,
+            TensorArg::BF16(_) => DType::Bf16,
             TensorArg::F32(_) => DType::F32,
         }
     }
 
     /// Element type, shape and strides.
-    pub fn spec(&self) -> TensorSpec {
+    pub fn spec(&self) -> TensorDesc {
         let layout = match self {
             TensorArg::F16(t) => t.layout(),
             TensorArg::BF16(t) => t.layout(),
             TensorArg::F32(t) => t.layout(),
         };
-        TensorSpec { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
+        TensorDesc { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
     }
 
     fn push<'k>(&self, args: &mut KernelArgs<'k>)
@@ -173,7 +174,7 @@ impl AnyTensor {
     }
 
     /// Element type, shape and strides.
-    pub fn spec(&self) -> TensorSpec {
+    pub fn spec(&self) -> TensorDesc {
         self.as_arg().spec()
     }
 
@@ -198,9 +199,9 @@ impl AnyTensor {
 
     /// Uploads row-major `f32` values converted to the element type of `spec`, with the layout of
     /// `spec` (strided specs get a storage buffer of exactly the layout's size).
-    pub fn upload_f32(stream: &Stream, spec: &TensorSpec, values: &[f32]) -> Result<AnyTensor, RuntimeError> {
+    pub fn upload_f32(stream: &Stream, spec: &TensorDesc, values: &[f32]) -> Result<AnyTensor, RuntimeError> {
         fn storage<T: Copy>(
-            spec: &TensorSpec,
+            spec: &TensorDesc,
             values: &[f32],
             zero: T,
             conv: impl Fn(f32) -> T,
@@ -217,7 +218,7 @@ impl AnyTensor {
                 });
             }
             let mut out = vec![zero; layout.storage_len()];
-            let rm = crate::plan::row_major_strides(&spec.shape);
+            let rm = mirage_core::row_major_strides(&spec.shape);
             for (flat, &v) in values.iter().enumerate() {
                 let off: usize = (0..spec.shape.len()).map(|d| flat / rm[d] % spec.shape[d] * spec.strides[d]).sum();
                 out[off] = conv(v);
@@ -230,7 +231,7 @@ impl AnyTensor {
                 &spec.shape,
                 &spec.strides,
             )?),
-            DType::BF16 => AnyTensor::BF16(stream.upload_strided(
+            DType::Bf16 => AnyTensor::BF16(stream.upload_strided(
                 &storage(spec, values, bf16::ZERO, bf16::from_f32)?,
                 &spec.shape,
                 &spec.strides,
@@ -245,7 +246,7 @@ impl AnyTensor {
 
     /// An uninitialised row-major tensor of `spec`'s shape and element type (a plan's outputs
     /// and buffers are row-major).
-    fn alloc(stream: &Stream, spec: &TensorSpec) -> Result<AnyTensor, RuntimeError> {
+    fn alloc(stream: &Stream, spec: &TensorDesc) -> Result<AnyTensor, RuntimeError> {
         // SAFETY: every bit pattern is a valid f16, bf16 and f32, so reading unwritten device
         // memory is never undefined behaviour; the plan's kernels write every element of the
         // outputs and buffers before anything reads them (the code generator's contract, checked
@@ -253,7 +254,7 @@ impl AnyTensor {
         unsafe {
             Ok(match spec.dtype {
                 DType::F16 => AnyTensor::F16(stream.alloc_uninit(&spec.shape)?),
-                DType::BF16 => AnyTensor::BF16(stream.alloc_uninit(&spec.shape)?),
+                DType::Bf16 => AnyTensor::BF16(stream.alloc_uninit(&spec.shape)?),
                 DType::F32 => AnyTensor::F32(stream.alloc_uninit(&spec.shape)?),
             })
         }
@@ -370,7 +371,7 @@ impl Program {
 
     /// Checks tensors (element type, shape, strides) against the plan's inputs (pure: no CUDA
     /// call). The error names the parameter, what it needs and what was given.
-    pub fn check_inputs(&self, found: &[TensorSpec]) -> Result<(), RuntimeError> {
+    pub fn check_inputs(&self, found: &[TensorDesc]) -> Result<(), RuntimeError> {
         check_tensors(self.plan()?, found)
     }
 
@@ -446,7 +447,7 @@ impl Program {
         self.check_args(plan, inputs)?;
         let name = self.artifacts.name;
         check_owned(name, "output", &plan.outputs, outputs)?;
-        let buffer_specs: Vec<TensorSpec> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
+        let buffer_specs: Vec<TensorDesc> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
         check_owned(name, "buffer", &buffer_specs, buffers)?;
         let kernels = self.kernels(plan);
         for (launch, kernel) in plan.kernels.iter().zip(kernels) {
@@ -463,7 +464,7 @@ impl Program {
     }
 
     fn check_args(&self, plan: &LaunchPlan, inputs: &[TensorArg<'_>]) -> Result<(), RuntimeError> {
-        let found: Vec<TensorSpec> = inputs.iter().map(TensorArg::spec).collect();
+        let found: Vec<TensorDesc> = inputs.iter().map(TensorArg::spec).collect();
         check_tensors(plan, &found)
     }
 
@@ -491,7 +492,7 @@ fn plan_error_reason(e: &RuntimeError) -> String {
 /// Checks tensors against a plan's inputs (pure): their number, then each one's element type,
 /// shape and strides, in order. The error names the program, the parameter, what it needs and
 /// what was given.
-pub fn check_tensors(plan: &LaunchPlan, found: &[TensorSpec]) -> Result<(), RuntimeError> {
+pub fn check_tensors(plan: &LaunchPlan, found: &[TensorDesc]) -> Result<(), RuntimeError> {
     if found.len() != plan.inputs.len() {
         return Err(RuntimeError::Mismatch {
             what: "the number of tensors passed to a program",
@@ -511,7 +512,7 @@ pub fn check_tensors(plan: &LaunchPlan, found: &[TensorSpec]) -> Result<(), Runt
 
 /// Checks one tensor against a parameter's spec (pure). The error names the program and the
 /// parameter and says what was expected and found.
-pub fn check_tensor(program: &str, param: &str, want: &TensorSpec, got: &TensorSpec) -> Result<(), RuntimeError> {
+pub fn check_tensor(program: &str, param: &str, want: &TensorDesc, got: &TensorDesc) -> Result<(), RuntimeError> {
     let fail = |expected: String, found: String| {
         Err(RuntimeError::Argument { program: program.to_owned(), param: param.to_owned(), expected, found })
     };
@@ -531,7 +532,7 @@ pub fn check_tensor(program: &str, param: &str, want: &TensorSpec, got: &TensorS
     Ok(())
 }
 
-fn check_owned(program: &str, what: &str, specs: &[TensorSpec], tensors: &[AnyTensor]) -> Result<(), RuntimeError> {
+fn check_owned(program: &str, what: &str, specs: &[TensorDesc], tensors: &[AnyTensor]) -> Result<(), RuntimeError> {
     if specs.len() != tensors.len() {
         return Err(RuntimeError::Plan {
             program: program.to_owned(),
@@ -596,11 +597,11 @@ mod tests {
             fingerprint: fingerprint.into(),
             input_names: vec!["x".into(), "w".into()],
             inputs: vec![
-                TensorSpec::row_major(&[8, 64], DType::F16),
-                TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 },
+                TensorDesc::new(&[8, 64], DType::F16),
+                TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::Bf16 },
             ],
-            outputs: vec![TensorSpec::row_major(&[8, 32], DType::F32)],
-            buffers: vec![Buffer { desc: TensorSpec::row_major(&[8, 1], DType::F32) }],
+            outputs: vec![TensorDesc::new(&[8, 32], DType::F32)],
+            buffers: vec![Buffer { desc: TensorDesc::new(&[8, 1], DType::F32) }],
             kernels: vec![KernelLaunch {
                 name: "p_k0".into(),
                 grid: [1, 1, 1],
@@ -631,8 +632,8 @@ mod tests {
     fn inputs_checked_before_any_cuda_call() {
         let p = program("00000000000000aa", "00000000000000aa");
         let good = [
-            TensorSpec::row_major(&[8, 64], DType::F16),
-            TensorSpec { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::BF16 },
+            TensorDesc::new(&[8, 64], DType::F16),
+            TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::Bf16 },
         ];
         p.check_inputs(&good).expect("matching tensors");
 

@@ -1,47 +1,13 @@
-//! Element types ([`Element`], [`DType`]), layouts ([`Layout`]) and device tensors
+//! The element types a device tensor can hold ([`Element`]), layouts ([`Layout`]) and device tensors
 //! ([`DeviceTensor`]).
 
 use std::fmt;
 
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 
+use mirage_core::{DType, row_major_strides};
+
 use crate::error::RuntimeError;
-
-/// The element types a device tensor can hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// IEEE half precision (`half::f16`).
-    F16,
-    /// bfloat16 (`half::bf16`).
-    BF16,
-    /// IEEE single precision (`f32`).
-    F32,
-}
-
-impl DType {
-    /// The type's name as the IR and generated code spell it: `f16`, `bf16`, `f32`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-        }
-    }
-
-    /// Size of one element in bytes.
-    pub const fn size_bytes(self) -> usize {
-        match self {
-            DType::F16 | DType::BF16 => 2,
-            DType::F32 => 4,
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 mod sealed {
     pub trait Sealed {}
@@ -62,7 +28,7 @@ impl Element for half::f16 {
     const DTYPE: DType = DType::F16;
 }
 impl Element for half::bf16 {
-    const DTYPE: DType = DType::BF16;
+    const DTYPE: DType = DType::Bf16;
 }
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
@@ -88,20 +54,14 @@ impl fmt::Debug for Layout {
 
 impl Layout {
     /// The largest rank supported.
-    pub const MAX_RANK: usize = 4;
+    pub const MAX_RANK: usize = mirage_core::MAX_RANK;
 
     /// A row-major (C order, last dimension contiguous) layout.
     pub fn row_major(shape: &[usize]) -> Result<Layout, RuntimeError> {
         check_shape(shape)?;
-        let mut strides = [0usize; Self::MAX_RANK];
-        let mut acc = 1usize;
-        for d in (0..shape.len()).rev() {
-            strides[d] = acc;
-            acc = acc
-                .checked_mul(shape[d])
-                .ok_or_else(|| RuntimeError::LayoutOverflow { shape: shape.to_vec(), strides: Vec::new() })?;
-        }
-        Self::strided(shape, &strides[..shape.len()])
+        // Strides that saturate belong to a shape whose element count overflows: `strided`
+        // reports it.
+        Self::strided(shape, &row_major_strides(shape))
     }
 
     /// A layout with explicit strides (in elements). Strides must be given for every dimension,
@@ -157,7 +117,7 @@ impl Layout {
 
     /// Whether the strides are the row-major ones for the shape.
     pub fn is_row_major(&self) -> bool {
-        Layout::row_major(self.shape()).is_ok_and(|rm| rm.strides() == self.strides())
+        self.strides() == row_major_strides(self.shape())
     }
 
     /// The offset of a multi-index, or `None` when the index has the wrong rank or is out of
@@ -358,7 +318,7 @@ mod tests {
         assert_eq!(<half::f16 as Element>::DTYPE.name(), "f16");
         assert_eq!(<half::bf16 as Element>::DTYPE.name(), "bf16");
         assert_eq!(<f32 as Element>::DTYPE.name(), "f32");
-        assert_eq!(DType::BF16.size_bytes(), 2);
+        assert_eq!(DType::Bf16.size_bytes(), 2);
         assert_eq!(DType::F32.size_bytes(), 4);
     }
 }

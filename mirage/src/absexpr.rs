@@ -1,9 +1,11 @@
 //! Abstract expressions and the subexpression oracle (DESIGN §7): the search's pruning test.
 //!
 //! Every tensor of a kernel graph, and every tile of its block graphs, gets an abstract
-//! expression ([`Expr`]): a term over uninterpreted `add, mul, div, pow, exp, sqrt, silu, gelu,
-//! relu, neg, clamp` and `sum(n, ·)` that forgets which elements meet but keeps reduction sizes
-//! (the table of `reference/mirage-core.md` §3.1, extended to our operators):
+//! expression ([`Expr`]): a term over uninterpreted `add, mul, div, pow, exp, neg`, one
+//! uninterpreted function per unary operator without a law in the operator table
+//! ([`crate::ir::Law::Uninterpreted`]: `sqrt, silu, gelu, relu, tanh, sigmoid, clamp`, the last
+//! with its bounds as an argument) and `sum(n, ·)`, that forgets which elements meet but keeps
+//! reduction sizes (the table of `reference/mirage-core.md` §3.1, extended to our operators):
 //!
 //! | operator | expression |
 //! |---|---|
@@ -44,7 +46,7 @@ use std::time::{Duration, Instant};
 use z3::ast::{self, Ast, Bool, Dynamic, Int};
 use z3::{FuncDecl, Params, Pattern, SatResult, Solver, Sort, Symbol};
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, TensorRef, UnaryOp};
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Law, TensorRef, UnaryOp};
 
 /// A shared, immutable abstract expression.
 pub type E = Arc<Expr>;
@@ -66,18 +68,11 @@ pub enum Expr {
     Pow(E, E),
     /// `e^a`.
     Exp(E),
-    /// `√a`.
-    Sqrt(E),
-    /// `silu(a)`.
-    Silu(E),
-    /// `gelu(a)`.
-    Gelu(E),
-    /// `relu(a)`.
-    Relu(E),
     /// `-a`.
     Neg(E),
-    /// `clamp(a)` to the bounds (bit patterns).
-    Clamp(u32, u32, E),
+    /// An uninterpreted unary operator: its name, its parameters' bits ([`crate::ir::Params::bits`])
+    /// and its argument.
+    Fn(&'static str, u64, E),
     /// A sum of `n` terms shaped like `a`.
     Sum(u64, E),
     /// A value the algebra does not describe (max, rescaling, concatenation): always kept.
@@ -94,12 +89,9 @@ impl fmt::Display for Expr {
             Expr::Div(a, b) => write!(f, "div({a}, {b})"),
             Expr::Pow(a, b) => write!(f, "pow({a}, {b})"),
             Expr::Exp(a) => write!(f, "exp({a})"),
-            Expr::Sqrt(a) => write!(f, "sqrt({a})"),
-            Expr::Silu(a) => write!(f, "silu({a})"),
-            Expr::Gelu(a) => write!(f, "gelu({a})"),
-            Expr::Relu(a) => write!(f, "relu({a})"),
             Expr::Neg(a) => write!(f, "neg({a})"),
-            Expr::Clamp(lo, hi, a) => write!(f, "clamp[{:?}, {:?}]({a})", f32::from_bits(*lo), f32::from_bits(*hi)),
+            Expr::Fn(name, 0, a) => write!(f, "{name}({a})"),
+            Expr::Fn(name, params, a) => write!(f, "{name}[{params:#x}]({a})"),
             Expr::Sum(n, a) => write!(f, "sum({n}, {a})"),
             Expr::Opaque => write!(f, "opaque"),
         }
@@ -109,6 +101,7 @@ impl fmt::Display for Expr {
 /// Builders that apply the size rules of sums (`sum(1, x) = x`, `sum(a, sum(b, x)) = sum(a·b, x)`).
 pub mod build {
     use super::{E, Expr};
+    use crate::ir::{Law, UnaryOp};
     use std::sync::Arc;
 
     /// Program input `i`.
@@ -143,11 +136,23 @@ pub mod build {
             _ => Arc::new(Expr::Sum(n, a.clone())),
         }
     }
+    /// A unary operator, by its law in the operator table.
+    pub fn unary(op: &UnaryOp, x: &E) -> E {
+        let spec = op.spec();
+        match spec.law {
+            Law::Exp => exp(x),
+            Law::Square => mul(x, x),
+            Law::Neg => Arc::new(Expr::Neg(x.clone())),
+            Law::Recip => div(&constant(1.0), x),
+            Law::Scale(c) => mul(&constant(c.0), x),
+            Law::Uninterpreted => Arc::new(Expr::Fn(spec.name, spec.params.bits(), x.clone())),
+        }
+    }
     /// `sqrt(mean(x²) [+ eps])` over `n` elements.
     pub fn rms(x: &E, n: u64, eps: f32) -> E {
         let mean = mul(&sum(n, &mul(x, x)), &constant(1.0 / n as f32));
         let mean = if eps == 0.0 { mean } else { add(&mean, &constant(eps)) };
-        Arc::new(Expr::Sqrt(mean))
+        unary(&UnaryOp::Sqrt, &mean)
     }
     /// An opaque value.
     pub fn opaque() -> E {
@@ -162,10 +167,7 @@ impl Expr {
             Expr::Opaque => true,
             Expr::Var(_) | Expr::Const(_) => false,
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => a.is_opaque() || b.is_opaque(),
-            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => {
-                a.is_opaque()
-            }
-            Expr::Clamp(_, _, a) | Expr::Sum(_, a) => a.is_opaque(),
+            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, a) => a.is_opaque(),
         }
     }
 
@@ -173,8 +175,7 @@ impl Expr {
         match self {
             Expr::Opaque | Expr::Var(_) | Expr::Const(_) => vec![],
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => vec![a, b],
-            Expr::Exp(a) | Expr::Sqrt(a) | Expr::Silu(a) | Expr::Gelu(a) | Expr::Relu(a) | Expr::Neg(a) => vec![a],
-            Expr::Clamp(_, _, a) | Expr::Sum(_, a) => vec![a],
+            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, a) => vec![a],
         }
     }
 
@@ -256,22 +257,6 @@ impl GraphExprs {
 
 fn operand(values: &[Vec<E>], node: usize, t: TensorRef) -> Result<&E, AbsExprError> {
     values.get(t.node).and_then(|v| v.get(t.port)).ok_or(AbsExprError::Dangling { node, operand: t })
-}
-
-fn unary(op: &UnaryOp, x: &E) -> E {
-    use build::*;
-    match op {
-        UnaryOp::Exp => exp(x),
-        UnaryOp::Square => mul(x, x),
-        UnaryOp::Sqrt => Arc::new(Expr::Sqrt(x.clone())),
-        UnaryOp::Silu => Arc::new(Expr::Silu(x.clone())),
-        UnaryOp::Gelu => Arc::new(Expr::Gelu(x.clone())),
-        UnaryOp::Relu => Arc::new(Expr::Relu(x.clone())),
-        UnaryOp::Neg => Arc::new(Expr::Neg(x.clone())),
-        UnaryOp::Recip => div(&constant(1.0), x),
-        UnaryOp::Clamp { lo, hi } => Arc::new(Expr::Clamp(lo.0.to_bits(), hi.0.to_bits(), x.clone())),
-        UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
-    }
 }
 
 fn binary(op: BinaryOp, a: &E, b: &E) -> E {
@@ -531,12 +516,10 @@ struct Z3Env {
     div: FuncDecl,
     pow: FuncDecl,
     exp: FuncDecl,
-    sqrt: FuncDecl,
-    silu: FuncDecl,
-    gelu: FuncDecl,
-    relu: FuncDecl,
     neg: FuncDecl,
-    clamp: FuncDecl,
+    /// One function per uninterpreted unary operator of the table, by name: `f(x)`, or `f(params,
+    /// x)` for an operator with parameters.
+    fns: Vec<(&'static str, bool, FuncDecl)>,
     cst: FuncDecl,
     sum: FuncDecl,
     sub: FuncDecl,
@@ -556,12 +539,18 @@ impl Z3Env {
             div: f2("div"),
             pow: f2("pow"),
             exp: f1("exp"),
-            sqrt: f1("sqrt"),
-            silu: f1("silu"),
-            gelu: f1("gelu"),
-            relu: f1("relu"),
             neg: f1("neg"),
-            clamp: FuncDecl::new("clamp", &[&i, &i, &t], &t),
+            fns: UnaryOp::ALL
+                .iter()
+                .map(UnaryOp::spec)
+                .filter(|spec| spec.law == Law::Uninterpreted)
+                .map(|spec| match spec.params {
+                    crate::ir::Params::None => (spec.name, false, f1(spec.name)),
+                    crate::ir::Params::One(_) | crate::ir::Params::Two(..) => {
+                        (spec.name, true, FuncDecl::new(spec.name, &[&i, &t], &t))
+                    }
+                })
+                .collect(),
             cst: FuncDecl::new("cst", &[&i], &t),
             sum: FuncDecl::new("sum", &[&i, &t], &t),
             sub: FuncDecl::new("subexpr", &[&t, &t], &b),
@@ -654,12 +643,17 @@ impl Z3Env {
             let e = a2(f, &x, &y);
             ax.push(forall(&[&x, &y], &[&[&e]], &self.sub_of(&y, &e)));
         }
-        for f in [&self.exp, &self.sqrt, &self.silu, &self.gelu, &self.relu, &self.neg] {
+        let unary = std::iter::once(&self.exp)
+            .chain(self.fns.iter().filter(|(_, params, _)| !params).map(|(_, _, f)| f))
+            .chain([&self.neg]);
+        for f in unary {
             let e = f.apply(&[&x]);
             ax.push(forall(&[&x], &[&[&e]], &self.sub_of(&x, &e)));
         }
-        let e = self.clamp.apply(&[&i, &j, &x]);
-        ax.push(forall(&[&i, &j, &x], &[&[&e]], &self.sub_of(&x, &e)));
+        for (_, _, f) in self.fns.iter().filter(|(_, params, _)| *params) {
+            let e = f.apply(&[&i, &x]);
+            ax.push(forall(&[&i, &x], &[&[&e]], &self.sub_of(&x, &e)));
+        }
         let e = sum(&i, &x);
         ax.push(forall(&[&i, &x], &[&[&e]], &self.sub_of(&x, &e)));
         // A partial sum is a subexpression of a longer one: i | j ⇒ sum(i, x) ⊑ sum(j, x).
@@ -680,12 +674,13 @@ impl Z3Env {
             Expr::Div(a, b) => Self::app2(&self.div, &t(a), &t(b)),
             Expr::Pow(a, b) => Self::app2(&self.pow, &t(a), &t(b)),
             Expr::Exp(a) => self.exp.apply(&[&t(a)]),
-            Expr::Sqrt(a) => self.sqrt.apply(&[&t(a)]),
-            Expr::Silu(a) => self.silu.apply(&[&t(a)]),
-            Expr::Gelu(a) => self.gelu.apply(&[&t(a)]),
-            Expr::Relu(a) => self.relu.apply(&[&t(a)]),
             Expr::Neg(a) => self.neg.apply(&[&t(a)]),
-            Expr::Clamp(lo, hi, a) => self.clamp.apply(&[&bits(*lo), &bits(*hi), &t(a)]),
+            Expr::Fn(name, params, a) => match self.fns.iter().find(|(n, _, _)| n == name) {
+                Some((_, false, f)) => f.apply(&[&t(a)]),
+                Some((_, true, f)) => f.apply(&[&Int::from_u64(*params), &t(a)]),
+                // Every uninterpreted operator of the table has a function; a fresh constant if not.
+                None => Dynamic::fresh_const(name, &self.t),
+            },
             Expr::Sum(n, a) => self.sum.apply(&[&Int::from_u64(*n), &t(a)]),
             // Opaque expressions never reach z3 (they are kept); a fresh constant if they did.
             Expr::Opaque => Dynamic::fresh_const("opaque", &self.t),

@@ -39,16 +39,12 @@ use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
 use crate::search::{self, SearchConfig, SearchError};
 
-/// The directory under `$OUT_DIR` holding the artifacts.
-pub const ARTIFACT_DIR: &str = "mirage";
+/// The directory under `$OUT_DIR` holding the artifacts, and their file stem (shared with the
+/// `#[mugraph]` expansion, which looks for them).
+pub use mirage_core::{ARTIFACT_DIR, artifact_stem};
 
 /// Steps slower than this are reported with a `cargo:warning=` line.
 const SLOW_STEP: Duration = Duration::from_secs(1);
-
-/// The file stem of a function's artifacts: `<fn name>-<fingerprint hash>`.
-pub fn artifact_stem(name: &str, fingerprint_hash: &str) -> String {
-    format!("{name}-{fingerprint_hash}")
-}
 
 /// Why a build failed. Messages name the file, line, column and function where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -501,7 +497,13 @@ pub fn workspace_root() -> PathBuf {
         .map(PathBuf::from)
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."));
-    let mut root = start.clone();
+    workspace_root_from(&start)
+}
+
+/// The workspace root above `start`: the topmost directory from `start` upwards whose Cargo.toml
+/// declares `[workspace]`; `start` itself when none does.
+pub fn workspace_root_from(start: &Path) -> PathBuf {
+    let mut root = start.to_path_buf();
     for dir in start.ancestors() {
         let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml"))
             .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, KernelOp, Phase, TensorRef, UnaryOp, row_major_strides,
+};
 
 /// A value domain: the arithmetic the evaluator is instantiated with.
 pub trait Domain: Sync {
@@ -98,10 +100,6 @@ pub enum EvalError {
     },
 }
 
-fn row_major(shape: &[usize]) -> Vec<usize> {
-    crate::ir::row_major_strides(shape)
-}
-
 impl<V: Copy> Tensor<V> {
     /// A tensor from a shape and row-major data.
     pub fn new(shape: Vec<usize>, data: Vec<V>) -> Result<Self, EvalError> {
@@ -119,7 +117,7 @@ impl<V: Copy> Tensor<V> {
 
     /// Element at a multi-index.
     pub fn at(&self, idx: &[usize]) -> V {
-        let strides = row_major(&self.shape);
+        let strides = row_major_strides(&self.shape);
         self.data[idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()]
     }
 
@@ -130,7 +128,7 @@ impl<V: Copy> Tensor<V> {
 
     /// Copies the box `[offset, offset + shape)` out of this tensor.
     pub fn region(&self, offset: &[usize], shape: &[usize]) -> Self {
-        let src = row_major(&self.shape);
+        let src = row_major_strides(&self.shape);
         let n: usize = shape.iter().product();
         let mut data = Vec::with_capacity(n);
         let rank = shape.len();
@@ -154,7 +152,7 @@ impl<V: Copy> Tensor<V> {
 
     /// Writes `tile` into this tensor at `offset`.
     pub fn write_region(&mut self, offset: &[usize], tile: &Tensor<V>) {
-        let dst = row_major(&self.shape);
+        let dst = row_major_strides(&self.shape);
         let rank = tile.shape.len();
         let last = tile.shape[rank - 1];
         let rows = tile.data.len() / last;
@@ -214,7 +212,7 @@ impl<D: Domain> Ops<'_, D> {
             return Tensor { shape: a.shape.clone(), data };
         }
         let shape: Vec<usize> = a.shape.iter().zip(&b.shape).map(|(&x, &y)| x.max(y)).collect();
-        let (sa, sb) = (row_major(&a.shape), row_major(&b.shape));
+        let (sa, sb) = (row_major_strides(&a.shape), row_major_strides(&b.shape));
         let n: usize = shape.iter().product();
         let mut data = Vec::with_capacity(n);
         let mut idx = vec![0usize; shape.len()];
@@ -434,11 +432,14 @@ enum Carry<V> {
     RunningMax(Option<Tensor<V>>),
 }
 
+/// The output tiles of one block, each with its offset in the kernel's output.
+type BlockTiles<V> = Vec<(Vec<usize>, Tensor<V>)>;
+
 /// Evaluates one block graph: every block independently (in parallel), then concatenates the
 /// blocks' output tiles.
 fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
     let grid = bg.grid();
-    let per_block: Vec<Vec<(Vec<usize>, Tensor<D::V>)>> = (0..bg.num_blocks())
+    let per_block: Vec<BlockTiles<D::V>> = (0..bg.num_blocks())
         .into_par_iter()
         .map(|flat| {
             let b = [flat % grid[0], (flat / grid[0]) % grid[1], flat / (grid[0] * grid[1])];
@@ -461,7 +462,7 @@ fn run_block<D: Domain>(
     ops: &Ops<'_, D>,
     inputs: &[&Tensor<D::V>],
     b: [usize; 3],
-) -> Vec<(Vec<usize>, Tensor<D::V>)> {
+) -> BlockTiles<D::V> {
     let d = ops.0;
     let grid = bg.grid();
     let nodes = bg.nodes();

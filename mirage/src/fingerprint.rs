@@ -34,10 +34,16 @@
 //! `exp(a)·exp(b)` and `exp(a+b)` agree in `p` but not in `q`).
 //!
 //! `count(n) = n`, and `constant(c)` is the exact dyadic rational `c = m · 2^e` of the `f32`
-//! (so `0.5 · x == x / 2`). `sqrt, silu, gelu, relu, clamp` (keyed by its bounds), `pow` and
-//! non-finite constants are random functions keyed per trial: a SplitMix64-style mix of
-//! (trial key, operator tag, argument) — the same argument gives the same result in both graphs,
-//! different arguments almost surely differ; never surrogates that ignore their arguments.
+//! (so `0.5 · x == x / 2`). Unary operators follow their law in the operator table
+//! ([`crate::ir::Law`]): `exp`, `square`, `neg`, `recip` and `mul_scalar` are the field
+//! operations above; every other one (`sqrt, silu, gelu, relu, tanh, sigmoid`, `clamp` keyed by
+//! its bounds), `pow` and non-finite constants are random functions keyed per trial: a
+//! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
+//! gives the same result in both graphs, different arguments almost surely differ; never
+//! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
+//! of `+ − × ÷ exp`: two graphs that agree only through an identity of an uninterpreted operator
+//! (`tanh(x) = 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the
+//! reverse; the f32 reference checks the chosen µGraph's numerics.
 //! `max` is the maximum under a keyed random total order of the values (so it is commutative,
 //! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
 //! `−∞` sentinel is a random value placed at the bottom of that order.
@@ -50,7 +56,7 @@
 use rayon::prelude::*;
 
 use crate::eval::{Domain, EvalError, Tensor, evaluate};
-use crate::ir::{DType, KernelGraph, UnaryOp};
+use crate::ir::{DType, KernelGraph, Law, UnaryOp};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
 pub const P: u64 = 4_294_967_087;
@@ -289,13 +295,17 @@ fn hash_words(key: u64, words: &[u64]) -> u64 {
     h
 }
 
-/// Operator tags of the keyed random functions.
+/// The salt of an uninterpreted unary operator's random function: its name and parameters (the
+/// operator table's identity of it).
+fn unary_key(name: &str, params: u64) -> u64 {
+    let name_hash = name.bytes().fold(tag::UNARY, |h, b| mix64(h.wrapping_add(GOLDEN) ^ u64::from(b)));
+    hash_words(name_hash, &[params])
+}
+
+/// Tags of the keyed random functions.
 mod tag {
-    pub const SQRT: u64 = 1;
-    pub const SILU: u64 = 2;
-    pub const GELU: u64 = 3;
-    pub const RELU: u64 = 4;
-    pub const CLAMP: u64 = 5;
+    /// Uninterpreted unary operators (salted by [`super::unary_key`]).
+    pub const UNARY: u64 = 1;
     pub const POW: u64 = 6;
     pub const MAX_RANK: u64 = 7;
     pub const EXP_Q: u64 = 8;
@@ -523,20 +533,14 @@ impl Domain for FieldDomain {
     }
 
     fn unary(&self, op: &UnaryOp, a: Fp) -> Fp {
-        match op {
-            UnaryOp::Exp => self.exp(a),
-            UnaryOp::Square => self.mul(a, a),
-            UnaryOp::Sqrt => self.keyed(tag::SQRT, 0, a),
-            UnaryOp::Silu => self.keyed(tag::SILU, 0, a),
-            UnaryOp::Gelu => self.keyed(tag::GELU, 0, a),
-            UnaryOp::Relu => self.keyed(tag::RELU, 0, a),
-            UnaryOp::Neg => self.sub(Fp::default(), a),
-            UnaryOp::Recip => self.div(Fp::from_u64(1), a),
-            UnaryOp::Clamp { lo, hi } => {
-                let salt = (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64;
-                self.keyed(tag::CLAMP, salt, a)
-            }
-            UnaryOp::MulScalar { c } => self.mul(self.dyadic(c.0), a),
+        let spec = op.spec();
+        match spec.law {
+            Law::Exp => self.exp(a),
+            Law::Square => self.mul(a, a),
+            Law::Neg => self.sub(Fp::default(), a),
+            Law::Recip => self.div(Fp::from_u64(1), a),
+            Law::Scale(c) => self.mul(self.dyadic(c.0), a),
+            Law::Uninterpreted => self.keyed(tag::UNARY, unary_key(spec.name, spec.params.bits()), a),
         }
     }
 

@@ -152,29 +152,11 @@ fn dim3(v: &Value, key: &str) -> Res<[usize; 3]> {
     Ok(out)
 }
 
-fn unary(name: &str) -> Option<UnaryOp> {
-    Some(match name {
-        "exp" => UnaryOp::Exp,
-        "square" => UnaryOp::Square,
-        "sqrt" => UnaryOp::Sqrt,
-        "silu" => UnaryOp::Silu,
-        "gelu" => UnaryOp::Gelu,
-        "relu" => UnaryOp::Relu,
-        // Mirage does not serialize clamp bounds; its runtime hard-codes [0, 1].
-        "clamp" => UnaryOp::Clamp { lo: Scalar(0.0), hi: Scalar(1.0) },
-        _ => return None,
-    })
-}
-
-fn binary(name: &str) -> Option<BinaryOp> {
-    Some(match name {
-        "add" => BinaryOp::Add,
-        "sub" => BinaryOp::Sub,
-        "mul" => BinaryOp::Mul,
-        "div" => BinaryOp::Div,
-        "pow" => BinaryOp::Pow,
-        _ => return None,
-    })
+/// The element-wise operator names Mirage writes that the table imports, for messages.
+fn element_wise_names() -> String {
+    let unary = UnaryOp::ALL.iter().filter_map(|op| op.spec().mirage.map(|(name, _)| name));
+    let binary = BinaryOp::ALL.iter().filter_map(|op| op.spec().mirage);
+    unary.chain(binary).collect::<Vec<_>>().join(", ")
 }
 
 /// `reduction_0`, `reduction_1_to_dimx`, ... → (dim, to-dimx?).
@@ -275,9 +257,9 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
             ],
             "rms_norm" => vec![g.rms_norm(in_refs[0], 0.0, None).map_err(|e| err(ir(e)))?],
             other => {
-                let result = if let Some(u) = unary(other) {
+                let result = if let Some(u) = UnaryOp::from_mirage(other) {
                     g.unary(u, *in_refs.first().ok_or_else(|| err("missing operand".into()))?)
-                } else if let Some(b) = binary(other) {
+                } else if let Some(b) = BinaryOp::from_mirage(other) {
                     if in_refs.len() != 2 {
                         return Err(err(format!("{other} needs 2 operands, found {}", in_refs.len())));
                     }
@@ -286,7 +268,8 @@ fn import_graph(ops: &[Value], candidate: usize, opts: ImportOptions) -> Result<
                     g.reduce_sum(*in_refs.first().ok_or_else(|| err("missing operand".into()))?, dim)
                 } else {
                     return Err(err(format!(
-                        "operator `{op_type}` is not supported by the importer (supported kernel ops: input, output, customized, matmul, rms_norm, exp, square, sqrt, silu, gelu, relu, clamp, add, sub, mul, div, pow, reduction_N)"
+                        "operator `{op_type}` is not supported by the importer (supported kernel ops: input, output, customized, matmul, rms_norm, {}, reduction_N)",
+                        element_wise_names()
                     )));
                 };
                 vec![result.map_err(|e| err(ir(e)))?]
@@ -382,9 +365,9 @@ fn import_block(
             "matmul" => vec![bg.matmul(one(0)?, one(1)?).map_err(|e| err(ir(e)))?],
             "rms_norm" => vec![bg.op(BlockOp::RmsNorm { eps: Scalar(0.0) }, &[one(0)?]).map_err(|e| err(ir(e)))?],
             other => {
-                let r = if let Some(u) = unary(other) {
+                let r = if let Some(u) = UnaryOp::from_mirage(other) {
                     bg.unary(u, one(0)?)
-                } else if let Some(b) = binary(other) {
+                } else if let Some(b) = BinaryOp::from_mirage(other) {
                     bg.binary(b, one(0)?, one(1)?)
                 } else if let Some((dim, to_dimx)) = reduction(other) {
                     let op =
@@ -396,7 +379,8 @@ fn import_block(
                     bg.op(BlockOp::Concat { dim: d }, &[one(0)?, one(1)?])
                 } else {
                     return Err(err(format!(
-                        "operator `{op_type}` is not supported by the importer (supported block ops: input, output, matmul, rms_norm, the unary and binary element-wise ops, reduction_N[_to_dimx], concat_N, the accumulators nored / red_ld_sum / red_ld_rms / redtox_ld_sum / max / nored_rescale / red_ld_sum_rescale in both spellings)"
+                        "operator `{op_type}` is not supported by the importer (supported block ops: input, output, matmul, rms_norm, {}, reduction_N[_to_dimx], concat_N, the accumulators nored / red_ld_sum / red_ld_rms / redtox_ld_sum / max / nored_rescale / red_ld_sum_rescale in both spellings)",
+                        element_wise_names()
                     )));
                 };
                 vec![r.map_err(|e| err(ir(e)))?]

@@ -42,6 +42,8 @@ pub mod codegen;
 #[cfg(feature = "build")]
 pub mod cost;
 #[cfg(feature = "build")]
+pub mod dot;
+#[cfg(feature = "build")]
 pub mod eval;
 #[cfg(feature = "build")]
 pub mod fingerprint;
@@ -61,3 +63,5 @@ pub mod programs;
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
+#[cfg(feature = "build")]
+pub mod triton;

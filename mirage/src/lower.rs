@@ -24,7 +24,7 @@ use std::path::Path;
 
 use proc_macro2::Span;
 
-use crate::ir::{BinaryOp, DType, IrError, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp};
+use crate::ir::{IrError, KernelGraph, TensorDesc, TensorRef};
 
 #[path = "../../mirage-macros/src/syntax/mod.rs"]
 pub mod syntax;
@@ -82,39 +82,6 @@ impl LowerError {
     }
 }
 
-fn dtype(d: syntax::DType) -> DType {
-    match d {
-        syntax::DType::F16 => DType::F16,
-        syntax::DType::Bf16 => DType::Bf16,
-        syntax::DType::F32 => DType::F32,
-    }
-}
-
-fn unary(f: syntax::UnaryFn) -> UnaryOp {
-    match f {
-        syntax::UnaryFn::Exp => UnaryOp::Exp,
-        syntax::UnaryFn::Square => UnaryOp::Square,
-        syntax::UnaryFn::Sqrt => UnaryOp::Sqrt,
-        syntax::UnaryFn::Silu => UnaryOp::Silu,
-        syntax::UnaryFn::Gelu => UnaryOp::Gelu,
-        syntax::UnaryFn::Relu => UnaryOp::Relu,
-        syntax::UnaryFn::Neg => UnaryOp::Neg,
-        syntax::UnaryFn::Recip => UnaryOp::Recip,
-        syntax::UnaryFn::Clamp { lo, hi } => UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) },
-        syntax::UnaryFn::MulScalar { c } => UnaryOp::MulScalar { c: Scalar(c) },
-    }
-}
-
-fn binary(f: syntax::BinaryFn) -> BinaryOp {
-    match f {
-        syntax::BinaryFn::Add => BinaryOp::Add,
-        syntax::BinaryFn::Sub => BinaryOp::Sub,
-        syntax::BinaryFn::Mul => BinaryOp::Mul,
-        syntax::BinaryFn::Div => BinaryOp::Div,
-        syntax::BinaryFn::Pow => BinaryOp::Pow,
-    }
-}
-
 /// Lowers a checked program to its kernel graph. The IR's rules are checked again by its
 /// builders; a disagreement with the syntax module's rules is reported at the value's tokens.
 pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Error> {
@@ -132,11 +99,11 @@ pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Erro
         let t = match &v.op {
             syntax::Op::Param(i) => {
                 let p = program.params.get(*i).ok_or_else(|| missing(v.span))?;
-                graph.input_strided(&p.ty.shape, &p.strides, dtype(p.ty.dtype))
+                graph.input_strided(&p.ty.shape, &p.strides, p.ty.dtype)
             }
             syntax::Op::Matmul => graph.matmul(arg(0)?, arg(1)?),
-            syntax::Op::Unary(f) => graph.unary(unary(*f), arg(0)?),
-            syntax::Op::Binary(f) => graph.binary(binary(*f), arg(0)?, arg(1)?),
+            syntax::Op::Unary(op) => graph.unary(*op, arg(0)?),
+            syntax::Op::Binary(op) => graph.binary(*op, arg(0)?, arg(1)?),
             syntax::Op::ReduceSum { dim } => graph.reduce_sum(arg(0)?, *dim),
             syntax::Op::ReduceMax { dim } => graph.reduce_max(arg(0)?, *dim),
             syntax::Op::RmsNorm { eps } => graph.rms_norm(arg(0)?, *eps, args.get(1).copied()),
@@ -160,10 +127,10 @@ fn lower_in(item: &syn::ItemFn, module_path: Vec<String>) -> Result<Program, syn
         .iter()
         .map(|p| ProgramParam {
             name: p.name.to_string(),
-            desc: TensorDesc { shape: p.ty.shape.clone(), strides: p.strides.clone(), dtype: dtype(p.ty.dtype) },
+            desc: TensorDesc { shape: p.ty.shape.clone(), strides: p.strides.clone(), dtype: p.ty.dtype },
         })
         .collect();
-    let outputs = checked.output_types().into_iter().map(|t| TensorDesc::new(&t.shape, dtype(t.dtype))).collect();
+    let outputs = checked.output_types().into_iter().map(|t| TensorDesc::new(&t.shape, t.dtype)).collect();
     Ok(Program {
         name: checked.name.to_string(),
         module_path,

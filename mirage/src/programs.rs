@@ -205,39 +205,38 @@ pub fn golden_cases() -> Vec<GoldenCase> {
 /// of imap / forloop combinations and output savers with several omaps, strided inputs, and tile
 /// shapes that are not multiples of the tensor-core tile. Each is built for `dtype`.
 pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrError> {
-    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Scalar, UnaryOp};
+    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Domain, Scalar, UnaryOp};
     let mut out: Vec<(String, KernelGraph)> = Vec::new();
     let d = dtype;
     let mut push = |name: &str, g: KernelGraph| out.push((name.to_string(), g));
 
     // Kernel-level operators.
-    let unaries = [
-        UnaryOp::Exp,
-        UnaryOp::Square,
-        UnaryOp::Sqrt,
-        UnaryOp::Silu,
-        UnaryOp::Gelu,
-        UnaryOp::Relu,
-        UnaryOp::Neg,
-        UnaryOp::Recip,
-        UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
-        UnaryOp::MulScalar { c: Scalar(0.75) },
-    ];
-    for op in unaries {
+    for op in UnaryOp::ALL {
         let mut g = KernelGraph::new();
         let x = g.input(&[6, 40], d)?;
-        // sqrt and recip get positive, well-conditioned operands.
-        let x = if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) {
-            let e = g.exp(x)?;
-            g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)?
-        } else {
-            x
+        // Operators of positive numbers (sqrt, recip) get positive, well-conditioned operands.
+        let x = match op.spec().domain {
+            Domain::Positive => {
+                let e = g.exp(x)?;
+                g.unary(UnaryOp::MulScalar { c: Scalar(2.0) }, e)?
+            }
+            Domain::Real => x,
         };
         let y = g.unary(op, x)?;
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
     }
-    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow] {
+    // The operators of all reals over [-4, 4] (the GPU test draws inputs from a narrow range):
+    // saturation of tanh and sigmoid, the tails of silu and gelu.
+    let mut g = KernelGraph::new();
+    let x = g.input(&[6, 40], d)?;
+    let wide = g.unary(UnaryOp::MulScalar { c: Scalar(16.0) }, x)?;
+    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real) {
+        let y = g.unary(op, wide)?;
+        g.output(y, None)?;
+    }
+    push("unary_wide_range", g);
+    for op in BinaryOp::ALL {
         let mut g = KernelGraph::new();
         let a = g.input(&[3, 5, 24], d)?;
         let b = g.input(&[3, 1, 24], d)?;

@@ -46,6 +46,8 @@ pub fn unary_f32(op: &UnaryOp, x: f32) -> f32 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Neg => -x,
         UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Clamp { lo, hi } => x.max(lo.0).min(hi.0),
         UnaryOp::MulScalar { c } => c.0 * x,
     }

@@ -47,7 +47,7 @@ fn every_prefix_of_every_golden_mugraph_is_kept() {
 fn dead_ends(case: &str) -> Vec<(&'static str, E)> {
     use build::*;
     let v = var;
-    let silu = |e: &E| std::sync::Arc::new(Expr::Silu(e.clone()));
+    let silu = |e: &E| unary(&mirage::ir::UnaryOp::Silu, e);
     match case {
         // silu(X@W1) * (X@W2)
         "gated_mlp" => vec![

@@ -5,7 +5,8 @@
 
 use mirage::codegen::default_blocks::{default_block_graph, lower_to_blocks};
 use mirage::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef, UnaryOp,
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, Domain, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef,
+    UnaryOp,
 };
 use mirage::programs;
 use mirage::reference::{HostTensor, max_scaled_error, run};
@@ -134,23 +135,15 @@ const SHAPES: &[&[usize]] =
     &[&[7], &[13], &[1, 1], &[13, 5], &[16, 33], &[3, 64, 33], &[2, 3, 16, 17], &[4, 1, 7, 13], &[96, 200], &[6000]];
 
 fn unary_ops() -> Vec<UnaryOp> {
-    vec![
-        UnaryOp::Exp,
-        UnaryOp::Square,
-        UnaryOp::Sqrt,
-        UnaryOp::Silu,
-        UnaryOp::Gelu,
-        UnaryOp::Relu,
-        UnaryOp::Neg,
-        UnaryOp::Recip,
-        UnaryOp::Clamp { lo: Scalar(-0.5), hi: Scalar(0.25) },
-        UnaryOp::MulScalar { c: Scalar(1.5) },
-    ]
+    UnaryOp::ALL.to_vec()
 }
 
 /// Inputs for which `op` is finite.
 fn range_for_unary(op: UnaryOp) -> (f32, f32) {
-    if matches!(op, UnaryOp::Sqrt | UnaryOp::Recip) { (0.25, 1.25) } else { (-1.0, 1.0) }
+    match op.spec().domain {
+        Domain::Positive => (0.25, 1.25),
+        Domain::Real => (-1.0, 1.0),
+    }
 }
 
 #[test]

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use mirage::eval::{Domain, Tensor};
 use mirage::fingerprint::*;
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, TensorRef, UnaryOp};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, Law, TensorRef, UnaryOp,
+};
 use mirage::programs::golden_cases;
 use mirage::reference::{HostTensor, max_scaled_error, run};
 
@@ -90,7 +92,10 @@ fn keyed_functions_are_consistent_and_keyed() {
     let d2 = FieldDomain::new(12);
     let xs = values(6, 64);
     let clamp = |lo: f32, hi: f32| UnaryOp::Clamp { lo: mirage::ir::Scalar(lo), hi: mirage::ir::Scalar(hi) };
-    let ops = [UnaryOp::Sqrt, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::Relu, clamp(0.0, 1.0), clamp(0.0, 2.0)];
+    // Every operator without a law in the table, and clamps differing only in a bound.
+    let mut ops: Vec<UnaryOp> = UnaryOp::ALL.into_iter().filter(|op| op.spec().law == Law::Uninterpreted).collect();
+    ops.extend([clamp(0.0, 1.0), clamp(0.0, 2.0)]);
+    assert!(ops.contains(&UnaryOp::Tanh) && ops.contains(&UnaryOp::Sigmoid));
     for op in &ops {
         let a: Vec<Fp> = xs.iter().map(|&x| d1.unary(op, x)).collect();
         let again: Vec<Fp> = xs.iter().map(|&x| d1.unary(op, x)).collect();
@@ -109,6 +114,61 @@ fn keyed_functions_are_consistent_and_keyed() {
     assert_ne!(d1.pow(xs[0], xs[1]), d1.pow(xs[0], xs[2]));
     assert_ne!(d1.pow(xs[0], xs[1]), d1.pow(xs[3], xs[1]));
     assert_eq!(d1.pow(xs[0], xs[1]), d1.pow(xs[0], xs[1]));
+}
+
+/// `f(x) · a + f(x) · b` and `f(x) · (a + b)` with `x, a, b: [4, 16]`.
+fn distributed(f: UnaryOp, factored: bool) -> KernelGraph {
+    let mut g = KernelGraph::new();
+    let x = g.input(&[4, 16], DType::F16).expect("input");
+    let a = g.input(&[4, 16], DType::F16).expect("input");
+    let b = g.input(&[4, 16], DType::F16).expect("input");
+    let s = g.unary(f, x).expect("unary");
+    let o = if factored {
+        let ab = g.add(a, b).expect("add");
+        g.mul(s, ab).expect("mul")
+    } else {
+        let sa = g.mul(s, a).expect("mul");
+        let sb = g.mul(s, b).expect("mul");
+        g.add(sa, sb).expect("add")
+    };
+    g.output(o, None).expect("output");
+    g
+}
+
+#[test]
+fn uninterpreted_operators_take_part_in_the_field_algebra() {
+    let cfg = VerifyConfig::default();
+    for f in [UnaryOp::Sigmoid, UnaryOp::Tanh] {
+        let verdict = verify(&distributed(f, false), &distributed(f, true), &cfg).expect("runs");
+        assert_eq!(verdict, Verdict::Equivalent, "{f}");
+    }
+    // tanh in place of sigmoid is another function.
+    let verdict = verify(&distributed(UnaryOp::Sigmoid, false), &distributed(UnaryOp::Tanh, true), &cfg);
+    assert!(!verdict.expect("runs").is_equivalent());
+}
+
+/// The fingerprint assumes no identity of an operator without a law: `silu(x)` and
+/// `x · sigmoid(x)` are equal reals but different µGraphs to the verifier (it may miss an
+/// equivalence, never accept a wrong one); the f32 reference sees them agree.
+#[test]
+fn identities_of_uninterpreted_operators_are_not_assumed() {
+    let build = |as_product: bool| {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[4, 16], DType::F32).expect("input");
+        let y = if as_product {
+            let s = g.unary(UnaryOp::Sigmoid, x).expect("sigmoid");
+            g.mul(x, s).expect("mul")
+        } else {
+            g.silu(x).expect("silu")
+        };
+        g.output(y, None).expect("output");
+        g
+    };
+    let (silu, product) = (build(false), build(true));
+    assert!(!verify(&silu, &product, &VerifyConfig::default()).expect("runs").is_equivalent());
+    let x = HostTensor::new(vec![4, 16], (0..64).map(|i| (i as f32 - 32.0) / 8.0).collect()).expect("tensor");
+    let (a, b) = (run(&silu, std::slice::from_ref(&x)).expect("runs"), run(&product, &[x]).expect("runs"));
+    assert!(max_scaled_error(&a[0], &b[0], 1e-6, 1e-5).is_some_and(|e| e <= 1.0));
 }
 
 #[test]

@@ -98,10 +98,25 @@ fn every_unary_function() {
         (UnaryOp::Relu, vec![-2.0, 0.0, 3.0, -0.5], vec![0.0, 0.0, 3.0, 0.0]),
         (UnaryOp::Neg, vec![-2.0, 0.0, 3.0, 0.5], vec![2.0, 0.0, -3.0, -0.5]),
         (UnaryOp::Recip, vec![2.0, -4.0, 0.5, 0.0], vec![0.5, -0.25, 2.0, f32::INFINITY]),
+        (
+            UnaryOp::Tanh,
+            vec![0.0, 1.0, -1.0, 2.0, -3.0, 10.0],
+            vec![0.0, 0.761_594_2, -0.761_594_2, 0.964_027_6, -0.995_054_8, 1.0],
+        ),
+        // 1 / (1 + e^-x): saturates to 0 and 1 without NaN.
+        (
+            UnaryOp::Sigmoid,
+            vec![0.0, 1.0, -1.0, 2.0, -3.0, 10.0, -100.0, 100.0],
+            vec![0.5, 0.731_058_6, 0.268_941_43, 0.880_797_1, 0.047_425_874, 0.999_954_6, 0.0, 1.0],
+        ),
         (c(-1.0, 2.0), vec![-3.0, -1.0, 0.5, 5.0], vec![-1.0, -1.0, 0.5, 2.0]),
         (c(0.0, f32::INFINITY), vec![-3.0, 0.0, 0.5, 5.0], vec![0.0, 0.0, 0.5, 5.0]),
         (UnaryOp::MulScalar { c: Scalar(2.5) }, vec![1.0, -2.0, 0.0, 0.4], vec![2.5, -5.0, 0.0, 1.0]),
     ];
+    // Every operator of the table has cases.
+    for op in UnaryOp::ALL {
+        assert!(cases.iter().any(|(c, _, _)| c.name() == op.name()), "no case for {op}");
+    }
     for (op, x, want) in cases {
         let got = run_unary_program(&host(&[2, 2], &x[..4]), |g, t| ok(g.unary(op, t)));
         assert_close(&got, &[2, 2], &want[..4], 1e-6);

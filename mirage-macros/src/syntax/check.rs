@@ -20,54 +20,70 @@
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::spanned::Spanned;
-use syn::{BinOp, Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
+use syn::{Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
 
-use super::program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
-use super::ty::{TensorType, fmt_shape, int_literal, parse_strides, parse_tensor_type, parse_usize, row_major_strides};
+use mirage_core::ops::{BinaryDsl, Dsl};
+use mirage_core::shape::{broadcast_shape, check_rms_norm_weight, concat_shape, matmul_shape, row_major_strides};
+use mirage_core::{BinaryOp, Scalar, UnaryOp};
+
+use super::program::{Op, Param, Program, Value, ValueId};
+use super::ty::{TensorType, int_literal, parse_strides, parse_tensor_type, parse_usize};
 
 /// One function of the language: its name and how it is called. Each is also a method on its
 /// first operand: `matmul(x, w)` is `x.matmul(w)`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FnSpec {
     /// The name.
     pub name: &'static str,
     /// How it is called, for messages.
-    pub usage: &'static str,
+    pub usage: String,
     /// Fewest arguments (the first operand included).
     pub min_args: usize,
     /// Most arguments (the first operand included).
     pub max_args: usize,
+    /// The unary operator of the table it applies (`name(x)`), or `None` for a function with its
+    /// own rule below.
+    pub unary: Option<UnaryOp>,
 }
 
-const fn spec(name: &'static str, usage: &'static str, min_args: usize, max_args: usize) -> FnSpec {
-    FnSpec { name, usage, min_args, max_args }
-}
-
-/// Every function of the language.
-pub const FUNCTIONS: &[FnSpec] = &[
-    spec("matmul", "matmul(a, b)", 2, 2),
-    spec("exp", "exp(x)", 1, 1),
-    spec("silu", "silu(x)", 1, 1),
-    spec("gelu", "gelu(x)", 1, 1),
-    spec("relu", "relu(x)", 1, 1),
-    spec("sqrt", "sqrt(x)", 1, 1),
-    spec("square", "square(x)", 1, 1),
-    spec("neg", "neg(x)", 1, 1),
-    spec("recip", "recip(x)", 1, 1),
-    spec("clamp", "clamp(x, lo, hi)", 3, 3),
-    spec("sum", "sum(x, dim)", 2, 2),
-    spec("reduce_sum", "reduce_sum(x, dim)", 2, 2),
-    spec("max", "max(x, dim)", 2, 2),
-    spec("reduce_max", "reduce_max(x, dim)", 2, 2),
-    spec("rms_norm", "rms_norm(x) or rms_norm(x, eps)", 1, 2),
-    spec("rms_norm_weighted", "rms_norm_weighted(x, w) or rms_norm_weighted(x, w, eps)", 2, 3),
-    spec("concat", "concat(a, b, dim)", 3, 3),
-    spec("pow", "pow(a, b)", 2, 2),
-    spec("softmax", "softmax(x, dim)", 2, 2),
+/// The functions with their own rule in [`Checker::call`] (name, usage, fewest and most
+/// arguments); the table's unary operators with [`Dsl::Special`] are among them.
+const SPECIAL_FUNCTIONS: &[(&str, &str, usize, usize)] = &[
+    ("matmul", "matmul(a, b)", 2, 2),
+    ("clamp", "clamp(x, lo, hi)", 3, 3),
+    ("sum", "sum(x, dim)", 2, 2),
+    ("reduce_sum", "reduce_sum(x, dim)", 2, 2),
+    ("max", "max(x, dim)", 2, 2),
+    ("reduce_max", "reduce_max(x, dim)", 2, 2),
+    ("rms_norm", "rms_norm(x) or rms_norm(x, eps)", 1, 2),
+    ("rms_norm_weighted", "rms_norm_weighted(x, w) or rms_norm_weighted(x, w, eps)", 2, 3),
+    ("concat", "concat(a, b, dim)", 3, 3),
+    ("pow", "pow(a, b)", 2, 2),
+    ("softmax", "softmax(x, dim)", 2, 2),
 ];
 
+/// Every function of the language: the unary operators of the table written `name(x)`
+/// ([`Dsl::Function`]), then the functions with their own rule.
+pub fn functions() -> Vec<FnSpec> {
+    let unary = UnaryOp::ALL.into_iter().filter(|op| op.spec().dsl == Dsl::Function).map(|op| FnSpec {
+        name: op.name(),
+        usage: format!("{}(x)", op.name()),
+        min_args: 1,
+        max_args: 1,
+        unary: Some(op),
+    });
+    let special = SPECIAL_FUNCTIONS.iter().map(|&(name, usage, min_args, max_args)| FnSpec {
+        name,
+        usage: usage.to_string(),
+        min_args,
+        max_args,
+        unary: None,
+    });
+    unary.chain(special).collect()
+}
+
 fn function_list() -> String {
-    FUNCTIONS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+    functions().iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
 }
 
 const EXPRESSIONS: &str = "a #[mugraph] body is built from parameters, `let`-bound names, float literals, \
@@ -405,7 +421,7 @@ impl Checker {
                 };
                 let Some(b) = self.scope.iter_mut().rev().find(|b| b.name == *ident) else {
                     let names = self.scope.iter().map(|b| format!("`{}`", b.name)).collect::<Vec<_>>().join(", ");
-                    let hint = if FUNCTIONS.iter().any(|f| ident == f.name) {
+                    let hint = if functions().iter().any(|f| ident == f.name) {
                         format!(" (`{ident}` is a function: call it, e.g. `{ident}(x)`)")
                     } else {
                         String::new()
@@ -418,7 +434,7 @@ impl Checker {
             Expr::Unary(u) => match u.op {
                 UnOp::Neg(_) => match self.expr(&u.expr)? {
                     Operand::Float(v) => Ok(Operand::Float(-v)),
-                    Operand::Tensor(x) => Ok(Operand::Tensor(self.unary(UnaryFn::Neg, x, e.span()))),
+                    Operand::Tensor(x) => Ok(Operand::Tensor(self.unary(UnaryOp::Neg, x, e.span()))),
                 },
                 _ => Err(Error::new_spanned(
                     u,
@@ -460,13 +476,13 @@ impl Checker {
         }
     }
 
-    fn unary(&mut self, f: UnaryFn, x: ValueId, span: Span) -> ValueId {
+    fn unary(&mut self, f: UnaryOp, x: ValueId, span: Span) -> ValueId {
         let ty = self.ty(x).clone();
         self.push(Op::Unary(f), vec![x], ty, span)
     }
 
     /// A binary function of two tensors with size-1 broadcasting.
-    fn broadcast(&mut self, f: BinaryFn, symbol: &str, a: ValueId, b: ValueId, at: &dyn ToTokens) -> Result<ValueId> {
+    fn broadcast(&mut self, f: BinaryOp, symbol: &str, a: ValueId, b: ValueId, at: &dyn ToTokens) -> Result<ValueId> {
         let (ta, tb) = (self.ty(a), self.ty(b));
         let op = format!("`{symbol}`");
         same_dtype(&op, ta, tb, at)?;
@@ -477,18 +493,21 @@ impl Checker {
     }
 
     fn binary(&mut self, b: &syn::ExprBinary) -> Result<Operand> {
-        let (f, symbol) = match b.op {
-            BinOp::Add(_) => (BinaryFn::Add, "+"),
-            BinOp::Sub(_) => (BinaryFn::Sub, "-"),
-            BinOp::Mul(_) => (BinaryFn::Mul, "*"),
-            BinOp::Div(_) => (BinaryFn::Div, "/"),
-            op => {
-                return Err(Error::new_spanned(
-                    op,
-                    format!("unsupported operator `{}`: the operators are `+ - * /`", op.to_token_stream()),
-                ));
-            }
+        let symbol = b.op.to_token_stream().to_string();
+        let Some(f) = BinaryOp::from_infix(&symbol) else {
+            let infix: Vec<&str> = BinaryOp::ALL
+                .into_iter()
+                .filter_map(|op| match op.spec().dsl {
+                    BinaryDsl::Infix(s) => Some(s),
+                    BinaryDsl::Special => None,
+                })
+                .collect();
+            return Err(Error::new_spanned(
+                b.op,
+                format!("unsupported operator `{symbol}`: the operators are `{}`", infix.join(" ")),
+            ));
         };
+        let symbol = symbol.as_str();
         let lhs = self.expr(&b.left)?;
         let rhs = self.expr(&b.right)?;
         let span = b.span();
@@ -496,32 +515,33 @@ impl Checker {
             (Operand::Tensor(x), Operand::Tensor(y)) => Ok(Operand::Tensor(self.broadcast(f, symbol, x, y, b)?)),
             (Operand::Float(x), Operand::Float(y)) => {
                 let v = match f {
-                    BinaryFn::Add => x + y,
-                    BinaryFn::Sub => x - y,
-                    BinaryFn::Mul => x * y,
-                    _ if y == 0.0 => return Err(Error::new_spanned(&b.right, "division by zero")),
-                    _ => x / y,
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div if y == 0.0 => return Err(Error::new_spanned(&b.right, "division by zero")),
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Pow => x.powf(y),
                 };
                 finite(v, b)
             }
-            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x)) if f == BinaryFn::Mul => {
+            (Operand::Tensor(x), Operand::Float(c)) | (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Mul => {
                 let c = to_f32(c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, x, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)))
             }
-            (Operand::Tensor(x), Operand::Float(c)) if f == BinaryFn::Div => {
+            (Operand::Tensor(x), Operand::Float(c)) if f == BinaryOp::Div => {
                 if c == 0.0 {
                     return Err(Error::new_spanned(&b.right, "division by zero"));
                 }
                 let c = to_f32(1.0 / c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, x, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, x, span)))
             }
-            (Operand::Float(c), Operand::Tensor(x)) if f == BinaryFn::Div => {
-                let r = self.unary(UnaryFn::Recip, x, span);
+            (Operand::Float(c), Operand::Tensor(x)) if f == BinaryOp::Div => {
+                let r = self.unary(UnaryOp::Recip, x, span);
                 if c == 1.0 {
                     return Ok(Operand::Tensor(r));
                 }
                 let c = to_f32(c, b)?;
-                Ok(Operand::Tensor(self.unary(UnaryFn::MulScalar { c }, r, span)))
+                Ok(Operand::Tensor(self.unary(UnaryOp::MulScalar { c: Scalar(c) }, r, span)))
             }
             _ => Err(Error::new_spanned(
                 b,
@@ -564,7 +584,7 @@ impl Checker {
     fn call(&mut self, spec: FnSpec, name: &syn::Ident, args: &[&Expr], at: &Expr, method: bool) -> Result<Operand> {
         if args.len() < spec.min_args || args.len() > spec.max_args {
             let (found, usage) = if method {
-                (args.len() - 1, method_usage(spec.usage))
+                (args.len() - 1, method_usage(&spec.usage))
             } else {
                 (args.len(), spec.usage.split(" or ").map(|u| format!("`{u}`")).collect::<Vec<_>>().join(" or "))
             };
@@ -588,20 +608,8 @@ impl Checker {
         } else {
             self.tensor(args[0], &format!("the first argument of `{fname}`"))?
         };
-        let unary = |f| Some(f);
-        let simple = match fname {
-            "exp" => unary(UnaryFn::Exp),
-            "silu" => unary(UnaryFn::Silu),
-            "gelu" => unary(UnaryFn::Gelu),
-            "relu" => unary(UnaryFn::Relu),
-            "sqrt" => unary(UnaryFn::Sqrt),
-            "square" => unary(UnaryFn::Square),
-            "neg" => unary(UnaryFn::Neg),
-            "recip" => unary(UnaryFn::Recip),
-            _ => None,
-        };
-        if let Some(f) = simple {
-            return Ok(Operand::Tensor(self.unary(f, first, span)));
+        if let Some(op) = spec.unary {
+            return Ok(Operand::Tensor(self.unary(op, first, span)));
         }
         let v = match fname {
             "clamp" => {
@@ -614,7 +622,7 @@ impl Checker {
                     ));
                 }
                 let (lo, hi) = (to_f32(lo, args[1])?, to_f32(hi, args[2])?);
-                self.unary(UnaryFn::Clamp { lo, hi }, first, span)
+                self.unary(UnaryOp::Clamp { lo: Scalar(lo), hi: Scalar(hi) }, first, span)
             }
             "matmul" => {
                 let b = self.tensor(args[1], "the second operand of `matmul`")?;
@@ -630,11 +638,11 @@ impl Checker {
                 let dim = self.dim(args[1], fname, first)?;
                 let mut ty = self.ty(first).clone();
                 if fname == "softmax" {
-                    let e = self.unary(UnaryFn::Exp, first, span);
+                    let e = self.unary(UnaryOp::Exp, first, span);
                     ty.shape[dim] = 1;
                     let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span);
                     let out_ty = self.ty(first).clone();
-                    self.push(Op::Binary(BinaryFn::Div), vec![e, s], out_ty, span)
+                    self.push(Op::Binary(BinaryOp::Div), vec![e, s], out_ty, span)
                 } else {
                     ty.shape[dim] = 1;
                     let op = if fname.ends_with("sum") { Op::ReduceSum { dim } } else { Op::ReduceMax { dim } };
@@ -667,19 +675,10 @@ impl Checker {
                 let eps = check_eps(eps, args.get(2).copied().unwrap_or(at))?;
                 let (tx, tw) = (self.ty(first), self.ty(w));
                 same_dtype("`rms_norm_weighted`", tx, tw, at)?;
-                let last = tx.rank() - 1;
-                let ok = tw.rank() == tx.rank()
-                    && tw.shape[last] == tx.shape[last]
-                    && tw.shape[..last].iter().all(|&d| d == 1);
-                if !ok {
-                    let mut want = vec![1; last];
-                    want.push(tx.shape[last]);
+                if let Err(rule) = check_rms_norm_weight(&tx.shape, &tw.shape) {
                     return Err(Error::new_spanned(
                         args[1],
-                        format!(
-                            "shape mismatch in `rms_norm_weighted`: x is `{tx}`, the weight is `{tw}`; the weight must have x's rank, leading dims 1 and x's last dim: shape {}",
-                            fmt_shape(&want)
-                        ),
+                        format!("shape mismatch in `rms_norm_weighted`: x is `{tx}`, the weight is `{tw}`; {rule}"),
                     ));
                 }
                 let ty = tx.clone();
@@ -700,9 +699,9 @@ impl Checker {
                 self.push(Op::Concat { dim }, vec![first, b], ty, span)
             }
             "pow" => match self.expr(args[1])? {
-                Operand::Tensor(b) => self.broadcast(BinaryFn::Pow, "pow", first, b, at)?,
+                Operand::Tensor(b) => self.broadcast(BinaryOp::Pow, "pow", first, b, at)?,
                 Operand::Float(c) => {
-                    let special = [(2.0, UnaryFn::Square), (0.5, UnaryFn::Sqrt), (-1.0, UnaryFn::Recip)];
+                    let special = [(2.0, UnaryOp::Square), (0.5, UnaryOp::Sqrt), (-1.0, UnaryOp::Recip)];
                     match special.into_iter().find(|&(e, _)| e == c) {
                         Some((_, f)) => self.unary(f, first, span),
                         None if c == 1.0 => first,
@@ -743,7 +742,7 @@ fn method_usage(usage: &str) -> String {
 }
 
 fn find_function(name: &syn::Ident, method: bool) -> Result<FnSpec> {
-    FUNCTIONS.iter().copied().find(|f| name == f.name).ok_or_else(|| {
+    functions().into_iter().find(|f| name == f.name).ok_or_else(|| {
         let msg = if method {
             format!(
                 "unknown method `{name}`; the methods of a tensor are: {} (e.g. `x.matmul(w)`, `x.sum(1)`)",
@@ -813,74 +812,6 @@ fn same_dtype(op: &str, a: &TensorType, b: &TensorType, at: &dyn ToTokens) -> Re
     Ok(())
 }
 
-/// Size-1 broadcasting between equal-rank shapes.
-fn broadcast_shape(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
-    if a.len() != b.len() {
-        return Err(format!(
-            "ranks differ ({} and {}); operands must have the same rank (only size-1 dims broadcast)",
-            a.len(),
-            b.len()
-        ));
-    }
-    a.iter()
-        .zip(b)
-        .enumerate()
-        .map(|(d, (&x, &y))| {
-            if x == y || y == 1 {
-                Ok(x)
-            } else if x == 1 {
-                Ok(y)
-            } else {
-                Err(format!("dim {d} has sizes {x} and {y}; each dim must be equal or 1 on one side"))
-            }
-        })
-        .collect()
-}
-
-/// `[..., m, k] x [..., k, n] -> [..., m, n]`.
-fn matmul_shape(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
-    if a.len() != b.len() {
-        return Err(format!("ranks differ ({} and {}); operands must have the same rank", a.len(), b.len()));
-    }
-    let r = a.len();
-    if r < 2 {
-        return Err("operands must have rank at least 2 ([..., m, k] x [..., k, n])".into());
-    }
-    if a[..r - 2] != b[..r - 2] {
-        return Err(format!(
-            "batch dims differ ({} and {}); they must be equal",
-            fmt_shape(&a[..r - 2]),
-            fmt_shape(&b[..r - 2])
-        ));
-    }
-    if a[r - 1] != b[r - 2] {
-        return Err(format!(
-            "inner dims differ: a is [.., m, k] with k = {}, b is [.., k, n] with k = {}",
-            a[r - 1],
-            b[r - 2]
-        ));
-    }
-    let mut out = a.to_vec();
-    out[r - 1] = b[r - 1];
-    Ok(out)
-}
-
-/// `concat(a, b, dim)`: equal rank, equal sizes except along `dim`.
-fn concat_shape(a: &[usize], b: &[usize], dim: usize) -> std::result::Result<Vec<usize>, String> {
-    if a.len() != b.len() {
-        return Err(format!("ranks differ ({} and {}); operands must have the same rank", a.len(), b.len()));
-    }
-    if let Some(d) = (0..a.len()).find(|&d| d != dim && a[d] != b[d]) {
-        return Err(format!("dim {d} differs ({} vs {}); only the concat dim may differ", a[d], b[d]));
-    }
-    let mut out = a.to_vec();
-    out[dim] = a[dim].checked_add(b[dim]).ok_or("the concatenated dim overflows usize")?;
-    if out.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
-        return Err("the number of elements of the result overflows usize".into());
-    }
-    Ok(out)
-}
-
 /// Keeps the values that reach an output (and every parameter), renumbered in order.
 fn prune(values: Vec<Value>, outputs: Vec<ValueId>) -> (Vec<Value>, Vec<ValueId>) {
     let mut live = vec![false; values.len()];
@@ -908,4 +839,26 @@ fn prune(values: Vec<Value>, outputs: Vec<ValueId>) -> (Vec<Value>, Vec<ValueId>
     }
     let outputs = outputs.iter().map(|&o| new_id[o]).collect();
     (kept, outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unary_operator_is_reachable_from_the_language() {
+        let functions = functions();
+        for op in UnaryOp::ALL {
+            let by_name = functions.iter().find(|f| f.name == op.name());
+            match op.spec().dsl {
+                Dsl::Function => assert_eq!(by_name.and_then(|f| f.unary), Some(op), "{op}"),
+                Dsl::Special => assert!(by_name.is_some_and(|f| f.unary.is_none()), "{op} needs its own rule"),
+                Dsl::Arithmetic => assert!(by_name.is_none(), "{op} is not called by name"),
+            }
+        }
+        let mut names: Vec<&str> = functions.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), functions.len(), "function names are distinct");
+    }
 }

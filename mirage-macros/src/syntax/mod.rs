@@ -1,7 +1,9 @@
 //! The `#[mugraph]` language (DESIGN §5), written once and compiled into both `mirage-macros`
 //! (spanned compile errors, the launcher's signature) and `mirage::lower` (lowering to the
 //! kernel graph), the way cxx shares its `syntax` module between its macro and its build crate.
-//! It depends only on syn, quote and proc-macro2.
+//! It depends only on syn, quote, proc-macro2 and `mirage-core` (element types, shape rules and
+//! the operator table, whose unary rows with [`mirage_core::ops::Dsl::Function`] are the
+//! language's one-argument functions).
 //!
 //! [`parse`] turns a `#[mugraph]` function into a checked [`Program`]: the parameters with their
 //! element types, shapes and strides, and the body as a DAG of typed [`Value`]s in evaluation
@@ -21,13 +23,13 @@
 //!          | FUNC "(" arg,* ")" | expr "." FUNC "(" arg,* ")"
 //! ```
 //!
-//! See [`FUNCTIONS`] for the functions (each also callable as a method on its first operand) and
+//! See [`functions`] for the functions (each also callable as a method on its first operand) and
 //! [`check`] for the rules of scalars and broadcasting.
 
 pub mod check;
 pub mod program;
 pub mod ty;
 
-pub use check::{FUNCTIONS, parse, parse_attr_args};
-pub use program::{BinaryFn, Op, Param, Program, UnaryFn, Value, ValueId};
-pub use ty::{DType, MAX_RANK, TensorType};
+pub use check::{functions, parse, parse_attr_args};
+pub use program::{Op, Param, Program, Value, ValueId};
+pub use ty::TensorType;

@@ -2,9 +2,11 @@
 
 use std::fmt::{self, Write as _};
 
+use mirage_core::shape::fmt_shape;
+use mirage_core::{BinaryOp, UnaryOp};
 use proc_macro2::{Ident, Span};
 
-use super::ty::{TensorType, fmt_shape};
+use super::ty::TensorType;
 
 /// Index of a [`Value`] in [`Program::values`].
 pub type ValueId = usize;
@@ -22,83 +24,6 @@ pub struct Param {
     pub explicit_strides: bool,
 }
 
-/// Element-wise unary functions (the kernel graph's unary operators).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum UnaryFn {
-    /// `e^x`.
-    Exp,
-    /// `x²`.
-    Square,
-    /// `√x`.
-    Sqrt,
-    /// `x / (1 + e^-x)`.
-    Silu,
-    /// The exact GELU.
-    Gelu,
-    /// `max(x, 0)`.
-    Relu,
-    /// `-x`.
-    Neg,
-    /// `1 / x`.
-    Recip,
-    /// `min(max(x, lo), hi)`.
-    Clamp {
-        /// Lower bound.
-        lo: f32,
-        /// Upper bound.
-        hi: f32,
-    },
-    /// `c · x`.
-    MulScalar {
-        /// The factor.
-        c: f32,
-    },
-}
-
-impl fmt::Display for UnaryFn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UnaryFn::Exp => f.write_str("exp"),
-            UnaryFn::Square => f.write_str("square"),
-            UnaryFn::Sqrt => f.write_str("sqrt"),
-            UnaryFn::Silu => f.write_str("silu"),
-            UnaryFn::Gelu => f.write_str("gelu"),
-            UnaryFn::Relu => f.write_str("relu"),
-            UnaryFn::Neg => f.write_str("neg"),
-            UnaryFn::Recip => f.write_str("recip"),
-            UnaryFn::Clamp { lo, hi } => write!(f, "clamp({lo:?}, {hi:?})"),
-            UnaryFn::MulScalar { c } => write!(f, "mul_scalar({c:?})"),
-        }
-    }
-}
-
-/// Element-wise binary functions with size-1 broadcasting between operands of equal rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryFn {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a · b`.
-    Mul,
-    /// `a / b`.
-    Div,
-    /// `a ^ b`.
-    Pow,
-}
-
-impl fmt::Display for BinaryFn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BinaryFn::Add => "add",
-            BinaryFn::Sub => "sub",
-            BinaryFn::Mul => "mul",
-            BinaryFn::Div => "div",
-            BinaryFn::Pow => "pow",
-        })
-    }
-}
-
 /// What a value computes; its operands are [`Value::args`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -106,10 +31,10 @@ pub enum Op {
     Param(usize),
     /// `a @ b` (operands `a, b`).
     Matmul,
-    /// An element-wise unary function (operand `x`).
-    Unary(UnaryFn),
-    /// An element-wise binary function (operands `a, b`).
-    Binary(BinaryFn),
+    /// An element-wise unary operator (operand `x`).
+    Unary(UnaryOp),
+    /// An element-wise binary operator with size-1 broadcasting (operands `a, b`).
+    Binary(BinaryOp),
     /// Sum over `dim`, kept with size 1 (operand `x`).
     ReduceSum {
         /// The reduced dim.

@@ -1,51 +1,12 @@
-//! Element types and tensor types of the `#[mugraph]` language: `Tensor<T, D0, D1, ...>` and the
+//! Tensor types of the `#[mugraph]` language: `Tensor<T, D0, D1, ...>` and the
 //! `#[strides(...)]` parameter attribute.
 
 use std::fmt;
 
+use mirage_core::DType;
+use mirage_core::shape::{MAX_RANK, check_strides, fmt_shape, row_major_strides};
 use syn::punctuated::Punctuated;
 use syn::{Error, Expr, GenericArgument, Lit, LitInt, PathArguments, Result, Token, Type};
-
-/// The largest rank a tensor may have (DESIGN §4).
-pub const MAX_RANK: usize = 4;
-
-/// The element types the language accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// IEEE 754 half precision (`half::f16`).
-    F16,
-    /// bfloat16 (`half::bf16`).
-    Bf16,
-    /// IEEE 754 single precision.
-    F32,
-}
-
-impl DType {
-    /// The name as written in a signature (`f16`, `bf16`, `f32`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F16 => "f16",
-            DType::Bf16 => "bf16",
-            DType::F32 => "f32",
-        }
-    }
-
-    /// Reads an element type name.
-    pub fn from_name(name: &str) -> Option<DType> {
-        match name {
-            "f16" => Some(DType::F16),
-            "bf16" => Some(DType::Bf16),
-            "f32" => Some(DType::F32),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The static type of a tensor: element type and shape (rank 1..=4, every dim at least 1).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -72,20 +33,6 @@ impl fmt::Display for TensorType {
         }
         f.write_str(">")
     }
-}
-
-/// Formats a shape as `[8, 4096]`.
-pub fn fmt_shape(shape: &[usize]) -> String {
-    format!("{shape:?}")
-}
-
-/// Row-major element strides of a shape.
-pub fn row_major_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1].saturating_mul(shape[d + 1]);
-    }
-    strides
 }
 
 const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32 and 1 to 4 integer-literal dims, e.g. `Tensor<f16, 8, 4096>`";
@@ -257,7 +204,7 @@ pub fn parse_strides(attr: &syn::Attribute, ty: &TensorType) -> Result<Vec<usize
         ));
     }
     let strides = lits.iter().map(|l| parse_usize(l, "stride")).collect::<Result<Vec<_>>>()?;
-    if let Some(rule) = strides_alias(&ty.shape, &strides) {
+    if let Err(rule) = check_strides(&ty.shape, &strides) {
         return Err(Error::new_spanned(
             &list.tokens,
             format!("strides {strides:?} for shape {}: {rule}", fmt_shape(&ty.shape)),
@@ -270,22 +217,4 @@ fn example_strides(ty: &TensorType) -> String {
     let mut s = row_major_strides(&ty.shape);
     s.reverse();
     s.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-/// `None` when the strides address distinct elements; otherwise why not. Sorted by stride, each
-/// stride of a dim with extent above 1 must be at least the span of the smaller ones.
-pub fn strides_alias(shape: &[usize], strides: &[usize]) -> Option<String> {
-    let mut dims: Vec<(usize, usize)> =
-        strides.iter().copied().zip(shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
-    dims.sort_unstable();
-    let mut span = 1usize;
-    for (stride, extent) in dims {
-        if stride < span {
-            return Some(format!(
-                "these strides alias (two different indices would address the same element): a stride of {stride} is below {span}, the span of the dims with smaller strides"
-            ));
-        }
-        span = stride.saturating_mul(extent);
-    }
-    None
 }

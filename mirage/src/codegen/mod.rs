@@ -8,7 +8,7 @@ pub mod plan;
 pub use kernel::{KernelOptions, KernelPlan, KernelSource, generate_kernel, generate_task_body, plan_kernel};
 
 use crate::ir::{IrError, KernelGraph, KernelOp, TensorRef};
-use plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION, tensor_spec};
+use plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION};
 
 /// The device library included at the top of every translation unit.
 pub const DEVICE_LIBRARY: &str = include_str!("../../cuda/mirage_device.cuh");
@@ -27,7 +27,7 @@ pub struct GeneratedProgram {
 /// Generates CUDA for `graph`; kernels are named `{name}_k{i}`.
 pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result<GeneratedProgram, CodegenError> {
     let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
-    let inputs: Vec<_> = graph.inputs().into_iter().map(tensor_spec).collect();
+    let inputs: Vec<_> = graph.inputs().into_iter().cloned().collect();
     let mut outputs = Vec::new();
     let mut output_of: std::collections::HashMap<TensorRef, usize> = Default::default();
     for (k, (t, strides)) in graph.outputs().into_iter().enumerate() {
@@ -38,7 +38,7 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
         if output_of.insert(t, k).is_some() {
             return Err(CodegenError::Unsupported(format!("output {k}: the same tensor returned twice")));
         }
-        outputs.push(tensor_spec(&crate::ir::TensorDesc::new(&desc.shape, desc.dtype)));
+        outputs.push(crate::ir::TensorDesc::new(&desc.shape, desc.dtype));
     }
     let mut arg_of: std::collections::HashMap<TensorRef, ArgRef> = Default::default();
     let mut buffers = Vec::new();
@@ -69,7 +69,7 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
                     let arg = match output_of.get(&t) {
                         Some(&k) => ArgRef::Output(k),
                         None => {
-                            buffers.push(Buffer { desc: tensor_spec(desc) });
+                            buffers.push(Buffer { desc: desc.clone() });
                             ArgRef::Buffer(buffers.len() - 1)
                         }
                     };

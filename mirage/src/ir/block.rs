@@ -222,7 +222,7 @@ pub fn input_tile_shape(
                     format!("two grid axes split dim {d}: each dim is split by at most one axis"),
                 ));
             }
-            if tile[d] % grid[a] != 0 {
+            if !tile[d].is_multiple_of(grid[a]) {
                 return Err(IrError::rule(
                     "input iterator",
                     what(),
@@ -240,7 +240,7 @@ pub fn input_tile_shape(
                 format!("forloop_dim {f} is not a dim of a rank-{} tensor", shape.len()),
             ));
         }
-        if tile[f] % forloop_range != 0 {
+        if !tile[f].is_multiple_of(forloop_range) {
             return Err(IrError::rule(
                 "input iterator",
                 what(),
@@ -327,7 +327,7 @@ impl BlockGraph {
                 ));
             }
         }
-        if threads == 0 || threads > 1024 || threads % 32 != 0 {
+        if threads == 0 || threads > 1024 || !threads.is_multiple_of(32) {
             return Err(IrError::rule(
                 "block graph",
                 what(),

@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::IrError;
 use super::block::BlockGraph;
-use super::ops::{BinaryOp, UnaryOp, broadcast_shape, check_dim, concat_shape, matmul_shape, reduce_shape};
+use super::ops::{
+    BinaryOp, UnaryOp, broadcast_shape, check_dim, check_rms_norm_weight, concat_shape, matmul_shape, reduce_shape,
+};
 use super::types::{DType, Scalar, TensorDesc, TensorRef, check_shape, check_strides, fmt_shape, row_major_strides};
 
 /// A kernel-graph operator.
@@ -160,16 +162,7 @@ pub fn infer_kernel_op(op: &KernelOp, inputs: &[&TensorDesc]) -> Result<Vec<Tens
             let x = &inputs[0].shape;
             if let Some(w) = inputs.get(1) {
                 same_dtype(&name, inputs)?;
-                let last = x.len() - 1;
-                let ok =
-                    w.shape.len() == x.len() && w.shape[last] == x[last] && w.shape[..last].iter().all(|&d| d == 1);
-                if !ok {
-                    return Err(IrError::rule(
-                        &name,
-                        format!("x {} weight {}", fmt_shape(x), fmt_shape(&w.shape)),
-                        "the weight must have x's rank, leading dims 1 and x's last dim",
-                    ));
-                }
+                check_rms_norm_weight(&name, x, &w.shape)?;
             }
             plain(x.clone(), inputs[0].dtype)
         }

@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use crate::ir::{BinaryOp, UnaryOp};
+use crate::ir::{BinaryOp, Law, UnaryOp};
 
 /// An abstract expression in normal form (build it with the constructors, not the variants).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -160,15 +160,16 @@ pub fn binary(op: BinaryOp, a: &E, b: &E) -> E {
     }
 }
 
-/// A unary operator.
+/// A unary operator, by its law in the operator table: squares and scalings are products; every
+/// other operator (`exp`, `neg` and `recip` included) is a function of its name and parameters.
 pub fn unary(op: &UnaryOp, x: &E) -> E {
-    match op {
-        UnaryOp::Square => mul(x, x),
-        UnaryOp::MulScalar { c } => mul(&constant(c.0), x),
-        UnaryOp::Clamp { lo, hi } => {
-            Arc::new(Expr::Fn("clamp", (lo.0.to_bits() as u64) << 32 | hi.0.to_bits() as u64, x.clone()))
+    let spec = op.spec();
+    match spec.law {
+        Law::Square => mul(x, x),
+        Law::Scale(c) => mul(&constant(c.0), x),
+        Law::Exp | Law::Neg | Law::Recip | Law::Uninterpreted => {
+            Arc::new(Expr::Fn(spec.name, spec.params.bits(), x.clone()))
         }
-        other => Arc::new(Expr::Fn(other.name(), 0, x.clone())),
     }
 }
 

@@ -159,6 +159,15 @@ impl SearchConfig {
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
 
+    /// The search cache key of `program` under this configuration.
+    pub fn cache_key(&self, program: &KernelGraph) -> CacheKey {
+        CacheKey {
+            program_hash: program.canonical_hash(),
+            arch: self.arch.name.to_string(),
+            search_version: self.version(),
+        }
+    }
+
     fn is_offline(&self) -> bool {
         self.offline.unwrap_or_else(|| std::env::var("MIRAGE_OFFLINE").is_ok_and(|v| v.trim() == "1"))
     }
@@ -276,8 +285,8 @@ pub fn superoptimize_with(
     pruner: Option<&dyn Pruner>,
 ) -> Result<SearchResult, SearchError> {
     program.validate().map_err(|e| SearchError::Program(e.to_string()))?;
-    let program_hash = program.canonical_hash();
-    let key = CacheKey { program_hash, arch: cfg.arch.name.to_string(), search_version: cfg.version() };
+    let key = cfg.cache_key(program);
+    let program_hash = key.program_hash;
     let mut notes = Vec::new();
     let mut unusable = String::new();
     if let Some(cache) = cache {

@@ -87,6 +87,8 @@ pub(super) fn unary_expr(op: &UnaryOp, x: &str) -> String {
         UnaryOp::Relu => format!("mirage::relu({x})"),
         UnaryOp::Neg => format!("(-({x}))"),
         UnaryOp::Recip => format!("(1.0f/({x}))"),
+        UnaryOp::Tanh => format!("tanhf({x})"),
+        UnaryOp::Sigmoid => format!("(1.0f/(1.0f+__expf(-({x}))))"),
         UnaryOp::Clamp { lo, hi } => format!("mirage::clampf({x}, {}, {})", float_lit(lo.0), float_lit(hi.0)),
         UnaryOp::MulScalar { c } => format!("({}*({x}))", float_lit(c.0)),
     }
