@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::MpkError;
-use crate::plan::TensorSpec;
+use mirage_core::TensorDesc;
 
 /// Version of the plan format; [`MpkPlan::from_json`] rejects other versions.
 pub const MPK_PLAN_VERSION: u32 = 1;
@@ -108,7 +108,7 @@ pub struct MpkTensor {
     /// Its unique name.
     pub name: String,
     /// Shape, strides, element type.
-    pub spec: TensorSpec,
+    pub spec: TensorDesc,
     /// How it lives across steps.
     pub kind: TensorKind,
 }

@@ -14,7 +14,8 @@ use crate::device::{Stream, guard};
 use crate::error::RuntimeError;
 use crate::kernel::{Kernel, LaunchConfig, Module};
 use crate::program::AnyTensor;
-use crate::tensor::{DType, DeviceTensor, Element};
+use crate::tensor::{DeviceTensor, Element};
+use mirage_core::{DType, TensorDesc};
 
 /// The build artifacts of one megakernel, as `&'static` data (from `include_bytes!` and
 /// `include_str!` of the files `mirage::mpk` writes).
@@ -112,7 +113,7 @@ impl Megakernel {
         for t in &plan.tensors {
             tensors.push(match t.spec.dtype {
                 DType::F16 => AnyTensor::F16(stream.zeros_with_layout(layout(&t.spec)?)?),
-                DType::BF16 => AnyTensor::BF16(stream.zeros_with_layout(layout(&t.spec)?)?),
+                DType::Bf16 => AnyTensor::BF16(stream.zeros_with_layout(layout(&t.spec)?)?),
                 DType::F32 => AnyTensor::F32(stream.zeros_with_layout(layout(&t.spec)?)?),
             });
         }
@@ -142,7 +143,7 @@ impl Megakernel {
     }
 }
 
-fn layout(spec: &crate::plan::TensorSpec) -> Result<crate::tensor::Layout, RuntimeError> {
+fn layout(spec: &TensorDesc) -> Result<crate::tensor::Layout, RuntimeError> {
     crate::tensor::Layout::strided(&spec.shape, &spec.strides)
 }
 
@@ -318,7 +319,7 @@ impl Session {
                 let h = self.tensor::<f16>(name)?;
                 self.upload(h, &values.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>())
             }
-            DType::BF16 => {
+            DType::Bf16 => {
                 let h = self.tensor::<bf16>(name)?;
                 self.upload(h, &values.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>())
             }

@@ -57,7 +57,6 @@ pub use graph::{GraphError, OpId, OpKind, Operator, ParamExpr, ParamId, StepGrap
 pub use mirage_runtime::mpk::*;
 pub use schedule::{Schedule, ScheduleError};
 
-use crate::codegen::plan::tensor_spec;
 use crate::codegen::{CodegenError, KernelOptions};
 use crate::ir::{BlockGraph, IrError};
 use crate::nvcc::{self, NvccError};
@@ -266,7 +265,7 @@ impl Compiled {
             tensors: g
                 .tensors()
                 .iter()
-                .map(|t| MpkTensor { name: t.name.clone(), spec: tensor_spec(&t.desc), kind: t.kind })
+                .map(|t| MpkTensor { name: t.name.clone(), spec: t.desc.clone(), kind: t.kind })
                 .collect(),
             params: g.params().to_vec(),
             ops: g
