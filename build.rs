@@ -133,7 +133,7 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
 }
 
 /// Generates one translation unit per golden file (its program and every Mirage candidate) and
-/// one per element type of the coverage set (`mirage::programs::coverage_cases`), compiles each
+/// one per element type of the coverage set (`mirage::testing::programs::coverage_cases`), compiles each
 /// for sm_90a into `$OUT_DIR/golden/<unit>.cubin` with the launch plans beside it, and writes
 /// `$OUT_DIR/golden/index.rs` listing them for `include!`.
 fn golden_artifacts() -> Result<(), String> {
@@ -142,12 +142,12 @@ fn golden_artifacts() -> Result<(), String> {
     let dest = out_dir.join("golden");
     std::fs::create_dir_all(&dest).map_err(|e| format!("creating {}: {e}", dest.display()))?;
     let mut units: Vec<(String, Vec<(String, KernelGraph)>)> = Vec::new();
-    for case in mirage::programs::golden_cases() {
+    for case in mirage::testing::programs::golden_cases() {
         units.push((case.name.to_string(), case.named_graphs()?));
     }
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
         let name = format!("coverage_{}", dtype.name());
-        let graphs = mirage::programs::coverage_cases(dtype).map_err(|e| format!("{name}: {e}"))?;
+        let graphs = mirage::testing::programs::coverage_cases(dtype).map_err(|e| format!("{name}: {e}"))?;
         units.push((name.clone(), graphs.into_iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect()));
     }
     let opts = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };

@@ -1,7 +1,8 @@
 //! The main job of this stage of the project: every µGraph Mirage discovered for the benchmark
 //! programs is imported, checked against its program by the CPU reference interpreter on random
-//! inputs, turned into CUDA by mirage's code generator and compiled with nvcc for the H200
-//! (sm_90a). Prints one line per program and the best candidate's µGraph.
+//! inputs (seed printed, `MIRAGE_TEST_SEED` replays it), turned into CUDA by mirage's code
+//! generator and compiled with nvcc for the H200 (sm_90a). Prints one line per program and the
+//! best candidate's µGraph.
 //!
 //! `cargo run --release --example golden`
 
@@ -10,26 +11,9 @@ use std::time::Instant;
 use mirage::codegen::{KernelOptions, generate_unit};
 use mirage::ir::{BlockOp, KernelGraph, KernelOp};
 use mirage::nvcc::{CompileOptions, compile_cubin};
-use mirage::programs::golden_cases;
-use mirage::reference::{HostTensor, max_scaled_error, run};
-
-fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
-    // A small xorshift generator: the example needs no extra dependency.
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    };
-    g.inputs()
-        .iter()
-        .map(|d| {
-            let n = d.shape.iter().product();
-            HostTensor::new(d.shape.clone(), (0..n).map(|_| next()).collect()).expect("shape and data agree")
-        })
-        .collect()
-}
+use mirage::reference::{max_scaled_error, run};
+use mirage::testing::inputs::{golden_input_range, graph_inputs, seed};
+use mirage::testing::programs::golden_cases;
 
 /// A one-line description of a µGraph: its kernels with grid, loop range and block operators.
 fn describe(g: &KernelGraph) -> String {
@@ -60,11 +44,12 @@ fn describe(g: &KernelGraph) -> String {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let arch = std::env::var("MIRAGE_CUDA_ARCH").unwrap_or_else(|_| "sm_90a".to_string());
+    let seed = seed("golden")?;
     println!("{:<28} {:>10} {:>8} {:>8} {:>10}", "program", "candidates", "match", "kernels", "nvcc (s)");
     for (i, case) in golden_cases().into_iter().enumerate() {
         let graphs = case.named_graphs()?;
         let program = &graphs[0].1;
-        let inputs = random_inputs(program, 7 + i as u64);
+        let inputs = graph_inputs(program, seed.wrapping_add(i as u64), |j| golden_input_range(case.name, j));
         let expected = run(program, &inputs)?;
         let mut matching = 0;
         for (_, cand) in &graphs[1..] {

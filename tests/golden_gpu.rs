@@ -1,174 +1,177 @@
 //! GPU golden test: the kernels generated for every golden µGraph (the program itself and every
 //! candidate Mirage found, built by the root build.rs into one cubin per file) run on the GPU and
 //! match the CPU reference interpreter on fresh random inputs; so do the coverage programs
-//! (`mirage::programs::coverage_cases`: every operator, accumulator, imap/omap/forloop combination,
-//! strided inputs, odd tile shapes) in f16, bf16 and f32.
+//! (`mirage::testing::programs::coverage_cases`: every operator, accumulator,
+//! imap/omap/forloop combination, strided inputs, odd tile shapes) in f16, bf16 and f32.
 //!
-//! `#[ignore = "needs a CUDA GPU"]`: run on the GPU machine with `--ignored` (../shared/gpu/).
+//! Every output is checked element by element with `mirage::testing::compare` (tolerance from
+//! the output type's rounding and the reduction length, the relative L2 error as a second
+//! figure); outputs and intermediate buffers are NaN-poisoned before each launch, so an element
+//! no kernel writes fails. Inputs come from `mirage::testing::inputs` at each program's ranges
+//! (the coverage clamp is active on both sides, `exp` and the reductions see realistic
+//! magnitudes); the seed is printed and `MIRAGE_TEST_SEED` replays it. Each test ends with the
+//! worst element error per element type.
+//!
+//! `#[ignore = "needs a CUDA GPU"]`: run on the GPU machine with `--ignored`.
 
-use half::{bf16, f16};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
 use mirage::codegen::plan::LaunchPlan;
 use mirage::ir::{DType, KernelGraph, TensorDesc};
-use mirage::programs::{coverage_cases, golden_cases};
 use mirage::reference::{HostTensor, run};
+use mirage::testing::compare::{Comparison, ErrorModel, compare, reduction_len};
+use mirage::testing::inputs::{coverage_input_range, golden_input_range, random_inputs, seed};
+use mirage::testing::programs::{coverage_cases, golden_cases};
 use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 
-/// Inputs are drawn from [-INPUT_RANGE, INPUT_RANGE]. Mirage's attention program computes
-/// `exp(Q·K)` without subtracting the maximum; with unit-range inputs `Q·K` reaches ~12 and
-/// `exp` overflows f16 (max 65504) in the intermediate buffers of any µGraph, the program's own
-/// included — a property of the program, not of the kernels. A quarter range keeps every golden
-/// program finite in f16 while relative errors stay comparable.
-const INPUT_RANGE: f32 = 0.25;
+/// Coverage programs per element type (`coverage_cases`): every one must have run.
+const COVERAGE_PROGRAMS: usize = 37;
 
-/// A value rounded to an element type, so the reference sees exactly what the GPU sees.
-fn round_to(dtype: DType, v: f32) -> f32 {
-    match dtype {
-        DType::F16 => f16::from_f32(v).to_f32(),
-        DType::Bf16 => bf16::from_f32(v).to_f32(),
-        DType::F32 => v,
-    }
+/// A tensor of `spec`'s shape and type filled with NaN.
+fn poisoned(gpu: &Gpu, spec: &TensorDesc) -> AnyTensor {
+    AnyTensor::upload_f32(gpu.stream(), spec, &vec![f32::NAN; spec.num_elements()])
+        .unwrap_or_else(|e| panic!("allocating: {e}"))
 }
 
-/// Runs a launch plan with the runtime's executor (`mirage_runtime::Program`); outputs and
-/// intermediate buffers are poisoned with NaN first so that an element no kernel writes is caught.
+/// Runs a launch plan with the runtime's executor (`mirage_runtime::Program`) into NaN-poisoned
+/// outputs and intermediate buffers.
 fn run_plan(gpu: &Gpu, program: &'static Program, inputs: &[AnyTensor]) -> Vec<Vec<f32>> {
     let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
-    let stream = gpu.stream();
-    let nan = |spec: &mirage_runtime::TensorDesc| {
-        AnyTensor::upload_f32(stream, spec, &vec![f32::NAN; spec.num_elements()])
-            .unwrap_or_else(|e| panic!("allocating: {e}"))
-    };
-    let mut outputs: Vec<AnyTensor> = plan.outputs.iter().map(nan).collect();
-    let mut buffers: Vec<AnyTensor> = plan.buffers.iter().map(|b| nan(&b.desc)).collect();
+    let mut outputs: Vec<AnyTensor> = plan.outputs.iter().map(|s| poisoned(gpu, s)).collect();
+    let mut buffers: Vec<AnyTensor> = plan.buffers.iter().map(|b| poisoned(gpu, &b.desc)).collect();
     let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-    program.launch(stream, &args, &mut outputs, &mut buffers).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+    program.launch(gpu.stream(), &args, &mut outputs, &mut buffers).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
     gpu.synchronize().unwrap_or_else(|e| panic!("{}: {e}", plan.name));
     outputs.iter().map(|o| o.to_host_f32().unwrap_or_else(|e| panic!("download: {e}"))).collect()
 }
 
-/// ‖got − want‖ / ‖want‖, infinite when anything is NaN.
-fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (&g, &w) in got.iter().zip(want) {
-        if !g.is_finite() {
-            return f64::INFINITY;
-        }
-        num += ((g - w) as f64).powi(2);
-        den += (w as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
+/// The worst comparison seen per output element type, and every failure.
+#[derive(Default)]
+struct Tally {
+    worst: BTreeMap<&'static str, (f64, String)>,
+    failures: Vec<String>,
+    outputs: usize,
 }
 
-/// Runs every plan of a unit against the reference of its graph (`graphs[i]` for `plans[i]`).
+impl Tally {
+    fn record(&mut self, what: String, c: &Comparison) {
+        self.outputs += 1;
+        let ratio = c.worst.as_ref().map_or(0.0, |w| w.ratio());
+        let entry = self.worst.entry(c.model.dtype.name()).or_insert((-1.0, String::new()));
+        if ratio > entry.0 {
+            *entry = (ratio, format!("{what}: {c}"));
+        }
+        if !c.passed() {
+            self.failures.push(format!("{what}: {c}"));
+        }
+    }
+
+    /// Prints the worst element per element type and fails with every mismatch.
+    fn finish(self, test: &str) {
+        println!("{test}: worst element error per element type (error / tolerance, ≤ 1 passes):");
+        for (dtype, (ratio, what)) in &self.worst {
+            println!("  {dtype}: {ratio:.3} — {what}");
+        }
+        assert!(self.failures.is_empty(), "{} outputs mismatch:\n{}", self.failures.len(), self.failures.join("\n"));
+    }
+}
+
+/// Runs every plan of a unit against the reference of its graph (`graphs[i]` for `plans[i]`);
+/// input `j` of graph `i` is drawn from `range(i, j)`. Returns the number of graphs run.
 fn check_unit(
     gpu: &Gpu,
     unit: &str,
-    cubin: &'static [u8],
-    plans_json: &str,
-    graphs: &[KernelGraph],
-    tol: f64,
+    graphs: &[(String, KernelGraph)],
+    range: impl Fn(usize, usize) -> Range<f32>,
     seed: u64,
-) -> (usize, f64) {
+    tally: &mut Tally,
+) -> usize {
+    let (_, cubin, plans_json) = GOLDEN_UNITS.iter().find(|u| u.0 == unit).unwrap_or_else(|| panic!("no unit {unit}"));
     let plans: Vec<LaunchPlan> = serde_json::from_str(plans_json).unwrap_or_else(|e| panic!("{unit}: plans: {e}"));
     assert_eq!(plans.len(), graphs.len(), "{unit}: one plan per graph");
     let unit_name: &'static str = Box::leak(unit.to_string().into_boxed_str());
-    let mut worst = 0.0f64;
-    let mut cache: Option<(Vec<TensorDesc>, Vec<AnyTensor>, Vec<HostTensor>)> = None;
-    for (plan, graph) in plans.into_iter().zip(graphs) {
+    type Prepared = (Vec<TensorDesc>, Vec<Range<f32>>, Vec<AnyTensor>, Vec<HostTensor>);
+    let mut cache: Option<Prepared> = None;
+    let mut ran = 0;
+    for (i, (plan, (graph_name, graph))) in plans.into_iter().zip(graphs).enumerate() {
         let name = plan.name.clone();
+        let output_types: Vec<_> = plan.outputs.iter().map(|s| s.dtype).collect();
         // One program per plan, all sharing the unit's cubin; programs live in statics normally.
         let program: &'static Program =
             Box::leak(Box::new(Program::with_plan(unit_name, cubin, plan).unwrap_or_else(|e| panic!("{name}: {e}"))));
-        // Graphs with the same inputs (a program and its candidates) share inputs and reference.
-        let key: Vec<TensorDesc> = graph.inputs().into_iter().cloned().collect();
-        let fresh = cache.as_ref().is_none_or(|c| c.0 != key);
-        if fresh {
-            let mut rng = StdRng::seed_from_u64(seed);
-            let mut host_inputs = Vec::new();
-            let mut dev_inputs = Vec::new();
-            for d in graph.inputs() {
-                let n: usize = d.shape.iter().product();
-                let values: Vec<f32> =
-                    (0..n).map(|_| round_to(d.dtype, rng.random_range(-INPUT_RANGE..INPUT_RANGE))).collect();
-                dev_inputs
-                    .push(AnyTensor::upload_f32(gpu.stream(), d, &values).unwrap_or_else(|e| panic!("upload: {e}")));
-                host_inputs.push(HostTensor::new(d.shape.clone(), values).expect("shape and data agree"));
-            }
-            cache = Some((key, dev_inputs, host_inputs));
+        // Graphs with the same inputs and ranges (a program and its candidates) share inputs and
+        // the reference.
+        let descs: Vec<TensorDesc> = graph.inputs().into_iter().cloned().collect();
+        let ranges: Vec<Range<f32>> = (0..descs.len()).map(|j| range(i, j)).collect();
+        if cache.as_ref().is_none_or(|c| c.0 != descs || c.1 != ranges) {
+            let specs: Vec<TensorDesc> = descs.clone();
+            let host = random_inputs(&specs, seed, |j| ranges[j].clone());
+            let dev = specs
+                .iter()
+                .zip(&host)
+                .map(|(s, h)| AnyTensor::upload_f32(gpu.stream(), s, &h.data).unwrap_or_else(|e| panic!("upload: {e}")))
+                .collect();
+            cache = Some((descs.clone(), ranges, dev, host));
         }
-        let (_, dev_inputs, host_inputs) = cache.as_ref().expect("inputs prepared");
-        let expected = run(graph, host_inputs).expect("reference runs");
+        let (_, _, dev_inputs, host_inputs) = cache.as_ref().expect("inputs prepared");
+        let expected = run(graph, host_inputs).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
         let got = run_plan(gpu, program, dev_inputs);
         assert_eq!(got.len(), expected.len(), "{name}: output count");
+        let k_len = reduction_len(descs.iter().map(|d| d.shape.as_slice()));
         for (k, (g, w)) in got.iter().zip(&expected).enumerate() {
-            let e = rel_l2(g, &w.data);
-            assert!(e <= tol, "{name} output {k}: relative L2 error {e:.3e} exceeds {tol:.1e}");
-            worst = worst.max(e);
+            let model = ErrorModel::new(output_types[k], k_len);
+            let c = compare(g, &w.data, &w.shape, model).unwrap_or_else(|e| panic!("{name} output {k}: {e}"));
+            tally.record(format!("{unit} {graph_name} output {k}"), &c);
         }
+        ran += 1;
     }
-    (graphs.len(), worst)
+    let worst = tally.worst.values().map(|w| w.0).fold(0.0, f64::max);
+    println!("{unit}: {ran} µGraphs run against the reference (worst element so far {worst:.3} of the tolerance)");
+    ran
 }
 
-fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 1e-2,
-        DType::Bf16 => 3e-2,
-    }
-}
-
-fn dispatch(
-    gpu: &Gpu,
-    unit: &str,
-    cubin: &'static [u8],
-    plans: &str,
-    graphs: &[KernelGraph],
-    dtype: DType,
-    seed: u64,
-) -> usize {
-    let (n, worst) = check_unit(gpu, unit, cubin, plans, graphs, tolerance(dtype), seed);
-    println!("{unit}: {n} µGraphs match the reference ({}), worst relative L2 error {worst:.2e}", dtype.name());
-    n
-}
-
-fn open() -> (Gpu, u64) {
+fn open(test: &str) -> (Gpu, u64) {
     let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
-    let seed: u64 = rand::random();
-    println!("seed {seed}, {}", gpu.info());
+    let seed = seed(test).unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", gpu.info());
     (gpu, seed)
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn golden_kernels_match_the_reference_on_the_gpu() {
-    let (gpu, seed) = open();
+    let (gpu, seed) = open("golden_kernels_match_the_reference_on_the_gpu");
+    let mut tally = Tally::default();
     let mut total = 0;
     for case in golden_cases() {
-        let (_, cubin, plans) =
-            GOLDEN_UNITS.iter().find(|u| u.0 == case.name).unwrap_or_else(|| panic!("no unit for {}", case.name));
-        let graphs: Vec<KernelGraph> =
-            case.named_graphs().unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
-        total += dispatch(&gpu, case.name, cubin, plans, &graphs, case.dtype, seed);
+        let graphs = case.named_graphs().unwrap_or_else(|e| panic!("{e}"));
+        let range = |_: usize, j: usize| golden_input_range(case.name, j);
+        total += check_unit(&gpu, case.name, &graphs, range, seed, &mut tally);
     }
-    println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates) passed on the GPU");
+    println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates), {} outputs compared", tally.outputs);
     assert_eq!(total, 181 + 9);
+    tally.finish("golden");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn coverage_kernels_match_the_reference_on_the_gpu() {
-    let (gpu, seed) = open();
+    let (gpu, seed) = open("coverage_kernels_match_the_reference_on_the_gpu");
+    let mut tally = Tally::default();
     let mut total = 0;
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
-        let unit = format!("coverage_{}", dtype.name());
-        let (_, cubin, plans) = GOLDEN_UNITS.iter().find(|u| u.0 == unit).unwrap_or_else(|| panic!("no unit {unit}"));
-        let graphs: Vec<KernelGraph> =
-            coverage_cases(dtype).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, g)| g).collect();
-        total += dispatch(&gpu, &unit, cubin, plans, &graphs, dtype, seed);
+        let name = format!("coverage_{}", dtype.name());
+        let graphs = coverage_cases(dtype).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(graphs.len(), COVERAGE_PROGRAMS, "{name}: coverage programs");
+        let range = |i: usize, j: usize| coverage_input_range(&graphs[i].0, j);
+        let ran = check_unit(&gpu, &name, &graphs, range, seed, &mut tally);
+        assert_eq!(ran, COVERAGE_PROGRAMS, "{name}: programs run");
+        total += ran;
     }
-    println!("coverage: {total} generated programs passed on the GPU");
+    println!("coverage: {total} generated programs, {} outputs compared", tally.outputs);
+    assert_eq!(total, 3 * COVERAGE_PROGRAMS);
+    tally.finish("coverage");
 }

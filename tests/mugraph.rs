@@ -11,7 +11,10 @@ use mirage::fingerprint::{Verdict, VerifyConfig, verify};
 use mirage::ir::KernelGraph;
 use mirage::lower::{Program as Lowered, lower_source};
 use mirage::prelude::*;
+use mirage::testing::compare::{ErrorModel, compare, reduction_len};
+use mirage::testing::inputs::{random_inputs, seed};
 use mirage::{DType, TensorDesc};
+use std::collections::BTreeMap;
 
 const SOURCE: &str = include_str!("kernels/mod.rs");
 
@@ -133,67 +136,96 @@ fn bad_tensors_are_errors_naming_the_parameter() {
 
 #[test]
 fn without_a_gpu_launching_is_an_error_not_a_panic() {
-    // A launcher needs a `Gpu`; without a driver or device opening one is an `Err`.
+    // A launcher needs a `Gpu`; opening one that is not there is an `Err` naming what is missing.
     match Gpu::new(0) {
-        Ok(gpu) => println!("GPU present ({}): covered by the ignored GPU test", gpu.info()),
-        Err(e) => assert!(!e.to_string().is_empty()),
+        // A GPU here: an ordinal past the last device is the missing one.
+        Ok(gpu) => {
+            let count = mirage::device_count().unwrap_or_else(|e| panic!("{} is open: {e}", gpu.info()));
+            match Gpu::new(count) {
+                Err(RuntimeError::NoDevice { ordinal, count: c }) => assert_eq!((ordinal, c), (count, count)),
+                other => panic!("expected NoDevice for ordinal {count}, found {other:?}"),
+            }
+        }
+        Err(e @ RuntimeError::NoDriver) => {
+            assert!(e.to_string().contains("no CUDA driver library (libcuda) found"), "{e}")
+        }
+        Err(e @ RuntimeError::NoDevice { ordinal: 0, .. }) => assert!(e.to_string().contains("ordinal 0"), "{e}"),
+        Err(e) => panic!("expected NoDriver or NoDevice, found {e:?}"),
     }
 }
 
-/// With a GPU: every launcher on random inputs against the CPU reference of its program.
+/// NaN-filled tensors of the given specs: outputs and buffers an unwritten element shows in.
+fn poisoned(gpu: &Gpu, specs: &[TensorDesc]) -> Vec<AnyTensor> {
+    specs
+        .iter()
+        .map(|s| {
+            AnyTensor::upload_f32(gpu.stream(), s, &vec![f32::NAN; s.num_elements()])
+                .unwrap_or_else(|e| panic!("poisoning: {e}"))
+        })
+        .collect()
+}
+
+/// With a GPU: every launcher on random inputs (uniform in [-1, 1): `op_clamp`'s bounds ±0.5 are
+/// active on both sides) against the CPU reference of its program, element by element
+/// (`mirage::testing::compare`), with outputs and intermediate buffers NaN-poisoned; the
+/// executor's own allocation (`Program::run`, what the typed launchers call) gives the same bits.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn launchers_match_the_reference_on_the_gpu() {
     let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    };
+    let seed = seed("launchers_match_the_reference_on_the_gpu").unwrap_or_else(|e| panic!("{e}"));
+    let mut worst: BTreeMap<&'static str, (f64, String)> = BTreeMap::new();
+    let mut failures = Vec::new();
     for program in programs() {
         let name = program.name();
         let source = lowered(name);
         let plan = program.plan().unwrap_or_else(|e| panic!("{name}: {e}"));
-        let mut host = Vec::new();
-        let mut device = Vec::new();
-        for spec in &plan.inputs {
-            let values: Vec<f32> = (0..spec.num_elements())
-                .map(|_| {
-                    let v = next();
-                    match spec.dtype {
-                        DType::F16 => f16::from_f32(v).to_f32(),
-                        DType::Bf16 => bf16::from_f32(v).to_f32(),
-                        _ => v,
-                    }
-                })
-                .collect();
-            device.push(AnyTensor::upload_f32(gpu.stream(), spec, &values).unwrap_or_else(|e| panic!("{name}: {e}")));
-            host.push(mirage::reference::HostTensor::new(spec.shape.clone(), values).expect("shape and data agree"));
-        }
+        let host = random_inputs(&plan.inputs, seed, |_| -1.0..1.0);
+        let device: Vec<AnyTensor> = plan
+            .inputs
+            .iter()
+            .zip(&host)
+            .map(|(s, h)| AnyTensor::upload_f32(gpu.stream(), s, &h.data).unwrap_or_else(|e| panic!("{name}: {e}")))
+            .collect();
         let args: Vec<TensorArg<'_>> = device.iter().map(AnyTensor::as_arg).collect();
-        let got = program.run(gpu.stream(), &args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut outputs = poisoned(&gpu, &plan.outputs);
+        let buffer_specs: Vec<TensorDesc> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
+        let mut buffers = poisoned(&gpu, &buffer_specs);
+        program.launch(gpu.stream(), &args, &mut outputs, &mut buffers).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let unpoisoned = program.run(gpu.stream(), &args).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = mirage::reference::run(&source.graph, &host).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(got.len(), want.len(), "{name}");
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(outputs.len(), want.len(), "{name}");
+        let k_len = reduction_len(plan.inputs.iter().map(|s| s.shape.as_slice()));
+        for (k, ((g, again), w)) in outputs.iter().zip(&unpoisoned).zip(&want).enumerate() {
             let g = g.to_host_f32().unwrap_or_else(|e| panic!("{name}: {e}"));
-            let (mut num, mut den) = (0.0f64, 0.0f64);
-            for (&a, &b) in g.iter().zip(&w.data) {
-                num += f64::from(a - b).powi(2);
-                den += f64::from(b).powi(2);
+            let again = again.to_host_f32().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let model = ErrorModel::new(plan.outputs[k].dtype, k_len);
+            let c = compare(&g, &w.data, &w.shape, model).unwrap_or_else(|e| panic!("{name} output {k}: {e}"));
+            let ratio = c.worst.as_ref().map_or(0.0, |e| e.ratio());
+            let entry = worst.entry(model.dtype.name()).or_insert((-1.0, String::new()));
+            if ratio > entry.0 {
+                *entry = (ratio, format!("{name} output {k}: {c}"));
             }
-            let rel = (num / den.max(1e-30)).sqrt();
-            let tol = if plan.outputs[k].dtype == DType::Bf16 { 3e-2 } else { 1e-2 };
-            assert!(rel <= tol, "{name} output {k}: relative L2 error {rel:.3e} exceeds {tol:.0e}");
+            if let Err(e) = c.check(&format!("{name} output {k}")) {
+                failures.push(e);
+            }
+            let same = g.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same {
+                failures.push(format!("{name} output {k}: Program::run gives other bits than the poisoned launch"));
+            }
         }
     }
+    println!("worst element error per element type (error / tolerance, ≤ 1 passes):");
+    for (dtype, (ratio, what)) in &worst {
+        println!("  {dtype}: {ratio:.3} — {what}");
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
     // The typed launchers too.
     let x = gpu.upload(&vec![f16::from_f32(0.5); 16 * 64], &[16, 64]).expect("upload");
     let w = gpu.upload(&vec![f16::from_f32(0.25); 64 * 32], &[64, 32]).expect("upload");
     let y = kernels::op_matmul(&gpu, &x, &w).expect("launch");
     let y = gpu.download(&y).expect("download");
-    assert!(y.iter().all(|v| (v.to_f32() - 8.0).abs() < 1e-2), "{:?}", &y[..4]);
+    assert!(y.iter().all(|v| v.to_f32() == 8.0), "{:?}", &y[..4]);
     // Bad shapes are errors naming the parameter, before any launch.
     let e = kernels::op_matmul(&gpu, &w, &w).expect_err("bad shape");
     assert!(e.to_string().contains("parameter `x`: expected shape [16, 64], found shape [64, 32]"), "{e}");

@@ -5,12 +5,16 @@
 //!
 //! All are `#[ignore = "needs a CUDA GPU"]`: run them on the GPU machine with `--ignored`.
 //! They fail loudly when a GPU is present and something is wrong (or when none is present but
-//! they are run anyway). Inputs are fresh random data; each test prints its seed.
+//! they are run anyway). Inputs are fresh random data; each test prints its seed, and
+//! `MIRAGE_TEST_SEED` replays it. Computed results are compared with `mirage::testing::compare`;
+//! data that is only moved must come back bit for bit.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use half::{bf16, f16};
+use mirage::testing::compare::{ErrorModel, compare};
+use mirage::testing::inputs::seed;
 use mirage_runtime::{
     DeviceTensor, Element, Gpu, Kernel, LaunchConfig, Layout, Module, RuntimeError, Stream, time_median,
 };
@@ -36,10 +40,9 @@ fn open_gpu() -> (MutexGuard<'static, ()>, Gpu) {
     (guard, gpu)
 }
 
+/// The test's generator: seeded by `MIRAGE_TEST_SEED` when set, else fresh (printed either way).
 fn rng(test: &str) -> StdRng {
-    let seed: u64 = rand::random();
-    println!("{test}: seed {seed}");
-    StdRng::seed_from_u64(seed)
+    StdRng::seed_from_u64(seed(test).unwrap_or_else(|e| panic!("{e}")))
 }
 
 trait OrFail<T> {
@@ -56,8 +59,6 @@ impl<T> OrFail<T> for Result<T, RuntimeError> {
 trait TestElement: Element + PartialEq {
     fn from_f32(v: f32) -> Self;
     fn to_f32(self) -> f32;
-    /// Tolerance of one rounding to this type, relative.
-    const EPS: f32;
 }
 
 impl TestElement for f32 {
@@ -67,7 +68,6 @@ impl TestElement for f32 {
     fn to_f32(self) -> f32 {
         self
     }
-    const EPS: f32 = 1e-6;
 }
 
 impl TestElement for f16 {
@@ -77,7 +77,6 @@ impl TestElement for f16 {
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
-    const EPS: f32 = 1e-3;
 }
 
 impl TestElement for bf16 {
@@ -87,7 +86,6 @@ impl TestElement for bf16 {
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
-    const EPS: f32 = 8e-3;
 }
 
 fn random_vec<T: TestElement>(rng: &mut StdRng, n: usize) -> Vec<T> {
@@ -164,8 +162,8 @@ fn check_axpy<T: TestElement>(kernel: &Kernel<'static>, inputs_on: &Stream, stre
     let y_host = random_vec::<T>(rng, n);
     let x = inputs_on.upload(&x_host, &[n]).or_fail("upload x");
     let y = inputs_on.upload(&y_host, &[n]).or_fail("upload y");
-    // The output starts as random data, so an element the kernel misses is caught.
-    let mut out = stream.upload(&random_vec::<T>(rng, n), &[n]).or_fail("upload out");
+    // The output starts as NaN, so an element the kernel misses is caught.
+    let mut out = stream.upload(&vec![T::from_f32(f32::NAN); n], &[n]).or_fail("upload out");
     let n_u32 = u32::try_from(n).or_fail_msg("n fits in u32");
     let cfg = LaunchConfig::new((n_u32.div_ceil(256), 1, 1), (256, 1, 1), 0);
     {
@@ -176,22 +174,11 @@ fn check_axpy<T: TestElement>(kernel: &Kernel<'static>, inputs_on: &Stream, stre
         unsafe { args.launch(cfg) }.or_fail("launching axpy");
     }
     stream.synchronize().or_fail("synchronizing after axpy");
-    let got = stream.download(&out).or_fail("download out");
-    let mut worst = 0.0f32;
-    for i in 0..n {
-        let expected = a.mul_add(x_host[i].to_f32(), y_host[i].to_f32());
-        let err = (got[i].to_f32() - expected).abs() / (expected.abs() + 1.0);
-        worst = worst.max(err);
-        assert!(
-            err <= 2.0 * T::EPS,
-            "{} axpy element {i}: expected {expected}, found {} (a={a}, x={}, y={})",
-            T::DTYPE,
-            got[i].to_f32(),
-            x_host[i].to_f32(),
-            y_host[i].to_f32()
-        );
-    }
-    println!("axpy {} on n={n}: worst relative error {worst:e}", T::DTYPE);
+    let got: Vec<f32> = stream.download(&out).or_fail("download out").into_iter().map(TestElement::to_f32).collect();
+    let want: Vec<f32> = x_host.iter().zip(&y_host).map(|(x, y)| a.mul_add(x.to_f32(), y.to_f32())).collect();
+    let c = compare(&got, &want, &[n], ErrorModel::new(T::DTYPE, 1)).or_fail_msg("comparing");
+    println!("axpy {} on n={n} (a={a}): {c}", T::DTYPE);
+    assert!(c.passed(), "{} axpy: {c}", T::DTYPE);
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn cases(groups: &[String]) -> Result<Vec<Case>, String> {
     let cache = Cache::at_workspace(&root);
     let cfg = SearchConfig { offline: Some(true), ..SearchConfig::default() };
     let benchmarks =
-        if want("bench") { mirage::search::benchmarks::benchmark_set().map_err(|e| e.to_string())? } else { vec![] };
+        if want("bench") { mirage::testing::benchmarks::benchmark_set().map_err(|e| e.to_string())? } else { vec![] };
     for b in benchmarks {
         eprintln!("benchmark {}: reading the chosen µGraph from {}", b.name, cache.dir().display());
         let chosen = superoptimize(&b.program, &cfg, Some(&cache)).map_err(|e| format!("{}: {e}", b.name))?;
@@ -91,7 +91,7 @@ fn cases(groups: &[String]) -> Result<Vec<Case>, String> {
             program: b.program,
         });
     }
-    for case in mirage::programs::golden_cases().into_iter().filter(|_| want("golden")) {
+    for case in mirage::testing::programs::golden_cases().into_iter().filter(|_| want("golden")) {
         let graphs: Vec<(String, KernelGraph)> =
             case.named_graphs()?.into_iter().map(|(n, g)| (format!("golden_{n}"), g)).collect();
         let program = graphs[0].1.clone();
@@ -99,7 +99,7 @@ fn cases(groups: &[String]) -> Result<Vec<Case>, String> {
     }
     if want("coverage") {
         for dtype in [DType::F16, DType::Bf16, DType::F32] {
-            for (name, g) in mirage::programs::coverage_cases(dtype).map_err(|e| e.to_string())? {
+            for (name, g) in mirage::testing::programs::coverage_cases(dtype).map_err(|e| e.to_string())? {
                 let name = format!("coverage_{}_{name}", dtype.name());
                 out.push(Case { name: name.clone(), group: "coverage", program: g.clone(), modules: vec![(name, g)] });
             }

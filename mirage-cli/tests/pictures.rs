@@ -8,7 +8,7 @@ use assert_cmd::Command;
 use mirage::cache::Cache;
 use mirage::dot::{render_svg, to_dot};
 use mirage::search::SearchConfig;
-use mirage::search::benchmarks::benchmark_set;
+use mirage::testing::benchmarks::benchmark_set;
 use predicates::str::contains;
 
 fn workspace() -> &'static Path {

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use mirage::cost::estimate;
 use mirage::ir::DType;
-use mirage::search::benchmarks::benchmark_set;
 use mirage::search::{NoPruning, SearchConfig, candidates, superoptimize, superoptimize_with};
+use mirage::testing::benchmarks::benchmark_set;
 
 fn table(filter: &str) {
     let cfg = SearchConfig::default();
@@ -53,7 +53,7 @@ fn table(filter: &str) {
 }
 
 fn ablation() {
-    let program = mirage::programs::rmsnorm_linear(2, 4096, 6144, DType::F16).expect("program");
+    let program = mirage::testing::programs::rmsnorm_linear(2, 4096, 6144, DType::F16).expect("program");
     println!("\nablation, rmsnorm_linear_bs1, one kernel:");
     for ops in [4, 5, 6] {
         let cfg = SearchConfig {

@@ -11,7 +11,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mirage::absexpr::{OracleConfig, SubexprOracle, build};
 use mirage::eval::evaluate;
 use mirage::fingerprint::{FieldDomain, FingerprintContext, VerifyConfig};
-use mirage::programs::golden_cases;
+use mirage::testing::programs::golden_cases;
 
 fn fingerprints(c: &mut Criterion) {
     let mut group = c.benchmark_group("fingerprint");

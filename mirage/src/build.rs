@@ -603,12 +603,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Needs nvcc (CI installs it): the whole pipeline into a temporary directory.
+    /// Needs nvcc (CI installs it; a missing nvcc fails the test): the whole pipeline into a
+    /// temporary directory.
     #[test]
     fn builds_artifacts_and_rewrites_only_changes() {
-        if nvcc::find_nvcc().is_err() {
-            eprintln!("skipped: no nvcc");
-            return;
+        if let Err(e) = nvcc::find_nvcc() {
+            panic!("this test needs nvcc 13.0 (`bash scripts/setup.sh` installs it): {e}");
         }
         let dir = temp_dir("artifacts");
         let file = dir.join("kernels.rs");
@@ -691,6 +691,16 @@ mod tests {
     #[test]
     fn missing_out_dir_is_an_error() {
         if std::env::var_os("OUT_DIR").is_some() {
+            // Checked in a child process without OUT_DIR, so no test here runs with a changed
+            // environment.
+            let exe = std::env::current_exe().expect("test binary");
+            let out = std::process::Command::new(exe)
+                .args(["--exact", "build::tests::missing_out_dir_is_an_error"])
+                .env_remove("OUT_DIR")
+                .output()
+                .expect("run the child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}");
             return;
         }
         let e = Builder::new().cargo_directives(false).compile().expect_err("no OUT_DIR");

@@ -58,10 +58,13 @@ pub mod mpk;
 #[cfg(feature = "build")]
 pub mod nvcc;
 #[cfg(feature = "build")]
-pub mod programs;
-#[cfg(feature = "build")]
 pub mod reference;
 #[cfg(feature = "build")]
 pub mod search;
 #[cfg(feature = "build")]
 pub mod triton;
+// Test data and test tools (benchmark programs, golden cases, coverage programs, the GPU
+// comparison, random inputs): for mirage's own tests, examples and benchmarks, not a user API.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;

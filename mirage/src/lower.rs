@@ -16,8 +16,18 @@
 //!     }
 //! "#;
 //! let programs = mirage::lower::lower_source(src).unwrap();
-//! let expected = mirage::programs::gated_mlp(8, 64, 32, mirage::ir::DType::F16).unwrap();
-//! assert_eq!(programs[0].graph.canonical_hash(), expected.canonical_hash());
+//! // The same program through the IR builders.
+//! use mirage::ir::{DType, KernelGraph};
+//! let mut g = KernelGraph::new();
+//! let x = g.input(&[8, 64], DType::F16).unwrap();
+//! let w1 = g.input(&[64, 32], DType::F16).unwrap();
+//! let w2 = g.input(&[64, 32], DType::F16).unwrap();
+//! let a = g.matmul(x, w1).unwrap();
+//! let a = g.silu(a).unwrap();
+//! let b = g.matmul(x, w2).unwrap();
+//! let o = g.mul(a, b).unwrap();
+//! g.output(o, None).unwrap();
+//! assert_eq!(programs[0].graph.canonical_hash(), g.canonical_hash());
 //! ```
 
 use std::path::Path;

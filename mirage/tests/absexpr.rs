@@ -6,18 +6,21 @@
 use std::time::Instant;
 
 use mirage::absexpr::*;
-use mirage::programs::golden_cases;
+use mirage::testing::programs::golden_cases;
 
 #[test]
 fn every_prefix_of_every_golden_mugraph_is_kept() {
     let start = Instant::now();
-    let (mut total, mut queried) = (0, 0);
+    let (mut total, mut queried, mut candidates) = (0u64, 0, 0);
     for case in golden_cases() {
         let program = (case.program)().expect("program");
         let oracle = SubexprOracle::new(&program, OracleConfig::default()).expect("exprs");
         let t = Instant::now();
+        let mut checks = 0u64;
         for (j, cand) in case.candidates().expect("imports").iter().enumerate() {
+            candidates += 1;
             let exprs = graph_exprs(cand).expect("exprs");
+            let before = checks;
             for (loc, e) in exprs.produced(cand) {
                 let a = oracle.check(&e);
                 assert!(
@@ -27,9 +30,14 @@ fn every_prefix_of_every_golden_mugraph_is_kept() {
                     oracle.targets()[0]
                 );
                 total += 1;
+                checks += 1;
             }
+            assert!(checks > before, "{} candidate {j}: no prefix was checked", case.name);
         }
         let s = oracle.stats();
+        // Every query is accounted for, and none was pruned.
+        assert_eq!(s.memo_hits + s.syntactic + s.proved + s.pruned, checks, "{}: {s:?}", case.name);
+        assert_eq!(s.pruned, 0, "{}: {s:?}", case.name);
         queried += s.proved;
         println!(
             "{}: {:?} in {:.2?}; {} z3 proofs, {:.2?} per proof",
@@ -41,6 +49,9 @@ fn every_prefix_of_every_golden_mugraph_is_kept() {
         );
     }
     println!("{total} prefixes kept ({queried} by z3 proofs) in {:.1?}", start.elapsed());
+    assert_eq!(candidates, 181, "every golden candidate was checked");
+    // Some prefixes are not literal subterms of the program: z3 had to prove them.
+    assert!(queried > 0, "no prefix needed a z3 proof: the oracle was not exercised");
 }
 
 /// Expressions that cannot lead to the program of `case`, by golden file.

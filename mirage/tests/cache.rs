@@ -10,7 +10,7 @@ use mirage::ir::{DType, KernelGraph};
 use mirage::search::{SearchConfig, SearchError, superoptimize};
 
 fn program() -> KernelGraph {
-    mirage::programs::rmsnorm_linear(2, 512, 1024, DType::F16).expect("program")
+    mirage::testing::programs::rmsnorm_linear(2, 512, 1024, DType::F16).expect("program")
 }
 
 fn cfg() -> SearchConfig {
@@ -87,7 +87,7 @@ fn a_cached_graph_that_does_not_compute_the_program_is_never_trusted() {
     let p = program();
     let k = key(&p, &cfg());
     // A well-formed entry holding the µGraph of another program with the same signature.
-    let other = mirage::programs::rmsnorm_linear(2, 512, 1024, DType::F16).expect("program");
+    let other = mirage::testing::programs::rmsnorm_linear(2, 512, 1024, DType::F16).expect("program");
     let mut g = KernelGraph::new();
     let x = g.input(&[2, 512], DType::F16).expect("x");
     let w = g.input(&[512, 1024], DType::F16).expect("w");

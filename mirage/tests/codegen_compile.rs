@@ -4,7 +4,7 @@
 
 use mirage::codegen::{KernelOptions, generate_unit};
 use mirage::nvcc::{CompileOptions, compile_cubin};
-use mirage::programs::golden_cases;
+use mirage::testing::programs::golden_cases;
 
 /// One translation unit per golden file: the program and every candidate.
 fn golden_units() -> Vec<(String, String, usize)> {
@@ -40,7 +40,7 @@ fn golden_kernels_compile_for_sm90a_and_sm80() {
 fn coverage_kernels_compile_for_sm90a_and_sm80() {
     use mirage::ir::DType;
     for dtype in [DType::F16, DType::Bf16, DType::F32] {
-        let graphs = mirage::programs::coverage_cases(dtype).expect("coverage graphs build");
+        let graphs = mirage::testing::programs::coverage_cases(dtype).expect("coverage graphs build");
         let name = format!("coverage_{}", dtype.name());
         let refs: Vec<(String, &mirage::ir::KernelGraph)> =
             graphs.iter().map(|(n, g)| (format!("{name}_{n}"), g)).collect();

@@ -8,7 +8,7 @@
 //! that alters generated code on purpose re-records the file and commits it with the change:
 //!
 //! ```sh
-//! MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features build --test codegen_hash
+//! MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features testing --test codegen_hash
 //! ```
 //!
 //! `MIRAGE_CODEGEN_DUMP=<dir>` also writes every hashed text to `<dir>/<name>.txt`, so two
@@ -22,8 +22,8 @@ use mirage::cache::CacheEntry;
 use mirage::codegen::{KernelOptions, generate};
 use mirage::cost::{Arch, estimate};
 use mirage::ir::{DType, KernelGraph};
-use mirage::programs::{coverage_cases, golden_cases};
-use mirage::search::benchmarks::benchmark_set;
+use mirage::testing::benchmarks::benchmark_set;
+use mirage::testing::programs::{coverage_cases, golden_cases};
 use sha2::{Digest, Sha256};
 
 /// The committed record.
@@ -128,7 +128,7 @@ fn render(lines: &[(String, String)]) -> String {
     let mut out = String::from(
         "# SHA-256 of the generated CUDA, launch plans and cost estimates of every golden, coverage,\n\
          # benchmark and cached µGraph (mirage/tests/codegen_hash.rs). Re-record deliberately with\n\
-         # MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features build --test codegen_hash\n",
+         # MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features testing --test codegen_hash\n",
     );
     for (name, hash) in lines {
         writeln!(out, "{hash}  {name}").ok();

@@ -4,7 +4,7 @@
 
 use mirage::codegen::{KernelOptions, generate};
 use mirage::ir::DType;
-use mirage::programs::coverage_cases;
+use mirage::testing::programs::coverage_cases;
 
 fn kernels(case: &str, dtype: DType) -> String {
     let (name, graph) = coverage_cases(dtype)

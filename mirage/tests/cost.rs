@@ -5,7 +5,7 @@
 
 use mirage::cost::{Arch, estimate, estimate_block, lower_bound_us};
 use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, KernelOp, TensorDesc};
-use mirage::programs::golden_cases;
+use mirage::testing::programs::golden_cases;
 
 fn blocks(g: &KernelGraph) -> Vec<&BlockGraph> {
     g.nodes()

@@ -8,25 +8,16 @@ use mirage::ir::{
     AccKind, BinaryOp, BlockGraph, BlockOp, DType, Domain, KernelGraph, KernelOp, Scalar, TensorDesc, TensorRef,
     UnaryOp,
 };
-use mirage::programs;
 use mirage::reference::{HostTensor, max_scaled_error, run};
+use mirage::testing::inputs::graph_inputs;
+use mirage::testing::programs;
 use proptest::prelude::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 const F32: DType = DType::F32;
 const F16: DType = DType::F16;
 
 fn random_inputs(g: &KernelGraph, seed: u64, lo: f32, hi: f32) -> Vec<HostTensor> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    g.inputs()
-        .iter()
-        .map(|d| {
-            let n = d.shape.iter().product();
-            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(lo..hi)).collect())
-                .expect("shape and data agree")
-        })
-        .collect()
+    graph_inputs(g, seed, |_| lo..hi)
 }
 
 /// Largest scaled error of `candidate` against `reference` (≤ 1: within f32 tolerance).
@@ -406,6 +397,7 @@ fn benchmark_programs_match_after_lowering() {
 
 #[test]
 fn benchmark_programs_lower_at_full_size() {
+    let mut big_matmuls = Vec::new();
     for case in programs::golden_cases() {
         let g = (case.program)().expect("program");
         let lowered = lower_to_blocks(&g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -425,10 +417,14 @@ fn benchmark_programs_lower_at_full_size() {
                         out.shape,
                         block.num_blocks()
                     );
+                    big_matmuls.push(format!("{} {:?}", case.name, out.shape));
                 }
             }
         }
     }
+    // The rule above applied where it should: rmsnorm_bs8's [16, 6144] output and attention's
+    // [2, 256, 4096] logits (the others write fewer than 132·64·8 elements per matmul).
+    assert_eq!(big_matmuls, ["rmsnorm_bs8 [16, 6144]", "gqa_bs1 [2, 256, 4096]"], "matmuls checked for grid size");
 }
 
 #[test]

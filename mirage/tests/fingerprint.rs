@@ -10,8 +10,8 @@ use mirage::fingerprint::*;
 use mirage::ir::{
     AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, Law, TensorRef, UnaryOp,
 };
-use mirage::programs::golden_cases;
 use mirage::reference::{HostTensor, max_scaled_error, run};
+use mirage::testing::programs::golden_cases;
 
 fn values(key: u64, n: usize) -> Vec<Fp> {
     FieldDomain::random_inputs(key, &[vec![n]]).remove(0).data

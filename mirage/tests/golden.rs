@@ -4,21 +4,12 @@
 #![cfg(feature = "build")]
 
 use mirage::ir::{AccKind, BlockGraph, BlockOp, KernelGraph, KernelOp};
-use mirage::programs::{GoldenCase, golden_cases};
 use mirage::reference::{HostTensor, max_scaled_error, run};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use mirage::testing::inputs::graph_inputs;
+use mirage::testing::programs::{GoldenCase, golden_cases};
 
 fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    g.inputs()
-        .iter()
-        .map(|d| {
-            let n = d.shape.iter().product();
-            HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect())
-                .expect("shape and data agree")
-        })
-        .collect()
+    graph_inputs(g, seed, |_| -1.0..1.0)
 }
 
 /// Largest scaled error of `candidate` against `reference` (≤ 1: within f32 tolerance).
@@ -96,8 +87,12 @@ fn rebuild_with(g: &KernelGraph, target: (usize, usize), op: BlockOp) -> Option<
     Some(out)
 }
 
+/// A block operator with its position `(kernel node, block node)`, the rank of its input (for
+/// input iterators, else 0), its block graph's grid and for-loop range.
+type BlockOpAt = ((usize, usize), BlockOp, usize, [usize; 3], usize);
+
 /// Every block operator of `g` with its position.
-fn block_ops(g: &KernelGraph) -> Vec<((usize, usize), BlockOp, usize, [usize; 3], usize)> {
+fn block_ops(g: &KernelGraph) -> Vec<BlockOpAt> {
     let mut out = Vec::new();
     for (ni, node) in g.nodes().iter().enumerate() {
         if let KernelOp::Custom { block } = &node.op {

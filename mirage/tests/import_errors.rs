@@ -4,7 +4,7 @@
 
 use mirage::import::{ImportError, ImportOptions, import_mirage_json, import_mirage_json_with};
 use mirage::ir::{AccKind, BlockOp, DType, KernelGraph, KernelOp};
-use mirage::programs::golden_cases;
+use mirage::testing::programs::golden_cases;
 use serde_json::{Value, json};
 
 fn golden(name: &str) -> &'static str {

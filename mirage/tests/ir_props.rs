@@ -296,14 +296,7 @@ fn reorder(rng: &mut StdRng, g: &KernelGraph) -> KernelGraph {
 }
 
 fn random_inputs(g: &KernelGraph, seed: u64) -> Vec<HostTensor> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    g.inputs()
-        .iter()
-        .map(|d| {
-            let n = d.shape.iter().product();
-            ok(HostTensor::new(d.shape.clone(), (0..n).map(|_| rng.random_range(0.5f32..1.5)).collect()))
-        })
-        .collect()
+    mirage::testing::inputs::graph_inputs(g, seed, |_| 0.5..1.5)
 }
 
 fn same_bits(a: &[HostTensor], b: &[HostTensor]) -> bool {

@@ -1,13 +1,13 @@
 //! `mirage::lower`: every DSL construct lowers to the graph built by hand with the IR builders,
 //! lowered programs compute the expected numbers in the reference interpreter, the benchmark
-//! programs written in the DSL match `mirage::programs`, errors carry positions, and no input
+//! programs written in the DSL match `mirage::testing::programs`, errors carry positions, and no input
 //! makes the parser panic.
 #![cfg(feature = "build")]
 
 use mirage::ir::{BinaryOp, DType, Dsl, IrError, KernelGraph, KernelOp, TensorDesc, UnaryOp};
 use mirage::lower::{LowerError, Program, lower, lower_source};
-use mirage::programs;
 use mirage::reference::{HostTensor, run};
+use mirage::testing::programs;
 use proptest::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

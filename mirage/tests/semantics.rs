@@ -8,8 +8,8 @@ use mirage::ir::{
     AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, Scalar, TensorDesc, TensorRef, UnaryOp,
 };
 use mirage::reference::{HostTensor, run};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 const F32: DType = DType::F32;
 
@@ -32,8 +32,7 @@ fn iota(shape: &[usize]) -> HostTensor {
 }
 
 fn random(shape: &[usize], rng: &mut StdRng, lo: f32, hi: f32) -> HostTensor {
-    let n: usize = shape.iter().product();
-    host(shape, &(0..n).map(|_| rng.random_range(lo..hi)).collect::<Vec<_>>())
+    mirage::testing::inputs::random_tensor(rng, shape, lo..hi)
 }
 
 /// Asserts `got` has `shape` and is within `tol` (relative to max(1, |want|)) of `want`.

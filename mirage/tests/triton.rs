@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use mirage::cache::Cache;
 use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, TensorDesc};
-use mirage::programs::{coverage_cases, golden_cases};
 use mirage::search::SearchConfig;
-use mirage::search::benchmarks::benchmark_set;
+use mirage::testing::benchmarks::benchmark_set;
+use mirage::testing::programs::{coverage_cases, golden_cases};
 use mirage::triton::{TritonError, generate};
 
 fn coverage(case: &str, dtype: DType) -> KernelGraph {
@@ -24,7 +24,7 @@ fn coverage(case: &str, dtype: DType) -> KernelGraph {
 
 #[test]
 fn snapshot_gated_mlp_small_f16() {
-    let g = mirage::programs::gated_mlp(8, 64, 32, DType::F16).expect("builds");
+    let g = mirage::testing::programs::gated_mlp(8, 64, 32, DType::F16).expect("builds");
     let names = ["x".to_string(), "w1".into(), "w2".into()];
     insta::assert_snapshot!(generate(&g, "gated_mlp", Some(&names)).expect("generates"));
 }
@@ -114,7 +114,7 @@ fn every_generated_module_compiles_in_python() {
 
 #[test]
 fn launcher_names_and_checks_its_parameters() {
-    let g = mirage::programs::gated_mlp(8, 64, 32, DType::F16).expect("builds");
+    let g = mirage::testing::programs::gated_mlp(8, 64, 32, DType::F16).expect("builds");
     // Python keywords and the module's own names are renamed; duplicates get distinct names.
     let names = ["lambda".to_string(), "torch".into(), "lambda".into()];
     let src = generate(&g, "mlp", Some(&names)).expect("generates");

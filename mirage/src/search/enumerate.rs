@@ -329,7 +329,7 @@ impl Run<'_> {
         if self.timed_out.load(Ordering::Relaxed) {
             return true;
         }
-        if Instant::now() >= self.deadline {
+        if Instant::now() >= self.deadline || self.states.load(Ordering::Relaxed) >= self.cfg.max_states {
             self.timed_out.store(true, Ordering::Relaxed);
             return true;
         }

@@ -18,13 +18,19 @@
 //! ```no_run
 //! use mirage::search::{superoptimize, SearchConfig};
 //! use mirage::cache::Cache;
-//! let program = mirage::programs::rmsnorm_linear(2, 4096, 6144, mirage::ir::DType::F16)?;
+//! use mirage::ir::{DType, KernelGraph};
+//! // rms_norm(X) @ W with X [2, 4096], W [4096, 6144].
+//! let mut program = KernelGraph::new();
+//! let x = program.input(&[2, 4096], DType::F16)?;
+//! let w = program.input(&[4096, 6144], DType::F16)?;
+//! let y = program.rms_norm(x, 0.0, None)?;
+//! let o = program.matmul(y, w)?;
+//! program.output(o, None)?;
 //! let result = superoptimize(&program, &SearchConfig::default(), Some(&Cache::at_workspace(".")))?;
 //! println!("{result}");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod benchmarks;
 mod enumerate;
 pub mod expr;
 
@@ -80,6 +86,9 @@ pub struct SearchConfig {
     pub reread_inputs: bool,
     /// Wall-clock budget of the enumeration; the best candidates found by then are used.
     pub budget: Duration,
+    /// State budget of the enumeration (prefixes visited, [`SearchStats::states`]): like
+    /// `budget`, but independent of the machine's speed and load.
+    pub max_states: u64,
     /// Prune with abstract expressions ([`StructuralPruner`]); off only for ablations.
     pub pruning: bool,
     /// Fingerprint verification settings.
@@ -113,6 +122,7 @@ impl Default for SearchConfig {
             split_intermediates_only: true,
             reread_inputs: false,
             budget: Duration::from_secs(60),
+            max_states: u64::MAX,
             pruning: true,
             verify: VerifyConfig::default(),
             verify_top: 1,
@@ -201,7 +211,7 @@ pub struct SearchStats {
     pub verified: usize,
     /// Candidates rejected by fingerprints or the float check.
     pub rejected: usize,
-    /// The budget ran out before the enumeration finished.
+    /// The budget (time or states) ran out before the enumeration finished.
     pub timed_out: bool,
     /// Time spent enumerating and costing.
     pub search_time: Duration,

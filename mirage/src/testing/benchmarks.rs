@@ -1,8 +1,8 @@
 //! The benchmark set of DESIGN §14 at the shapes of `bench/torch_baselines.py`, with the golden
 //! Mirage µGraphs where the reference data has them.
 
+use super::programs::{self, GoldenCase, golden_cases};
 use crate::ir::{DType, IrError, KernelGraph};
-use crate::programs::{self, GoldenCase, golden_cases};
 
 /// `attention(rms_norm(Q), K, rms_norm(V))` (no epsilon, no weight; the norms over the head
 /// dim) with `Q[h, q, d]`, `K[h, d, s]`, `V[h, s, d]`, softmax written as exp / sum.

@@ -145,55 +145,55 @@ pub fn golden_cases() -> Vec<GoldenCase> {
     vec![
         GoldenCase {
             name: "gated_mlp",
-            json: include_str!("../goldens/gated_mlp.json"),
+            json: include_str!("../../goldens/gated_mlp.json"),
             dtype: F16,
             program: || gated_mlp(8, 4096, 4096, F16),
         },
         GoldenCase {
             name: "rmsnorm_bs1",
-            json: include_str!("../goldens/rmsnorm_bs1.json"),
+            json: include_str!("../../goldens/rmsnorm_bs1.json"),
             dtype: F16,
             program: || rmsnorm_linear(2, 4096, 6144, F16),
         },
         GoldenCase {
             name: "rmsnorm_bs8",
-            json: include_str!("../goldens/rmsnorm_bs8.json"),
+            json: include_str!("../../goldens/rmsnorm_bs8.json"),
             dtype: F16,
             program: || rmsnorm_linear(16, 4096, 6144, F16),
         },
         GoldenCase {
             name: "lora",
-            json: include_str!("../goldens/lora.json"),
+            json: include_str!("../../goldens/lora.json"),
             dtype: F16,
             program: || lora(16, 256, 4096, 16, F16),
         },
         GoldenCase {
             name: "gqa_bs1",
-            json: include_str!("../goldens/gqa_bs1.json"),
+            json: include_str!("../../goldens/gqa_bs1.json"),
             dtype: F16,
             program: || gqa(2, 256, 4096, 64, F16),
         },
         GoldenCase {
             name: "ntrans_bs1",
-            json: include_str!("../goldens/ntrans_bs1.json"),
+            json: include_str!("../../goldens/ntrans_bs1.json"),
             dtype: F16,
             program: || ntrans(8, 4096, F16),
         },
         GoldenCase {
             name: "qwen2.5_659704256b064506",
-            json: include_str!("../goldens/qwen2.5_659704256b064506.json"),
+            json: include_str!("../../goldens/qwen2.5_659704256b064506.json"),
             dtype: BF16,
             program: || qwen_rmsnorm_gain_linear(3584, 4608, BF16),
         },
         GoldenCase {
             name: "qwen2.5_64644b2e7bbffb94",
-            json: include_str!("../goldens/qwen2.5_64644b2e7bbffb94.json"),
+            json: include_str!("../../goldens/qwen2.5_64644b2e7bbffb94.json"),
             dtype: BF16,
             program: || qwen_silu_gate_linear(18944, 3584, BF16),
         },
         GoldenCase {
             name: "qwen2.5_6508b4ab6af4f866",
-            json: include_str!("../goldens/qwen2.5_6508b4ab6af4f866.json"),
+            json: include_str!("../../goldens/qwen2.5_6508b4ab6af4f866.json"),
             dtype: BF16,
             program: || qwen_silu_gate_linear(11008, 2048, BF16),
         },
@@ -205,7 +205,7 @@ pub fn golden_cases() -> Vec<GoldenCase> {
 /// of imap / forloop combinations and output savers with several omaps, strided inputs, and tile
 /// shapes that are not multiples of the tensor-core tile. Each is built for `dtype`.
 pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrError> {
-    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Domain, Scalar, UnaryOp};
+    use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, Domain, Law, Scalar, UnaryOp};
     let mut out: Vec<(String, KernelGraph)> = Vec::new();
     let d = dtype;
     let mut push = |name: &str, g: KernelGraph| out.push((name.to_string(), g));
@@ -226,12 +226,13 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         g.output(y, None)?;
         push(&format!("unary_{}", op.name()), g);
     }
-    // The operators of all reals over [-4, 4] (the GPU test draws inputs from a narrow range):
-    // saturation of tanh and sigmoid, the tails of silu and gelu.
+    // The operators of all reals over 16 times the test range (the GPU test draws inputs from a
+    // narrow one): saturation of tanh and sigmoid, the tails of silu and gelu. The exponential is
+    // left out: over [-64, 64] it leaves f16 (its own case covers it).
     let mut g = KernelGraph::new();
     let x = g.input(&[6, 40], d)?;
     let wide = g.unary(UnaryOp::MulScalar { c: Scalar(16.0) }, x)?;
-    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real) {
+    for op in UnaryOp::ALL.into_iter().filter(|op| op.spec().domain == Domain::Real && op.spec().law != Law::Exp) {
         let y = g.unary(op, wide)?;
         g.output(y, None)?;
     }
