@@ -4,14 +4,19 @@
 //! gated MLP, then the LM head and argmax — is one resident kernel, built by the root build.rs
 //! (`mirage::mpk::build`). Prints the plan's shape; with a GPU, decodes 64 tokens greedily (each
 //! step's token fed back on the device), checks the first steps against the CPU reference, times
-//! one launch per token and 64 tokens in one launch, and writes a Chrome/Perfetto trace.
+//! one launch per token and the same tokens in one launch (which must decode the same tokens),
+//! and writes a Chrome/Perfetto trace.
 //!
-//! `cargo run --release --example mpk_toy [-- trace.json]`
+//! `cargo run --release --example mpk_toy [-- [trace.json [steps]]]`: `steps` (default 64, at most
+//! the KV cache's 128) tokens. Under compute-sanitizer set `MIRAGE_MPK_WATCHDOG_MS` (e.g. 600000)
+//! and fewer steps: the tools slow the kernel down a hundredfold and more, and the default
+//! watchdog bound is 10 s per wait.
 
 use mirage::mpk::exec::{HostTensors, reference_step};
 use mirage::mpk::testmode::cases;
 use mirage::mpk::{Megakernel, ParamValues, Session, TensorId};
 use mirage_runtime::{Gpu, TimingEvent};
+use std::time::Duration;
 
 include!(concat!(env!("OUT_DIR"), "/mpk/index.rs"));
 
@@ -43,12 +48,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let case = cases()?.into_iter().find(|c| c.graph.name() == "toy").ok_or("no toy test case")?;
     let g = &case.graph;
     let init = case.init(42);
+    let args: Vec<String> = std::env::args().collect();
+    let count = match args.get(2) {
+        Some(a) => a.parse::<usize>().map_err(|e| format!("steps `{a}`: {e}"))?,
+        None => case.steps,
+    };
+    let capacity = g.tensor_named("l0.k_cache").ok_or("no l0.k_cache tensor")?;
+    let capacity = g.tensor(capacity).desc.shape[1];
+    if count == 0 || count > capacity {
+        return Err(format!("steps: {count} is not in 1..={capacity} (the KV cache's capacity)").into());
+    }
+    let watchdog = match std::env::var("MIRAGE_MPK_WATCHDOG_MS") {
+        Ok(ms) => Some(Duration::from_millis(ms.parse().map_err(|e| format!("MIRAGE_MPK_WATCHDOG_MS `{ms}`: {e}"))?)),
+        Err(_) => None,
+    };
     let mut s = toy.session(gpu.stream())?;
+    if let Some(w) = watchdog {
+        s.set_watchdog(w);
+    }
     for (i, t) in g.tensors().iter().enumerate() {
         s.upload_f32(&t.name, init.get(TensorId(i)))?;
     }
     let pos = s.param("pos")?;
-    let steps: Vec<ParamValues> = (0..case.steps as i32)
+    let steps: Vec<ParamValues> = (0..count as i32)
         .map(|i| {
             let mut p = s.param_values();
             p.set(pos, i).map(|p| p.clone())
@@ -83,6 +105,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // All tokens in one launch, timed with device timestamps.
     let mut again = toy.session(gpu.stream())?;
+    if let Some(w) = watchdog {
+        again.set_watchdog(w);
+    }
     for (i, t) in g.tensors().iter().enumerate() {
         again.upload_f32(&t.name, init.get(TensorId(i)))?;
     }
@@ -94,8 +119,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats.span_ns as f64 / 1e3 / steps.len() as f64
     );
     let last = again.download_f32("token")?[0] as u32;
-    println!("last token {last} (one launch per token: {})", tokens.last().copied().unwrap_or(0));
-    let path = std::env::args().nth(1).unwrap_or_else(|| "mpk_toy_trace.json".into());
+    let per_launch = tokens.last().copied().ok_or("no tokens")?;
+    println!("last token {last} (one launch per token: {per_launch})");
+    if last != per_launch {
+        return Err(format!("one launch decoded {last} last, one launch per token {per_launch}").into());
+    }
+    let path = args.get(1).cloned().unwrap_or_else(|| "mpk_toy_trace.json".into());
     std::fs::write(&path, timeline.chrome_trace())?;
     println!("trace written to {path} (open it in https://ui.perfetto.dev)");
     Ok(())

@@ -222,7 +222,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[ignore = "needs a CUDA GPU"]
 fn overhead() -> R {
     let gpu = gpu();
-    let mut report = Vec::new();
     for (name, what) in [
         ("overhead_dispatch", "dispatch per task (one worker, no waits)"),
         ("overhead_hop", "per dependency hop (two SMs, alternating)"),
@@ -249,14 +248,12 @@ fn overhead() -> R {
             s.finish()?;
             launch.push(start.elapsed_us(&end)?);
         }
-        let line = format!(
+        println!(
             "{name}: {what}: {:.0} ns (median of 20), waiting {:.1}% of the workers' time; whole launch {:.1} µs",
             median(per_level),
             100.0 * median(waiting),
             median(launch)
         );
-        println!("{line}");
-        report.push(line);
     }
     let (toy, mut s) = loaded(&gpu, "toy", 2)?;
     let steps: Vec<ParamValues> = (0..16).map(|i| step_params(&s, &toy, i)).collect();
