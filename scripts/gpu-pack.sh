@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
-# scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search; others with
+# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, runtime_gpu, search; others with
 # --only), the example and bench binaries (../shared/gpu/pack --examples --benches), the PyTorch
 # and Triton anchors of ../shared/bench, and the commit being measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mugraph,runtime_gpu,search)
+only=(--only golden_gpu,mpk_gpu,mugraph,runtime_gpu,search)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done
