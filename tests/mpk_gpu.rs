@@ -204,7 +204,12 @@ fn a_timed_step_exports_a_trace() -> R {
     assert!(stats.busy_fraction > 0.0 && stats.wait_fraction >= 0.0);
     let trace = timeline.chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace)?;
-    let slices = parsed["traceEvents"].as_array()?.iter().filter(|e| e["ph"] == "X" && e["cat"] != "wait").count();
+    let slices = parsed["traceEvents"]
+        .as_array()
+        .ok_or("the trace has no traceEvents array")?
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] != "wait")
+        .count();
     assert_eq!(slices, stats.tasks);
     let path = std::env::temp_dir().join("mirage_mpk_toy_trace.json");
     std::fs::write(&path, trace)?;
