@@ -5,13 +5,18 @@
 //! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`), of the
 //! tests (`tests/kernels/mod.rs`) and, with `MIRAGE_GENERALITY=1`, of the bench's generality set
 //! (`benches/kernels/generality.rs`) with `mirage::build::compile`, exactly as a user's build.rs
-//! does.
+//! does; and builds the megakernels of the test-mode graphs and overhead measurements
+//! (`mirage::mpk::testmode`) for `tests/mpk_gpu.rs` and `examples/mpk_toy.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match compile_test_kernels().and_then(|()| golden_artifacts()).and_then(|()| mugraph_kernels()) {
+    match compile_test_kernels()
+        .and_then(|()| golden_artifacts())
+        .and_then(|()| mugraph_kernels())
+        .and_then(|()| megakernels())
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
@@ -41,6 +46,56 @@ fn mugraph_kernels() -> Result<(), String> {
         Ok(other) => return Err(format!("{GENERALITY_ENV}={other:?}: expected 1 (build the generality set) or 0")),
     }
     mirage::build::compile(files).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The megakernels of every test-mode graph, of the overhead measurements and of one graph whose
+/// counter can never complete (for the watchdog test), for 132 workers (an H200), built with
+/// `mirage::mpk::build` into `$OUT_DIR/mpk/`, listed in `$OUT_DIR/mpk/index.rs` as
+/// `MEGAKERNELS: [Megakernel; N]`.
+fn megakernels() -> Result<(), String> {
+    use mirage::mpk::testmode::{cases, overhead_graphs};
+    use mirage::mpk::{MpkOptions, StepGraph};
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    let dest = out_dir.join("mpk");
+    let opts = MpkOptions::default();
+    let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
+    let mut graphs: Vec<StepGraph> = cases().map_err(|e| e.to_string())?.into_iter().map(|c| c.graph).collect();
+    graphs.extend(overhead_graphs(opts.workers, 256).map_err(|e| e.to_string())?);
+    let mut names = Vec::new();
+    for g in &graphs {
+        mirage::mpk::build(g, &opts, &nvcc, &dest).map_err(|e| e.to_string())?;
+        names.push(g.name().to_owned());
+    }
+    // The watchdog's test: a chain whose second task waits for one signal more than it gets.
+    let chain = graphs.iter().find(|g| g.name() == "overhead_hop").ok_or("no overhead_hop graph")?;
+    let mut hung = mirage::mpk::compile(chain, &opts).map_err(|e| e.to_string())?;
+    hung.graph = rename(chain, "watchdog")?;
+    let k = hung.sync.waits.iter().flatten().next().copied().ok_or("overhead_hop has no waits")?;
+    hung.sync.counters[k].triggers += 1;
+    let kernel = mirage::mpk::emit::generate(&hung).map_err(|e| e.to_string())?;
+    let cubin = mirage::nvcc::compile_cubin(&kernel.source, &kernel.kernel, &nvcc).map_err(|e| e.to_string())?;
+    write_if_changed(&dest.join("watchdog.cubin"), &cubin.bytes)?;
+    write_if_changed(&dest.join("watchdog.mpk.json"), hung.plan(&kernel).to_json().as_bytes())?;
+    names.push("watchdog".into());
+
+    let mut index = format!(
+        "/// The megakernels of `mirage::mpk::testmode` (and `watchdog`), by name.\npub static MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        names.len()
+    );
+    for n in &names {
+        index.push_str(&format!(
+            "    mirage::mpk::Megakernel::new(mirage::mpk::MegakernelArtifacts {{ name: \"{n}\", cubin: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/mpk/{n}.cubin\")), plan_json: include_str!(concat!(env!(\"OUT_DIR\"), \"/mpk/{n}.mpk.json\")) }}),\n"
+        ));
+    }
+    index.push_str("];\n");
+    write_if_changed(&dest.join("index.rs"), index.as_bytes())
+}
+
+/// The same graph under another name (the resident kernel is named after its graph).
+fn rename(g: &mirage::mpk::StepGraph, name: &str) -> Result<mirage::mpk::StepGraph, String> {
+    let mut out = g.clone();
+    out.set_name(name).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// Compiles every `tests/cuda/*.cu` into `$OUT_DIR/cuda/<stem>.cubin`.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
-# scripts/gpu-run-all.sh runs there (golden_gpu, mugraph, runtime_gpu, search, the gpu bench;
+# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, runtime_gpu, search, the gpu bench;
 # others with --only), the example binaries and the gpu bench (../shared/gpu/pack), the PyTorch
 # and Triton anchors (benches/py: the benchmark and generality sets), and the commit being
 # measured. Then, on the GPU machine,
@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mugraph,runtime_gpu,search,gpu)
+only=(--only golden_gpu,mpk_gpu,mugraph,runtime_gpu,search,gpu)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done

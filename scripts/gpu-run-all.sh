@@ -46,6 +46,8 @@ run_test() {
 run_test golden_gpu 600 --include-ignored
 run_test mugraph 300 --include-ignored
 run_test runtime_gpu 300 --include-ignored
+run_test mpk_gpu 300 --include-ignored
+summary+="$(grep -E '^overhead_|^toy: .* match the CPU reference|agree bit for bit|^watchdog: ' "$out/tests.txt" | cut -c1-200)"$'\n'
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
 
 : > "$out/examples.txt"
@@ -60,6 +62,22 @@ for name in gated_mlp rmsnorm_linear gqa qknorm_gqa ntrans lora; do
   [ "$rc" -eq 0 ] || fail "example $name (exit $rc)"
 done
 note "examples: $(grep -c '^  output [0-9]*: ' "$out/examples.txt") outputs checked against the CPU reference, $(grep -c 'MISMATCH' "$out/examples.txt") mismatched"
+
+# The persistent megakernel's two-layer toy decoder: 64 tokens; then 8 tokens under
+# compute-sanitizer's memcheck and racecheck (with a watchdog bound the tools' slowdown fits in).
+: > "$out/mpk_toy.txt"
+e=.gpu/bin/example/mpk_toy
+if [ -x "$e" ]; then
+  { timeout 120 "$e" "$out/mpk_toy_trace.json" 64 || fail "example mpk_toy (exit $?)"; } >> "$out/mpk_toy.txt" 2>&1
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool mpk_toy (8 tokens)" >> "$out/mpk_toy.txt"
+    MIRAGE_MPK_WATCHDOG_MS=600000 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$e" "$out/mpk_toy_sanitized.json" 8 >> "$out/mpk_toy.txt" 2>&1 || fail "compute-sanitizer --tool $tool mpk_toy (exit $?)"
+  done
+  note "mpk_toy: $(grep -E 'tokens in one launch|ERROR SUMMARY|RACECHECK SUMMARY' "$out/mpk_toy.txt" | tr '\n' ';')"
+else
+  fail "example mpk_toy: no binary $e (scripts/gpu-pack.sh packs the examples)"
+fi
 
 OUT="$out" bash scripts/gpu-bench.sh > "$out/bench.txt" 2>&1 || fail "benchmark (scripts/gpu-bench.sh, log in $out/bench.txt)"
 echo "==== summary (exit status $status)"

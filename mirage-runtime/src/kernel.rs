@@ -330,6 +330,29 @@ impl<'m> Kernel<'m> {
         })
     }
 
+    /// How many blocks of this kernel fit on one SM at once with `threads` threads and
+    /// `dynamic_smem_bytes` of dynamic shared memory (the driver's occupancy calculator; the
+    /// kernel's dynamic shared memory limit is raised first when more than 48 KiB is asked for).
+    pub fn max_active_blocks_per_sm(
+        &self,
+        stream: &Stream,
+        threads: u32,
+        dynamic_smem_bytes: u32,
+    ) -> Result<u32, RuntimeError> {
+        let k = self.get(stream)?;
+        let config = LaunchConfig::new((1, 1, 1), (threads, 1, 1), dynamic_smem_bytes);
+        config.validate(self.name)?;
+        k.ensure_shared_memory(self.name, config)?;
+        guard(&format!("querying the occupancy of kernel `{}`", self.name), || {
+            k.function
+                .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem_bytes as usize, None)
+                .map_err(RuntimeError::driver(format!(
+                    "querying the occupancy of kernel `{}` with {config}",
+                    self.name
+                )))
+        })
+    }
+
     /// Starts a launch on `stream`: push the arguments in the kernel's parameter order, then
     /// [`KernelArgs::launch`]. Loads the module and the kernel on first use.
     pub fn args<'a>(&'a self, stream: &'a Stream) -> Result<KernelArgs<'a>, RuntimeError> {
@@ -385,6 +408,26 @@ impl<'a> KernelArgs<'a> {
     /// the kernel must stay within the tensors' allocations and write only tensors passed with
     /// [`KernelArgs::tensor_mut`], for this configuration.
     pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<(), RuntimeError> {
+        // SAFETY: this function's contract is `launch_as`'s.
+        unsafe { self.launch_as(config, false) }
+    }
+
+    /// [`KernelArgs::launch`] as a cooperative launch (`cuLaunchCooperativeKernel`): the driver
+    /// starts it only if every block of the grid can be resident at once (an error otherwise),
+    /// so blocks may wait on each other.
+    ///
+    /// # Safety
+    /// As for [`KernelArgs::launch`].
+    pub unsafe fn launch_cooperative(&mut self, config: LaunchConfig) -> Result<(), RuntimeError> {
+        // SAFETY: this function's contract is `launch_as`'s.
+        unsafe { self.launch_as(config, true) }
+    }
+
+    /// A normal or cooperative launch.
+    ///
+    /// # Safety
+    /// As for [`KernelArgs::launch`].
+    unsafe fn launch_as(&mut self, config: LaunchConfig, cooperative: bool) -> Result<(), RuntimeError> {
         config.validate(self.kernel)?;
         self.ensure_shared_memory(config)?;
         let cfg = cudarc::driver::LaunchConfig {
@@ -393,20 +436,25 @@ impl<'a> KernelArgs<'a> {
             shared_mem_bytes: config.dynamic_smem_bytes,
         };
         let kernel = self.kernel;
-        guard(&format!("launching kernel `{kernel}` with {config}"), || {
+        let how = if cooperative { "cooperatively launching" } else { "launching" };
+        guard(&format!("{how} kernel `{kernel}` with {config}"), || {
             // SAFETY: the configuration was validated and the shared memory limit set above;
             // that the arguments match the kernel is this function's contract with the caller.
-            unsafe { self.inner.launch(cfg) }.map(|_| ()).map_err(|source| RuntimeError::Launch {
-                kernel: kernel.to_owned(),
-                config,
-                source,
-            })
+            let launched =
+                unsafe { if cooperative { self.inner.launch_cooperative(cfg) } else { self.inner.launch(cfg) } };
+            launched.map(|_| ()).map_err(|source| RuntimeError::Launch { kernel: kernel.to_owned(), config, source })
         })
     }
 
     fn ensure_shared_memory(&self, config: LaunchConfig) -> Result<(), RuntimeError> {
-        let k = self.loaded;
-        check_shared_memory(self.kernel, config.dynamic_smem_bytes, k.static_smem, k.smem_optin)?;
+        self.loaded.ensure_shared_memory(self.kernel, config)
+    }
+}
+
+impl LoadedKernel {
+    fn ensure_shared_memory(&self, kernel: &str, config: LaunchConfig) -> Result<(), RuntimeError> {
+        let k = self;
+        check_shared_memory(kernel, config.dynamic_smem_bytes, k.static_smem, k.smem_optin)?;
         let needs_optin =
             u64::from(config.dynamic_smem_bytes) + u64::from(k.static_smem) > u64::from(DEFAULT_DYNAMIC_SMEM_LIMIT);
         if !needs_optin {
@@ -418,7 +466,7 @@ impl<'a> KernelArgs<'a> {
             k.function
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value)
                 .map_err(|source| RuntimeError::Launch {
-                    kernel: format!("{} (setting its dynamic shared memory limit)", self.kernel),
+                    kernel: format!("{kernel} (setting its dynamic shared memory limit)"),
                     config,
                     source,
                 })?;

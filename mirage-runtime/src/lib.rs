@@ -60,6 +60,8 @@ mod timing;
 pub mod plan;
 // The executor of built programs.
 mod program;
+// Megakernels: loading, cooperative launch, counters, error codes, timelines.
+pub mod mpk;
 
 pub use desc::{ComputeCapability, LaunchConfig};
 pub use device::{DeviceInfo, Gpu, check_compute_capability, check_ordinal};

@@ -501,6 +501,22 @@ pub fn evaluate<D: Domain>(
     Ok(outputs)
 }
 
+/// Evaluates one block graph on its operands: one tensor per output saver.
+pub fn evaluate_block_graph<D: Domain>(bg: &BlockGraph, domain: &D, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
+    evaluate_block(bg, &Ops(domain), inputs)
+}
+
+/// Evaluates block `block` of a block graph alone: for each output saver in order, the offset
+/// of the region it writes and the tile it writes there.
+pub fn evaluate_block_tile<D: Domain>(
+    bg: &BlockGraph,
+    domain: &D,
+    inputs: &[&Tensor<D::V>],
+    block: [usize; 3],
+) -> Vec<(Vec<usize>, Tensor<D::V>)> {
+    run_block(bg, &Ops(domain), inputs, block)
+}
+
 /// Per-block loop-carried state of one node.
 enum Carry<V> {
     None,

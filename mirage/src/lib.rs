@@ -34,6 +34,7 @@
 //! | nvcc | [`nvcc`]: CUDA → cubin |
 //! | build | [`build`]: the build-script API |
 //! | cache | [`cache`]: the committed search cache `.mirage/` |
+//! | megakernel | [`mpk`]: decode steps as tile tasks of one resident kernel |
 //! | tools | [`dot`]: pictures; [`triton`]: a second backend |
 //!
 //! The design behind them is in the repository's `docs/ARCHITECTURE.md`.
@@ -130,6 +131,9 @@ pub mod build;
 // The persistent search cache `.mirage/`.
 #[cfg(feature = "build")]
 pub mod cache;
+// The persistent megakernel: step graphs of µGraph tiles, run by one resident kernel.
+#[cfg(feature = "build")]
+pub mod mpk;
 
 // Tools.
 

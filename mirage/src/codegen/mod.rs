@@ -5,7 +5,7 @@ pub mod default_blocks;
 pub mod kernel;
 pub mod plan;
 
-pub use kernel::{KernelOptions, KernelPlan, KernelSource, generate_kernel, plan_kernel};
+pub use kernel::{KernelOptions, KernelPlan, KernelSource, generate_kernel, generate_task_body, plan_kernel};
 
 use crate::ir::{IrError, KernelGraph, KernelOp, TensorRef};
 use plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION};

@@ -81,8 +81,26 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
 
 /// Generates the kernel `name` for block graph `bg`.
 pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+    generate_with(bg, name, opts, emit::emit_kernel)
+}
+
+/// Generates the task body `name` of block graph `bg` for a persistent megakernel
+/// (`mirage::mpk`): a `__device__` function `name(int bx, int by, int bz, inputs..., outputs...)`
+/// running block `(bx, by, bz)` with the block graph's threads; `code` is the function, `grid`
+/// the tiles it may be called for.
+pub fn generate_task_body(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
+    generate_with(bg, name, opts, emit::emit_task_body)
+}
+
+/// Plans `bg` and writes its CUDA with `emit`.
+fn generate_with(
+    bg: &BlockGraph,
+    name: &str,
+    opts: &KernelOptions,
+    emit: fn(&KernelPlan<'_>, &str) -> Result<String, CodegenError>,
+) -> Result<KernelSource, CodegenError> {
     let plan = plan_kernel(bg, name, opts)?;
-    let code = emit::emit_kernel(&plan, name)?;
+    let code = emit(&plan, name)?;
     Ok(KernelSource {
         name: name.to_string(),
         code,

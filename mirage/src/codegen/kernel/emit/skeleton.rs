@@ -13,9 +13,31 @@ use super::{BLOCK_INDEX, Emitter, input_param, output_param, register_accumulato
 
 /// The CUDA source of the `extern "C" __global__` function `name` for `plan`.
 pub(in super::super) fn emit_kernel(plan: &KernelPlan<'_>, name: &str) -> Result<String, CodegenError> {
+    emit(plan, name, Entry::Kernel)
+}
+
+/// The CUDA source of the task body `name` for `plan`: the kernel's body as a `__device__`
+/// function of the block index, `name(int bx, int by, int bz, inputs..., outputs...)`, for a
+/// persistent megakernel whose blocks run many tiles. Inputs are plain `const T*` (no
+/// `__restrict__`): buffers another block wrote earlier in the same launch must not be read
+/// through the non-coherent read-only path.
+pub(in super::super) fn emit_task_body(plan: &KernelPlan<'_>, name: &str) -> Result<String, CodegenError> {
+    emit(plan, name, Entry::TaskBody)
+}
+
+/// What the generated function is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// A `__global__` kernel: one block graph, the block index from `blockIdx`.
+    Kernel,
+    /// A `__device__` task body: the block index passed in.
+    TaskBody,
+}
+
+fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry) -> Result<String, CodegenError> {
     let mut e = Emitter::new(plan);
-    e.signature(name);
-    e.declarations();
+    e.signature(name, entry);
+    e.declarations(entry);
     e.loads_before_the_loop();
     e.hoisted()?;
     e.main_loop()?;
@@ -29,12 +51,16 @@ pub(in super::super) fn emit_kernel(plan: &KernelPlan<'_>, name: &str) -> Result
 impl Emitter<'_> {
     /// A comment with the plan's geometry, and the function's signature: the block graph's
     /// inputs, then its outputs.
-    fn signature(&mut self, name: &str) {
+    fn signature(&mut self, name: &str, entry: Entry) {
         let plan = self.plan;
         let bg = self.bg();
         let mut params = Vec::new();
+        if entry == Entry::TaskBody {
+            params.extend(BLOCK_INDEX.iter().map(|b| format!("const int {b}")));
+        }
+        let restrict = if entry == Entry::Kernel { " __restrict__" } else { "" };
         for (j, d) in bg.inputs().iter().enumerate() {
-            params.push(format!("const {}* __restrict__ {}", ctype(d.dtype), input_param(j)));
+            params.push(format!("const {}*{restrict} {}", ctype(d.dtype), input_param(j)));
         }
         for (k, d) in bg.output_descs().iter().enumerate() {
             params.push(format!("{}* __restrict__ {}", ctype(d.dtype), output_param(k)));
@@ -49,18 +75,16 @@ impl Emitter<'_> {
             plan.smem_bytes
         )
         .ok();
-        writeln!(
-            self.out,
-            "extern \"C\" __global__ void __launch_bounds__({}) {name}({}) {{",
-            plan.threads,
-            params.join(", ")
-        )
-        .ok();
+        let head = match entry {
+            Entry::Kernel => format!("extern \"C\" __global__ void __launch_bounds__({})", plan.threads),
+            Entry::TaskBody => "__device__ __noinline__ void".to_string(),
+        };
+        writeln!(self.out, "{head} {name}({}) {{", params.join(", ")).ok();
     }
 
     /// Shared memory, the thread and block indices, the pointers of the tiles that are not
     /// pipelined (and the `rms_norm` scratch), and the register accumulators, zeroed.
-    fn declarations(&mut self) {
+    fn declarations(&mut self, entry: Entry) {
         let plan = self.plan;
         self.line(1, "extern __shared__ __align__(128) unsigned char smem[];");
         if plan.static_smem_bytes > 0 {
@@ -68,7 +92,9 @@ impl Emitter<'_> {
         }
         self.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
         let [bx, by, bz] = BLOCK_INDEX;
-        self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
+        if entry == Entry::Kernel {
+            self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
+        }
         self.line(1, &format!("(void)warp; (void)lane; (void){bx}; (void){by}; (void){bz};"));
         for i in 0..plan.tiles.len() {
             if plan.schedule.alias[i].is_some() {

@@ -1,0 +1,417 @@
+// mirage megakernel runtime: included after mirage_device.cuh and the MPK_* constants the
+// generator defines from mirage_runtime::mpk::abi. The resident kernel's worker loop, the
+// dependency waits and signals, the watchdog, the timestamps, the L2 prefetch of weights, and
+// the built-in decode tasks.
+#ifndef MIRAGE_MPK_CUH
+#define MIRAGE_MPK_CUH
+#include <stdint.h>
+#include <limits.h>
+#include <math.h>
+
+namespace mpk {
+
+// The kernel's parameter block (mirrors mirage_runtime::mpk::abi::MpkParams).
+struct Params {
+  void* const* buffers;          // one pointer per tensor of the plan
+  const int* params;             // nsteps x num_params runtime parameter values
+  unsigned* counters;            // dependency counters; the last one is the step barrier
+  unsigned* status;              // MPK_STATUS_WORDS status words
+  unsigned long long* timestamps;  // nsteps x num_tasks x 3, or null
+  unsigned* worker_sm;           // the SM of each worker
+  unsigned step_base;            // steps run on these counters before this launch
+  unsigned nsteps;               // steps of this launch
+  unsigned long long watchdog_ns;  // bound of one dependency wait
+};
+static_assert(sizeof(Params) == MPK_PARAMS_BYTES, "mpk::Params must mirror abi::MpkParams");
+
+// One task: its operator, tile, and the starts of its waits, signals and prefetch patterns in
+// the tables (each ends where the next task's starts; the table has a sentinel task).
+struct Task {
+  unsigned short op, x, y, z;
+  unsigned wait_begin, signal_begin, prefetch_begin;
+};
+// A wait: a counter and its signals per step.
+struct Wait {
+  unsigned counter, triggers;
+};
+// Runs of bytes of one tensor to stream into L2 (see mirage::mpk::region::RunPattern).
+struct Prefetch {
+  unsigned long long offset;
+  unsigned long long stride[3];
+  unsigned count[3];
+  unsigned run_bytes;
+  unsigned buffer;
+  unsigned pad;
+};
+// The generated tables.
+struct Tables {
+  const Task* tasks;
+  const Wait* waits;
+  const unsigned* signals;
+  const Prefetch* prefetch;
+  const unsigned* worker_begin;
+  const unsigned* worker_list;
+  unsigned num_workers, num_tasks, num_params, barrier;
+};
+// What a task body needs to report an error.
+struct Ctx {
+  const Params* p;
+  unsigned task, step;
+};
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+// A load that bypasses L1 (data another SM wrote in this launch).
+template <typename T> __device__ __forceinline__ T load(const T* p) { return __ldcg(p); }
+
+// Records the first error (code and where) and raises the abort flag every waiting worker polls.
+__device__ __noinline__ void report(const Params& p, unsigned code, unsigned task, unsigned step, unsigned a,
+                                    unsigned b, unsigned c) {
+  if (atomicCAS(&p.status[MPK_STATUS_CODE], 0u, code) == 0u) {
+    p.status[MPK_STATUS_TASK] = task;
+    p.status[MPK_STATUS_STEP] = step;
+    p.status[MPK_STATUS_INFO] = a;
+    p.status[MPK_STATUS_INFO + 1] = b;
+    p.status[MPK_STATUS_INFO + 2] = c;
+    __threadfence();
+  }
+  atomicExch(&p.status[MPK_STATUS_ABORT], 1u);
+}
+__device__ __forceinline__ void report_index(const Ctx& c, long long value, long long bound, unsigned source) {
+  const int v = value < INT_MIN ? INT_MIN : (value > INT_MAX ? INT_MAX : (int)value);
+  const unsigned b = bound > 0xffffffffll ? 0xffffffffu : (unsigned)bound;
+  report(*c.p, MPK_ERR_INDEX, c.task, c.step, (unsigned)v, b, source);
+}
+
+// Warp 0 waits until counter counter(j) >= need(j) for every j < n (lane l polls j = l, l + 32,
+// ...: up to 32 counters at once) with acquire loads and a growing __nanosleep back-off; gives
+// up when another worker raised the abort flag or after the watchdog bound (reporting the first
+// counter still short). Every thread of the block returns whether the wait succeeded.
+template <class Counter, class Need>
+__device__ __forceinline__ bool wait_counters(const Params& p, unsigned n, Counter counter, Need need, unsigned task,
+                                              unsigned step, unsigned* s_flag) {
+  if (threadIdx.x < 32) {
+    const unsigned lane = threadIdx.x;
+    bool ok = true;
+    unsigned long long t0 = 0;
+    for (unsigned base = 0; ok && base < n; base += 32) {
+      const unsigned j = base + lane;
+      const bool mine = j < n;
+      const unsigned c = mine ? counter(j) : 0u;
+      const unsigned want = mine ? need(j) : 0u;
+      unsigned v = 0;
+      bool done = !mine;
+      for (unsigned polls = 0;; ++polls) {
+        if (!done) {
+          v = ld_acquire(&p.counters[c]);
+          done = (int)(v - want) >= 0;  // wrap-safe: counters only grow
+        }
+        if (__all_sync(0xffffffffu, done)) break;
+        if ((polls & 15) == 15) {
+          // Every 16 polls: the abort flag and the watchdog, read by lane 0 and broadcast so the
+          // whole warp decides alike.
+          unsigned abort = lane == 0 ? ld_relaxed(&p.status[MPK_STATUS_ABORT]) : 0u;
+          abort = __shfl_sync(0xffffffffu, abort, 0);
+          const unsigned long long now = __shfl_sync(0xffffffffu, lane == 0 ? globaltimer() : 0ull, 0);
+          if (t0 == 0) t0 = now;
+          if (abort != 0u) {
+            ok = false;
+            break;
+          }
+          if (now - t0 > p.watchdog_ns) {
+            const unsigned short_lanes = __ballot_sync(0xffffffffu, !done);
+            if (lane == (unsigned)(__ffs(short_lanes) - 1)) report(p, MPK_ERR_WATCHDOG, task, step, c, want, v);
+            ok = false;
+            break;
+          }
+        }
+        if (polls >= 8) __nanosleep(polls >= 64 ? 256 : 32);
+      }
+    }
+    if (lane == 0) *s_flag = ok ? 0u : 1u;
+  }
+  __syncthreads();
+  return *s_flag == 0u;
+}
+
+// Streams a task's prefetch patterns into L2: every thread takes 128-byte lines of the runs.
+template <int THREADS>
+__device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, unsigned begin, unsigned end) {
+  for (unsigned r = begin; r < end; ++r) {
+    const Prefetch q = f[r];
+    const char* base = static_cast<const char*>(p.buffers[q.buffer]) + q.offset;
+    const unsigned head = (unsigned)((uintptr_t)base & 127u);
+    const unsigned lines = (head + q.run_bytes + 127u) >> 7;
+    const unsigned runs = q.count[0] * q.count[1] * q.count[2];
+    for (unsigned i = threadIdx.x; i < runs * lines; i += THREADS) {
+      const unsigned run = i / lines, line = i % lines;
+      const unsigned i2 = run % q.count[2], i1 = (run / q.count[2]) % q.count[1], i0 = run / (q.count[2] * q.count[1]);
+      const char* at = base + i0 * q.stride[0] + i1 * q.stride[1] + i2 * q.stride[2];
+      prefetch_l2(reinterpret_cast<const char*>((uintptr_t)at & ~(uintptr_t)127) + (line << 7));
+    }
+  }
+}
+
+// The worker loop of block blockIdx.x: for every step of the launch, wait for the step barrier
+// (all workers done with the previous step), then run the worker's tasks in order: stamp,
+// prefetch the task's weights into L2, wait for its counters, run its body, signal its
+// counters with release atomics after a block barrier, stamp. Stops at the first failed wait.
+template <int THREADS, class Dispatch>
+__device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, unsigned char* smem) {
+  __shared__ unsigned s_flag;
+  const unsigned w = blockIdx.x, tid = threadIdx.x;
+  if (gridDim.x != t.num_workers || gridDim.y != 1 || gridDim.z != 1 || blockDim.x != THREADS || blockDim.y != 1 ||
+      blockDim.z != 1) {
+    if (w == 0 && tid == 0) report(p, MPK_ERR_LAUNCH, 0xffffffffu, p.step_base + 1, gridDim.x, blockDim.x, t.num_workers);
+    return;
+  }
+  if (tid == 0) p.worker_sm[w] = smid();
+  const unsigned first = t.worker_begin[w], last = t.worker_begin[w + 1];
+  for (unsigned i = 0; i < p.nsteps; ++i) {
+    const unsigned step = p.step_base + i + 1;
+    const int* prm = p.params + (size_t)i * t.num_params;
+    if (i > 0) {
+      const unsigned need = (step - 1) * t.num_workers;
+      if (!wait_counters(p, 1, [&](unsigned) { return t.barrier; }, [&](unsigned) { return need; }, 0xffffffffu, step,
+                         &s_flag))
+        return;
+    }
+    for (unsigned k = first; k < last; ++k) {
+      const unsigned id = t.worker_list[k];
+      const Task task = t.tasks[id];
+      const Task next = t.tasks[id + 1];
+      unsigned long long* ts = p.timestamps ? p.timestamps + ((size_t)i * t.num_tasks + id) * 3 : nullptr;
+      if (ts && tid == 0) ts[0] = globaltimer();
+      prefetch<THREADS>(p, t.prefetch, task.prefetch_begin, next.prefetch_begin);
+      const Wait* waits = t.waits + task.wait_begin;
+      if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
+                         [&](unsigned j) { return waits[j].triggers * step; }, id, step, &s_flag))
+        return;
+      if (ts && tid == 0) ts[1] = globaltimer();
+      dispatch(p, task, Ctx{&p, id, step}, prm, smem);
+      __syncthreads();
+      for (unsigned j = task.signal_begin + tid; j < next.signal_begin; j += THREADS) red_release(&p.counters[t.signals[j]], 1u);
+      if (ts && tid == 0) ts[2] = globaltimer();
+    }
+    __syncthreads();
+    if (tid == 0) red_release(&p.counters[t.barrier], 1u);
+  }
+}
+
+// ---- built-in tasks -------------------------------------------------------------------------------
+
+// out[row, cx*chunk ..] = table[tokens[row], cx*chunk ..]; zeros and ERR_INDEX for a bad id.
+template <typename T, int THREADS>
+__device__ void embedding(const Ctx& c, int cx, int row, const T* table, const float* tokens, T* out, int vocab,
+                          int hidden, int chunk, unsigned source) {
+  const float f = load(tokens + row);
+  const bool ok = f >= 0.0f && f < (float)vocab && f == floorf(f);
+  if (!ok && threadIdx.x == 0) report_index(c, isfinite(f) ? (long long)f : (long long)INT_MIN, vocab, source);
+  const size_t src = ok ? (size_t)(int)f * hidden : 0;
+  for (int j = threadIdx.x; j < chunk; j += THREADS) {
+    const int col = cx * chunk + j;
+    out[(size_t)row * hidden + col] = ok ? table[src + col] : mirage::from_f32<T>(0.0f);
+  }
+}
+
+// Rotary embedding of head `head` (elements head*d ..) of row `row` of x [rows, width] at
+// position pos0 + row (rotate-half layout, angles in double precision).
+template <typename T, int THREADS>
+__device__ void rope(const Ctx& c, int head, int row, const T* x, const float* inv_freq, T* out, int width, int d,
+                     long long pos0, unsigned source) {
+  const long long pos = pos0 + row;
+  const size_t at = (size_t)row * width + (size_t)head * d;
+  const int h = d / 2;
+  if (pos < 0 || pos > INT_MAX) {
+    if (threadIdx.x == 0) report_index(c, pos, INT_MAX, source);
+    for (int i = threadIdx.x; i < d; i += THREADS) out[at + i] = mirage::from_f32<T>(0.0f);
+    return;
+  }
+  for (int i = threadIdx.x; i < h; i += THREADS) {
+    double s, co;
+    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
+    const float cs = (float)co, sn = (float)s;
+    const float a = mirage::to_f32(load(x + at + i)), b = mirage::to_f32(load(x + at + i + h));
+    out[at + i] = mirage::from_f32<T>(a * cs - b * sn);
+    out[at + i + h] = mirage::from_f32<T>(b * cs + a * sn);
+  }
+}
+
+// cache[kvh, pos0 + r, :] = k[r, kvh*d ..] for every row r of k [rows, width].
+template <typename T, int THREADS>
+__device__ void kv_append(const Ctx& c, int kvh, const T* k, T* cache, int rows, int width, int cap, int d,
+                          long long pos0, unsigned source) {
+  if (pos0 < 0 || pos0 + rows > cap) {
+    if (threadIdx.x == 0) report_index(c, pos0, (long long)cap - rows + 1, source);
+    return;
+  }
+  for (int e = threadIdx.x; e < rows * d; e += THREADS) {
+    const int r = e / d, i = e % d;
+    cache[((size_t)kvh * cap + pos0 + r) * d + i] = load(k + (size_t)r * width + (size_t)kvh * d + i);
+  }
+}
+
+// One query row of head `head` over keys 0..keylen-1 of its KV head: every warp walks keys
+// warp, warp + WARPS, ... with an online softmax (lanes hold D/32 elements of q and of the
+// accumulator), then the warps' partial results are merged through shared memory.
+// q and out are [1, heads*D]; the caches [kv_heads, cap, D].
+template <typename T, int THREADS, int D>
+__device__ void attention(const Ctx& c, int head, const T* q, const T* kc, const T* vc, T* out, int heads, int kv_heads,
+                          int cap, long long keylen, float scale, unsigned source, float* smem) {
+  constexpr int WARPS = THREADS / 32;
+  constexpr int PER = (D + 31) / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (keylen < 1 || keylen > cap) {
+    if (threadIdx.x == 0) report_index(c, keylen, (long long)cap + 1, source);
+    for (int i = threadIdx.x; i < D; i += THREADS) out[(size_t)head * D + i] = mirage::from_f32<T>(0.0f);
+    return;
+  }
+  const int kvh = head / (heads / kv_heads);
+  float qv[PER], acc[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    qv[j] = i < D ? mirage::to_f32(load(q + (size_t)head * D + i)) : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int key = warp; key < keylen; key += WARPS) {
+    const T* kr = kc + ((size_t)kvh * cap + key) * D;
+    const T* vr = vc + ((size_t)kvh * cap + key) * D;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      if (i < D) s += qv[j] * mirage::to_f32(load(kr + i));
+    }
+    s = mirage::warp_sum(s) * scale;
+    const float mn = fmaxf(m, s);
+    const float corr = expf(m - mn), pe = expf(s - mn);
+    l = l * corr + pe;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * j;
+      acc[j] = acc[j] * corr + (i < D ? pe * mirage::to_f32(load(vr + i)) : 0.0f);
+    }
+    m = mn;
+  }
+  float* mine = smem + warp * (D + 2);
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    if (i < D) mine[i] = acc[j];
+  }
+  if (lane == 0) {
+    mine[D] = m;
+    mine[D + 1] = l;
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, smem[w * (D + 2) + D]);
+  float total = 0.0f;
+  for (int w = 0; w < WARPS; ++w) {
+    const float mw = smem[w * (D + 2) + D];
+    total += mw == -INFINITY ? 0.0f : smem[w * (D + 2) + D + 1] * expf(mw - mx);
+  }
+  for (int i = threadIdx.x; i < D; i += THREADS) {
+    float o = 0.0f;
+    for (int w = 0; w < WARPS; ++w) {
+      const float mw = smem[w * (D + 2) + D];
+      if (mw != -INFINITY) o += smem[w * (D + 2) + i] * expf(mw - mx);
+    }
+    out[(size_t)head * D + i] = mirage::from_f32<T>(o / total);
+  }
+}
+
+// The better of two (value, index) candidates: the larger value, the smaller index among equals.
+__device__ __forceinline__ void better(float& v, int& i, float v2, int i2) {
+  if (v2 > v || (v2 == v && i2 < i)) {
+    v = v2;
+    i = i2;
+  }
+}
+// Reduces (v, i) over the block; thread 0 gets the result. `smem` holds 2 words per warp.
+template <int THREADS>
+__device__ __forceinline__ void block_argmax(float& v, int& i, float* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    smem[2 * warp] = v;
+    smem[2 * warp + 1] = __int_as_float(i);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < THREADS / 32; ++w) better(v, i, smem[2 * w], __float_as_int(smem[2 * w + 1]));
+  }
+}
+
+// partial[row, cx] = (max, argmax) of logits[row, cx*chunk ..+chunk] (NaN ignored).
+template <typename T, int THREADS>
+__device__ void argmax_partial(int cx, int row, const T* logits, float* partial, int vocab, int chunk, int chunks,
+                               float* smem) {
+  float v = -INFINITY;
+  int i = cx * chunk;
+  for (int j = threadIdx.x; j < chunk; j += THREADS) {
+    const int col = cx * chunk + j;
+    const float x = mirage::to_f32(load(logits + (size_t)row * vocab + col));
+    better(v, i, x, col);
+  }
+  block_argmax<THREADS>(v, i, smem);
+  if (threadIdx.x == 0) {
+    partial[((size_t)row * chunks + cx) * 2] = v;
+    partial[((size_t)row * chunks + cx) * 2 + 1] = (float)i;
+  }
+}
+
+// token[row] = the index of the best partial of the row.
+template <int THREADS>
+__device__ void argmax_reduce(int row, const float* partial, float* token, int n, float* smem) {
+  float v = -INFINITY;
+  int i = INT_MAX;
+  for (int j = threadIdx.x; j < n; j += THREADS) {
+    better(v, i, load(partial + ((size_t)row * n + j) * 2), (int)load(partial + ((size_t)row * n + j) * 2 + 1));
+  }
+  block_argmax<THREADS>(v, i, smem);
+  if (threadIdx.x == 0) token[row] = (float)i;
+}
+
+// y[i] = 1 + x[i] (or 1 + max x, read by warp 0): an empty task for overhead measurements.
+__device__ __forceinline__ void nop(int i, const float* x, float* y, int n_in, bool all) {
+  if (threadIdx.x >= 32) return;
+  float v = -INFINITY;
+  if (all) {
+    for (int j = threadIdx.x; j < n_in; j += 32) v = fmaxf(v, load(x + j));
+    v = mirage::warp_max(v);
+  } else if (threadIdx.x == 0) {
+    v = load(x + i);
+  }
+  if (threadIdx.x == 0) y[i] = v + 1.0f;
+}
+
+}  // namespace mpk
+#endif  // MIRAGE_MPK_CUH

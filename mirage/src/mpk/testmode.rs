@@ -1,0 +1,278 @@
+//! Test mode: sub-graphs of a decoder step (one operator, one layer, the whole toy model) with
+//! their data, runtime parameters per step and the comparison of a device step with the CPU
+//! reference; and the empty-task graphs that measure the megakernel's own overheads.
+//!
+//! A device run is checked step by step: step `s` on the CPU starts from the device's tensors
+//! after step `s − 1` (so rounding differences do not accumulate), runs [`reference_step`] and
+//! is compared with the device's tensors after step `s` ([`compare_step`]).
+
+use crate::ir::{DType, KernelGraph, Scalar};
+
+use super::builtin::Builtin;
+use super::decoder::{DecoderConfig, decoder_step, gated_mlp, norm_projections};
+use super::exec::{ExecError, HostTensors, SplitMix, reference_step};
+use super::graph::{GraphError, OpKind, ParamExpr, StepGraph, TensorId, TensorKind};
+
+/// A step graph with the data and runtime parameters of a test.
+#[derive(Clone, Debug)]
+pub struct TestCase {
+    /// The graph (its name is the case's name).
+    pub graph: StepGraph,
+    /// Steps to run.
+    pub steps: usize,
+    /// The position of step 0 (the `pos` parameter, when the graph has one, is `pos0 + step`).
+    pub pos0: i32,
+}
+
+impl TestCase {
+    /// The runtime parameter values of step `step` (`pos` = `pos0 + step`; any other
+    /// parameter 0).
+    pub fn params(&self, step: usize) -> Vec<i32> {
+        self.graph.params().iter().map(|p| if p == "pos" { self.pos0 + step as i32 } else { 0 }).collect()
+    }
+
+    /// Random data for every input and state (buffers zero): weights `[in, out]` uniform in
+    /// `±1/√in`, norm weights near 1, token ids valid, `inv_freq` the RoPE frequencies of θ =
+    /// 10000, everything else uniform in ±1.
+    pub fn init(&self, seed: u64) -> HostTensors {
+        let g = &self.graph;
+        let mut rng = SplitMix(seed);
+        let mut host = HostTensors::zeros(g);
+        let vocab = g.tensor_named("embed").map(|t| g.tensor(t).desc.shape[0]).unwrap_or(512);
+        for (i, t) in g.tensors().iter().enumerate() {
+            if t.kind == TensorKind::Buffer {
+                continue;
+            }
+            let n: usize = t.desc.shape.iter().product();
+            let base = t.name.rsplit('.').next().unwrap_or(&t.name);
+            let values: Vec<f32> = if base.starts_with("token") {
+                (0..n).map(|_| (rng.next_u64() % vocab as u64) as f32).collect()
+            } else if base == "inv_freq" {
+                (0..n).map(|i| 10000f64.powf(-(i as f64) / n as f64) as f32).collect()
+            } else if base.ends_with("norm") {
+                (0..n).map(|_| rng.uniform(0.9, 1.1)).collect()
+            } else if t.desc.shape.len() == 2 && t.desc.shape[0] > 1 && t.kind == TensorKind::Input {
+                let a = 1.0 / (t.desc.shape[0] as f32).sqrt();
+                (0..n).map(|_| rng.uniform(-a, a)).collect()
+            } else {
+                (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+            };
+            // Sizes agree by construction.
+            let _ = host.set(TensorId(i), &values);
+        }
+        host
+    }
+}
+
+fn ir(graph: &str) -> impl Fn(crate::ir::IrError) -> GraphError {
+    let graph = graph.to_owned();
+    move |e| GraphError::Operand { graph: graph.clone(), op: "test".into(), reason: e.to_string() }
+}
+
+/// One µGraph as a step graph: inputs `names` with the graph's input shapes.
+fn mugraph_case(name: &str, k: &KernelGraph, names: &[&str]) -> Result<StepGraph, GraphError> {
+    let mut g = StepGraph::new(name)?;
+    let inputs: Vec<TensorId> =
+        k.inputs().iter().zip(names).map(|(d, n)| g.input(n, &d.shape, d.dtype)).collect::<Result<_, _>>()?;
+    g.mugraph("op", k, &inputs)?;
+    Ok(g)
+}
+
+/// Every operator kind a decoder step needs, alone; one decoder layer; the two-layer toy model.
+pub fn cases() -> Result<Vec<TestCase>, GraphError> {
+    let cfg = DecoderConfig::toy();
+    let (h, dt, d) = (cfg.hidden, cfg.dtype, cfg.head_dim);
+    let case = |graph, steps, pos0| TestCase { graph, steps, pos0 };
+    let mut out = Vec::new();
+
+    let norm = {
+        let mut k = KernelGraph::new();
+        let x = k.input(&[1, h], dt).map_err(ir("op_norm"))?;
+        let w = k.input(&[1, h], dt).map_err(ir("op_norm"))?;
+        let y = k.rms_norm(x, cfg.eps, Some(w)).map_err(ir("op_norm"))?;
+        k.output(y, None).map_err(ir("op_norm"))?;
+        k
+    };
+    out.push(case(mugraph_case("op_norm", &norm, &["x", "w_norm"])?, 2, 0));
+    let proj = norm_projections(&cfg, &[cfg.intermediate]).map_err(ir("op_projection"))?;
+    out.push(case(mugraph_case("op_projection", &proj, &["x", "w_norm", "w"])?, 2, 0));
+    let mlp = gated_mlp(&cfg).map_err(ir("op_gated_mlp"))?;
+    out.push(case(mugraph_case("op_gated_mlp", &mlp, &["x", "w_norm", "wg", "wu", "wd"])?, 2, 0));
+    let add = {
+        let mut k = KernelGraph::new();
+        let a = k.input(&[1, h], dt).map_err(ir("op_residual_add"))?;
+        let b = k.input(&[1, h], dt).map_err(ir("op_residual_add"))?;
+        let y = k.add(a, b).map_err(ir("op_residual_add"))?;
+        k.output(y, None).map_err(ir("op_residual_add"))?;
+        k
+    };
+    out.push(case(mugraph_case("op_residual_add", &add, &["a", "b"])?, 2, 0));
+
+    let mut g = StepGraph::new("op_rope")?;
+    let pos = g.param("pos")?;
+    let x = g.input("x", &[1, cfg.heads * d], dt)?;
+    let inv = g.input("inv_freq", &[d / 2], DType::F32)?;
+    g.builtin("rope", Builtin::Rope { pos: ParamExpr::of(pos) }, &[x, inv])?;
+    out.push(case(g, 4, 5));
+
+    let mut g = StepGraph::new("op_kv_append")?;
+    let pos = g.param("pos")?;
+    let k = g.input("k", &[1, cfg.kv_heads * d], dt)?;
+    let cache = g.state("k_cache", &[cfg.kv_heads, cfg.capacity, d], dt)?;
+    g.add_builtin("append", Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[k], &[cache])?;
+    out.push(case(g, 4, 3));
+
+    let attention = |name: &str| -> Result<StepGraph, GraphError> {
+        let mut g = StepGraph::new(name)?;
+        let pos = g.param("pos")?;
+        let q = g.input("q", &[1, cfg.heads * d], dt)?;
+        let kc = g.state("k_cache", &[cfg.kv_heads, cfg.capacity, d], dt)?;
+        let vc = g.state("v_cache", &[cfg.kv_heads, cfg.capacity, d], dt)?;
+        let scale = Scalar(1.0 / (d as f32).sqrt());
+        g.builtin("attention", Builtin::Attention { keylen: ParamExpr::of(pos).plus(1), scale }, &[q, kc, vc])?;
+        Ok(g)
+    };
+    out.push(case(attention("op_attention")?, 4, 0));
+    // key lengths that are not multiples of the warps, up to the whole cache
+    out.push(case(attention("op_attention_long")?, 3, cfg.capacity as i32 - 3));
+
+    let mut g = StepGraph::new("op_embedding")?;
+    let table = g.input("embed", &[cfg.vocab, h], dt)?;
+    let token = g.state("token", &[1], DType::F32)?;
+    g.builtin("embedding", Builtin::Embedding { chunk: 64 }, &[table, token])?;
+    out.push(case(g, 2, 0));
+
+    let mut g = StepGraph::new("op_argmax")?;
+    let logits = g.input("logits", &[1, cfg.vocab], dt)?;
+    let token = g.state("token", &[1], DType::F32)?;
+    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: 64 }, &[logits])?[0];
+    g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
+    out.push(case(g, 2, 0));
+
+    out.push(case(decoder_step("layer", &DecoderConfig { layers: 1, ..cfg.clone() })?, 4, 0));
+    out.push(case(decoder_step("toy", &cfg)?, 64, 0));
+    Ok(out)
+}
+
+/// The empty-task graphs of the overhead measurements, for `workers` workers:
+/// - `overhead_dispatch`: `n` independent one-tile tasks pinned to worker 0 (the time per task is
+///   the dispatch cost: table reads, timestamps, barriers);
+/// - `overhead_hop`: a chain of `n` one-tile tasks, each reading its predecessor's output,
+///   alternating between workers 0 and 1 (each link is one cross-SM dependency hop);
+/// - `overhead_fanin`: `workers` tiles, then `workers` tiles each reading all of them (every
+///   worker waits on one aggregate counter of `workers` triggers), `n / 2` times over.
+pub fn overhead_graphs(workers: usize, n: usize) -> Result<Vec<StepGraph>, GraphError> {
+    let mut out = Vec::new();
+    let mut g = StepGraph::new("overhead_dispatch")?;
+    let x = g.input("x", &[1], DType::F32)?;
+    for i in 0..n {
+        g.builtin(&format!("t{i}"), Builtin::Nop { all: false }, &[x])?;
+        let op = g.op_named(&format!("t{i}")).ok_or_else(|| missing("overhead_dispatch"))?;
+        g.pin(op, vec![0])?;
+    }
+    out.push(g);
+
+    let mut g = StepGraph::new("overhead_hop")?;
+    let mut x = g.input("x", &[1], DType::F32)?;
+    for i in 0..n {
+        x = g.builtin(&format!("t{i}"), Builtin::Nop { all: false }, &[x])?[0];
+        let op = g.op_named(&format!("t{i}")).ok_or_else(|| missing("overhead_hop"))?;
+        g.pin(op, vec![i % 2])?;
+    }
+    out.push(g);
+
+    let mut g = StepGraph::new("overhead_fanin")?;
+    let mut x = g.input("x", &[workers], DType::F32)?;
+    for i in 0..n.div_ceil(2) {
+        x = g.builtin(&format!("all{i}"), Builtin::Nop { all: true }, &[x])?[0];
+        let op = g.op_named(&format!("all{i}")).ok_or_else(|| missing("overhead_fanin"))?;
+        g.pin(op, (0..workers).collect())?;
+    }
+    out.push(g);
+    Ok(out)
+}
+
+fn missing(graph: &str) -> GraphError {
+    GraphError::Unsupported { graph: graph.into(), op: "-".into(), reason: "an operator just added is missing".into() }
+}
+
+/// Checks a device step against the CPU: `before` holds the device's tensors before the step
+/// (inputs and states), `after` after it. Runs [`reference_step`] from `before` and compares
+/// every buffer and state with `after`: within `tolerance` of each tensor's largest magnitude
+/// (with 1e-3 of it as an absolute floor), except the indices argmax chose, where the device's
+/// index must name a logit within the tolerance of the CPU's largest among the candidates (a
+/// near-tie may go either way when the logits differ by rounding).
+pub fn compare_step(
+    g: &StepGraph,
+    before: &HostTensors,
+    after: &HostTensors,
+    params: &[i32],
+    tolerance: f32,
+) -> Result<(), String> {
+    let mut cpu = before.clone();
+    reference_step(g, &mut cpu, params).map_err(|e: ExecError| e.to_string())?;
+    // Tensors of argmax indices: the logits they index and how many columns each index covers
+    // (0: a whole row).
+    let mut indices: Vec<Option<(TensorId, usize)>> = vec![None; g.tensors().len()];
+    for op in g.ops() {
+        match op.kind {
+            OpKind::Builtin(Builtin::ArgmaxPartial { chunk }) => indices[op.outputs[0].0] = Some((op.inputs[0], chunk)),
+            OpKind::Builtin(Builtin::ArgmaxReduce) => {
+                let partial = op.inputs[0];
+                if let Some(p) = g.ops().iter().find(|o| o.outputs.contains(&partial)) {
+                    indices[op.outputs[0].0] = Some((p.inputs[0], 0));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (i, t) in g.tensors().iter().enumerate() {
+        if t.kind == TensorKind::Input {
+            continue;
+        }
+        let (want, got) = (cpu.get(TensorId(i)), after.get(TensorId(i)));
+        // the magnitude of the values (the (value, index) pairs of a partial argmax: the values)
+        let is_value = |j: usize| !matches!(indices[i], Some((_, chunk)) if chunk > 0 && j % 2 == 1);
+        let scale = want.iter().enumerate().filter(|(j, _)| is_value(*j)).fold(0.0f32, |m, (_, v)| m.max(v.abs()));
+        let scale = scale.max(1e-6);
+        for (j, (&a, &b)) in got.iter().zip(want).enumerate() {
+            if let Some((logits, chunk)) = indices[i] {
+                let l = cpu.get(logits);
+                let width = g.tensor(logits).desc.shape[1];
+                // which candidates entry j chose among, if it is an index
+                let range = if chunk == 0 {
+                    Some((j * width, (j + 1) * width))
+                } else if j % 2 == 1 {
+                    let (row, c) = (j / 2 / (width / chunk), j / 2 % (width / chunk));
+                    Some((row * width + c * chunk, row * width + (c + 1) * chunk))
+                } else {
+                    None
+                };
+                if let Some((lo, hi)) = range {
+                    let cand = &l[lo..hi];
+                    let best = cand.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let lscale = cand.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6);
+                    let col = (lo % width) as f32;
+                    let k = a - col;
+                    let ok = k >= 0.0 && (k as usize) < cand.len() && cand[k as usize] >= best - tolerance * lscale;
+                    if !ok {
+                        return Err(format!(
+                            "`{}` element {j}: the device chose index {a}, the CPU {b} (best logit {best}, the device's {:?})",
+                            t.name,
+                            cand.get(k.max(0.0) as usize)
+                        ));
+                    }
+                    continue;
+                }
+            }
+            let err = (a - b).abs();
+            if err.is_nan() || err > tolerance * scale + 1e-3 * scale {
+                return Err(format!(
+                    "`{}` element {j}: device {a}, CPU {b} (|error| {err} > {tolerance} × {scale})",
+                    t.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+#![cfg(feature = "build")]
+//! The resident kernel's generated CUDA compiles with nvcc for sm_90a (nvcc from the Python
+//! wheels here), and its tables say what the compiler decided.
+
+use mirage::codegen::CodegenError;
+use mirage::mpk::emit::{ResidentKernel, emit, generate};
+use mirage::mpk::testmode::{cases, overhead_graphs};
+use mirage::mpk::{Compiled, MpkOptions, StepGraph, compile};
+use mirage::nvcc::{CompileOptions, compile_cubin};
+
+/// Test results: any error fails the test with its message.
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+fn no_bodies(
+    _: &mirage::ir::BlockGraph,
+    name: &str,
+    _: &mirage::codegen::KernelOptions,
+) -> Result<mirage::codegen::KernelSource, CodegenError> {
+    Err(CodegenError::Unsupported(format!("task body `{name}`: not expected in a graph of built-in tasks")))
+}
+
+/// Compiles and emits a graph of built-in tasks (asking for a task body is an error).
+fn builtin_kernel(g: &StepGraph, workers: usize) -> (Compiled, ResidentKernel) {
+    let c =
+        compile(g, &MpkOptions { workers, ..MpkOptions::default() }).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    let k = emit(&c, &no_bodies).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    (c, k)
+}
+
+fn nvcc(k: &ResidentKernel) {
+    let opts = CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
+    let cubin = compile_cubin(&k.source, &k.kernel, &opts).unwrap_or_else(|e| panic!("{}: {e}", k.kernel));
+    assert!(cubin.bytes.starts_with(b"\x7fELF"), "{}: not an ELF cubin", k.kernel);
+}
+
+#[test]
+fn the_resident_kernel_of_every_test_graph_compiles() -> R {
+    for case in cases()? {
+        let g = &case.graph;
+        let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let head = format!("extern \"C\" __global__ void __launch_bounds__(256, 1) {}(const mpk::Params p)", k.kernel);
+        assert!(k.source.contains(&head), "{}", g.name());
+        assert!(k.source.contains(&format!("static __device__ const mpk::Task mpk_tasks[{}]", c.tasks.len() + 1)));
+        // one task body per distinct block graph, each a device function of the tile index
+        let blocks: std::collections::HashSet<_> = c
+            .graph
+            .ops()
+            .iter()
+            .filter_map(|o| match &o.kind {
+                mirage::mpk::OpKind::Block(bg) => Some(bg.as_ref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(k.source.matches("__device__ __noinline__ void mpk_body").count(), blocks.len(), "{}", g.name());
+        assert!(!k.source.contains("blockIdx.x, by = blockIdx.y"), "{}: a task body reads blockIdx", g.name());
+        nvcc(&k);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() -> R {
+    for g in overhead_graphs(132, 64)? {
+        let (c, k) = builtin_kernel(&g, 132);
+        let begin: Vec<String> = std::iter::once(0)
+            .chain(c.schedule.workers.iter().scan(0, |n, w| {
+                *n += w.len();
+                Some(*n)
+            }))
+            .map(|n| n.to_string())
+            .collect();
+        let table = format!("mpk_worker_begin[133] = {{{}}};", begin.join(","));
+        assert!(k.source.contains(&table), "{}: no `{table}`", g.name());
+        nvcc(&k);
+    }
+    Ok(())
+}
+
+#[test]
+fn weights_are_prefetched_in_strided_runs() -> R {
+    let case = cases()?.into_iter().find(|c| c.graph.name() == "op_projection").ok_or("no such test case")?;
+    let c = compile(&case.graph, &MpkOptions { workers: 8, ..MpkOptions::default() })?;
+    let w = case.graph.tensor_named("w").ok_or("no such tensor")?;
+    // every task of the projection prefetches its slab of `w` (an input), nothing else
+    let proj: Vec<_> = c.tasks.iter().filter(|t| t.reads.iter().any(|r| r.tensor == w)).collect();
+    assert!(!proj.is_empty());
+    for t in proj {
+        assert!(
+            t.prefetch.iter().all(|r| r.tensor == w || c.graph.tensor(r.tensor).kind == mirage::mpk::TensorKind::Input)
+        );
+        assert!(t.prefetch.iter().any(|r| r.tensor == w));
+    }
+    Ok(())
+}
