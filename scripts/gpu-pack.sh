@@ -23,6 +23,9 @@ done
 # (scripts/triton-pack.sh runs it here) and the tuner (scripts/tune-pack.sh carries it in .tune).
 # A device call carries 64 MiB at most.
 rm -rf .gpu/bin/bin .gpu/bin/example/golden .gpu/bin/example/triton_pack .gpu/bin/example/tune
+# Symbol tables are not needed there either (a backtrace loses function names, not line of failure).
+find .gpu/bin -type f -exec strip --strip-all {} +
+du -sh .gpu | sed 's/^/packed, stripped: /'
 cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"

@@ -45,11 +45,7 @@ fn hash_values(n: usize, seed: u64, range: f32) -> Vec<f32> {
 }
 
 fn round_to(dtype: DType, v: f32) -> f32 {
-    match dtype {
-        DType::F16 => half::f16::from_f32(v).to_f32(),
-        DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-        DType::F32 | DType::I32 => v,
-    }
+    dtype.round(v)
 }
 
 fn tolerance(dtype: DType) -> f64 {

@@ -33,6 +33,25 @@ impl DType {
     /// The float element types: those arithmetic operates on.
     pub const FLOATS: [DType; 3] = [DType::F16, DType::Bf16, DType::F32];
 
+    /// `v` as an element of this type stores it, back in f32: rounded to nearest even for f16
+    /// and bf16 (as the GPU's conversions do), unchanged for f32, the integer at or below `v`
+    /// for i32 indices.
+    ///
+    /// ```
+    /// use mirage_core::DType;
+    /// assert_eq!(DType::F16.round(1.0 + 1.0 / 4096.0), 1.0);
+    /// assert_eq!(DType::F32.round(0.1), 0.1);
+    /// assert_eq!(DType::I32.round(2.7), 2.0);
+    /// ```
+    pub fn round(self, v: f32) -> f32 {
+        match self {
+            DType::F16 => half::f16::from_f32(v).to_f32(),
+            DType::Bf16 => half::bf16::from_f32(v).to_f32(),
+            DType::F32 => v,
+            DType::I32 => v.floor(),
+        }
+    }
+
     /// The largest extent an index may address (the rows of a `gather` table, the reduced dim of
     /// an `argmax`): 2^24, below which every integer is exact as an f32.
     pub const MAX_INDEX_EXTENT: usize = 1 << 24;

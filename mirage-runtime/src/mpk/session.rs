@@ -10,10 +10,12 @@ use half::{bf16, f16};
 use super::MpkError;
 use super::plan::{MpkPlan, TensorKind, abi};
 use super::timeline::Timeline;
-use crate::device::{Stream, guard};
+use crate::desc::LaunchConfig;
+use crate::driver::guard;
 use crate::error::RuntimeError;
-use crate::kernel::{Kernel, LaunchConfig, Module};
+use crate::kernel::{Kernel, Module};
 use crate::program::AnyTensor;
+use crate::stream::Stream;
 use crate::tensor::{DeviceTensor, Element};
 use mirage_core::{DType, TensorDesc};
 
@@ -91,7 +93,7 @@ impl Megakernel {
         let kernel = self.kernel()?;
         kernel.load(stream)?;
         let per_sm = kernel.max_active_blocks_per_sm(stream, plan.threads, plan.smem_bytes)?;
-        let ctx = stream.inner.context();
+        let ctx = stream.raw().context();
         let sms = guard("reading the SM count", || {
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
                 .map_err(RuntimeError::driver("reading the SM count"))
@@ -115,10 +117,11 @@ impl Megakernel {
                 DType::F16 => AnyTensor::F16(stream.zeros_with_layout(layout(&t.spec)?)?),
                 DType::Bf16 => AnyTensor::BF16(stream.zeros_with_layout(layout(&t.spec)?)?),
                 DType::F32 => AnyTensor::F32(stream.zeros_with_layout(layout(&t.spec)?)?),
+                DType::I32 => AnyTensor::I32(stream.zeros_with_layout(layout(&t.spec)?)?),
             });
         }
         let pointers: Vec<u64> = tensors.iter().map(|t| device_address(stream, t)).collect();
-        let raw = &stream.inner;
+        let raw = stream.raw();
         let alloc_err = |what: &str| RuntimeError::driver(format!("allocating the megakernel's {what}"));
         let table = if pointers.is_empty() {
             raw.alloc_zeros::<u64>(1).map_err(alloc_err("pointer table"))?
@@ -149,9 +152,10 @@ fn layout(spec: &TensorDesc) -> Result<crate::tensor::Layout, RuntimeError> {
 
 fn device_address(stream: &Stream, t: &AnyTensor) -> u64 {
     let (ptr, _sync) = match t {
-        AnyTensor::F16(x) => x.as_slice().device_ptr(&stream.inner),
-        AnyTensor::BF16(x) => x.as_slice().device_ptr(&stream.inner),
-        AnyTensor::F32(x) => x.as_slice().device_ptr(&stream.inner),
+        AnyTensor::F16(x) => x.as_slice().device_ptr(stream.raw()),
+        AnyTensor::BF16(x) => x.as_slice().device_ptr(stream.raw()),
+        AnyTensor::F32(x) => x.as_slice().device_ptr(stream.raw()),
+        AnyTensor::I32(x) => x.as_slice().device_ptr(stream.raw()),
     };
     ptr
 }
@@ -290,7 +294,7 @@ impl Session {
         if host.len() != expected {
             return Err(self.tensor_error(h.index, format!("{expected} values"), format!("{}", host.len())));
         }
-        let raw = self.stream.inner.clone();
+        let raw = self.stream.raw().clone();
         let err = self.handle_error();
         let tensor = T::pick_mut(&mut self.tensors[h.index]).ok_or(err)?;
         raw.memcpy_htod(host, tensor.as_slice_mut()).map_err(RuntimeError::driver("uploading a megakernel tensor"))?;
@@ -327,6 +331,12 @@ impl Session {
                 let h = self.tensor::<f32>(name)?;
                 self.upload(h, values)
             }
+            DType::I32 => Err(MpkError::Request {
+                megakernel: self.name().to_owned(),
+                reason: format!(
+                    "tensor `{name}` holds i32 indices; megakernel sessions hold f16, bf16 and f32 tensors"
+                ),
+            }),
         }
     }
 
@@ -344,7 +354,7 @@ impl Session {
     /// Zeroes the counters and the status words and restarts the step count (after an error, or
     /// to start over). Tensors keep their contents.
     pub fn reset(&mut self) -> Result<(), MpkError> {
-        let raw = &self.stream.inner;
+        let raw = self.stream.raw();
         raw.memset_zeros(&mut self.counters).map_err(RuntimeError::driver("zeroing the megakernel's counters"))?;
         raw.memset_zeros(&mut self.status).map_err(RuntimeError::driver("zeroing the megakernel's status"))?;
         self.stream.synchronize()?;
@@ -366,12 +376,12 @@ impl Session {
         let len = (steps.len() * ntasks * abi::TIMESTAMPS_PER_TASK).max(1);
         let stamps = self
             .stream
-            .inner
+            .raw()
             .alloc_zeros::<u64>(len)
             .map_err(RuntimeError::driver("allocating the megakernel's timestamps"))?;
         self.launch(steps, Some(&stamps))?;
         self.finish()?;
-        let raw = &self.stream.inner;
+        let raw = self.stream.raw();
         let times = raw.clone_dtoh(&stamps).map_err(RuntimeError::driver("downloading the timestamps"))?;
         let sms = raw.clone_dtoh(&self.worker_sm).map_err(RuntimeError::driver("downloading the worker SMs"))?;
         self.stream.synchronize()?;
@@ -408,7 +418,7 @@ impl Session {
             return Err(request("the step count would overflow: call Session::reset".into()));
         }
         let values: Vec<i32> = steps.iter().flat_map(|s| s.values.iter().copied()).collect();
-        let raw = self.stream.inner.clone();
+        let raw = self.stream.raw().clone();
         let param_buf = if values.is_empty() { raw.alloc_zeros::<i32>(1) } else { raw.clone_htod(&values) }
             .map_err(RuntimeError::driver("uploading the runtime parameters"))?;
         let addr = |s: &CudaSlice<u32>| s.device_ptr(&raw).0;
@@ -441,7 +451,7 @@ impl Session {
 
     /// Waits for the queued launches and checks the status words.
     pub fn finish(&mut self) -> Result<(), MpkError> {
-        let raw = &self.stream.inner;
+        let raw = self.stream.raw();
         let status = raw.clone_dtoh(&self.status).map_err(RuntimeError::driver("reading the megakernel's status"));
         let synced = self.stream.synchronize();
         let status = match (status, synced) {

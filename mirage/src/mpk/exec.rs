@@ -66,11 +66,7 @@ pub enum ExecError {
 
 /// Rounds `v` to what an element of `dtype` stores.
 pub fn round_to(dtype: DType, v: f32) -> f32 {
-    match dtype {
-        DType::F16 => half::f16::from_f32(v).to_f32(),
-        DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-        DType::F32 => v,
-    }
+    dtype.round(v)
 }
 
 /// The host values of every tensor of a step graph (row-major f32, rounded to each tensor's

@@ -45,13 +45,7 @@ pub fn seed(what: &str) -> Result<u64, String> {
 
 /// `v` rounded to `dtype` (round to nearest even, as the GPU's conversions do).
 pub fn round_to(dtype: DType, v: f32) -> f32 {
-    match dtype {
-        DType::F16 => half::f16::from_f32(v).to_f32(),
-        DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-        DType::F32 => v,
-        // Indices: the integer at or below `v`.
-        DType::I32 => v.floor(),
-    }
+    dtype.round(v)
 }
 
 /// `n` values uniform in `range`, rounded to `dtype`.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::record::CandidateTiming;
 use super::{CompiledCandidates, TuneConfig, TuneError};
 use crate::codegen::plan::LaunchPlan;
-use crate::ir::{DType, KernelGraph};
+use crate::ir::KernelGraph;
 use crate::reference::{HostTensor, run};
 
 /// One step of a measurement.
@@ -106,13 +106,7 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 pub fn inputs(program: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, TuneError> {
     let mut host = crate::search::float_inputs(program, seed)?;
     for (t, d) in host.iter_mut().zip(program.inputs()) {
-        let round = |v: f32| match d.dtype {
-            DType::F16 => half::f16::from_f32(v).to_f32(),
-            DType::Bf16 => half::bf16::from_f32(v).to_f32(),
-            // Ids are whole numbers already.
-            DType::F32 | DType::I32 => v,
-        };
-        t.data.iter_mut().for_each(|v| *v = round(*v));
+        t.data.iter_mut().for_each(|v| *v = d.dtype.round(*v));
     }
     Ok(host)
 }
