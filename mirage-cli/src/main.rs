@@ -70,7 +70,7 @@ pub struct Target {
 enum Command {
     /// Show a program, its chosen µGraph with the cost model's explanation and the top candidates.
     Show {
-        /// A Rust file with #[mugraph] functions, optionally `::` and one function's name or path.
+        /// A Rust file with `#[mugraph]` functions, optionally `::` and one function's name or path.
         #[arg(value_name = "FILE[::FN]")]
         target: String,
         /// Write the chosen µGraph as Graphviz DOT here.
@@ -111,7 +111,7 @@ enum Command {
         #[arg(long)]
         arch: Option<String>,
     },
-    /// Fill the search cache for every #[mugraph] function of a package, or check it (`--check`).
+    /// Fill the search cache for every `#[mugraph]` function of a package, or check it (`--check`).
     Prepare(prepare::PrepareArgs),
     /// Print the generated source of a program's chosen µGraph.
     Emit {

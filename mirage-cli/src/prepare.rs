@@ -21,7 +21,7 @@ pub struct PrepareArgs {
     /// The package's Cargo.toml (default: the nearest one above the current directory).
     #[arg(long, value_name = "PATH")]
     manifest_path: Option<PathBuf>,
-    /// Source files with #[mugraph] functions (default: every .rs file of the package that has one).
+    /// Source files with `#[mugraph]` functions (default: every .rs file of the package that has one).
     #[arg(long = "file", value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Target architecture (default: MIRAGE_CUDA_ARCH, or sm_90a).

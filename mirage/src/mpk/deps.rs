@@ -1,6 +1,6 @@
 //! Dependencies between tasks and the counters that carry them.
 //!
-//! [`derive`] finds, for every task, the earlier tasks it must wait for: a read waits for the
+//! [`derive`](fn@derive) finds, for every task, the earlier tasks it must wait for: a read waits for the
 //! earlier writes it overlaps (read after write), a write for the earlier reads and writes it
 //! overlaps (write after read, write after write) — element boxes, so a consumer tile waits
 //! only for the producer tiles whose written region meets what it reads.
