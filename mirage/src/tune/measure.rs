@@ -268,6 +268,7 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<f64, TuneError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::DType;
 
     #[test]
     fn events_fill_the_timings() {
