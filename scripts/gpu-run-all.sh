@@ -8,7 +8,8 @@
 # is a failure), the worst element error per element type of each GPU test, and the benchmark
 # table. Exits non-zero when anything failed or is missing.
 #
-#   bash scripts/gpu-run-all.sh          MIRAGE_TEST_SEED=N replays the random inputs of a run
+#   bash scripts/gpu-run-all.sh          MIRAGE_TEST_SEED=N replays the random inputs of a run;
+#                                        MIRAGE_SANITIZER_LIMIT_S bounds each sanitizer run (300)
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
@@ -71,7 +72,7 @@ if [ -x "$e" ]; then
   { timeout 120 "$e" "$out/mpk_toy_trace.json" 64 || fail "example mpk_toy (exit $?)"; } >> "$out/mpk_toy.txt" 2>&1
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool mpk_toy (8 tokens)" >> "$out/mpk_toy.txt"
-    MIRAGE_MPK_WATCHDOG_MS=600000 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+    MIRAGE_MPK_WATCHDOG_MS=600000 timeout "${MIRAGE_SANITIZER_LIMIT_S:-300}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
       "$e" "$out/mpk_toy_sanitized.json" 8 >> "$out/mpk_toy.txt" 2>&1 || fail "compute-sanitizer --tool $tool mpk_toy (exit $?)"
   done
   note "mpk_toy: $(grep -E 'tokens in one launch|ERROR SUMMARY|RACECHECK SUMMARY' "$out/mpk_toy.txt" | tr '\n' ';')"

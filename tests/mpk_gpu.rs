@@ -98,7 +98,7 @@ fn every_test_graph_matches_the_cpu_step_by_step() -> R {
             poison_buffers(&mut s, g);
             let before = download_all(&s, g);
             let p = step_params(&s, &case, step);
-            s.run(&[p.clone()]).unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
+            s.run(std::slice::from_ref(&p)).unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
             let after = download_all(&s, g);
             compare_step(g, &before, &after, p.values(), TOLERANCE)
                 .unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
@@ -153,7 +153,7 @@ fn a_token_out_of_range_is_a_device_error_until_reset() -> R {
     host.set(g.tensor_named("token").ok_or("no such tensor")?, &[vocab as f32])?;
     upload_all(&mut s, g, &host);
     let p = s.param_values();
-    let e = s.run(&[p.clone()]).expect_err("an error");
+    let e = s.run(std::slice::from_ref(&p)).expect_err("an error");
     match &e {
         MpkError::Device { code, task_name, .. } => {
             assert_eq!(*code, abi::ERR_INDEX, "{e}");
@@ -162,7 +162,7 @@ fn a_token_out_of_range_is_a_device_error_until_reset() -> R {
         other => panic!("expected a device error, found {other}"),
     }
     assert!(e.to_string().contains(&format!("expected 0 <= index < {vocab}, found {vocab}")), "{e}");
-    assert!(matches!(s.run(&[p.clone()]), Err(MpkError::Poisoned { .. })));
+    assert!(matches!(s.run(std::slice::from_ref(&p)), Err(MpkError::Poisoned { .. })));
     s.reset()?;
     s.upload_f32("token", &[1.0])?;
     s.run(&[p])?;
@@ -241,14 +241,14 @@ fn overhead() -> R {
         let mut waiting = Vec::new();
         let mut launch = Vec::new();
         for _ in 0..20 {
-            let t = s.run_timed(&[p.clone()])?;
+            let t = s.run_timed(std::slice::from_ref(&p))?;
             let st = t.stats();
             per_level.push(st.span_ns as f64 / levels);
             waiting.push(st.wait_fraction);
             let start = mirage_runtime::TimingEvent::new(gpu.stream())?;
             let end = mirage_runtime::TimingEvent::new(gpu.stream())?;
             start.record(gpu.stream())?;
-            s.launch_async(&[p.clone()])?;
+            s.launch_async(std::slice::from_ref(&p))?;
             end.record(gpu.stream())?;
             s.finish()?;
             launch.push(start.elapsed_us(&end)?);

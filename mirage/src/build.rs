@@ -87,7 +87,7 @@ pub enum BuildError {
         /// The function.
         at: Box<FnLocation>,
         /// What went wrong.
-        source: SearchError,
+        source: Box<SearchError>,
     },
 
     /// Tuning (`MIRAGE_TUNE`) failed in a way that is not a candidate's own failure.
@@ -373,7 +373,14 @@ impl Builder {
         let results: Vec<Result<BuiltProgram, BuildError>> = jobs
             .par_iter()
             .map(|(file, line_column, program)| {
-                self.build_one(file, *line_column, program, &artifact_dir, &nvcc_opts, (&search_cfg, tune_mode), &cache)
+                let shared = Shared {
+                    artifact_dir: &artifact_dir,
+                    nvcc_opts: &nvcc_opts,
+                    search_cfg: &search_cfg,
+                    tune_mode,
+                    cache: &cache,
+                };
+                self.build_one(&shared, file, *line_column, program)
             })
             .collect();
         let mut programs = Vec::with_capacity(results.len());
@@ -423,14 +430,12 @@ impl Builder {
 
     fn build_one(
         &self,
+        shared: &Shared<'_>,
         file: &Path,
         (line, column): (usize, usize),
         program: &lower::Program,
-        artifact_dir: &Path,
-        nvcc_opts: &nvcc::CompileOptions,
-        (search_cfg, tune_mode): (&SearchConfig, tune::TuneMode),
-        cache: &Cache,
     ) -> Result<BuiltProgram, BuildError> {
+        let Shared { artifact_dir, nvcc_opts, search_cfg, tune_mode, cache } = *shared;
         let started = Instant::now();
         let at = || {
             Box::new(FnLocation {
@@ -453,7 +458,7 @@ impl Builder {
                 (result.best.graph.clone(), tuned + &result.to_string(), result.summary(), true, result.from_cache)
             }
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
-                return Err(BuildError::Search { at: at(), source });
+                return Err(BuildError::Search { at: at(), source: Box::new(source) });
             }
             Err(e) => {
                 let report = format!(
@@ -565,6 +570,21 @@ pub fn workspace_root_from(start: &Path) -> PathBuf {
         }
     }
     root
+}
+
+/// What the build of every program of one `compile` call shares.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    /// Where the artifacts go.
+    artifact_dir: &'a Path,
+    /// nvcc's options (architecture, its cache).
+    nvcc_opts: &'a nvcc::CompileOptions,
+    /// The search's configuration.
+    search_cfg: &'a SearchConfig,
+    /// Whether and how candidates are timed (`MIRAGE_TUNE`).
+    tune_mode: tune::TuneMode,
+    /// The search cache `.mirage/`.
+    cache: &'a Cache,
 }
 
 fn qualified(module_path: &[String], name: &str) -> String {

@@ -514,9 +514,13 @@ pub(crate) fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>
         .collect()
 }
 
+/// For each output of a program, the (extra output holding its searched row, dim) when it is an
+/// argmax's positions.
+type ArgmaxRows = Vec<Option<(usize, usize)>>;
+
 /// A copy of `program` that also returns the searched row of every output an `argmax`
 /// produces, and for each original output the (extra output, dim) of its row.
-fn with_argmax_rows(program: &KernelGraph) -> Option<(KernelGraph, Vec<Option<(usize, usize)>>)> {
+fn with_argmax_rows(program: &KernelGraph) -> Option<(KernelGraph, ArgmaxRows)> {
     let mut g = KernelGraph::new();
     for n in program.nodes() {
         g.push(n.op.clone(), &n.inputs).ok()?;
