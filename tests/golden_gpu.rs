@@ -28,7 +28,7 @@ use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 
 /// Coverage programs per element type (`coverage_cases`): every one must have run.
-const COVERAGE_PROGRAMS: usize = 51;
+const COVERAGE_PROGRAMS: usize = 54;
 
 /// A tensor of `spec`'s shape and type filled with NaN.
 fn poisoned(gpu: &Gpu, spec: &TensorDesc) -> AnyTensor {
@@ -154,6 +154,16 @@ fn golden_kernels_match_the_reference_on_the_gpu() {
     println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates), {} outputs compared", tally.outputs);
     assert_eq!(total, 181 + 9);
     tally.finish("golden");
+}
+
+/// On the CPU (so CI sees it): the count the GPU test expects is the count there is, for every
+/// element type; a program added or dropped changes it here first.
+#[test]
+fn the_gpu_test_expects_every_coverage_program() {
+    for dtype in [DType::F16, DType::Bf16, DType::F32] {
+        let graphs = coverage_cases(dtype).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(graphs.len(), COVERAGE_PROGRAMS, "{dtype:?}: update COVERAGE_PROGRAMS");
+    }
 }
 
 #[test]

@@ -110,13 +110,16 @@ __device__ __forceinline__ void report_index(const Ctx& c, long long value, long
 // Warp 0 waits until counter counter(j) >= need(j) for every j < n (lane l polls j = l, l + 32,
 // ...: up to 32 counters at once) with acquire loads and a growing __nanosleep back-off; gives
 // up when another worker raised the abort flag or after the watchdog bound (reporting the first
-// counter still short). Every thread of the block returns whether the wait succeeded.
+// counter still short). Every thread of the block returns whether the wait succeeded: the
+// verdict travels by the barrier's own reduction (__syncthreads_or), not through shared memory,
+// so a wait cannot overwrite a verdict a slow warp has not read yet (compute-sanitizer's
+// racecheck found that hazard with a shared flag between back-to-back waits).
 template <class Counter, class Need>
 __device__ __forceinline__ bool wait_counters(const Params& p, unsigned n, Counter counter, Need need, unsigned task,
-                                              unsigned step, unsigned* s_flag) {
+                                              unsigned step) {
+  bool ok = true;
   if (threadIdx.x < 32) {
     const unsigned lane = threadIdx.x;
-    bool ok = true;
     unsigned long long t0 = 0;
     for (unsigned base = 0; ok && base < n; base += 32) {
       const unsigned j = base + lane;
@@ -152,10 +155,9 @@ __device__ __forceinline__ bool wait_counters(const Params& p, unsigned n, Count
         if (polls >= 8) __nanosleep(polls >= 64 ? 256 : 32);
       }
     }
-    if (lane == 0) *s_flag = ok ? 0u : 1u;
   }
-  __syncthreads();
-  return *s_flag == 0u;
+  // Warp 0's lanes agree on `ok` (every break above is warp-uniform); lane 0 speaks for them.
+  return __syncthreads_or(threadIdx.x == 0 && !ok) == 0;
 }
 
 // Streams a task's prefetch patterns into L2: every thread takes 128-byte lines of the runs.
@@ -182,7 +184,6 @@ __device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, uns
 // counters with release atomics after a block barrier, stamp. Stops at the first failed wait.
 template <int THREADS, class Dispatch>
 __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, unsigned char* smem) {
-  __shared__ unsigned s_flag;
   const unsigned w = blockIdx.x, tid = threadIdx.x;
   if (gridDim.x != t.num_workers || gridDim.y != 1 || gridDim.z != 1 || blockDim.x != THREADS || blockDim.y != 1 ||
       blockDim.z != 1) {
@@ -196,8 +197,7 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
     const int* prm = p.params + (size_t)i * t.num_params;
     if (i > 0) {
       const unsigned need = (step - 1) * t.num_workers;
-      if (!wait_counters(p, 1, [&](unsigned) { return t.barrier; }, [&](unsigned) { return need; }, 0xffffffffu, step,
-                         &s_flag))
+      if (!wait_counters(p, 1, [&](unsigned) { return t.barrier; }, [&](unsigned) { return need; }, 0xffffffffu, step))
         return;
     }
     for (unsigned k = first; k < last; ++k) {
@@ -209,7 +209,7 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
       prefetch<THREADS>(p, t.prefetch, task.prefetch_begin, next.prefetch_begin);
       const Wait* waits = t.waits + task.wait_begin;
       if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
-                         [&](unsigned j) { return waits[j].triggers * step; }, id, step, &s_flag))
+                         [&](unsigned j) { return waits[j].triggers * step; }, id, step))
         return;
       if (ts && tid == 0) ts[1] = globaltimer();
       dispatch(p, task, Ctx{&p, id, step}, prm, smem);
