@@ -128,7 +128,8 @@ fn show_rejects_bad_targets() {
     fails(mirage().arg("show").arg(&txt), 2, "expected a Rust source file");
     let empty = pkg.write("src/empty.rs", "fn main() {}\n");
     fails(mirage().arg("show").arg(&empty), 2, "no #[mugraph] function in this file");
-    let broken = pkg.write("src/broken.rs", "#[mugraph]\nfn f(x: Tensor<f32, 4>) -> Tensor<f32, 4> { x + 2.0 }\n");
+    let broken =
+        pkg.write("src/broken.rs", "#[mugraph]\nfn f(x: Tensor<f32, 4>) -> Tensor<f32, 4> { frobnicate(x) }\n");
     fails(mirage().arg("show").arg(&broken), 2, "broken.rs:2:");
     fails(mirage().args(["show", &pkg.kernels(), "--svg", "x.svg"]), 2, "name one as");
     fails(
