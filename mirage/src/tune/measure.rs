@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::record::CandidateTiming;
 use super::{CompiledCandidates, TuneConfig, TuneError};
 use crate::codegen::plan::LaunchPlan;
-use crate::ir::KernelGraph;
+use crate::ir::{DType, KernelGraph, KernelOp, TensorRef};
 use crate::reference::{HostTensor, run};
 
 /// One step of a measurement.
@@ -101,14 +101,75 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
-/// The inputs of a measurement: deterministic from `seed`, uniform in `[-0.5, 0.5)`, rounded to
-/// each input's element type (so the reference computes on exactly what the GPU reads).
+/// The largest |value| any f16 tensor of a program may reach on the tuner's inputs: a quarter of
+/// f16's largest finite value (65504), so that no rounding or reordering on the GPU overflows.
+const F16_HEADROOM: f32 = 65504.0 / 4.0;
+
+/// How many times [`inputs`] may halve the float inputs' range looking for one that keeps every
+/// tensor of the program finite (down to ±2⁻⁹).
+const MAX_HALVINGS: i32 = 8;
+
+/// The inputs of a measurement: deterministic from `seed`, uniform in `[-s, s)` with `s = 0.5`
+/// halved until every tensor of the program, computed by the CPU reference, stays finite and (for
+/// f16 tensors) below [`F16_HEADROOM`]; rounded to each input's element type (so the reference
+/// computes on exactly what the GPU reads). `i32` inputs (gather ids) are never scaled.
+///
+/// Programs such as the benchmark's `attention(rms_norm(Q), K, rms_norm(V))` take `exp` of
+/// unshifted logits: at ±0.5 their row sums pass f16's largest value, and every candidate of a
+/// correct kernel would otherwise be rejected (the first tuning run's `qknorm_gqa`).
 pub fn inputs(program: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, TuneError> {
-    let mut host = crate::search::float_inputs(program, seed)?;
-    for (t, d) in host.iter_mut().zip(program.inputs()) {
-        t.data.iter_mut().for_each(|v| *v = d.dtype.round(*v));
+    let base = crate::search::float_inputs(program, seed)?;
+    let index = crate::fingerprint::index_bounds(program);
+    let (every, dtypes) = with_every_tensor_out(program)?;
+    let mut worst = String::new();
+    for halvings in 0..=MAX_HALVINGS {
+        let scale = 0.5f32.powi(halvings);
+        let mut host = base.clone();
+        for ((t, d), ids) in host.iter_mut().zip(program.inputs()).zip(&index) {
+            let s = if ids.is_some() { 1.0 } else { scale };
+            t.data.iter_mut().for_each(|v| *v = d.dtype.round(*v * s));
+        }
+        match out_of_range(&run(&every, &host)?, &dtypes) {
+            None => return Ok(host),
+            Some(why) => worst = why,
+        }
     }
-    Ok(host)
+    Err(TuneError::Format {
+        what: "the tuner's inputs".into(),
+        reason: format!(
+            "no input range down to ±{} keeps every tensor of the program finite ({worst})",
+            0.5f32.powi(MAX_HALVINGS + 1)
+        ),
+    })
+}
+
+/// A copy of `program` that also returns every tensor it computes, and the element type of each
+/// output of the copy.
+fn with_every_tensor_out(program: &KernelGraph) -> Result<(KernelGraph, Vec<DType>), TuneError> {
+    let mut every = program.clone();
+    let nodes = program.nodes();
+    let mut dtypes: Vec<DType> = program.outputs().iter().map(|(t, _)| nodes[t.node].outputs[t.port].dtype).collect();
+    for (i, node) in program.nodes().iter().enumerate() {
+        if matches!(node.op, KernelOp::Input { .. } | KernelOp::Output { .. }) {
+            continue;
+        }
+        for (port, d) in node.outputs.iter().enumerate() {
+            every
+                .output(TensorRef { node: i, port }, None)
+                .map_err(|e| TuneError::Format { what: "the tuner's inputs".into(), reason: e.to_string() })?;
+            dtypes.push(d.dtype);
+        }
+    }
+    Ok((every, dtypes))
+}
+
+/// Why `values` (tensors of element types `dtypes`) are out of range, or `None`.
+fn out_of_range(values: &[HostTensor], dtypes: &[DType]) -> Option<String> {
+    values.iter().zip(dtypes).enumerate().find_map(|(k, (t, d))| {
+        let limit = if *d == DType::F16 { F16_HEADROOM } else { f32::MAX };
+        let max = t.data.iter().fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { f32::INFINITY });
+        (max > limit).then(|| format!("tensor {k} reaches {max:e}"))
+    })
 }
 
 /// One candidate loaded for launching, with its outputs and intermediate buffers.
@@ -297,6 +358,36 @@ mod tests {
         assert_eq!(rel_l2(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
         assert!(rel_l2(&[1.0, f32::NAN], &[1.0, 2.0]).is_infinite());
         assert!((rel_l2(&[1.1, 2.0], &[1.0, 2.0]) - 0.1 / 5f64.sqrt()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn inputs_shrink_until_every_f16_tensor_stays_in_range() -> Result<(), Box<dyn std::error::Error>> {
+        // exp(x @ w) over 4096 terms: at ±0.5 the logits reach about ±13 and exp passes f16's
+        // headroom, so the tuner must halve the range (as for the benchmark's qknorm_gqa).
+        let mut g = KernelGraph::new();
+        let x = g.input(&[4, 4096], DType::F16)?;
+        let w = g.input(&[4096, 8], DType::F16)?;
+        let y = g.matmul(x, w)?;
+        let e = g.exp(y)?;
+        g.output(e, None)?;
+        let a = inputs(&g, 3)?;
+        let largest = a[0].data.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(largest <= 0.25 && largest > 0.0, "the range was not halved: {largest}");
+        let out = run(&g, &a)?;
+        assert!(out[0].data.iter().all(|v| v.is_finite() && v.abs() <= F16_HEADROOM));
+        Ok(())
+    }
+
+    #[test]
+    fn inputs_say_why_when_no_range_is_finite() -> Result<(), Box<dyn std::error::Error>> {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[2, 8], DType::F16)?;
+        let zero = g.binary(crate::ir::BinaryOp::Sub, x, x)?;
+        let y = g.div(x, zero)?;
+        g.output(y, None)?;
+        let err = inputs(&g, 3).expect_err("x / 0 is never finite").to_string();
+        assert!(err.contains("keeps every tensor of the program finite"), "{err}");
+        Ok(())
     }
 
     #[test]
