@@ -16,6 +16,12 @@
 //! IEEE f32 products), accumulated in f32. `tl.dot` needs every dim to be at least 16: a smaller
 //! `M` or `N` is replicated up to 16 and one copy kept, a smaller `K` is replicated and the sum
 //! scaled back by the (power of two) number of copies, which is exact.
+//!
+//! The index operators follow the reference: `rope` rotates each head's pairs (split apart by a
+//! reshape and `tl.split` when the head is a power of two, selected through a new dim
+//! otherwise), `gather` loads table rows at the ids straight from device memory (an id outside the
+//! table reads zeros), and `argmax` takes the lowest position of the maximum (of the first NaN
+//! when there is one); ids and positions travel as f32 values, exact below 2^24.
 
 use std::fmt::Write as _;
 
