@@ -291,3 +291,18 @@ fn rope_gather_and_argmax_generate() {
         }
     }
 }
+
+#[test]
+fn rope_with_heads_that_are_not_a_power_of_two_selects_partners() {
+    // Two heads of 24 per row: each element's partner and angle selected through a new dim.
+    for layout in mirage::ir::RopeLayout::ALL {
+        let mut g = KernelGraph::new();
+        let x = g.input(&[3, 48], DType::F32).expect("input");
+        let c = g.input(&[3, 12], DType::F32).expect("input");
+        let s = g.input(&[3, 12], DType::F32).expect("input");
+        let y = g.rope(layout, x, c, s).expect("rope");
+        g.output(y, None).expect("output");
+        let src = generate(&g, "rope24", None).expect("generates");
+        assert!(src.contains("% 24") && !src.contains("tl.split"), "{src}");
+    }
+}
