@@ -7,11 +7,14 @@
 //! cargo run --release -p mirage-cli --example triton_pack -- OUT_DIR [--groups bench,golden,coverage]
 //! ```
 //!
-//! Inputs are not stored: the manifest records a seed per input, and both sides compute the
-//! values with the same integer hash ([`hash_values`]), then round them to the element type. The
-//! manifest also records each input's checksum, so a generator mismatch is caught before any
-//! comparison. Expected outputs are raw little-endian f32.
+//! Inputs are not stored: the manifest records a seed and a range per input (the ranges of
+//! `mirage::testing::inputs`), and both sides compute the values with the same integer hash
+//! ([`hash_values`]), then round them to the element type (`i32` ids: down). The manifest also
+//! records each input's checksum, so a generator mismatch is caught before any comparison.
+//! Expected outputs are raw little-endian f32, each with the tolerances of
+//! `mirage::testing::compare` (element-wise `atol + rtol·|want|`, the relative L2 bound).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,42 +22,50 @@ use mirage::cache::Cache;
 use mirage::ir::{DType, KernelGraph};
 use mirage::reference::{HostTensor, run};
 use mirage::search::{SearchConfig, superoptimize};
+use mirage::testing::compare::{ErrorModel, reduction_len};
+use mirage::testing::inputs::{coverage_input_range, golden_input_range, round_to};
 use serde_json::{Value, json};
-
-/// Inputs are drawn from [-INPUT_RANGE, INPUT_RANGE): attention's `exp(Q·K)` stays finite in f16
-/// (the GPU golden test uses the same range).
-const INPUT_RANGE: f32 = 0.25;
 
 /// Base of every input seed.
 const SEED: u64 = 0x2026_1201;
 
-/// The f32 values of a tensor of `n` elements from `seed`: `x = hash(i, seed)` (a 32-bit
-/// integer hash) and `((x >> 8) / 2^24 · 2 − 1) · range`, exact in f32. `scripts/triton_check.py`
-/// computes the same values.
-fn hash_values(n: usize, seed: u64, range: f32) -> Vec<f32> {
+/// The f32 values of a tensor of `n` elements from `seed`, uniform in `range`: `x = hash(i,
+/// seed)` (a 32-bit integer hash), `h = (x >> 8) / 2^24` (exact in f32) and `lo + h · (hi − lo)`
+/// in f32 arithmetic. `scripts/triton_check.py` computes the same values.
+fn hash_values(n: usize, seed: u64, range: &Range<f32>) -> Vec<f32> {
     const M32: u64 = 0xFFFF_FFFF;
+    let width = range.end - range.start;
     (0..n as u64)
         .map(|i| {
             let mut x = (i.wrapping_mul(0x9E37_79B1).wrapping_add(seed)) & M32;
             x = ((x ^ (x >> 16)) * 0x045D_9F3B) & M32;
             x = ((x ^ (x >> 16)) * 0x045D_9F3B) & M32;
             x ^= x >> 16;
-            ((x >> 8) as f32 * (1.0 / 16_777_216.0) * 2.0 - 1.0) * range
+            let h = (x >> 8) as f32 * (1.0 / 16_777_216.0);
+            range.start + h * width
         })
         .collect()
 }
 
-fn round_to(dtype: DType, v: f32) -> f32 {
-    dtype.round(v)
+/// The input ranges of `mirage::testing::inputs`, as the GPU tests of the CUDA backend use them.
+fn input_range(group: &str, name: &str, input: usize) -> Range<f32> {
+    match group {
+        // Coverage case names carry the element type: `coverage_f16_unary_exp`.
+        "coverage" => coverage_input_range(name.splitn(3, '_').nth(2).unwrap_or(name), input),
+        _ => golden_input_range(name.trim_start_matches("golden_"), input),
+    }
 }
 
-fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 1e-2,
-        DType::Bf16 => 3e-2,
-        DType::I32 => 0.0,
-    }
+/// The tolerances of `mirage::testing::compare` for an output of `dtype` whose reference is
+/// `want`, fed by reductions of at most `reduction_len` terms.
+fn tolerances(dtype: DType, reduction_len: usize, want: &[f32]) -> Value {
+    let model = ErrorModel::new(dtype, reduction_len);
+    let sum_sq: f64 = want.iter().filter(|w| w.is_finite()).map(|&w| f64::from(w) * f64::from(w)).sum();
+    let scale = if want.is_empty() { 0.0 } else { (sum_sq / want.len() as f64).sqrt() };
+    json!({
+        "atol": model.atol(scale, want.len()), "rtol": model.rtol(), "rel_l2_bound": model.rel_l2_bound(),
+        "reduction_len": reduction_len,
+    })
 }
 
 /// A program of the check: its reference graph and the µGraphs to run as Triton modules.
@@ -97,10 +108,6 @@ fn cases(groups: &[String]) -> Result<Vec<Case>, String> {
     if want("coverage") {
         for dtype in [DType::F16, DType::Bf16, DType::F32] {
             for (name, g) in mirage::testing::programs::coverage_cases(dtype).map_err(|e| e.to_string())? {
-                if !mirage::triton::handles_operators(&g) {
-                    eprintln!("coverage_{}_{name}: left out (rope, gather and argmax are CUDA-only)", dtype.name());
-                    continue;
-                }
                 let name = format!("coverage_{}_{name}", dtype.name());
                 out.push(Case { name: name.clone(), group: "coverage", program: g.clone(), modules: vec![(name, g)] });
             }
@@ -122,16 +129,19 @@ fn pack(dir: &Path, groups: &[String]) -> Result<(), String> {
         for (k, d) in case.program.inputs().into_iter().enumerate() {
             let n: usize = d.shape.iter().product();
             let seed = (SEED ^ (k as u64 * 0x632B_E5AB)) & 0xFFFF_FFFF;
-            let values = hash_values(n, seed, INPUT_RANGE);
+            let range = input_range(case.group, &case.name, k);
+            let values = hash_values(n, seed, &range);
             let checksum: f64 = values.iter().map(|&v| v as f64).sum();
             let first: Vec<f32> = values.iter().take(4).copied().collect();
             inputs.push(json!({
                 "name": format!("x{k}"), "shape": d.shape, "strides": d.strides, "dtype": d.dtype.name(),
-                "seed": seed, "checksum": checksum, "first": first,
+                "seed": seed, "range": [range.start, range.end], "checksum": checksum, "first": first,
             }));
             let rounded = values.into_iter().map(|v| round_to(d.dtype, v)).collect();
             host.push(HostTensor::new(d.shape.clone(), rounded).map_err(|e| e.to_string())?);
         }
+        let shapes: Vec<Vec<usize>> = case.program.inputs().iter().map(|d| d.shape.clone()).collect();
+        let reduction = reduction_len(shapes.iter().map(Vec::as_slice));
         eprintln!("{}: reference outputs", case.name);
         let expected = run(&case.program, &host).map_err(|e| format!("{}: reference: {e}", case.name))?;
         let mut outputs = Vec::new();
@@ -141,7 +151,10 @@ fn pack(dir: &Path, groups: &[String]) -> Result<(), String> {
             bytes += raw.len();
             write(&dir.join(&file), &raw)?;
             let dtype = case.program.desc(o.0).map_err(|e| e.to_string())?.dtype;
-            outputs.push(json!({ "shape": t.shape, "dtype": dtype.name(), "file": file }));
+            outputs.push(json!({
+                "shape": t.shape, "dtype": dtype.name(), "file": file,
+                "tolerance": tolerances(dtype, reduction, &t.data),
+            }));
         }
         let mut modules = Vec::new();
         for (name, g) in &case.modules {
@@ -153,10 +166,8 @@ fn pack(dir: &Path, groups: &[String]) -> Result<(), String> {
             modules.push(json!({ "name": name, "file": file, "kernels": kernels }));
             n_modules += 1;
         }
-        let dtype = case.program.inputs().first().map_or(DType::F32, |d| d.dtype);
         programs.push(json!({
-            "name": case.name, "group": case.group, "tolerance": tolerance(dtype),
-            "inputs": inputs, "outputs": outputs, "modules": modules,
+            "name": case.name, "group": case.group, "inputs": inputs, "outputs": outputs, "modules": modules,
         }));
     }
     let commit = std::process::Command::new("git")
@@ -166,8 +177,7 @@ fn pack(dir: &Path, groups: &[String]) -> Result<(), String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     let manifest: Value = json!({
-        "format": "mirage-triton-check", "version": 1, "commit": commit,
-        "input_range": INPUT_RANGE, "programs": programs,
+        "format": "mirage-triton-check", "version": 2, "commit": commit, "programs": programs,
     });
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?;
     bytes += text.len();

@@ -16,10 +16,18 @@
 //! IEEE f32 products), accumulated in f32. `tl.dot` needs every dim to be at least 16: a smaller
 //! `M` or `N` is replicated up to 16 and one copy kept, a smaller `K` is replicated and the sum
 //! scaled back by the (power of two) number of copies, which is exact.
+//!
+//! The index operators follow the reference: `rope` rotates each head's pairs (split apart by a
+//! reshape and `tl.split` when the head is a power of two, selected through a new dim
+//! otherwise), `gather` loads table rows at the ids straight from device memory (an id outside the
+//! table reads zeros), and `argmax` takes the lowest position of the maximum (of the first NaN
+//! when there is one); ids and positions travel as f32 values, exact below 2^24.
 
 use std::fmt::Write as _;
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, Scalar, TensorRef, UnaryOp, num_elements};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, Phase, RopeLayout, Scalar, TensorRef, UnaryOp, num_elements,
+};
 
 use super::TritonError;
 
@@ -255,9 +263,7 @@ impl<'a> Gen<'a> {
                 _ => {}
             }
         }
-        let warps = (bg.threads() / 32).max(1);
-        let num_warps = if warps.is_power_of_two() { warps } else { warps.next_power_of_two() / 2 };
-        Ok(TritonKernel { code: self.out, num_warps })
+        Ok(TritonKernel { code: self.out, num_warps: super::smem::num_warps(bg) })
     }
 
     /// `tl.where(mask, x, fill)` masking the padding of dim `d` of tile `t`, or `x` when that dim
@@ -322,12 +328,9 @@ impl<'a> Gen<'a> {
             }
             BlockOp::Output { .. } => {}
             BlockOp::Matmul => self.matmul(i, ind)?,
-            BlockOp::Rope { .. } | BlockOp::Gather { .. } | BlockOp::Argmax { .. } => {
-                return Err(TritonError::Unsupported(format!(
-                    "kernel `{}`: the block operator {:?} (rope, gather and argmax are CUDA-only)",
-                    self.name, n.op
-                )));
-            }
+            BlockOp::Rope { layout } => self.rope(i, ind, *layout)?,
+            BlockOp::Gather { table, imap } => self.gather(i, ind, *table, imap)?,
+            BlockOp::Argmax { dim } => self.argmax(i, ind, *dim)?,
             BlockOp::Unary { op } => {
                 let e = unary(op, &arg(0));
                 self.line(ind, &format!("t{i} = {e}"));
@@ -531,6 +534,151 @@ impl<'a> Gen<'a> {
             format!("c{i}_")
         };
         self.line(ind, &format!("t{i} = {value}"));
+        Ok(())
+    }
+
+    /// `rope` node `i`: pairs of each head of the last dim rotated by the angle's cos and sin
+    /// (the pairing of [`RopeLayout::pair`]). With a power-of-two head, the pairs are split apart
+    /// by a reshape (`tl.split`) and joined back (`tl.join`); otherwise each element's partner
+    /// and angle are selected through a new dim, as `concat` does.
+    fn rope(&mut self, i: usize, ind: usize, layout: RopeLayout) -> Result<(), TritonError> {
+        let n = &self.bg.nodes()[i];
+        let (x, c, s) = (Self::var(n.inputs[0]), Self::var(n.inputs[1]), Self::var(n.inputs[2]));
+        let xs = self.shape(n.inputs[0])?.to_vec();
+        let cs = self.shape(n.inputs[1])?.to_vec();
+        let r = xs.len();
+        let last = r - 1;
+        let half = cs[last];
+        let head = 2 * half;
+        let px = padded(&xs);
+        let pc = padded(&cs);
+        if head.is_power_of_two() {
+            let lp = px[last];
+            let nh = lp / head;
+            let lead = &px[..last];
+            let with = |tail: &[usize]| tuple(&[lead, tail].concat());
+            // (.., heads, half, 2): the pair of each angle along the new last dim.
+            let perm: Vec<String> = (0..last).chain([last, last + 2, last + 1]).map(|d| d.to_string()).collect();
+            let swap = format!("({})", perm.join(", "));
+            match layout {
+                RopeLayout::HalfSplit => {
+                    self.line(ind, &format!("x{i}_ = tl.permute(tl.reshape({x}, {}), {swap})", with(&[nh, 2, half])));
+                }
+                RopeLayout::Interleaved => {
+                    self.line(ind, &format!("x{i}_ = tl.reshape({x}, {})", with(&[nh, half, 2])));
+                }
+            }
+            self.line(ind, &format!("x{i}a, x{i}b = tl.split(x{i}_)"));
+            let cshape = tuple(&[&pc[..last], &[1, half][..]].concat());
+            self.line(ind, &format!("c{i}_ = tl.reshape({c}, {cshape})"));
+            self.line(ind, &format!("s{i}_ = tl.reshape({s}, {cshape})"));
+            self.line(ind, &format!("y{i}_ = tl.join(x{i}a * c{i}_ - x{i}b * s{i}_, x{i}b * c{i}_ + x{i}a * s{i}_)"));
+            if layout == RopeLayout::HalfSplit {
+                self.line(ind, &format!("y{i}_ = tl.permute(y{i}_, {swap})"));
+            }
+            self.line(ind, &format!("t{i} = tl.reshape(y{i}_, {})", tuple(&px)));
+            return Ok(());
+        }
+        // Selection: output position p (dim `last`) reads its partner q and its angle k through
+        // a new last dim.
+        let lp = px[last];
+        let hp = pc[last];
+        let mut wide = px.clone();
+        wide.push(lp);
+        self.check_size("rope", &wide)?;
+        let mut wide_c = pc.clone();
+        wide_c[last] = lp;
+        wide_c.push(hp);
+        self.check_size("rope", &wide_c)?;
+        let p = arange_at(lp, last, r + 1);
+        self.line(ind, &format!("p{i}_ = {p}"));
+        self.line(ind, &format!("j{i}_ = p{i}_ % {head}"));
+        let (partner, angle) = match layout {
+            RopeLayout::HalfSplit => (
+                format!("tl.where(j{i}_ < {half}, p{i}_ + {half}, p{i}_ - {half})"),
+                format!("tl.where(j{i}_ < {half}, j{i}_, j{i}_ - {half})"),
+            ),
+            RopeLayout::Interleaved => (format!("p{i}_ + 1 - 2 * (j{i}_ % 2)"), format!("j{i}_ // 2")),
+        };
+        let q = arange_at(lp, r, r + 1);
+        let k = arange_at(hp, r, r + 1);
+        self.line(
+            ind,
+            &format!("b{i}_ = tl.sum(tl.where({q} == {partner}, tl.expand_dims({x}, {last}), 0.0), axis={r})"),
+        );
+        for (v, src) in [("c", &c), ("s", &s)] {
+            self.line(
+                ind,
+                &format!("{v}{i}_ = tl.sum(tl.where({k} == {angle}, tl.expand_dims({src}, {last}), 0.0), axis={r})"),
+            );
+        }
+        let j1 = format!("(tl.arange(0, {lp}){} % {head})", place(last, r));
+        let first = match layout {
+            RopeLayout::HalfSplit => format!("{j1} < {half}"),
+            RopeLayout::Interleaved => format!("{j1} % 2 == 0"),
+        };
+        self.line(ind, &format!("t{i} = tl.where({first}, {x} * c{i}_ - b{i}_ * s{i}_, {x} * c{i}_ + b{i}_ * s{i}_)"));
+        Ok(())
+    }
+
+    /// `gather` node `i`: element `(ids.., c)` is column `c0 + c` of row `id` of kernel operand
+    /// `table` (`c0` the block's slab of the width), read from device memory in the table's
+    /// layout; an id outside `0..rows` reads 0. Ids arrive as exact f32 values (below 2^24).
+    fn gather(&mut self, i: usize, ind: usize, table: usize, imap: &[Option<usize>; 3]) -> Result<(), TritonError> {
+        let n = &self.bg.nodes()[i];
+        let ids = Self::var(n.inputs[0]);
+        let ids_rank = self.shape(n.inputs[0])?.len();
+        let out = n.outputs[0].shape.clone();
+        let r = out.len();
+        let width = out[r - 1];
+        let pw = width.next_power_of_two();
+        let desc = &self.bg.inputs()[table];
+        let (rows, s0, s1) = (desc.shape[0], desc.strides[0], desc.strides[1]);
+        let int = if self.wide { "tl.int64" } else { "tl.int32" };
+        let mut col = arange_at(pw, r - 1, r);
+        for (a, m) in imap.iter().enumerate() {
+            if *m == Some(1) {
+                col = format!("(pid{a} * {width} + {col})");
+            }
+        }
+        let grow: String =
+            format!("[{}]", (0..r).map(|d| if d < ids_rank { ":" } else { "None" }).collect::<Vec<_>>().join(", "));
+        self.line(ind, &format!("id{i}_ = {ids}.to({int})"));
+        self.line(ind, &format!("ok{i}_ = (id{i}_ >= 0) & (id{i}_ < {rows})"));
+        let mut mask = format!("ok{i}_{grow}");
+        if !width.is_power_of_two() {
+            mask = format!("{mask} & ({} < {width})", arange_at(pw, r - 1, r));
+        }
+        self.line(
+            ind,
+            &format!(
+                "t{i} = tl.load(in{table} + tl.where(ok{i}_, id{i}_, 0){grow} * {s0} + {col} * {s1}, mask={mask}, other=0.0).to(tl.float32)"
+            ),
+        );
+        Ok(())
+    }
+
+    /// `argmax` node `i` along `dim`: the lowest position of a NaN when the slice holds one,
+    /// else the lowest position of its maximum; as an f32 value (exact below 2^24).
+    fn argmax(&mut self, i: usize, ind: usize, dim: usize) -> Result<(), TritonError> {
+        let n = &self.bg.nodes()[i];
+        let x = Self::var(n.inputs[0]);
+        let s = self.shape(n.inputs[0])?;
+        let (len, r) = (s[dim], s.len());
+        let pl = len.next_power_of_two();
+        self.line(ind, &format!("k{i}_ = {}", arange_at(pl, dim, r)));
+        let valid = if len.is_power_of_two() { String::new() } else { format!(" & (k{i}_ < {len})") };
+        self.line(ind, &format!("nan{i}_ = ({x} != {x}){valid}"));
+        self.line(
+            ind,
+            &format!("m{i}_ = tl.expand_dims(tl.max(tl.where(({x} == {x}){valid}, {x}, NEG_INF), axis={dim}), {dim})"),
+        );
+        self.line(ind, &format!("anynan{i}_ = tl.expand_dims(tl.max(nan{i}_.to(tl.int32), axis={dim}), {dim}) > 0"));
+        self.line(ind, &format!("hit{i}_ = tl.where(anynan{i}_, nan{i}_, ({x} == m{i}_){valid})"));
+        self.line(
+            ind,
+            &format!("t{i} = tl.expand_dims(tl.min(tl.where(hit{i}_, k{i}_, {pl}), axis={dim}), {dim}).to(tl.float32)"),
+        );
         Ok(())
     }
 

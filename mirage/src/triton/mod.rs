@@ -23,17 +23,19 @@
 //!
 //! Unsupported, with a [`TritonError::Unsupported`] naming the kernel and the tile: tiles (after
 //! rounding each dim up to a power of two) and the temporaries of `tl.dot` padding, strided
-//! `sum_to` and `concat` holding more than [`kernel::MAX_BLOCK_ELEMENTS`] elements, Triton's
-//! limit of one block tensor. Thread counts that are not a power-of-two number of warps run with
+//! `sum_to`, `concat` and `rope` with a head that is not a power of two holding more than
+//! [`kernel::MAX_BLOCK_ELEMENTS`] elements, Triton's limit of one block tensor; kernels whose
+//! shared memory ([`smem`]) exceeds the limit of [`TritonOptions`] even with `num_stages=1`. Thread counts that are not a power-of-two number of warps run with
 //! the next smaller power of two (`num_warps` must be one; the result does not depend on it).
 
 pub mod kernel;
+pub mod smem;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::codegen::default_blocks::lower_to_blocks;
-use crate::ir::{BlockOp, DType, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
+use crate::ir::{DType, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
 use kernel::{OutputLayout, generate_kernel, uses_libdevice};
 
 /// Why a Triton module could not be generated.
@@ -123,26 +125,37 @@ fn tuple(v: &[usize]) -> String {
     }
 }
 
-/// Whether the Triton backend handles every operator of `graph`: `rope`, `gather` and `argmax`
-/// (as kernel operators or inside a custom kernel) are CUDA-only, and [`generate`] answers
-/// [`TritonError::Unsupported`] for a graph that uses them.
-pub fn handles_operators(graph: &KernelGraph) -> bool {
-    let cuda_only = |op: &BlockOp| matches!(op, BlockOp::Rope { .. } | BlockOp::Gather { .. } | BlockOp::Argmax { .. });
-    graph.nodes().iter().all(|n| match &n.op {
-        KernelOp::Rope { .. } | KernelOp::Gather | KernelOp::Argmax { .. } => false,
-        KernelOp::Custom { block } => !block.nodes().iter().any(|b| cuda_only(&b.op)),
-        _ => true,
-    })
+/// What the generated module is for: the shared memory each kernel may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TritonOptions {
+    /// Shared memory per block, in bytes, that a kernel may use (the device's opt-in limit):
+    /// [`smem::SM90_SHARED_MEMORY`] (the default) or [`smem::SM80_SHARED_MEMORY`].
+    pub smem_limit: usize,
 }
 
-/// Generates the Triton module of `graph`: kernels named `{name}_k{i}`, and `launch(...)` whose
-/// parameters are `input_names` (the program's parameter names; `x0, x1, ..` when `None`).
-pub fn generate(graph: &KernelGraph, name: &str, input_names: Option<&[String]>) -> Result<String, TritonError> {
-    if !handles_operators(graph) {
-        return Err(TritonError::Unsupported(format!(
-            "`{name}` uses rope, gather or argmax: these operators are CUDA-only"
-        )));
+impl Default for TritonOptions {
+    fn default() -> Self {
+        TritonOptions { smem_limit: smem::SM90_SHARED_MEMORY }
     }
+}
+
+/// Generates the Triton module of `graph` for an sm_90 GPU ([`TritonOptions::default`]): kernels
+/// named `{name}_k{i}`, and `launch(...)` whose parameters are `input_names` (the program's
+/// parameter names; `x0, x1, ..` when `None`).
+pub fn generate(graph: &KernelGraph, name: &str, input_names: Option<&[String]>) -> Result<String, TritonError> {
+    generate_with(graph, name, input_names, &TritonOptions::default())
+}
+
+/// [`generate`] with explicit options. Each kernel is launched with the largest `num_stages` (3,
+/// 2, 1) whose estimated shared memory ([`smem::estimate`]) fits `options.smem_limit`; a kernel
+/// that does not fit even with one stage is a [`TritonError::Unsupported`] here rather than
+/// Triton's `OutOfResources` on the GPU.
+pub fn generate_with(
+    graph: &KernelGraph,
+    name: &str,
+    input_names: Option<&[String]>,
+    options: &TritonOptions,
+) -> Result<String, TritonError> {
     let graph = lower_to_blocks(graph).map_err(TritonError::Ir)?;
     let base = py_ident(name);
     let n_inputs = graph.inputs().len();
@@ -217,17 +230,20 @@ pub fn generate(graph: &KernelGraph, name: &str, input_names: Option<&[String]>)
                     args.push(var);
                 }
                 let k = generate_kernel(block, &kname, &layouts)?;
+                let smem = smem::choose_stages(block, &kname, options.smem_limit)?;
                 kernels.push_str(&k.code);
                 kernels.push('\n');
                 let grid = block.grid();
                 let _ = writeln!(
                     body,
-                    "    {kname}[({}, {}, {})]({}, num_warps={})",
+                    "    {kname}[({}, {}, {})]({}, num_warps={}, num_stages={})  # ~{} bytes of shared memory",
                     grid[0],
                     grid[1],
                     grid[2],
                     args.join(", "),
-                    k.num_warps
+                    k.num_warps,
+                    smem.num_stages,
+                    smem.total()
                 );
                 launches += 1;
             }
