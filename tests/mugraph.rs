@@ -52,6 +52,8 @@ fn programs() -> Vec<&'static Program> {
         &op_rms_norm_weighted::PROGRAM,
         &op_concat::PROGRAM,
         &op_softmax::PROGRAM,
+        &op_gather::PROGRAM,
+        &op_argmax::PROGRAM,
         &op_bf16::PROGRAM,
         &op_f32::PROGRAM,
         &op_mixed::PROGRAM,
@@ -64,6 +66,7 @@ fn launchers_have_typed_signatures() {
     type F16 = DeviceTensor<f16>;
     type Bf16 = DeviceTensor<bf16>;
     type F32 = DeviceTensor<f32>;
+    type I32 = DeviceTensor<i32>;
     type R<T> = Result<T, RuntimeError>;
     type Binary<A, B, O> = fn(&Gpu, &A, &B) -> R<O>;
     let _: Binary<F16, F16, F16> = kernels::op_matmul;
@@ -73,6 +76,23 @@ fn launchers_have_typed_signatures() {
     let _: Binary<F32, F32, F32> = kernels::op_f32;
     let _: Binary<Bf16, F32, (Bf16, F32)> = kernels::op_mixed;
     let _: Binary<F16, F16, F16> = kernels::nested::op_nested;
+    // `i32` ids in, `i32` indices out.
+    let _: Binary<F16, I32, F16> = kernels::op_gather;
+    let _: fn(&Stream, &F16, &I32) -> R<F16> = kernels::op_gather_on;
+    let _: fn(&Gpu, &F16) -> R<I32> = kernels::op_argmax;
+}
+
+#[test]
+fn i32_parameters_and_results_are_checked() {
+    let gather = &kernels::op_gather::PROGRAM;
+    let table = TensorDesc::new(&[64, 32], DType::F16);
+    gather.check_inputs(&[table.clone(), TensorDesc::new(&[8], DType::I32)]).expect("the signature's tensors");
+    let e = gather.check_inputs(&[table.clone(), TensorDesc::new(&[8], DType::F32)]).expect_err("f32 ids");
+    assert_eq!(e.to_string(), "`op_gather`: parameter `ids`: expected element type i32, found f32");
+    let e = gather.check_inputs(&[table, TensorDesc::new(&[9], DType::I32)]).expect_err("9 ids");
+    assert_eq!(e.to_string(), "`op_gather`: parameter `ids`: expected shape [8], found shape [9]");
+    let plan = kernels::op_argmax::PROGRAM.plan().expect("a plan");
+    assert_eq!(plan.outputs, vec![TensorDesc::new(&[16, 1], DType::I32)]);
 }
 
 #[test]
@@ -226,6 +246,29 @@ fn launchers_match_the_reference_on_the_gpu() {
     let y = kernels::op_matmul(&gpu, &x, &w).expect("launch");
     let y = gpu.download(&y).expect("download");
     assert!(y.iter().all(|v| v.to_f32() == 8.0), "{:?}", &y[..4]);
+    // The i32 launchers: ids in (the last one addresses no row: zeros), indices out (ties to the
+    // lowest index).
+    let table: Vec<f16> = (0..64 * 32).map(|i| f16::from_f32((i / 32) as f32 + (i % 32) as f32 / 32.0)).collect();
+    let table = gpu.upload(&table, &[64, 32]).expect("upload");
+    let ids = gpu.upload(&[5i32, 0, 63, 5, 17, 1, 40, 64], &[8]).expect("upload");
+    let rows = gpu.download(&kernels::op_gather(&gpu, &table, &ids).expect("launch")).expect("download");
+    for (r, id) in [5i32, 0, 63, 5, 17, 1, 40, 64].into_iter().enumerate() {
+        for c in 0..32 {
+            let want = if id < 64 { id as f32 + c as f32 / 32.0 } else { 0.0 };
+            assert_eq!(rows[r * 32 + c].to_f32(), want, "row {r} (id {id}), column {c}");
+        }
+    }
+    // Row r peaks at column (7·r) mod 64, twice in the odd rows (there also at column 63, later).
+    let x: Vec<f16> = (0..16 * 64)
+        .map(|i| {
+            let (r, c) = (i / 64, i % 64);
+            let peak = c == (7 * r) % 64 || (r % 2 == 1 && c == 63);
+            f16::from_f32(if peak { 2.0 } else { (c as f32 - 32.0) / 64.0 })
+        })
+        .collect();
+    let x = gpu.upload(&x, &[16, 64]).expect("upload");
+    let idx = gpu.download(&kernels::op_argmax(&gpu, &x).expect("launch")).expect("download");
+    assert_eq!(idx, (0..16).map(|r| ((7 * r) % 64) as i32).collect::<Vec<_>>());
     // Bad shapes are errors naming the parameter, before any launch.
     let e = kernels::op_matmul(&gpu, &w, &w).expect_err("bad shape");
     assert!(e.to_string().contains("parameter `x`: expected shape [16, 64], found shape [64, 32]"), "{e}");

@@ -12,7 +12,8 @@ and two lower bounds:
   launch   - one tiny kernel launched and timed the same way (the cost of any single launch)
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before each call, median).
 
-The cases: the eleven benchmark programs (set "bench") and the generality set ("generality": the
+The cases: the fourteen benchmark programs (set "bench": the eleven of Mirage's set, then q/k
+projection + RoPE at 1 and 8 rows and LM head + argmax) and the generality set ("generality": the
 decode-time QKV, gate/up and down projections of Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-7B at 1 and
 16 rows in bf16 and f16, and an f32 gated MLP; the same programs as
 benches/kernels/generality.rs).
@@ -67,6 +68,26 @@ for b in (1, 8):
          lambda hh, x, al: rms_norm(x + al * (rms_norm(hh) + x)))
 case("lora", lambda: (r(16, 256), r(256, 4096) * 0.05, r(256, 16) * 0.05, r(16, 4096) * 0.05),
      lambda x, w, a, bb: x @ w + (x @ a) @ bb)
+
+def rope(x, cos, sin):  # half-split rotary embedding of every head of 2 * cos.shape[-1] elements
+    half = cos.shape[-1]
+    xs = x.unflatten(-1, (-1, 2 * half))
+    a, b = xs[..., :half], xs[..., half:]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat((a * c - b * s, b * c + a * s), dim=-1).flatten(-2)
+
+def angles(rows):  # cos and sin of one random position per row, Llama's frequencies (theta 5e5)
+    pos = torch.randint(0, 4096, (rows, 1), device=dev).float()
+    inv = 500000.0 ** (-torch.arange(32, device=dev).float() / 32)
+    a = pos * inv
+    return torch.cos(a).to(h), torch.sin(a).to(h)
+
+# Llama-3.2-1B's q and k projections (32 and 8 heads of 64) with their RoPE; an LM head of 2048 x 32768 and greedy argmax.
+for b in (1, 8):
+    case(f"qk_rope_bs{b}", lambda b=b: (r(b, 2048), r(2048, 2560) * 0.02, *angles(b)),
+         lambda x, wqk, cos, sin: rope(x @ wqk, cos, sin))
+case("lm_head_argmax", lambda: (r(1, 2048), r(2048, 32768) * 0.02),
+     lambda hh, w: torch.argmax(hh @ w, dim=1, keepdim=True))
 
 # The generality set: (name, hidden, intermediate, QKV width) of each model; weights [in, out].
 MODELS = [("llama1b", 2048, 8192, 3072), ("qwen06b", 1024, 3072, 4096), ("qwen7b", 3584, 18944, 4608)]

@@ -53,6 +53,23 @@ macro_rules! case {
     };
 }
 
+/// A case launched through its program's executor (`PROGRAM.run`) rather than the typed launcher:
+/// for programs with results other than f16 or several results (the executor takes and
+/// returns tensors of any element type).
+macro_rules! run_case {
+    ($name:ident, [$($scale:expr),+]) => {
+        Case {
+            name: stringify!($name),
+            program: &crate::kernels::$name::PROGRAM,
+            launch: |gpu, inputs| {
+                let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
+                crate::kernels::$name::PROGRAM.run(gpu.stream(), &args)
+            },
+            scales: &[$($scale),+],
+        }
+    };
+}
+
 /// Input `k` of a launcher's inputs, or an error naming the program.
 fn input<'a>(program: &str, inputs: &'a [AnyTensor], k: usize) -> Result<&'a AnyTensor, RuntimeError> {
     inputs.get(k).ok_or_else(|| RuntimeError::Plan {
@@ -76,6 +93,10 @@ pub fn all_cases() -> Vec<Case> {
         case!(ntrans_bs1, [1.0, 1.0, 1.0]),
         case!(ntrans_bs8, [1.0, 1.0, 1.0]),
         case!(lora, [1.0, 0.05, 0.05, 0.05]),
+        // cos and sin in [-1, 1) like those of any angle.
+        case!(qk_rope_bs1, [1.0, 0.02, 1.0, 1.0]),
+        case!(qk_rope_bs8, [1.0, 0.02, 1.0, 1.0]),
+        run_case!(lm_head_argmax, [1.0, 0.02]),
     ]
 }
 

@@ -1,6 +1,6 @@
 //! The benchmark programs as `#[mugraph]` functions, at the shapes of the PyTorch baselines
-//! (`torch_baselines.py`: batch 1 and batch 8 of each, lora once). Compiled by the root
-//! package's build.rs with `mirage::build::compile`; each example runs one program.
+//! (`torch_baselines.py`: batch 1 and batch 8 of each, lora and lm_head_argmax once). Compiled
+//! by the root package's build.rs with `mirage::build::compile`; each example runs one program.
 // Each example uses some of the programs.
 #![allow(dead_code)]
 
@@ -111,4 +111,37 @@ pub fn lora(
     b: Tensor<f16, 16, 4096>,
 ) -> Tensor<f16, 16, 4096> {
     x.matmul(w) + x.matmul(a).matmul(b)
+}
+
+/// The decode-time q and k projections of Llama-3.2-1B with their rotary embedding fused
+/// (hidden 2048; q: 32 heads of 64 and k: 8 heads of 64 side by side in `Wqk`; half-split RoPE
+/// with the row's `cos`/`sin` of its position as inputs), one row. (v's projection is a plain
+/// matmul: with it as a second result the search finds no µGraph of at most two kernels, since
+/// the final kernel may not re-read `x`.)
+#[mugraph]
+pub fn qk_rope_bs1(
+    x: Tensor<f16, 1, 2048>,
+    wqk: Tensor<f16, 2048, 2560>,
+    cos: Tensor<f16, 1, 32>,
+    sin: Tensor<f16, 1, 32>,
+) -> Tensor<f16, 1, 2560> {
+    rope(x.matmul(wqk), cos, sin)
+}
+
+/// [`qk_rope_bs1`] for 8 rows (8 sequences decoding, each at its own position).
+#[mugraph]
+pub fn qk_rope_bs8(
+    x: Tensor<f16, 8, 2048>,
+    wqk: Tensor<f16, 2048, 2560>,
+    cos: Tensor<f16, 8, 32>,
+    sin: Tensor<f16, 8, 32>,
+) -> Tensor<f16, 8, 2560> {
+    rope(x.matmul(wqk), cos, sin)
+}
+
+/// Greedy decoding's last step: the LM head (hidden 2048, a vocabulary of 32768) and the index of
+/// the largest logit (ties to the lowest index), one row.
+#[mugraph]
+pub fn lm_head_argmax(h: Tensor<f16, 1, 2048>, w: Tensor<f16, 2048, 32768>) -> Tensor<i32, 1, 1> {
+    argmax(h.matmul(w), 1)
 }

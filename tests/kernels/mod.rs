@@ -1,5 +1,5 @@
 //! One `#[mugraph]` function per operator of the language (and per signature feature: strided
-//! parameters, tuple results, bf16, f32, mixed element types), built by the root build.rs with
+//! parameters, tuple results, bf16, f32, mixed element types, `i32` ids in and indices out), built by the root build.rs with
 //! `mirage::build::compile` like a user's kernels. That this module compiles is the "pass" test
 //! of the macro for every operator (the expansion needs the real artifacts, so these are compiled
 //! here rather than by trybuild, whose fixture crates have no build script); `tests/mugraph.rs`
@@ -161,6 +161,18 @@ pub fn op_concat(a: Tensor<f16, 16, 32>, b: Tensor<f16, 16, 32>) -> Tensor<f16, 
 #[mugraph]
 pub fn op_softmax(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
     softmax(x, 1)
+}
+
+/// `gather(table, ids)`: the rows of an embedding table at `i32` ids.
+#[mugraph]
+pub fn op_gather(table: Tensor<f16, 64, 32>, ids: Tensor<i32, 8>) -> Tensor<f16, 8, 32> {
+    gather(table, ids)
+}
+
+/// `argmax(x, 1)`: the `i32` index of each row's largest element.
+#[mugraph]
+pub fn op_argmax(x: Tensor<f16, 16, 64>) -> Tensor<i32, 16, 1> {
+    argmax(x, 1)
 }
 
 /// A bf16 program.
