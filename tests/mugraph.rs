@@ -268,7 +268,7 @@ fn launchers_match_the_reference_on_the_gpu() {
         .collect();
     let x = gpu.upload(&x, &[16, 64]).expect("upload");
     let idx = gpu.download(&kernels::op_argmax(&gpu, &x).expect("launch")).expect("download");
-    assert_eq!(idx, (0..16).map(|r| ((7 * r) % 64) as i32).collect::<Vec<_>>());
+    assert_eq!(idx, (0..16i32).map(|r| (7 * r) % 64).collect::<Vec<_>>());
     // Bad shapes are errors naming the parameter, before any launch.
     let e = kernels::op_matmul(&gpu, &w, &w).expect_err("bad shape");
     assert!(e.to_string().contains("parameter `x`: expected shape [16, 64], found shape [64, 32]"), "{e}");
