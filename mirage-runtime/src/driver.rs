@@ -11,10 +11,18 @@ use cudarc::driver::{CudaContext, DriverError, sys};
 use crate::error::RuntimeError;
 
 /// Whether the CUDA driver library can be loaded on this machine. Makes no CUDA call.
+#[cfg(not(feature = "cuda-dynamic-linking"))]
 pub fn driver_available() -> bool {
     // SAFETY: `is_culib_present` only tries to dlopen the candidate library names and drops the
     // handles again; it calls no CUDA function.
     unsafe { sys::is_culib_present() }
+}
+
+/// Whether the CUDA driver library can be loaded on this machine: with `cuda-dynamic-linking`
+/// the binary is linked against it, so it is there whenever the program started.
+#[cfg(feature = "cuda-dynamic-linking")]
+pub fn driver_available() -> bool {
+    true
 }
 
 /// Runs a closure that calls into cudarc, turning a panic of the bindings (a symbol missing
