@@ -3,10 +3,9 @@
 //! cubin with nvcc and writes the artifacts the `#[mugraph]` expansion embeds.
 //!
 //! ```no_run
-//! // build.rs, with `[build-dependencies] mirage-rs = { version = "0.1", features = ["build"] }`:
-//! fn main() {
-//!     mirage::build::compile_or_exit(["src/kernels.rs"]);
-//! }
+//! // In build.rs's `fn main()`, with
+//! // `[build-dependencies] mirage-rs = { version = "0.1", features = ["build"] }`:
+//! mirage::build::compile_or_exit(["src/kernels.rs"]);
 //! ```
 //!
 //! [`compile_or_exit`] prints every error (file:line:column and function) and exits with status
@@ -784,10 +783,10 @@ fn cache_notes(cache: &Cache, key: &crate::cache::CacheKey) -> String {
     }
     if cache.write_dir() != cache.dir() {
         notes += &format!(
-            "note: searched: the result is stored in {} only; run `mirage prepare` (or build with \
-             {CACHE_WRITE_ENV}=1) to keep it in {} for other machines and CI\n",
-            cache.write_dir().display(),
-            cache.dir().display()
+            "note: {} has no entry for it: the searched µGraph is stored in {} only; run `mirage prepare` \
+             (or build with {CACHE_WRITE_ENV}=1) to keep it there for other machines and CI\n",
+            cache.dir().display(),
+            cache.write_dir().display()
         );
     }
     notes
@@ -1154,7 +1153,7 @@ mod tests {
         std::fs::write(&old, "{}").expect("write");
         let other_arch = cache.dir().join(key.file_name().replace(&key.arch, "sm_80"));
         std::fs::write(&other_arch, "{}").expect("write");
-        assert_eq!(cache.other_versions(&key), [old.clone()]);
+        assert_eq!(cache.other_versions(&key), [old]);
         let notes = cache_notes(&cache, &key);
         assert!(notes.contains("s1-00000000") && notes.contains("another search version"), "{notes}");
         assert!(notes.contains("MIRAGE_CACHE_WRITE=1"), "{notes}");
