@@ -2,8 +2,12 @@
 # The test command of the README: the mechanical style checks (rustfmt, clippy with warnings as
 # errors), then every CPU test of the
 # workspace (GPU tests are ignored here and run on a GPU machine: scripts/gpu-pack.sh, then
-# scripts/gpu-run-all.sh there), then the API docs with warnings as errors. Each step prints how
-# long it took.
+# scripts/gpu-run-all.sh there), then the API docs with warnings as errors, then what a user of
+# the published crates does: `cargo package` of every crate (offline, without the verification
+# build, which needs crates.io), the README's quick start (fixtures/quickstart/, a crate outside
+# the workspace) built and run, and a crate using mirage next to candle's cudarc features
+# (fixtures/with-candle-cudarc/) checked. The fixtures share the workspace's target directory,
+# so they reuse its compiled dependencies. Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() {
@@ -17,3 +21,10 @@ step format cargo fmt --all --check
 step lints cargo clippy --workspace --all-targets --all-features -- -D warnings
 step tests cargo test --workspace --all-features --no-fail-fast
 step docs env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+step package cargo package --workspace --exclude mirage-workspace --no-verify --offline --allow-dirty
+target="$PWD/target"
+step quickstart env CARGO_TARGET_DIR="$target" MIRAGE_OFFLINE=1 cargo run --offline --manifest-path fixtures/quickstart/Cargo.toml
+# cudarc's `cuda-version-from-build-system` asks `nvcc --version` on PATH; where nvcc is not on
+# PATH (the wheel install), tell cudarc the version it would find.
+command -v nvcc >/dev/null || export CUDARC_CUDA_VERSION=13000
+step candle-cudarc env CARGO_TARGET_DIR="$target" cargo check --offline --manifest-path fixtures/with-candle-cudarc/Cargo.toml

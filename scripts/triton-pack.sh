@@ -16,6 +16,6 @@ root=$(git rev-parse --show-toplevel)
 cd "$root"
 rm -rf .gpu/triton
 mkdir -p .gpu/triton
-cargo run --release -q -p mirage-cli --example triton_pack -- .gpu/triton "$@"
+cargo run --release -q -p mirage-rs-cli --example triton_pack -- .gpu/triton "$@"
 cp scripts/triton_check.py .gpu/triton/
 du -sh .gpu/triton

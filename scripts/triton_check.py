@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the Triton modules mirage generated against the expected outputs of its CPU reference.
 
-The folder (written by `cargo run --release -p mirage-cli --example triton_pack -- DIR`) holds
+The folder (written by `cargo run --release -p mirage-rs-cli --example triton_pack -- DIR`) holds
 `manifest.json`, one Python module per µGraph (`modules/*.py`, each with a `launch(...)` taking
 torch tensors) and the reference's outputs as raw little-endian f32 (`expected/*.f32`). Inputs are
 not stored: they are regenerated here from the seeds in the manifest with the same integer hash

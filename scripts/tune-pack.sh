@@ -10,14 +10,14 @@
 # Then on the GPU machine, from the repository root with .tune carried along:
 #   bash scripts/gpu-tune.sh                 (writes $OUT/tune.json)
 # and back here, with that file:
-#   cargo run --release -p mirage --features build --example tune -- import .tune/bundle tune.json
+#   cargo run --release -p mirage-rs --features build --example tune -- import .tune/bundle tune.json
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.tune/' "$exclude" 2>/dev/null || echo '/.tune/' >> "$exclude"
-cargo build --release -p mirage --features build --example tune
+cargo build --release -p mirage-rs --features build --example tune
 mkdir -p .tune
 cp target/release/examples/tune .tune/tune
 strip --strip-debug .tune/tune 2>/dev/null || true

@@ -4,7 +4,7 @@
 //! reference's outputs on seeded inputs, and `manifest.json` tying them together.
 //!
 //! ```text
-//! cargo run --release -p mirage-cli --example triton_pack -- OUT_DIR [--groups bench,golden,coverage]
+//! cargo run --release -p mirage-rs-cli --example triton_pack -- OUT_DIR [--groups bench,golden,coverage]
 //! ```
 //!
 //! Inputs are not stored: the manifest records a seed and a range per input (the ranges of

@@ -93,14 +93,15 @@ pub fn arch(explicit: Option<&str>) -> Result<(String, Arch)> {
     Ok((name, model))
 }
 
-/// The search cache for programs of `file`: `--cache-dir`, or `.mirage` at its workspace root.
+/// The search cache for programs of `file`: `--cache-dir`, `MIRAGE_CACHE_DIR`, or `.mirage` at its
+/// workspace root.
 pub fn cache_for(file: &Path, dir: Option<&Path>) -> Cache {
     match dir {
         Some(d) => Cache::new(d),
         None => {
             let abs = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
             let start = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-            Cache::at_workspace(mirage::build::workspace_root_from(&start))
+            Cache::new(mirage::build::cache_dir_from(&mirage::build::workspace_root_from(&start)))
         }
     }
 }

@@ -83,7 +83,7 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
     };
     let cache = match &a.cache_dir {
         Some(d) => Cache::new(d),
-        None => Cache::at_workspace(mirage::build::workspace_root_from(&package)),
+        None => Cache::new(mirage::build::cache_dir_from(&mirage::build::workspace_root_from(&package))),
     };
     let (arch_name, model) = arch(a.arch.as_deref())?;
     // The build's configuration: the cache key depends on it.

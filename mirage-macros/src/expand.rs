@@ -85,8 +85,8 @@ pub fn artifact_state(out_dir: Option<&Path>, name: &str, fingerprint_hash: &str
 /// The build-script snippet for a source file.
 fn build_snippet(source_file: &str) -> String {
     format!(
-        "    // build.rs\n    fn main() {{\n        mirage::build::compile([\"{source_file}\"]).unwrap();\n    }}\n\n\
-         and to Cargo.toml:\n\n    [build-dependencies]\n    mirage = {{ version = \"{}\", features = [\"build\"] }}",
+        "    // build.rs\n    fn main() {{\n        mirage::build::compile_or_exit([\"{source_file}\"]);\n    }}\n\n\
+         and to Cargo.toml:\n\n    [build-dependencies]\n    mirage-rs = {{ version = \"{}\", features = [\"build\"] }}",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn messages_say_what_to_add() {
         let m = artifact_error(&ArtifactState::NoOutDir, "f", "f-0", "src/kernels.rs").expect("error");
-        assert!(m.contains("mirage::build::compile([\"src/kernels.rs\"]).unwrap();"), "{m}");
+        assert!(m.contains("mirage::build::compile_or_exit([\"src/kernels.rs\"]);"), "{m}");
         assert!(m.contains("[build-dependencies]"), "{m}");
         assert!(m.contains("features = [\"build\"]"), "{m}");
         let m = artifact_error(&ArtifactState::Stale, "f", "f-0", "src/kernels.rs").expect("error");

@@ -2,7 +2,7 @@
 //! `tests/artifacts/out` (what cargo sets for a package with a build script), a function whose
 //! artifacts are missing or belong to an older version of it is a compile error saying what to
 //! add to build.rs or to redo. (`tests/ui/missing_build_script.rs` covers OUT_DIR unset.)
-//! Regenerate with `TRYBUILD=overwrite cargo test -p mirage-macros --test artifacts`.
+//! Regenerate with `TRYBUILD=overwrite cargo test -p mirage-rs-macros --test artifacts`.
 
 #[test]
 fn missing_and_stale_artifacts() {

@@ -1,6 +1,6 @@
 //! Compile-fail tests of `#[mugraph]`: every class of user error is a compile error at the
 //! offending tokens, saying what is allowed. Regenerate the expected output with
-//! `TRYBUILD=overwrite cargo test -p mirage-macros --test compile_fail` and review every
+//! `TRYBUILD=overwrite cargo test -p mirage-rs-macros --test compile_fail` and review every
 //! `.stderr`.
 
 #[test]

@@ -10,11 +10,17 @@ use cudarc::driver::{CudaContext, DriverError, sys};
 
 use crate::error::RuntimeError;
 
-/// Whether the CUDA driver library can be loaded on this machine. Makes no CUDA call.
+/// Whether the CUDA driver library can be loaded on this machine. Makes no CUDA call. Checked
+/// here rather than with cudarc's `is_culib_present`, which exists only when cudarc loads the
+/// driver at run time: another crate of the build (candle's CUDA backend) may switch cudarc to
+/// linking it, and this check is right in both modes.
 pub fn driver_available() -> bool {
-    // SAFETY: `is_culib_present` only tries to dlopen the candidate library names and drops the
-    // handles again; it calls no CUDA function.
-    unsafe { sys::is_culib_present() }
+    use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
+    ["cuda", "nvcuda"].iter().any(|name| {
+        // SAFETY: loading the driver library runs only its initializers (what cudarc's own
+        // check and its first call do); no CUDA function is called and the handle is dropped.
+        unsafe { libloading::Library::new(format!("{DLL_PREFIX}{name}{DLL_SUFFIX}")) }.is_ok()
+    })
 }
 
 /// Runs a closure that calls into cudarc, turning a panic of the bindings (a symbol missing

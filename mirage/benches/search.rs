@@ -2,7 +2,7 @@
 //! chosen µGraph's kernel count and estimated cost next to Mirage's best, and the pruning
 //! ablation on rmsnorm_linear.
 //!
-//! `cargo bench -p mirage --features build --bench search`: first a table (search and
+//! `cargo bench -p mirage-rs --features build --bench search`: first a table (search and
 //! verification time, kernels, estimated cost, states, Mirage's best) and the ablation, then
 //! criterion's measurement of the search alone (enumeration and costing,
 //! [`mirage::search::candidates`]; 10 samples per program). `MIRAGE_BENCH_FILTER=name` restricts

@@ -1,6 +1,6 @@
 //! Verification throughput: fingerprints per second of the rmsnorm (rmsnorm_bs1) and gated_mlp
 //! programs and of a golden candidate of each, and z3 subexpression-oracle queries per second
-//! (a proof and a budget-out). `cargo bench -p mirage --features build --bench verify`.
+//! (a proof and a budget-out). `cargo bench -p mirage-rs --features build --bench verify`.
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]

@@ -1,32 +1,51 @@
-//! The build-script API: `mirage::build::compile(files)` in a user's build.rs finds
+//! The build-script API: `mirage::build::compile_or_exit(files)` in a user's build.rs finds
 //! every `#[mugraph]` function of the files, lowers it, optimizes it, generates CUDA, compiles a
 //! cubin with nvcc and writes the artifacts the `#[mugraph]` expansion embeds.
 //!
 //! ```no_run
 //! // In build.rs's `fn main()`, with
-//! // `[build-dependencies] mirage = { version = "0.1", features = ["build"] }`:
-//! let report = mirage::build::compile(["src/kernels.rs"]).unwrap();
-//! for program in &report.programs {
-//!     println!("{} -> {}", program.path(), program.paths.cubin.display());
-//! }
+//! // `[build-dependencies] mirage-rs = { version = "0.1", features = ["build"] }`:
+//! mirage::build::compile_or_exit(["src/kernels.rs"]);
 //! ```
+//!
+//! [`compile_or_exit`] prints every error (file:line:column and function) and exits with status
+//! 1; [`compile`] returns them ([`BuildError`]) for a build script that does more.
 //!
 //! Artifacts go to `$OUT_DIR/mirage/`, four files per function, named
 //! `<fn name>-<fingerprint hash>` ([`artifact_stem`]; the macro computes the same name from its
 //! tokens, so an artifact of an older version of the function is simply not found):
 //! `.cubin` (the kernels), `.plan.json` (the launch plan, read at run time, recording the
 //! fingerprint), `.mugraph.json` (the chosen µGraph) and `.cu` (the CUDA source, for
-//! inspection). A file is written only when its content changes.
+//! inspection). A file is written only when its content changes. A fifth, `.build.json`, records
+//! what they were built from (the compiler, the settings, the search cache entry): a function
+//! whose record still matches is not searched, verified or compiled again, so editing one
+//! function of a file rebuilds only that one.
 //!
 //! Each program is superoptimized ([`crate::search::superoptimize`]): the cheapest µGraph proven
-//! equivalent to it, read from the persistent search cache `.mirage/` at the workspace root when
-//! the cache holds one (re-verified, never trusted), searched and stored there otherwise. Commit
-//! `.mirage/` so that other machines and CI build without searching; with `MIRAGE_OFFLINE=1` a
-//! cache miss is a build error. A program the search cannot handle is compiled from its own
-//! kernel graph (every operator lowered to a default block graph) and a `cargo:warning=` line
-//! says why. Kernel-level operators left in the chosen µGraph get default block graphs.
+//! equivalent to it, read from the persistent search cache when the cache holds one
+//! (re-verified once, never trusted), searched otherwise. A program the search cannot handle is
+//! compiled from its own kernel graph (every operator lowered to a default block graph) and a
+//! `cargo:warning=` line says why. Kernel-level operators left in the chosen µGraph get default
+//! block graphs. The environment:
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `MIRAGE_CACHE_DIR` | the search cache directory (default: `.mirage/` at the workspace root) |
+//! | `MIRAGE_CACHE_WRITE=1` | store new search results there; by default they go to `$OUT_DIR/mirage/search-cache/` only (like sqlx's offline mode: commit the cache after `mirage prepare`) |
+//! | `MIRAGE_OFFLINE=1` | a function without a cache entry is an error instead of a search |
+//! | `MIRAGE_SEARCH_BUDGET=S` | the search's wall-clock budget per function, in seconds (default 60); the best µGraph found by then is used |
+//! | `MIRAGE_CUDA_ARCH` | the target architecture (default sm_90a) |
+//! | `MIRAGE_TUNE` | measure candidates on a visible GPU ([`crate::tune`]); stores into the cache directory |
+//!
+//! Searching takes seconds per function when the build script is optimized and minutes when
+//! not: a `cargo:warning=` says so when mirage runs at `opt-level` 0 (add
+//! `[profile.dev.build-override] opt-level = 3`). While it works the build prints a line per
+//! function and, every ten seconds, which ones are still running, on stderr (shown by
+//! `cargo build -vv`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -46,6 +65,19 @@ pub use mirage_core::{ARTIFACT_DIR, artifact_stem};
 
 /// Steps slower than this are reported with a `cargo:warning=` line.
 const SLOW_STEP: Duration = Duration::from_secs(1);
+
+/// How often the build says which functions are still being searched.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// The search cache directory, instead of `.mirage/` at the workspace root.
+pub const CACHE_DIR_ENV: &str = "MIRAGE_CACHE_DIR";
+/// `1`: store new search results in the cache directory (default: in `$OUT_DIR` only).
+pub const CACHE_WRITE_ENV: &str = "MIRAGE_CACHE_WRITE";
+/// The search's wall-clock budget per function, in seconds.
+pub const SEARCH_BUDGET_ENV: &str = "MIRAGE_SEARCH_BUDGET";
+
+/// The `opt-level` mirage itself was compiled with (recorded by its build script).
+const OPT_LEVEL: &str = env!("MIRAGE_BUILD_OPT_LEVEL");
 
 /// Why a build failed. Messages name the file, line, column and function where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +130,21 @@ pub enum BuildError {
         /// What went wrong.
         source: Box<crate::tune::TuneError>,
     },
+
+    /// An environment variable (or setting) has a value mirage does not understand.
+    #[error("mirage: {name}={value:?}: {expected}")]
+    Setting {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What it should be.
+        expected: String,
+    },
+
+    /// Several functions failed: every error, in file and source order.
+    #[error("{}\nmirage: {} errors in #[mugraph] functions", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"), .0.len())]
+    Many(Vec<BuildError>),
 
     /// Writing an artifact failed.
     #[error("mirage: writing {}: {source}", path.display())]
@@ -173,6 +220,9 @@ pub struct BuiltProgram {
     pub plan: codegen::plan::LaunchPlan,
     /// Whether the cubin came from nvcc's cache.
     pub nvcc_cached: bool,
+    /// Whether the artifacts of an earlier build were reused as they were (same function, same
+    /// compiler, settings and cache entry): nothing searched, verified or compiled.
+    pub reused: bool,
     /// Time spent generating and compiling it.
     pub elapsed: Duration,
 }
@@ -204,6 +254,16 @@ where
     P: AsRef<Path>,
 {
     Builder::new().files(files).compile()
+}
+
+/// [`compile`] for a build script's `main`: on failure prints every error (file:line:column and
+/// function, one per bad function) to stderr, which cargo shows, and exits with status 1.
+pub fn compile_or_exit<I, P>(files: I) -> BuildReport
+where
+    I: IntoIterator<Item = P>,
+    P: AsRef<Path>,
+{
+    Builder::new().files(files).compile_or_exit()
 }
 
 /// Settings of a build; [`compile`] uses the defaults.
@@ -294,8 +354,9 @@ impl Builder {
         self
     }
 
-    /// Keeps the search cache in `dir` instead of `.mirage/` at the workspace root (the topmost
-    /// directory above the package, `CARGO_MANIFEST_DIR`, whose Cargo.toml has `[workspace]`).
+    /// Keeps the search cache in `dir` instead of `MIRAGE_CACHE_DIR` or `.mirage/` at the
+    /// workspace root (the nearest directory above the package, `CARGO_MANIFEST_DIR`, whose
+    /// Cargo.toml has `[workspace]`).
     pub fn cache_dir(mut self, dir: impl AsRef<Path>) -> Builder {
         self.cache_dir = Some(dir.as_ref().to_path_buf());
         self
@@ -307,8 +368,47 @@ impl Builder {
         }
     }
 
+    /// [`Builder::compile`], printing every error and exiting with status 1 on failure (see
+    /// [`compile_or_exit`]).
+    pub fn compile_or_exit(&self) -> BuildReport {
+        match self.compile() {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    /// The search cache: read from the cache directory; written there only with
+    /// `MIRAGE_CACHE_WRITE=1` or tuning, else into `out_dir/mirage/search-cache/`.
+    fn cache(&self, artifact_dir: &Path, tune_mode: tune::TuneMode) -> Result<Cache, BuildError> {
+        let dir = match &self.cache_dir {
+            Some(dir) => dir.clone(),
+            None => cache_dir_from(&workspace_root()),
+        };
+        let write = match std::env::var(CACHE_WRITE_ENV).as_deref().map(str::trim) {
+            Ok("1") => true,
+            Ok("" | "0") | Err(_) => false,
+            Ok(other) => {
+                return Err(BuildError::Setting {
+                    name: CACHE_WRITE_ENV.into(),
+                    value: other.into(),
+                    expected: "expected 1 (store new search results in the cache directory) or 0".into(),
+                });
+            }
+        };
+        let cache = Cache::new(dir);
+        Ok(if write || tune_mode != tune::TuneMode::Off {
+            cache
+        } else {
+            cache.with_write_dir(artifact_dir.join("search-cache"))
+        })
+    }
+
     /// Runs the build: lower every file, then generate and compile every function (in parallel),
-    /// then write the artifacts. The first error in file and source order is returned.
+    /// then write the artifacts. Every function is built even when others fail; the errors are
+    /// returned together ([`BuildError::Many`] when there are several), in file and source order.
     pub fn compile(&self) -> Result<BuildReport, BuildError> {
         for file in &self.files {
             self.say(&format!("cargo:rerun-if-changed={}", file.display()));
@@ -332,8 +432,10 @@ impl Builder {
 
         let started = Instant::now();
         let mut jobs = Vec::new();
+        let mut errors: Vec<BuildError> = Vec::new();
         for file in &self.files {
-            let programs = lower::lower_file(file)?;
+            let (programs, lower_errors) = lower::lower_file_all(file);
+            errors.extend(lower_errors.into_iter().map(BuildError::from));
             let positions = fn_positions(file);
             for program in programs {
                 let line_column = positions
@@ -351,41 +453,57 @@ impl Builder {
             ));
         }
         self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
-        self.say(&format!("cargo:rerun-if-env-changed={}", tune::TUNE_ENV));
+        for var in [tune::TUNE_ENV, CACHE_DIR_ENV, CACHE_WRITE_ENV, SEARCH_BUDGET_ENV] {
+            self.say(&format!("cargo:rerun-if-env-changed={var}"));
+        }
         let tune_mode = tune::TuneMode::from_env().map_err(|reason| BuildError::Tune {
             at: Box::new(FnLocation { file: "<build>".into(), line: 0, column: 0, function: "<all>".into() }),
             source: Box::new(tune::TuneError::format(tune::TUNE_ENV, reason)),
         })?;
-        let search_cfg = match &self.search {
+        let mut search_cfg = match &self.search {
             Some(cfg) => cfg.clone(),
             None => SearchConfig::for_arch(Arch::from_name(&arch).unwrap_or_default()),
         };
-        let cache = Cache::new(match &self.cache_dir {
-            Some(dir) => dir.clone(),
-            None => workspace_root().join(".mirage"),
-        });
+        if let Some(budget) = search_budget()? {
+            search_cfg.budget = budget;
+        }
+        let cache = self.cache(&artifact_dir, tune_mode)?;
         let nvcc_opts = nvcc::CompileOptions {
             arch: Some(arch.clone()),
             cache_dir: Some(artifact_dir.join("nvcc-cache")),
             nvcc: self.nvcc.clone(),
             ..Default::default()
         };
-        let results: Vec<Result<BuiltProgram, BuildError>> = jobs
-            .par_iter()
-            .map(|(file, line_column, program)| {
-                let shared = Shared {
-                    artifact_dir: &artifact_dir,
-                    nvcc_opts: &nvcc_opts,
-                    search_cfg: &search_cfg,
-                    tune_mode,
-                    cache: &cache,
-                };
-                self.build_one(&shared, file, *line_column, program)
-            })
-            .collect();
+        let progress = Progress::default();
+        let finished = AtomicBool::new(false);
+        let results: Vec<Result<BuiltProgram, BuildError>> = std::thread::scope(|scope| {
+            scope.spawn(|| progress.heartbeat(&finished, started));
+            let results = jobs
+                .par_iter()
+                .map(|(file, line_column, program)| {
+                    let shared = Shared {
+                        artifact_dir: &artifact_dir,
+                        nvcc_opts: &nvcc_opts,
+                        search_cfg: &search_cfg,
+                        tune_mode,
+                        cache: &cache,
+                        progress: &progress,
+                    };
+                    self.build_one(&shared, file, *line_column, program)
+                })
+                .collect();
+            finished.store(true, Ordering::Relaxed);
+            results
+        });
         let mut programs = Vec::with_capacity(results.len());
         for r in results {
-            let built = r?;
+            let built = match r {
+                Ok(built) => built,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
             if !built.searched {
                 self.say(&format!(
                     "cargo:warning=mirage: `{}` ({}): {}",
@@ -403,7 +521,9 @@ impl Builder {
                     built.path(),
                     built.file.display(),
                     built.plan.kernels.len(),
-                    if built.from_cache {
+                    if built.reused {
+                        "reused"
+                    } else if built.from_cache {
                         "µGraph from the search cache"
                     } else if built.searched {
                         "searched"
@@ -415,6 +535,19 @@ impl Builder {
                 ));
             }
             programs.push(built);
+        }
+        if programs.iter().any(|p| !p.reused) && OPT_LEVEL == "0" {
+            self.say(
+                "cargo:warning=mirage: the build script runs unoptimized (opt-level 0): searching and verifying \
+                 take minutes instead of seconds. Add `[profile.dev.build-override] opt-level = 3` (and the same \
+                 for `profile.release`) to the workspace's Cargo.toml",
+            );
+        }
+        if errors.len() > 1 {
+            return Err(BuildError::Many(errors));
+        }
+        if let Some(e) = errors.pop() {
+            return Err(e);
         }
         if started.elapsed() > SLOW_STEP {
             let compiled = programs.iter().filter(|p| !p.nvcc_cached).count();
@@ -435,7 +568,7 @@ impl Builder {
         (line, column): (usize, usize),
         program: &lower::Program,
     ) -> Result<BuiltProgram, BuildError> {
-        let Shared { artifact_dir, nvcc_opts, search_cfg, tune_mode, cache } = *shared;
+        let Shared { artifact_dir, nvcc_opts, search_cfg, tune_mode, cache, progress } = *shared;
         let started = Instant::now();
         let at = || {
             Box::new(FnLocation {
@@ -447,6 +580,38 @@ impl Builder {
         };
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
         let stem = artifact_stem(&program.name, &program.fingerprint_hash);
+        let paths = ArtifactPaths {
+            cubin: artifact_dir.join(format!("{stem}.cubin")),
+            plan: artifact_dir.join(format!("{stem}.plan.json")),
+            mugraph: artifact_dir.join(format!("{stem}.mugraph.json")),
+            cuda: artifact_dir.join(format!("{stem}.cu")),
+        };
+        let record_path = artifact_dir.join(format!("{stem}.build.json"));
+        let cache_key = search_cfg.cache_key(&program.graph);
+        let record_key = || self.record_key(shared, program, &cache_key);
+        if tune_mode == tune::TuneMode::Off
+            && let Some(reused) = BuildRecord::reuse(&record_path, &record_key(), &paths)
+        {
+            return Ok(BuiltProgram {
+                file: file.to_path_buf(),
+                line_column: (line, column),
+                module_path: program.module_path.clone(),
+                name: program.name.clone(),
+                fingerprint_hash: program.fingerprint_hash.clone(),
+                stem,
+                paths,
+                mugraph: reused.mugraph,
+                search_report: reused.record.search_report,
+                searched: reused.record.searched,
+                from_cache: reused.record.from_cache,
+                plan: reused.plan,
+                nvcc_cached: true,
+                reused: true,
+                elapsed: started.elapsed(),
+            });
+        }
+        let function = qualified(&program.module_path, &program.name);
+        let _running = progress.start(&function, &format!("{}:{line}:{column}", file.display()), search_cfg.budget);
         let tuned = self.tune(&program.name, &program.graph, search_cfg, cache, tune_mode, nvcc_opts);
         let tuned = tuned.map_err(|source| BuildError::Tune { at: at(), source: Box::new(source) })?;
         let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(
@@ -455,7 +620,11 @@ impl Builder {
             Some(cache),
         ) {
             Ok(result) => {
-                (result.best.graph.clone(), tuned + &result.to_string(), result.summary(), true, result.from_cache)
+                let mut report = tuned + &result.to_string();
+                if !result.from_cache {
+                    report += &cache_notes(cache, &cache_key);
+                }
+                (result.best.graph.clone(), report, result.summary(), true, result.from_cache)
             }
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
                 return Err(BuildError::Search { at: at(), source: Box::new(source) });
@@ -477,17 +646,14 @@ impl Builder {
         generated.plan.search_report = Some(plan_report);
         let cubin = nvcc::compile_cubin(&generated.source, &stem, nvcc_opts)
             .map_err(|source| BuildError::Nvcc { at: at(), source })?;
-        let paths = ArtifactPaths {
-            cubin: artifact_dir.join(format!("{stem}.cubin")),
-            plan: artifact_dir.join(format!("{stem}.plan.json")),
-            mugraph: artifact_dir.join(format!("{stem}.mugraph.json")),
-            cuda: artifact_dir.join(format!("{stem}.cu")),
-        };
         write_if_changed(&paths.cuda, generated.source.as_bytes())?;
         write_if_changed(&paths.mugraph, mugraph.to_json().as_bytes())?;
         write_if_changed(&paths.cubin, &cubin.bytes)?;
         // The plan last: the macro looks for it, so it appears only with everything else.
         write_if_changed(&paths.plan, generated.plan.to_json().as_bytes())?;
+        // The record last, keyed on the cache entry as it is now (the one just verified or stored).
+        let record = BuildRecord { key: record_key(), searched, from_cache, search_report: search_report.clone() };
+        write_if_changed(&record_path, record.to_json().as_bytes())?;
         Ok(BuiltProgram {
             file: file.to_path_buf(),
             line_column: (line, column),
@@ -502,6 +668,7 @@ impl Builder {
             from_cache,
             plan: generated.plan,
             nvcc_cached: cubin.cached,
+            reused: false,
             elapsed: started.elapsed(),
         })
     }
@@ -541,15 +708,189 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// What a function's artifacts depend on besides its fingerprint (in the file name): the
+    /// compiler (mirage's version and the build script binary), the target and every setting of
+    /// search, code generation and nvcc, and the search cache entry the µGraph would come from.
+    fn record_key(&self, shared: &Shared<'_>, program: &lower::Program, cache_key: &crate::cache::CacheKey) -> String {
+        let entry = std::fs::read(shared.cache.read_path(cache_key))
+            .map(|bytes| {
+                use sha2::Digest;
+                format!("{:x}", sha2::Sha256::digest(&bytes))
+            })
+            .unwrap_or_else(|_| "none".into());
+        format!(
+            "compiler {}\nprogram {} {}\nsearch {:?}\nkernels {:?}\nnvcc {:?}\ncache {} {entry}",
+            compiler_identity(),
+            program.fingerprint_hash,
+            program.graph.canonical_hash().to_hex(),
+            shared.search_cfg,
+            self.kernel_options,
+            shared.nvcc_opts,
+            shared.cache.read_path(cache_key).display(),
+        )
+    }
+}
+
+/// mirage's version and the identity of the running build script (its size and modification
+/// time: cargo relinks it whenever mirage or the build script changes).
+fn compiler_identity() -> &'static str {
+    static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let exe = std::env::current_exe().and_then(|p| Ok((std::fs::metadata(&p)?, p)));
+        let stamp = match exe {
+            Ok((meta, path)) => {
+                let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                format!("{} {} {:?}", path.display(), meta.len(), modified)
+            }
+            Err(e) => format!("unknown ({e})"),
+        };
+        format!("mirage {} ({stamp})", env!("CARGO_PKG_VERSION"))
+    })
+}
+
+/// `MIRAGE_SEARCH_BUDGET`: seconds (`30`, `2.5`, `30s`), or none.
+fn search_budget() -> Result<Option<Duration>, BuildError> {
+    let Ok(value) = std::env::var(SEARCH_BUDGET_ENV) else { return Ok(None) };
+    let text = value.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.strip_suffix('s').unwrap_or(text).trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e7 => Ok(Some(Duration::from_secs_f64(s))),
+        _ => Err(BuildError::Setting {
+            name: SEARCH_BUDGET_ENV.into(),
+            value,
+            expected: "expected the search's budget per function in seconds, a positive number (e.g. 30 or 2.5)".into(),
+        }),
+    }
+}
+
+/// `note:` lines for a function that was searched: where the result went when it is not in the
+/// cache directory, and entries of older search versions that no longer apply.
+fn cache_notes(cache: &Cache, key: &crate::cache::CacheKey) -> String {
+    let mut notes = String::new();
+    let older = cache.other_versions(key);
+    if !older.is_empty() {
+        let names: Vec<String> =
+            older.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+        notes += &format!(
+            "note: {} holds entries of this program from another search version ({}): they no longer apply \
+             (mirage or the search settings changed), so it was searched again\n",
+            cache.dir().display(),
+            names.join(", ")
+        );
+    }
+    if cache.write_dir() != cache.dir() {
+        notes += &format!(
+            "note: {} has no entry for it: the searched µGraph is stored in {} only; run `mirage prepare` \
+             (or build with {CACHE_WRITE_ENV}=1) to keep it there for other machines and CI\n",
+            cache.dir().display(),
+            cache.write_dir().display()
+        );
+    }
+    notes
+}
+
+/// What a function's artifacts were built from (`<stem>.build.json`), so that the next build
+/// can reuse them without searching, verifying or compiling.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BuildRecord {
+    /// [`Builder::record_key`] at the time.
+    key: String,
+    /// [`BuiltProgram::searched`].
+    searched: bool,
+    /// [`BuiltProgram::from_cache`].
+    from_cache: bool,
+    /// [`BuiltProgram::search_report`].
+    search_report: String,
+}
+
+/// A record that matched, with the artifacts it describes.
+struct Reused {
+    record: BuildRecord,
+    plan: codegen::plan::LaunchPlan,
+    mugraph: KernelGraph,
+}
+
+impl BuildRecord {
+    fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The record at `path` and its artifacts when the record's key is `key` and every artifact
+    /// is there and readable; `None` means build again.
+    fn reuse(path: &Path, key: &str, paths: &ArtifactPaths) -> Option<Reused> {
+        let record: BuildRecord = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+        if record.key != key || !paths.cubin.is_file() || !paths.cuda.is_file() {
+            return None;
+        }
+        let plan = codegen::plan::LaunchPlan::from_json(&std::fs::read_to_string(&paths.plan).ok()?).ok()?;
+        let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&paths.mugraph).ok()?).ok()?;
+        Some(Reused { record, plan, mugraph })
+    }
+}
+
+/// Which functions are being searched: a line on stderr when one starts and ends, and every
+/// [`HEARTBEAT`] the ones still running (shown live by `cargo build -vv`).
+#[derive(Default)]
+struct Progress {
+    running: Mutex<Vec<(String, Instant)>>,
+}
+
+/// Removes its function from [`Progress`] when dropped, saying how long it took.
+struct Running<'a> {
+    progress: &'a Progress,
+    function: String,
+}
+
+impl Progress {
+    fn start<'a>(&'a self, function: &str, at: &str, budget: Duration) -> Running<'a> {
+        eprintln!("mirage: building `{function}` ({at}; search budget {:.0} s)", budget.as_secs_f64());
+        if let Ok(mut running) = self.running.lock() {
+            running.push((function.to_owned(), Instant::now()));
+        }
+        Running { progress: self, function: function.to_owned() }
+    }
+
+    fn heartbeat(&self, finished: &AtomicBool, started: Instant) {
+        let mut last = Instant::now();
+        while !finished.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() < HEARTBEAT {
+                continue;
+            }
+            last = Instant::now();
+            let Ok(running) = self.running.lock() else { return };
+            if !running.is_empty() {
+                let list: Vec<String> =
+                    running.iter().map(|(f, t)| format!("`{f}` ({:.0} s)", t.elapsed().as_secs_f64())).collect();
+                eprintln!("mirage: {:.0} s: still building {}", started.elapsed().as_secs_f64(), list.join(", "));
+            }
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.progress.running.lock()
+            && let Some(i) = running.iter().position(|(f, _)| *f == self.function)
+        {
+            let (_, since) = running.remove(i);
+            eprintln!("mirage: built `{}` in {:.1} s", self.function, since.elapsed().as_secs_f64());
+        }
+    }
+}
+
 impl From<LowerError> for BuildError {
     fn from(e: LowerError) -> Self {
         BuildError::Lower(Box::new(e))
     }
 }
 
-/// The workspace root of the package being built: the topmost directory from
+/// The workspace root of the package being built: the nearest directory from
 /// `CARGO_MANIFEST_DIR` (or the current directory) upwards whose Cargo.toml declares
-/// `[workspace]`; the package directory itself when none does.
+/// `[workspace]` (as cargo finds it); the package directory itself when none does.
 pub fn workspace_root() -> PathBuf {
     let start = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
@@ -558,18 +899,27 @@ pub fn workspace_root() -> PathBuf {
     workspace_root_from(&start)
 }
 
-/// The workspace root above `start`: the topmost directory from `start` upwards whose Cargo.toml
-/// declares `[workspace]`; `start` itself when none does.
+/// The workspace root above `start`: the nearest directory from `start` upwards whose
+/// Cargo.toml declares `[workspace]` (a crate with its own `[workspace]`, nested in another
+/// workspace's directory, is its own root); `start` itself when none does.
 pub fn workspace_root_from(start: &Path) -> PathBuf {
-    let mut root = start.to_path_buf();
-    for dir in start.ancestors() {
-        let is_workspace = std::fs::read_to_string(dir.join("Cargo.toml"))
-            .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"));
-        if is_workspace {
-            root = dir.to_path_buf();
-        }
+    start
+        .ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"))
+        })
+        .unwrap_or(start)
+        .to_path_buf()
+}
+
+/// The search cache directory of the workspace whose root is `root`: `MIRAGE_CACHE_DIR` when set
+/// (relative to the current directory: the package's in a build script), else `root/.mirage`.
+pub fn cache_dir_from(root: &Path) -> PathBuf {
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => root.join(".mirage"),
     }
-    root
 }
 
 /// What the build of every program of one `compile` call shares.
@@ -583,8 +933,10 @@ struct Shared<'a> {
     search_cfg: &'a SearchConfig,
     /// Whether and how candidates are timed (`MIRAGE_TUNE`).
     tune_mode: tune::TuneMode,
-    /// The search cache `.mirage/`.
+    /// The search cache.
     cache: &'a Cache,
+    /// What is running, for progress lines.
+    progress: &'a Progress,
 }
 
 fn qualified(module_path: &[String], name: &str) -> String {
@@ -713,20 +1065,31 @@ mod tests {
         );
         let recorded = plan.search_report.as_deref().expect("the plan records the search");
         assert!(recorded.starts_with("chosen µGraph") && built.search_report.contains(recorded), "{recorded}");
-        assert_eq!(std::fs::read_dir(&cache).expect("cache dir").count(), 1);
+        // Stored in OUT_DIR only (the cache directory is read, not written, without
+        // MIRAGE_CACHE_WRITE=1), and the report says how to keep it.
+        assert!(!cache.exists(), "the build wrote into the cache directory");
+        assert_eq!(std::fs::read_dir(dir.join("mirage").join("search-cache")).expect("OUT_DIR's cache").count(), 1);
+        assert!(built.search_report.contains("mirage prepare"), "{}", built.search_report);
 
-        // A second build rewrites nothing and takes the µGraph from the cache.
+        // A second build reuses everything: nothing searched, verified or rewritten.
         let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
         let before: Vec<_> =
             [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         std::thread::sleep(Duration::from_millis(20));
         let again = builder.compile().unwrap_or_else(|e| panic!("{e}"));
-        assert!(again.programs[0].nvcc_cached);
-        assert!(again.programs[0].from_cache, "{}", again.programs[0].search_report);
+        assert!(again.programs[0].reused && again.programs[0].nvcc_cached);
+        assert_eq!(again.programs[0].search_report, built.search_report);
         assert_eq!(again.programs[0].mugraph.canonical_hash(), built.mugraph.canonical_hash());
         let after: Vec<_> =
             [&built.paths.cubin, &built.paths.plan, &built.paths.mugraph, &built.paths.cuda].map(|p| mtime(p)).into();
         assert_eq!(before, after);
+
+        // Without the record, the µGraph comes from the (OUT_DIR) cache, verified again, and the
+        // artifacts are the same.
+        std::fs::remove_file(dir.join("mirage").join(format!("{}.build.json", built.stem))).expect("record");
+        let third = builder.compile().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!third.programs[0].reused && third.programs[0].from_cache, "{}", third.programs[0].search_report);
+        assert_eq!(third.programs[0].mugraph.canonical_hash(), built.mugraph.canonical_hash());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -754,11 +1117,58 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Every bad function is reported, with its position, not only the first.
+    #[test]
+    fn every_bad_function_is_reported() {
+        let dir = temp_dir("many");
+        let file = dir.join("kernels.rs");
+        let bad = KERNELS.replace("x * 2.0", "x * 1e40")
+            + "\n#[mugraph]\nfn also_bad(x: Tensor<f32, 4, 8>) -> Tensor<f32, 4, 8> {\n    x * 1e40\n}\n";
+        std::fs::write(&file, bad).expect("write");
+        let builder = Builder::new()
+            .file(&file)
+            .out_dir(&dir)
+            .cache_dir(dir.join(".mirage"))
+            .cargo_directives(false)
+            .nvcc(dir.join("no-such-nvcc"));
+        let e = builder.compile().expect_err("two DSL errors");
+        let BuildError::Many(errors) = &e else { panic!("expected both errors: {e}") };
+        assert_eq!(errors.len(), 2, "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("{}:6:13:", file.display())), "{msg}");
+        assert!(msg.contains(&format!("{}:12:9:", file.display())), "{msg}");
+        assert!(msg.ends_with("2 errors in #[mugraph] functions"), "{msg}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An entry of another search version is reported when the program is searched again.
+    #[test]
+    fn entries_of_other_search_versions_are_reported() {
+        let dir = temp_dir("versions");
+        let program = lower::lower_source(KERNELS).expect("lowers").remove(0).graph;
+        let key = SearchConfig::default().cache_key(&program);
+        let cache = Cache::new(dir.join(".mirage")).with_write_dir(dir.join("out"));
+        std::fs::create_dir_all(cache.dir()).expect("mkdir");
+        let old = cache.dir().join(key.file_name().replace(&key.search_version, "s1-00000000"));
+        std::fs::write(&old, "{}").expect("write");
+        let other_arch = cache.dir().join(key.file_name().replace(&key.arch, "sm_80"));
+        std::fs::write(&other_arch, "{}").expect("write");
+        assert_eq!(cache.other_versions(&key), [old]);
+        let notes = cache_notes(&cache, &key);
+        assert!(notes.contains("s1-00000000") && notes.contains("another search version"), "{notes}");
+        assert!(notes.contains("MIRAGE_CACHE_WRITE=1"), "{notes}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn the_workspace_root_has_the_workspace_manifest() {
         let root = workspace_root();
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("a Cargo.toml at the root");
         assert!(manifest.lines().any(|l| l.trim() == "[workspace]"), "{}", root.display());
+        // A crate with its own `[workspace]` inside this one (the quick-start fixture) is its
+        // own root, like cargo says.
+        let fixture = root.join("fixtures").join("quickstart");
+        assert_eq!(workspace_root_from(&fixture.join("src")), fixture);
     }
 
     #[test]

@@ -37,11 +37,19 @@ pub struct CacheKey {
 impl CacheKey {
     /// The entry's file name.
     pub fn file_name(&self) -> String {
-        let clean = |s: &str| {
-            s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect::<String>()
-        };
-        format!("{}-{}-{}.json", self.program_hash.to_hex(), clean(&self.arch), clean(&self.search_version))
+        format!("{}{}.json", self.program_arch_prefix(), clean(&self.search_version))
     }
+
+    /// The start of the file name of every entry of this program and architecture, whatever
+    /// the search version: `{hash}-{arch}-`.
+    pub fn program_arch_prefix(&self) -> String {
+        format!("{}-{}-", self.program_hash.to_hex(), clean(&self.arch))
+    }
+}
+
+/// A key part as a file-name part: letters, digits and `_`, anything else `-`.
+fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect()
 }
 
 /// Cost summary of a candidate kept next to the winner.
@@ -148,12 +156,56 @@ pub enum CacheError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cache {
     dir: PathBuf,
+    /// Where new entries go (and are looked up first), when not `dir`.
+    write_dir: Option<PathBuf>,
 }
 
 impl Cache {
     /// A cache in `dir` (created on the first store).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Cache { dir: dir.into() }
+        Cache { dir: dir.into(), write_dir: None }
+    }
+
+    /// The same cache, writing new entries to `dir` instead (and reading them from there first):
+    /// the cache directory itself is only read.
+    pub fn with_write_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.write_dir = Some(dir.into());
+        self
+    }
+
+    /// Where new entries are written: the write directory, or the cache directory.
+    pub fn write_dir(&self) -> &Path {
+        self.write_dir.as_deref().unwrap_or(&self.dir)
+    }
+
+    /// The file the entry for `key` is read from: the write directory's when it has one, else
+    /// the cache directory's ([`Cache::path`]), present or not.
+    pub fn read_path(&self, key: &CacheKey) -> PathBuf {
+        match &self.write_dir {
+            Some(w) if w.join(key.file_name()).is_file() => w.join(key.file_name()),
+            _ => self.path(key),
+        }
+    }
+
+    /// Entries of the same program and architecture written by another search version (an
+    /// older mirage, or other search settings): they no longer apply, and a build that searches
+    /// again says so instead of dropping them silently.
+    pub fn other_versions(&self, key: &CacheKey) -> Vec<PathBuf> {
+        let name = key.file_name();
+        let prefix = key.program_arch_prefix();
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json") && n != name)
+            })
+            .collect();
+        found.sort();
+        found
     }
 
     /// The cache of a workspace: `{root}/.mirage`.
@@ -174,7 +226,7 @@ impl Cache {
     /// Reads the entry for `key`: `Ok(None)` when there is none, [`CacheError::Corrupt`] when the
     /// file is unreadable, malformed, or belongs to another key.
     pub fn load(&self, key: &CacheKey) -> Result<Option<(CacheEntry, KernelGraph)>, CacheError> {
-        let path = self.path(key);
+        let path = self.read_path(key);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -204,14 +256,15 @@ impl Cache {
         Ok(Some((entry, graph)))
     }
 
-    /// Writes the entry for `key` atomically (temporary file + rename); returns its path.
+    /// Writes the entry for `key` into the write directory atomically (temporary file + rename); returns its path.
     pub fn store(&self, key: &CacheKey, entry: &CacheEntry) -> Result<PathBuf, CacheError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| CacheError::Io { path: self.dir.clone(), source })?;
-        let path = self.path(key);
+        let dir = self.write_dir();
+        std::fs::create_dir_all(dir).map_err(|source| CacheError::Io { path: dir.to_path_buf(), source })?;
+        let path = dir.join(key.file_name());
         let text = serde_json::to_string_pretty(entry)
             .map_err(|e| CacheError::Corrupt { path: path.clone(), reason: format!("serializing: {e}") })?;
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let tmp = self.dir.join(format!(".{}.tmp.{}.{nanos}", key.file_name(), std::process::id()));
+        let tmp = dir.join(format!(".{}.tmp.{}.{nanos}", key.file_name(), std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(text.as_bytes())?;

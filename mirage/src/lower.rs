@@ -179,51 +179,70 @@ fn attr_args(attr: &syn::Attribute) -> Result<(), syn::Error> {
     }
 }
 
-fn collect(items: &[syn::Item], module_path: &mut Vec<String>, out: &mut Vec<Program>) -> Result<(), syn::Error> {
+/// Lowers every `#[mugraph]` function of `items` into `out`; a function that cannot be lowered
+/// adds its error to `errors` and the walk goes on.
+fn collect(items: &[syn::Item], module_path: &mut Vec<String>, out: &mut Vec<Program>, errors: &mut Vec<syn::Error>) {
     for item in items {
         match item {
             syn::Item::Fn(f) => {
                 if let Some(attr) = f.attrs.iter().find(|a| is_mugraph_attr(a)) {
-                    attr_args(attr)?;
-                    out.push(lower_in(f, module_path.clone())?);
+                    match attr_args(attr).and_then(|_| lower_in(f, module_path.clone())) {
+                        Ok(program) => out.push(program),
+                        Err(e) => errors.push(e),
+                    }
                 }
             }
             syn::Item::Mod(m) => {
                 if let Some((_, items)) = &m.content {
                     module_path.push(m.ident.to_string());
-                    let r = collect(items, module_path, out);
+                    collect(items, module_path, out, errors);
                     module_path.pop();
-                    r?;
                 }
             }
             _ => {}
         }
     }
-    Ok(())
 }
 
 /// Finds and lowers every `#[mugraph]` function of a Rust source file: at the top level and in
-/// inline `mod` blocks at any depth, in source order. The first error stops the walk.
+/// inline `mod` blocks at any depth, in source order. The first error is returned
+/// ([`lower_file_all`] returns every one).
 pub fn lower_source(file_text: &str) -> Result<Vec<Program>, LowerError> {
     lower_source_named(file_text, "<source>")
 }
 
 fn lower_source_named(file_text: &str, file: &str) -> Result<Vec<Program>, LowerError> {
-    let parsed = syn::parse_file(file_text).map_err(|e| LowerError::from_syn(&e, file))?;
-    let mut out = Vec::new();
-    collect(&parsed.items, &mut Vec::new(), &mut out).map_err(|e| LowerError::from_syn(&e, file))?;
-    Ok(out)
+    let (programs, mut errors) = lower_source_all(file_text, file);
+    if errors.is_empty() { Ok(programs) } else { Err(errors.swap_remove(0)) }
+}
+
+/// Every `#[mugraph]` function of a source file that lowers, and an error for each one that does
+/// not (in source order; a file that does not parse is one error).
+fn lower_source_all(file_text: &str, file: &str) -> (Vec<Program>, Vec<LowerError>) {
+    let parsed = match syn::parse_file(file_text) {
+        Ok(parsed) => parsed,
+        Err(e) => return (Vec::new(), vec![LowerError::from_syn(&e, file)]),
+    };
+    let (mut out, mut errors) = (Vec::new(), Vec::new());
+    collect(&parsed.items, &mut Vec::new(), &mut out, &mut errors);
+    (out, errors.iter().map(|e| LowerError::from_syn(e, file)).collect())
 }
 
 /// Reads a file and lowers every `#[mugraph]` function in it ([`lower_source`]); errors name the
 /// file.
 pub fn lower_file(path: &Path) -> Result<Vec<Program>, LowerError> {
+    let (programs, mut errors) = lower_file_all(path);
+    if errors.is_empty() { Ok(programs) } else { Err(errors.swap_remove(0)) }
+}
+
+/// Reads a file and lowers every `#[mugraph]` function in it: the functions that lower, and an
+/// error for every one that does not (the build reports them all, not only the first).
+pub fn lower_file_all(path: &Path) -> (Vec<Program>, Vec<LowerError>) {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| LowerError {
-        file: file.clone(),
-        line: 0,
-        column: 0,
-        message: format!("cannot read the file: {e}"),
-    })?;
-    lower_source_named(&text, &file)
+    match std::fs::read_to_string(path) {
+        Ok(text) => lower_source_all(&text, &file),
+        Err(e) => {
+            (Vec::new(), vec![LowerError { file, line: 0, column: 0, message: format!("cannot read the file: {e}") }])
+        }
+    }
 }

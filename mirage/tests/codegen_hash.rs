@@ -8,7 +8,7 @@
 //! that alters generated code on purpose re-records the file and commits it with the change:
 //!
 //! ```sh
-//! MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features testing --test codegen_hash
+//! MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage-rs --features testing --test codegen_hash
 //! ```
 //!
 //! `MIRAGE_CODEGEN_DUMP=<dir>` also writes every hashed text to `<dir>/<name>.txt`, so two
@@ -128,7 +128,7 @@ fn render(lines: &[(String, String)]) -> String {
     let mut out = String::from(
         "# SHA-256 of the generated CUDA, launch plans and cost estimates of every golden, coverage,\n\
          # benchmark and cached µGraph (mirage/tests/codegen_hash.rs). Re-record deliberately with\n\
-         # MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage --features testing --test codegen_hash\n",
+         # MIRAGE_RECORD_CODEGEN_HASHES=1 cargo test -p mirage-rs --features testing --test codegen_hash\n",
     );
     for (name, hash) in lines {
         writeln!(out, "{hash}  {name}").ok();
