@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
 
-use crate::desc::LaunchConfig;
+use crate::arch::{image_archs, select_arch};
+use crate::desc::{ComputeCapability, LaunchConfig};
 use crate::driver::guard;
 use crate::error::RuntimeError;
 use crate::stream::Stream;
@@ -190,6 +191,9 @@ impl Module {
         }
         check_image(self.name, &self.image)?;
         let fresh = guard(&format!("loading module `{}`", self.name), || {
+            if let ModuleImage::Cubin(bytes) = self.image {
+                self.check_arch(ctx, bytes)?;
+            }
             let (ptx, what) = match self.image {
                 // The driver reads the image through a pointer: give it an owned, malloc-aligned
                 // copy rather than the (byte-aligned) static.
@@ -213,6 +217,24 @@ impl Module {
             reason: "expected the module to be cached after loading, found it missing".to_owned(),
         })?;
         self.check_context(loaded, ctx)
+    }
+
+    /// Checks that the image holds code the context's device runs, naming both when not.
+    fn check_arch(&self, ctx: &Arc<CudaContext>, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let Some(archs) = image_archs(bytes) else { return Ok(()) };
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(RuntimeError::driver(format!("reading the compute capability of device {}", ctx.ordinal())))?;
+        let device = ComputeCapability::new(u32::try_from(major).unwrap_or(0), u32::try_from(minor).unwrap_or(0));
+        match select_arch(device, &archs) {
+            Some(_) => Ok(()),
+            None => Err(RuntimeError::Architecture {
+                name: self.name.to_owned(),
+                ordinal: ctx.ordinal(),
+                device,
+                available: archs.iter().map(ToString::to_string).collect(),
+            }),
+        }
     }
 
     fn check_context<'m>(
