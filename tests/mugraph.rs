@@ -325,3 +325,34 @@ fn an_into_launch_is_captured_in_a_cuda_graph_and_replayed() {
         )
     );
 }
+
+/// With a GPU: one static program serves two CUDA contexts of one device (the primary one and a
+/// second created with cuCtxCreate): its module is loaded once per context, each launch runs on
+/// its own context's tensors, and both give the same bits.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_program_loads_once_per_cuda_context() {
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let second = mirage::cudarc::driver::CudaContext::new_non_primary(0, 0)
+        .unwrap_or_else(|e| panic!("creating a second context on device 0: {e}"));
+    let other = Stream::from_raw(second.default_stream());
+    let x_host: Vec<f16> = (0..16 * 64).map(|i| f16::from_f32(((i % 7) as f32 - 3.0) / 4.0)).collect();
+    let w_host: Vec<f16> = (0..64 * 32).map(|i| f16::from_f32(((i % 5) as f32 - 2.0) / 8.0)).collect();
+    let mut results = Vec::new();
+    for stream in [gpu.stream(), &other] {
+        let x = stream.upload(&x_host, &[16, 64]).unwrap_or_else(|e| panic!("{e}"));
+        let w = stream.upload(&w_host, &[64, 32]).unwrap_or_else(|e| panic!("{e}"));
+        let y = kernels::op_matmul_on(stream, &x, &w).unwrap_or_else(|e| panic!("launch: {e}"));
+        results.push(stream.download(&y).unwrap_or_else(|e| panic!("{e}")));
+    }
+    assert_eq!(results[0], results[1], "the two contexts give the same bits");
+    let want: Vec<f32> = (0..16 * 32)
+        .map(|o| (0..64).map(|k| x_host[o / 32 * 64 + k].to_f32() * w_host[k * 32 + o % 32].to_f32()).sum())
+        .collect();
+    let got: Vec<f32> = results[0].iter().map(|v| v.to_f32()).collect();
+    compare(&got, &want, &[16, 32], ErrorModel::new(DType::F16, 64))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .check("op_matmul on two contexts")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(kernels::op_matmul::PROGRAM.loaded_contexts() >= 2, "loaded on both contexts");
+}

@@ -271,7 +271,7 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
             #name::PROGRAM.launch_views(
                 #stream,
                 &[#(::mirage::AnyView::from(::core::convert::Into::<::mirage::TensorView<'_, #view_types>>::into(#params))),*],
-                &mut [#(::mirage::AnyViewMut::from(::core::convert::Into::<::mirage::TensorViewMut<'_, #out_elems>>::into(#out_params))),*],
+                &mut [#(::mirage::AnyViewMut::from(::core::convert::Into::<::mirage::TensorViewMut<'_, #out_elems>>::into(#out_params)).reborrow()),*],
                 #workspace,
             )
         }

@@ -219,20 +219,6 @@ pub enum RuntimeError {
         available: Vec<String>,
     },
 
-    /// A module used on a different CUDA context than the one it was loaded on.
-    #[error(
-        "module `{name}` was loaded on CUDA device {loaded_ordinal}: expected launches on that \
-         device's context, found a stream of device {found_ordinal} (use one Module per device)"
-    )]
-    ContextMismatch {
-        /// The module name.
-        name: String,
-        /// The device it was loaded on.
-        loaded_ordinal: usize,
-        /// The device of the stream given.
-        found_ordinal: usize,
-    },
-
     /// The driver rejected a kernel launch.
     #[error("launching kernel `{kernel}` with {config}: {source}")]
     Launch {

@@ -361,6 +361,11 @@ impl Program {
         self.artifacts.name
     }
 
+    /// The number of CUDA contexts its module has been loaded on (once per context, on first use).
+    pub fn loaded_contexts(&self) -> usize {
+        self.module.loaded_contexts()
+    }
+
     /// The program's build artifacts.
     pub fn artifacts(&self) -> &ProgramArtifacts {
         &self.artifacts

@@ -78,7 +78,7 @@ enum WriteSource<'a> {
 /// Checks a raw device pointer (pure): non-null and aligned for `dtype`.
 pub fn check_raw_pointer(ptr: u64, dtype: DType) -> Result<(), RuntimeError> {
     let align = dtype.size_bytes() as u64;
-    if ptr == 0 || ptr % align != 0 {
+    if ptr == 0 || !ptr.is_multiple_of(align) {
         return Err(RuntimeError::Mismatch {
             what: "a raw device pointer",
             expected: format!("a non-null pointer aligned to {align} bytes (one {dtype} element)"),
@@ -159,6 +159,16 @@ impl<'a> AnyViewMut<'a> {
     /// Element type, shape and strides.
     pub fn desc(&self) -> TensorDesc {
         TensorDesc { shape: self.layout.shape().to_vec(), strides: self.layout.strides().to_vec(), dtype: self.dtype }
+    }
+
+    /// The view borrowed for a shorter lifetime (views of different lifetimes then fit in one
+    /// slice, as [`Program::launch_views`](crate::Program::launch_views) takes them).
+    pub fn reborrow(&mut self) -> AnyViewMut<'_> {
+        let src = match &mut self.src {
+            WriteSource::Cudarc(buffer) => WriteSource::Cudarc(&mut **buffer),
+            WriteSource::Raw(ptr) => WriteSource::Raw(*ptr),
+        };
+        AnyViewMut { src, layout: self.layout, dtype: self.dtype }
     }
 
     /// The device pointer for a write on `stream`, and the guard to drop after the launch.
@@ -358,15 +368,39 @@ mod tests {
         // SAFETY: these views are never launched; only the checks run.
         let ok = unsafe { TensorView::<f16>::from_raw(0x1000, 32, layout) }.expect("covers the layout");
         assert_eq!(ok.erase().desc(), TensorDesc::new(&[4, 8], DType::F16));
+        // SAFETY: never launched; only the checks run.
         let e = unsafe { TensorView::<f16>::from_raw(0x1000, 31, layout) }.expect_err("short");
         assert!(e.to_string().contains("expected at least 32 elements, found 31"), "{e}");
+        // SAFETY: never launched; only the checks run.
         let e = unsafe { TensorView::<f32>::from_raw(0x1002, 32, layout) }.expect_err("misaligned");
         assert!(e.to_string().contains("aligned to 4 bytes (one f32 element)"), "{e}");
         assert!(e.to_string().contains("0x1002"), "{e}");
+        // SAFETY: never launched; only the checks run.
         assert!(unsafe { TensorViewMut::<f32>::from_raw(0, 32, layout) }.is_err());
         let strided = Layout::strided(&[4, 8], &[16, 1]).expect("valid");
+        // SAFETY: never launched; only the checks run.
         let v = unsafe { TensorViewMut::<f32>::from_raw(0x2000, 56, strided) }.expect("padded rows");
         assert_eq!(v.erase().desc().strides, vec![16, 1]);
+        // SAFETY: never launched; only the checks run.
         assert!(unsafe { TensorViewMut::<f32>::from_raw(0x2000, 55, strided) }.is_err());
+    }
+
+    /// Outputs of different lifetimes go into one slice through `reborrow` (what the `_into`
+    /// launchers do).
+    fn outputs_of<'x, 'y>(a: TensorViewMut<'x, f32>, b: TensorViewMut<'y, f16>) -> Vec<TensorDesc> {
+        let (mut a, mut b) = (a.erase(), b.erase());
+        let views: &mut [AnyViewMut<'_>] = &mut [a.reborrow(), b.reborrow()];
+        views.iter().map(AnyViewMut::desc).collect()
+    }
+
+    #[test]
+    fn output_views_of_different_lifetimes_share_a_slice() {
+        let layout = Layout::row_major(&[2, 2]).expect("valid");
+        // SAFETY: these views are never launched.
+        let a = unsafe { TensorViewMut::<f32>::from_raw(0x1000, 4, layout) }.expect("valid");
+        // SAFETY: never launched; only the checks run.
+        let b = unsafe { TensorViewMut::<f16>::from_raw(0x2000, 4, layout) }.expect("valid");
+        let descs = outputs_of(a, b);
+        assert_eq!(descs[1], TensorDesc::new(&[2, 2], DType::F16));
     }
 }
