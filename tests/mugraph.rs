@@ -13,7 +13,7 @@ use mirage::lower::{Program as Lowered, lower_source};
 use mirage::prelude::*;
 use mirage::testing::compare::{ErrorModel, compare, reduction_len};
 use mirage::testing::inputs::{random_inputs, seed};
-use mirage::{DType, TensorDesc};
+use mirage::{AnyViewMut, DType, TensorDesc, WorkspaceLayout};
 use std::collections::BTreeMap;
 
 const SOURCE: &str = include_str!("kernels/mod.rs");
@@ -124,7 +124,15 @@ fn artifacts_belong_to_their_programs() {
             assert_eq!(mugraph.canonical_hash(), expected.canonical_hash(), "{name}");
         }
         assert_eq!(plan.kernels.len(), mugraph.num_kernels(), "{name}");
-        assert!(program.artifacts().cubin.starts_with(b"\x7fELF"), "{name}: a cubin");
+        let archs =
+            mirage::image_archs(program.artifacts().cubin).unwrap_or_else(|| panic!("{name}: a cubin or fatbin"));
+        if std::env::var_os(mirage::nvcc::ARCH_ENV).is_none() && std::env::var_os(mirage::nvcc::ARCHS_ENV).is_none() {
+            // The default build: a fatbin with code for sm_80 (A100, L40S) and sm_90a (H100/H200).
+            let names: Vec<String> = archs.iter().map(ToString::to_string).collect();
+            assert_eq!(names, ["sm_80", "sm_90a"], "{name}");
+            let a100 = mirage::select_arch(mirage::ComputeCapability::new(8, 0), &archs);
+            assert_eq!(a100.map(|a| a.to_string()).as_deref(), Some("sm_80"), "{name}: an A100 runs the sm_80 code");
+        }
     }
 }
 
@@ -272,4 +280,122 @@ fn launchers_match_the_reference_on_the_gpu() {
     // Bad shapes are errors naming the parameter, before any launch.
     let e = kernels::op_matmul(&gpu, &w, &w).expect_err("bad shape");
     assert!(e.to_string().contains("parameter `x`: expected shape [16, 64], found shape [64, 32]"), "{e}");
+}
+
+/// With a GPU: the typed `_into` form on an engine's own cudarc buffers (borrowed as views) and a
+/// reusable workspace, captured in a CUDA graph on a caller's stream and replayed on new input
+/// data written into the same buffers, each replay against the CPU reference; then the `_into`
+/// form's checks (a wrong output shape, a workspace too small for a program that needs one).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_into_launch_is_captured_in_a_cuda_graph_and_replayed() {
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let seed = seed("an_into_launch_is_captured_in_a_cuda_graph_and_replayed").unwrap_or_else(|e| panic!("{e}"));
+    // A capture isolates its stream: cudarc's cross-stream event tracking would make the captured
+    // launch wait on events recorded before the capture, which invalidates it. One stream orders
+    // everything here, so tracking is off.
+    // SAFETY: every buffer below is used on `stream` only.
+    unsafe { gpu.context().disable_event_tracking() };
+    // The engine's stream, wrapped (capture needs a stream other than the legacy default one).
+    let engine_stream = gpu.context().new_stream().unwrap_or_else(|e| panic!("new stream: {e}"));
+    let stream = Stream::from_raw(engine_stream.clone());
+    let program = &kernels::op_matmul::PROGRAM;
+    let source = lowered("op_matmul");
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
+    let mut x = engine_stream.alloc_zeros::<f16>(16 * 64).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut w = engine_stream.alloc_zeros::<f16>(64 * 32).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut y = stream.zeros::<f16>(&[16, 32]).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut workspace = program.workspace(&stream).unwrap_or_else(|e| panic!("workspace: {e}"));
+    let launch = |x: &mirage::cudarc::driver::CudaSlice<f16>,
+                  w: &mirage::cudarc::driver::CudaSlice<f16>,
+                  y: &mut DeviceTensor<f16>,
+                  workspace: &mut Workspace| {
+        let xv = TensorView::from_cudarc(x, &[16, 64])?;
+        let wv = TensorView::from_cudarc(w, &[64, 32])?;
+        kernels::op_matmul_into(&stream, workspace, xv, wv, y)
+    };
+    // The first launch loads the module (not allowed during a capture).
+    launch(&x, &w, &mut y, &mut workspace).unwrap_or_else(|e| panic!("first launch: {e}"));
+    stream.synchronize().unwrap_or_else(|e| panic!("{e}"));
+    stream.begin_capture().unwrap_or_else(|e| panic!("begin capture: {e}"));
+    let captured = launch(&x, &w, &mut y, &mut workspace);
+    let graph = stream.end_capture().unwrap_or_else(|e| panic!("end capture: {e}"));
+    captured.unwrap_or_else(|e| panic!("the captured launch: {e}"));
+    let to_f16 = |v: &[f32]| v.iter().map(|&a| f16::from_f32(a)).collect::<Vec<_>>();
+    for round in 0..3u64 {
+        let host = random_inputs(&plan.inputs, seed.wrapping_add(round), |_| -1.0..1.0);
+        engine_stream.memcpy_htod(&to_f16(&host[0].data), &mut x).unwrap_or_else(|e| panic!("{e}"));
+        engine_stream.memcpy_htod(&to_f16(&host[1].data), &mut w).unwrap_or_else(|e| panic!("{e}"));
+        engine_stream.memcpy_htod(&vec![f16::NAN; 16 * 32], y.as_slice_mut()).unwrap_or_else(|e| panic!("{e}"));
+        graph.launch().unwrap_or_else(|e| panic!("replay {round}: {e}"));
+        let got: Vec<f32> =
+            stream.download(&y).unwrap_or_else(|e| panic!("{e}")).into_iter().map(f16::to_f32).collect();
+        let want = mirage::reference::run(&source.graph, &host).unwrap_or_else(|e| panic!("{e}"));
+        let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 64))
+            .unwrap_or_else(|e| panic!("replay {round}: {e}"));
+        println!("replay {round}: {c}");
+        c.check(&format!("replay {round} of the captured op_matmul_into")).unwrap_or_else(|e| panic!("{e}"));
+    }
+    drop(graph);
+    // Checked before any launch: an output of the wrong shape, a workspace too small.
+    let mut wrong = stream.zeros::<f16>(&[16, 33]).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let e = launch(&x, &w, &mut wrong, &mut workspace).expect_err("wrong output shape");
+    assert_eq!(e.to_string(), "`op_matmul`: parameter `output 0`: expected shape [16, 32], found shape [16, 33]");
+    let e = TensorView::from_cudarc(&x, &[16, 65]).expect_err("a buffer too short for the shape");
+    assert!(e.to_string().contains("expected at least 1040 elements, found 1024"), "{e}");
+    // A plan with an intermediate buffer (op_matmul's, with the product kept in a buffer first):
+    // its workspace size is checked before the module is loaded.
+    let mut with_buffer = plan.clone();
+    with_buffer.buffers.push(mirage_runtime::plan::Buffer { desc: TensorDesc::new(&[16, 32], DType::F32) });
+    let needed = WorkspaceLayout::of(&with_buffer).unwrap_or_else(|e| panic!("{e}")).bytes;
+    assert_eq!(needed, 16 * 32 * 4);
+    let p: &'static Program = Box::leak(Box::new(
+        Program::with_plan("op_matmul_buffered", program.artifacts().cubin, with_buffer)
+            .unwrap_or_else(|e| panic!("{e}")),
+    ));
+    let mut small = Workspace::new(&stream, needed - 1).unwrap_or_else(|e| panic!("{e}"));
+    let xv = TensorView::from_cudarc(&x, &[16, 64]).unwrap_or_else(|e| panic!("{e}"));
+    let wv = TensorView::from_cudarc(&w, &[64, 32]).unwrap_or_else(|e| panic!("{e}"));
+    let e = p
+        .launch_views(&stream, &[xv.erase(), wv.erase()], &mut [AnyViewMut::from(&mut y)], &mut small)
+        .expect_err("workspace too small");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "`op_matmul_buffered`: parameter `workspace`: expected at least {needed} bytes (1 intermediate buffer), \
+             found {} bytes",
+            needed - 1
+        )
+    );
+}
+
+/// With a GPU: one static program serves two CUDA contexts of one device (the primary one and a
+/// second created with cuCtxCreate): its module is loaded once per context, each launch runs on
+/// its own context's tensors, and both give the same bits.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_program_loads_once_per_cuda_context() {
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let second = mirage::cudarc::driver::CudaContext::new_non_primary(0, 0)
+        .unwrap_or_else(|e| panic!("creating a second context on device 0: {e}"));
+    let other = Stream::from_raw(second.default_stream());
+    let x_host: Vec<f16> = (0..16 * 64).map(|i| f16::from_f32(((i % 7) as f32 - 3.0) / 4.0)).collect();
+    let w_host: Vec<f16> = (0..64 * 32).map(|i| f16::from_f32(((i % 5) as f32 - 2.0) / 8.0)).collect();
+    let mut results = Vec::new();
+    for stream in [gpu.stream(), &other] {
+        let x = stream.upload(&x_host, &[16, 64]).unwrap_or_else(|e| panic!("{e}"));
+        let w = stream.upload(&w_host, &[64, 32]).unwrap_or_else(|e| panic!("{e}"));
+        let y = kernels::op_matmul_on(stream, &x, &w).unwrap_or_else(|e| panic!("launch: {e}"));
+        results.push(stream.download(&y).unwrap_or_else(|e| panic!("{e}")));
+    }
+    assert_eq!(results[0], results[1], "the two contexts give the same bits");
+    let want: Vec<f32> = (0..16 * 32)
+        .map(|o| (0..64).map(|k| x_host[o / 32 * 64 + k].to_f32() * w_host[k * 32 + o % 32].to_f32()).sum())
+        .collect();
+    let got: Vec<f32> = results[0].iter().map(|v| v.to_f32()).collect();
+    compare(&got, &want, &[16, 32], ErrorModel::new(DType::F16, 64))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .check("op_matmul on two contexts")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(kernels::op_matmul::PROGRAM.loaded_contexts() >= 2, "loaded on both contexts");
 }

@@ -10,9 +10,14 @@
 //! { gated_mlp_on(gpu.stream(), x, ...) }
 //!
 //! pub fn gated_mlp_on(stream: &::mirage::Stream, x: ..., ...) -> Result<..., ::mirage::RuntimeError> {
-//!     let [o0] = gated_mlp::PROGRAM.run_exact::<1>(stream, &[::mirage::TensorArg::from(x), ...])?;
+//!     let [o0] = gated_mlp::PROGRAM.run_exact::<1>(stream, &[::mirage::AnyView::from(x), ...])?;
 //!     Ok(o0.into_f16()?)
 //! }
+//!
+//! pub fn gated_mlp_into(stream: &::mirage::Stream, workspace: &mut ::mirage::Workspace,
+//!     x: impl Into<::mirage::TensorView<'_, ::mirage::half::f16>>, ...,
+//!     output0: impl Into<::mirage::TensorViewMut<'_, ::mirage::half::f16>>) -> Result<(), ::mirage::RuntimeError>
+//! { gated_mlp::PROGRAM.launch_views(stream, &[..views of the inputs..], &mut [..of the outputs..], workspace) }
 //!
 //! pub mod gated_mlp {
 //!     pub static PROGRAM: ::mirage::Program = ::mirage::Program::new(::mirage::ProgramArtifacts {
@@ -166,9 +171,12 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
     let vis = &program.vis;
     let attrs = &item.attrs;
     let name_on = format_ident!("{}_on", name);
+    let name_into = format_ident!("{}_into", name);
     let taken = |s: &str| program.params.iter().any(|p| p.name == s);
     let gpu = if taken("gpu") { format_ident!("mirage_gpu") } else { format_ident!("gpu") };
     let stream = if taken("stream") { format_ident!("mirage_stream") } else { format_ident!("stream") };
+    let workspace = if taken("workspace") { format_ident!("mirage_workspace") } else { format_ident!("workspace") };
+    let view_types: Vec<TokenStream> = program.params.iter().map(|p| element_type(p.ty.dtype)).collect();
 
     let params: Vec<&Ident> = program.params.iter().map(|p| &p.name).collect();
     let param_types: Vec<TokenStream> = program
@@ -191,6 +199,14 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
     let n_out = outputs.len();
     let out_vars: Vec<Ident> = (0..n_out).map(|i| Ident::new(&format!("output{i}"), Span::mixed_site())).collect();
     let intos: Vec<Ident> = outputs.iter().map(|t| into_method(t.dtype)).collect();
+    // The `_into` form's output parameters: `output0`, ... unless a parameter has that name.
+    let out_params: Vec<Ident> = (0..n_out)
+        .map(|i| {
+            let plain = format!("output{i}");
+            if taken(&plain) { format_ident!("mirage_output{}", i) } else { format_ident!("{}", plain) }
+        })
+        .collect();
+    let out_elems: Vec<TokenStream> = outputs.iter().map(|t| element_type(t.dtype)).collect();
     let result =
         if program.tuple_result { quote!((#(#out_vars.#intos()?,)*)) } else { quote!(#(#out_vars.#intos()?)*) };
 
@@ -209,6 +225,16 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
     let doc_on = format!(
         "Runs the `#[mugraph]` program `{name_str}` on `stream`; asynchronous like any launch (see [`{name_str}`]).\n\n\
          # Errors\n\nAs [`{name_str}`]."
+    );
+    let doc_into = format!(
+        "Runs the `#[mugraph]` program `{name_str}` on `stream`, reading borrowed inputs and writing \
+         caller-provided outputs (`output0`, ... in the order of the result), with `workspace` for the \
+         intermediate buffers (make it once with `{name_str}::PROGRAM.workspace(stream)`): allocates \
+         nothing, so steady-state calls are cheap and can be captured in a CUDA graph. Inputs are \
+         anything that converts into a `TensorView` (our `DeviceTensor`s, a cudarc buffer with a shape), \
+         outputs into a `TensorViewMut`; asynchronous like any launch.\n\n\
+         # Errors\n\nAs [`{name_str}`], and an output of the wrong element type, shape or strides, or a \
+         workspace smaller than the program needs (the error gives both sizes)."
     );
     let doc_mod = format!(
         "The compiled program of [`{name_str}`]: its cubin, launch plan and chosen µGraph, built by \
@@ -229,9 +255,25 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
         #[doc = #doc_on]
         #[allow(dead_code)]
         #vis fn #name_on(#stream: &::mirage::Stream, #(#params: #param_types),*) -> ::core::result::Result<#ret, ::mirage::RuntimeError> {
-            let #outputs_var = #name::PROGRAM.run_exact::<#n_out>(#stream, &[#(::mirage::TensorArg::from(#params)),*])?;
+            let #outputs_var = #name::PROGRAM.run_exact::<#n_out>(#stream, &[#(::mirage::AnyView::from(#params)),*])?;
             let [#(#out_vars),*] = #outputs_var;
             ::core::result::Result::Ok(#result)
+        }
+
+        #[doc = #doc_into]
+        #[allow(dead_code, clippy::too_many_arguments)]
+        #vis fn #name_into(
+            #stream: &::mirage::Stream,
+            #workspace: &mut ::mirage::Workspace,
+            #(#params: impl ::core::convert::Into<::mirage::TensorView<'_, #view_types>>,)*
+            #(#out_params: impl ::core::convert::Into<::mirage::TensorViewMut<'_, #out_elems>>,)*
+        ) -> ::core::result::Result<(), ::mirage::RuntimeError> {
+            #name::PROGRAM.launch_views(
+                #stream,
+                &[#(::mirage::AnyView::from(::core::convert::Into::<::mirage::TensorView<'_, #view_types>>::into(#params))),*],
+                &mut [#(::mirage::AnyViewMut::from(::core::convert::Into::<::mirage::TensorViewMut<'_, #out_elems>>::into(#out_params)).reborrow()),*],
+                #workspace,
+            )
         }
 
         #[doc = #doc_mod]
@@ -329,6 +371,9 @@ mod tests {
         assert!(out.contains("pub fn gated_mlp_on (stream : & :: mirage :: Stream"), "{out}");
         assert!(out.contains("(:: mirage :: DeviceTensor < :: mirage :: half :: f16 > , :: mirage :: DeviceTensor < :: mirage :: half :: f16 > ,)"), "{out}");
         assert!(out.contains("run_exact :: < 2usize >"), "{out}");
+        assert!(out.contains("pub fn gated_mlp_into (stream : & :: mirage :: Stream , workspace : & mut :: mirage :: Workspace , gpu : impl :: core :: convert :: Into < :: mirage :: TensorView < '_ , :: mirage :: half :: f16 >>"), "{out}");
+        assert!(out.contains("output1 : impl :: core :: convert :: Into < :: mirage :: TensorViewMut < '_ , :: mirage :: half :: f16 >>"), "{out}");
+        assert!(out.contains("launch_views"), "{out}");
         assert!(out.contains(&format!("\"/mirage/gated_mlp-{hash}.cubin\"")), "{out}");
         assert!(out.contains("pub mod gated_mlp"), "{out}");
         assert!(!out.contains("strides ("), "the #[strides] attribute is stripped: {out}");

@@ -202,18 +202,21 @@ pub enum RuntimeError {
         source: DriverError,
     },
 
-    /// A module used on a different CUDA context than the one it was loaded on.
+    /// A module image holds no code the device can run.
     #[error(
-        "module `{name}` was loaded on CUDA device {loaded_ordinal}: expected launches on that \
-         device's context, found a stream of device {found_ordinal} (use one Module per device)"
+        "module `{name}` cannot run on CUDA device {ordinal} (compute capability {device}, sm_{}{}): expected \
+         code for it, found code for {} only (rebuild with the device's architecture in MIRAGE_CUDA_ARCHS)",
+        device.major, device.minor, if available.is_empty() { "no architecture".to_owned() } else { available.join(", ") }
     )]
-    ContextMismatch {
+    Architecture {
         /// The module name.
         name: String,
-        /// The device it was loaded on.
-        loaded_ordinal: usize,
-        /// The device of the stream given.
-        found_ordinal: usize,
+        /// The device ordinal.
+        ordinal: usize,
+        /// The device's compute capability.
+        device: ComputeCapability,
+        /// The architectures the image holds code for (`sm_80`, `sm_90a`, `compute_90` for PTX).
+        available: Vec<String>,
     },
 
     /// The driver rejected a kernel launch.

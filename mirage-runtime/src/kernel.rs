@@ -24,12 +24,13 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DeviceRepr, LaunchArgs, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
 
-use crate::desc::LaunchConfig;
+use crate::arch::{image_archs, select_arch};
+use crate::desc::{ComputeCapability, LaunchConfig};
 use crate::driver::guard;
 use crate::error::RuntimeError;
 use crate::stream::Stream;
@@ -146,18 +147,19 @@ struct LoadedModule {
 
 /// A cubin (or PTX) image, loaded on first use and cached for the life of the process.
 ///
-/// Put it in a `static`; all [`Kernel`]s of the image share one loaded module. A module is
-/// loaded on the context of the first stream it is used with; using it with another device's
-/// stream is an error.
+/// Put it in a `static`; all [`Kernel`]s of the image share its loaded modules. A module is
+/// loaded once per CUDA context, on first use with a stream of that context (each device, or
+/// each context of one device). What is loaded for a context is kept for the life of the process
+/// (it holds the context alive).
 pub struct Module {
     name: &'static str,
     image: ModuleImage,
-    loaded: OnceLock<LoadedModule>,
+    loaded: Mutex<Vec<&'static LoadedModule>>,
 }
 
 impl fmt::Debug for Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Module").field("name", &self.name).field("loaded", &self.loaded.get().is_some()).finish()
+        f.debug_struct("Module").field("name", &self.name).field("loaded", &self.is_loaded()).finish()
     }
 }
 
@@ -165,12 +167,12 @@ impl Module {
     /// A module from cubin bytes (typically `include_bytes!` of a file nvcc wrote).
     /// `name` is used in error messages.
     pub const fn from_cubin(name: &'static str, cubin: &'static [u8]) -> Module {
-        Module { name, image: ModuleImage::Cubin(cubin), loaded: OnceLock::new() }
+        Module { name, image: ModuleImage::Cubin(cubin), loaded: Mutex::new(Vec::new()) }
     }
 
     /// A module from PTX text, compiled by the driver when loaded.
     pub const fn from_ptx(name: &'static str, ptx: &'static str) -> Module {
-        Module { name, image: ModuleImage::Ptx(ptx), loaded: OnceLock::new() }
+        Module { name, image: ModuleImage::Ptx(ptx), loaded: Mutex::new(Vec::new()) }
     }
 
     /// The module's name.
@@ -178,18 +180,28 @@ impl Module {
         self.name
     }
 
-    /// Whether the module has been loaded.
+    /// Whether the module has been loaded on some context.
     pub fn is_loaded(&self) -> bool {
-        self.loaded.get().is_some()
+        !lock(&self.loaded).is_empty()
     }
 
-    fn get(&self, stream: &Stream) -> Result<&LoadedModule, RuntimeError> {
+    /// The number of contexts the module has been loaded on.
+    pub fn loaded_contexts(&self) -> usize {
+        lock(&self.loaded).len()
+    }
+
+    fn get(&self, stream: &Stream) -> Result<&'static LoadedModule, RuntimeError> {
         let ctx = stream.raw().context();
-        if let Some(loaded) = self.loaded.get() {
-            return self.check_context(loaded, ctx);
+        // Held while loading, so that a context loads the module once.
+        let mut loaded = lock(&self.loaded);
+        if let Some(found) = loaded.iter().find(|l| l.ctx == *ctx) {
+            return Ok(found);
         }
         check_image(self.name, &self.image)?;
         let fresh = guard(&format!("loading module `{}`", self.name), || {
+            if let ModuleImage::Cubin(bytes) = self.image {
+                self.check_arch(ctx, bytes)?;
+            }
             let (ptx, what) = match self.image {
                 // The driver reads the image through a pointer: give it an owned, malloc-aligned
                 // copy rather than the (byte-aligned) static.
@@ -206,33 +218,40 @@ impl Module {
                 .map_err(RuntimeError::driver("reading the opt-in shared memory limit"))?;
             Ok(LoadedModule { ctx: ctx.clone(), module, smem_optin: u32::try_from(smem).unwrap_or(0) })
         })?;
-        // Another thread may have won the race; either way the cached one is used.
-        let _ = self.loaded.set(fresh);
-        let loaded = self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
-            name: self.name.to_owned(),
-            reason: "expected the module to be cached after loading, found it missing".to_owned(),
-        })?;
-        self.check_context(loaded, ctx)
+        // Kept for the life of the process: kernels and launches borrow it (one per context).
+        let fresh: &'static LoadedModule = Box::leak(Box::new(fresh));
+        loaded.push(fresh);
+        Ok(fresh)
     }
 
-    fn check_context<'m>(
-        &self,
-        loaded: &'m LoadedModule,
-        ctx: &Arc<CudaContext>,
-    ) -> Result<&'m LoadedModule, RuntimeError> {
-        if loaded.ctx == *ctx {
-            Ok(loaded)
-        } else {
-            Err(RuntimeError::ContextMismatch {
+    /// Checks that the image holds code the context's device runs, naming both when not.
+    fn check_arch(&self, ctx: &Arc<CudaContext>, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let Some(archs) = image_archs(bytes) else { return Ok(()) };
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(RuntimeError::driver(format!("reading the compute capability of device {}", ctx.ordinal())))?;
+        let device = ComputeCapability::new(u32::try_from(major).unwrap_or(0), u32::try_from(minor).unwrap_or(0));
+        match select_arch(device, &archs) {
+            Some(_) => Ok(()),
+            None => Err(RuntimeError::Architecture {
                 name: self.name.to_owned(),
-                loaded_ordinal: loaded.ctx.ordinal(),
-                found_ordinal: ctx.ordinal(),
-            })
+                ordinal: ctx.ordinal(),
+                device,
+                available: archs.iter().map(ToString::to_string).collect(),
+            }),
         }
     }
 }
 
+/// Locks a mutex, going on after a thread panicked while holding it (the data is a cache that
+/// stays consistent).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 struct LoadedKernel {
+    /// The module (and context) it was looked up in.
+    module: &'static LoadedModule,
     function: CudaFunction,
     static_smem: u32,
     smem_optin: u32,
@@ -244,7 +263,7 @@ struct LoadedKernel {
 pub struct Kernel<'m> {
     module: &'m Module,
     name: &'static str,
-    loaded: OnceLock<LoadedKernel>,
+    loaded: Mutex<Vec<&'static LoadedKernel>>,
 }
 
 impl fmt::Debug for Kernel<'_> {
@@ -269,7 +288,7 @@ pub struct KernelInfo {
 impl<'m> Kernel<'m> {
     /// The kernel called `name` in `module`.
     pub const fn new(module: &'m Module, name: &'static str) -> Kernel<'m> {
-        Kernel { module, name, loaded: OnceLock::new() }
+        Kernel { module, name, loaded: Mutex::new(Vec::new()) }
     }
 
     /// The kernel's name.
@@ -277,10 +296,11 @@ impl<'m> Kernel<'m> {
         self.name
     }
 
-    fn get(&self, stream: &Stream) -> Result<&LoadedKernel, RuntimeError> {
+    fn get(&self, stream: &Stream) -> Result<&'static LoadedKernel, RuntimeError> {
         let module = self.module.get(stream)?;
-        if let Some(loaded) = self.loaded.get() {
-            return Ok(loaded);
+        let mut loaded = lock(&self.loaded);
+        if let Some(found) = loaded.iter().find(|k| std::ptr::eq(k.module, module)) {
+            return Ok(found);
         }
         if self.name.contains('\0') {
             return Err(RuntimeError::InvalidImage {
@@ -298,17 +318,17 @@ impl<'m> Kernel<'m> {
                 .shared_size_bytes()
                 .map_err(RuntimeError::driver(format!("reading the shared memory size of `{}`", self.name)))?;
             Ok(LoadedKernel {
+                module,
                 function,
                 static_smem: u32::try_from(static_smem).unwrap_or(0),
                 smem_optin: module.smem_optin,
                 dynamic_smem_limit: Mutex::new(DEFAULT_DYNAMIC_SMEM_LIMIT),
             })
         })?;
-        let _ = self.loaded.set(fresh);
-        self.loaded.get().ok_or_else(|| RuntimeError::InvalidImage {
-            name: self.name.to_owned(),
-            reason: "expected the kernel to be cached after loading, found it missing".to_owned(),
-        })
+        // Kept for the life of the process, like its module.
+        let fresh: &'static LoadedKernel = Box::leak(Box::new(fresh));
+        loaded.push(fresh);
+        Ok(fresh)
     }
 
     /// Loads the module and looks the kernel up now (otherwise done on first launch).

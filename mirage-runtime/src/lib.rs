@@ -42,12 +42,16 @@
 // Layers, bottom up: a module uses only the modules listed before it.
 // Plain descriptions (compute capability, launch configuration); no crate imports.
 mod desc;
+// Which code of a module image a device runs.
+mod arch;
 // The crate's one error type.
 mod error;
 // The driver layer: the only module that calls cudarc's `sys` API or catches its panics.
 mod driver;
 // Element types, layouts and device tensors.
 mod tensor;
+// Borrowed device buffers (views) a launch reads and writes.
+mod view;
 // Streams and timing events: uploads, downloads, copies.
 mod stream;
 // The device handle.
@@ -58,11 +62,14 @@ mod kernel;
 mod timing;
 // Launch plans (read from JSON without the compiler).
 pub mod plan;
+// Scratch memory for a program's intermediate buffers.
+mod workspace;
 // The executor of built programs.
 mod program;
 // Megakernels: loading, cooperative launch, counters, error codes, timelines.
 pub mod mpk;
 
+pub use arch::{ImageArch, image_archs, select_arch};
 pub use desc::{ComputeCapability, LaunchConfig};
 pub use device::{DeviceInfo, Gpu, check_compute_capability, check_ordinal};
 pub use driver::{device_count, driver_available};
@@ -74,9 +81,11 @@ pub use kernel::{
 pub use mirage_core::{DType, TensorDesc};
 pub use plan::LaunchPlan;
 pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors};
-pub use stream::{Stream, TimingEvent};
+pub use stream::{CapturedGraph, Stream, TimingEvent};
 pub use tensor::{DeviceTensor, Element, Layout};
 pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};
+pub use view::{AnyView, AnyViewMut, TensorView, TensorViewMut, check_raw_pointer};
+pub use workspace::{WORKSPACE_ALIGN, Workspace, WorkspaceLayout};
 
 /// The cudarc crate this runtime is built on, for what it does not wrap.
 pub use cudarc;

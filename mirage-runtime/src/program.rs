@@ -33,10 +33,14 @@ use std::sync::OnceLock;
 use half::{bf16, f16};
 
 use crate::error::RuntimeError;
-use crate::kernel::{Kernel, KernelArgs, Module};
+use cudarc::driver::{CudaStream, SyncOnDrop};
+
+use crate::kernel::{Kernel, Module};
 use crate::plan::{ArgRef, LaunchPlan, TensorDesc};
 use crate::stream::Stream;
 use crate::tensor::{DeviceTensor, Element};
+use crate::view::{AnyView, AnyViewMut};
+use crate::workspace::{Workspace, WorkspaceLayout};
 use mirage_core::DType;
 
 /// A borrowed device tensor of any element type: an input of [`Program::run`].
@@ -73,7 +77,7 @@ impl<'a> From<&'a DeviceTensor<i32>> for TensorArg<'a> {
     }
 }
 
-impl TensorArg<'_> {
+impl<'a> TensorArg<'a> {
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
@@ -95,16 +99,14 @@ impl TensorArg<'_> {
         TensorDesc { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
     }
 
-    fn push<'k>(&self, args: &mut KernelArgs<'k>)
-    where
-        Self: 'k,
-    {
+    /// The tensor as a borrowed view.
+    pub fn view(&self) -> AnyView<'a> {
         match *self {
-            TensorArg::F16(t) => args.tensor(t),
-            TensorArg::BF16(t) => args.tensor(t),
-            TensorArg::F32(t) => args.tensor(t),
-            TensorArg::I32(t) => args.tensor(t),
-        };
+            TensorArg::F16(t) => AnyView::from(t),
+            TensorArg::BF16(t) => AnyView::from(t),
+            TensorArg::F32(t) => AnyView::from(t),
+            TensorArg::I32(t) => AnyView::from(t),
+        }
     }
 }
 
@@ -284,13 +286,14 @@ impl AnyTensor {
         }
     }
 
-    fn push_mut<'k>(&'k mut self, args: &mut KernelArgs<'k>) {
+    /// The tensor as a borrowed view a launch writes.
+    pub fn view_mut(&mut self) -> AnyViewMut<'_> {
         match self {
-            AnyTensor::F16(t) => args.tensor_mut(t),
-            AnyTensor::BF16(t) => args.tensor_mut(t),
-            AnyTensor::F32(t) => args.tensor_mut(t),
-            AnyTensor::I32(t) => args.tensor_mut(t),
-        };
+            AnyTensor::F16(t) => AnyViewMut::from(t),
+            AnyTensor::BF16(t) => AnyViewMut::from(t),
+            AnyTensor::F32(t) => AnyViewMut::from(t),
+            AnyTensor::I32(t) => AnyViewMut::from(t),
+        }
     }
 }
 
@@ -358,6 +361,11 @@ impl Program {
         self.artifacts.name
     }
 
+    /// The number of CUDA contexts its module has been loaded on (once per context, on first use).
+    pub fn loaded_contexts(&self) -> usize {
+        self.module.loaded_contexts()
+    }
+
     /// The program's build artifacts.
     pub fn artifacts(&self) -> &ProgramArtifacts {
         &self.artifacts
@@ -400,24 +408,33 @@ impl Program {
         check_tensors(self.plan()?, found)
     }
 
-    /// Runs the program on `stream`: checks the inputs, allocates the outputs and intermediate
-    /// buffers, and queues every kernel in order. Asynchronous like any launch: the outputs are
-    /// ready once the stream reaches this point (downloads on the stream wait for it).
+    /// Runs the program on `stream`: checks the inputs, allocates the outputs and a workspace for
+    /// the intermediate buffers, and queues every kernel in order. Asynchronous like any launch:
+    /// the outputs are ready once the stream reaches this point (downloads on the stream wait for
+    /// it).
     pub fn run(&'static self, stream: &Stream, inputs: &[TensorArg<'_>]) -> Result<Vec<AnyTensor>, RuntimeError> {
+        let views: Vec<AnyView<'_>> = inputs.iter().map(TensorArg::view).collect();
+        self.run_views(stream, &views)
+    }
+
+    /// [`Program::run`] on borrowed views (of our tensors or of a caller's cudarc buffers).
+    pub fn run_views(&'static self, stream: &Stream, inputs: &[AnyView<'_>]) -> Result<Vec<AnyTensor>, RuntimeError> {
         let plan = self.plan()?;
-        self.check_args(plan, inputs)?;
+        self.check_views(plan, inputs)?;
         let mut outputs = self.alloc_outputs(stream)?;
-        let mut buffers = self.alloc_buffers(stream)?;
-        self.launch(stream, inputs, &mut outputs, &mut buffers)?;
+        let mut workspace = self.workspace(stream)?;
+        let mut views: Vec<AnyViewMut<'_>> = outputs.iter_mut().map(AnyTensor::view_mut).collect();
+        self.launch_views(stream, inputs, &mut views, &mut workspace)?;
+        drop(views);
         Ok(outputs)
     }
 
-    /// [`Program::run`] for a program with `N` outputs, returned as an array (what `#[mugraph]`
-    /// launchers use).
+    /// [`Program::run_views`] for a program with `N` outputs, returned as an array (what
+    /// `#[mugraph]` launchers use).
     pub fn run_exact<const N: usize>(
         &'static self,
         stream: &Stream,
-        inputs: &[TensorArg<'_>],
+        inputs: &[AnyView<'_>],
     ) -> Result<[AnyTensor; N], RuntimeError> {
         let plan = self.plan()?;
         if plan.outputs.len() != N {
@@ -429,7 +446,7 @@ impl Program {
                 ),
             });
         }
-        let outputs = self.run(stream, inputs)?;
+        let outputs = self.run_views(stream, inputs)?;
         let found = outputs.len();
         outputs.try_into().map_err(|_| RuntimeError::Plan {
             program: self.artifacts.name.to_owned(),
@@ -437,16 +454,18 @@ impl Program {
         })
     }
 
-    /// Runs the program into caller-allocated outputs (checked against the plan), allocating the
-    /// intermediate buffers; useful to time launches without allocations, or to poison outputs.
+    /// Runs the program into caller-allocated outputs (checked against the plan), allocating a
+    /// workspace; useful to time launches without output allocations, or to poison outputs.
     pub fn run_into(
         &'static self,
         stream: &Stream,
         inputs: &[TensorArg<'_>],
         outputs: &mut [AnyTensor],
     ) -> Result<(), RuntimeError> {
-        let mut buffers = self.alloc_buffers(stream)?;
-        self.launch(stream, inputs, outputs, &mut buffers)
+        let mut workspace = self.workspace(stream)?;
+        let views: Vec<AnyView<'_>> = inputs.iter().map(TensorArg::view).collect();
+        let mut outs: Vec<AnyViewMut<'_>> = outputs.iter_mut().map(AnyTensor::view_mut).collect();
+        self.launch_views(stream, &views, &mut outs, &mut workspace)
     }
 
     /// Uninitialised outputs of the plan's shapes and element types.
@@ -454,13 +473,23 @@ impl Program {
         self.plan()?.outputs.iter().map(|s| AnyTensor::alloc(stream, s)).collect()
     }
 
-    /// Uninitialised intermediate buffers of the plan.
+    /// Uninitialised intermediate buffers of the plan, one tensor each (for [`Program::launch`]).
     pub fn alloc_buffers(&self, stream: &Stream) -> Result<Vec<AnyTensor>, RuntimeError> {
         self.plan()?.buffers.iter().map(|b| AnyTensor::alloc(stream, &b.desc)).collect()
     }
 
+    /// Where the plan's intermediate buffers lie in a workspace, and the bytes it needs (pure).
+    pub fn workspace_layout(&self) -> Result<WorkspaceLayout, RuntimeError> {
+        WorkspaceLayout::of(self.plan()?)
+    }
+
+    /// A workspace of exactly the size this program needs, on `stream`'s device.
+    pub fn workspace(&self, stream: &Stream) -> Result<Workspace, RuntimeError> {
+        Workspace::new(stream, self.workspace_layout()?.bytes)
+    }
+
     /// Queues every kernel of the plan on `stream` with the given inputs, outputs and
-    /// intermediate buffers, all checked against the plan first.
+    /// intermediate buffers (one tensor each), all checked against the plan first.
     pub fn launch(
         &'static self,
         stream: &Stream,
@@ -469,27 +498,96 @@ impl Program {
         buffers: &mut [AnyTensor],
     ) -> Result<(), RuntimeError> {
         let plan = self.plan()?;
-        self.check_args(plan, inputs)?;
         let name = self.artifacts.name;
-        check_owned(name, "output", &plan.outputs, outputs)?;
         let buffer_specs: Vec<TensorDesc> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
-        check_owned(name, "buffer", &buffer_specs, buffers)?;
+        let buffer_descs: Vec<TensorDesc> = buffers.iter().map(AnyTensor::spec).collect();
+        check_list(name, "buffer", &buffer_specs, &buffer_descs)?;
+        let views: Vec<AnyView<'_>> = inputs.iter().map(TensorArg::view).collect();
+        let mut outs: Vec<AnyViewMut<'_>> = outputs.iter_mut().map(AnyTensor::view_mut).collect();
+        let mut bufs: Vec<AnyViewMut<'_>> = buffers.iter_mut().map(AnyTensor::view_mut).collect();
+        self.check_views(plan, &views)?;
+        let output_descs: Vec<TensorDesc> = outs.iter().map(AnyViewMut::desc).collect();
+        check_list(name, "output", &plan.outputs, &output_descs)?;
+        let raw = stream.raw();
+        let mut guards = Vec::new();
+        let input_ptrs = read_ptrs(&views, raw, &mut guards);
+        let output_ptrs = write_ptrs(&mut outs, raw, &mut guards);
+        let buffer_ptrs = write_ptrs(&mut bufs, raw, &mut guards);
+        let launched = self.launch_ptrs(stream, plan, &input_ptrs, &output_ptrs, &buffer_ptrs);
+        drop(guards);
+        launched
+    }
+
+    /// Queues every kernel of the plan on `stream`, reading `inputs`, writing `outputs` and
+    /// keeping the intermediate buffers in `workspace`; everything is checked against the plan
+    /// first (element types, shapes, strides, the workspace's size). Allocates nothing on the
+    /// device, so it can be captured in a CUDA graph.
+    pub fn launch_views(
+        &'static self,
+        stream: &Stream,
+        inputs: &[AnyView<'_>],
+        outputs: &mut [AnyViewMut<'_>],
+        workspace: &mut Workspace,
+    ) -> Result<(), RuntimeError> {
+        let plan = self.plan()?;
+        let name = self.artifacts.name;
+        self.check_views(plan, inputs)?;
+        let output_descs: Vec<TensorDesc> = outputs.iter().map(AnyViewMut::desc).collect();
+        check_list(name, "output", &plan.outputs, &output_descs)?;
+        let layout = WorkspaceLayout::of(plan)?;
+        layout.check(name, workspace.bytes())?;
+        let raw = stream.raw();
+        let mut guards = Vec::new();
+        let input_ptrs = read_ptrs(inputs, raw, &mut guards);
+        let output_ptrs = write_ptrs(outputs, raw, &mut guards);
+        let base = workspace.write_ptr(stream).map(|(ptr, guard)| {
+            guards.push(guard);
+            ptr
+        });
+        let buffer_ptrs: Vec<u64> = layout.offsets.iter().map(|&o| base.unwrap_or(0) + o as u64).collect();
+        let launched = self.launch_ptrs(stream, plan, &input_ptrs, &output_ptrs, &buffer_ptrs);
+        drop(guards);
+        launched
+    }
+
+    /// The launch loop: every kernel of the plan with its arguments' device pointers.
+    fn launch_ptrs(
+        &'static self,
+        stream: &Stream,
+        plan: &LaunchPlan,
+        inputs: &[u64],
+        outputs: &[u64],
+        buffers: &[u64],
+    ) -> Result<(), RuntimeError> {
         let kernels = self.kernels(plan);
         for (launch, kernel) in plan.kernels.iter().zip(kernels) {
             let config = launch.config()?;
+            // Indices were checked by `LaunchPlan::validate`; the lists by the caller.
+            let ptrs: Vec<u64> = launch
+                .args
+                .iter()
+                .map(|a| match *a {
+                    ArgRef::Input(i) => inputs.get(i).copied().unwrap_or(0),
+                    ArgRef::Output(i) => outputs.get(i).copied().unwrap_or(0),
+                    ArgRef::Buffer(i) => buffers.get(i).copied().unwrap_or(0),
+                })
+                .collect();
             let mut args = kernel.args(stream)?;
-            push_args(&mut args, &launch.args, inputs, outputs, buffers);
+            for ptr in &ptrs {
+                args.scalar(ptr);
+            }
             // SAFETY: the plan was generated together with the cubin: its argument list is the
-            // kernel's parameter list (device pointers of the element types checked above, in
-            // order), every tensor has the plan's layout (checked above), and the kernels write
-            // only their output arguments, which are passed with `tensor_mut`.
+            // kernel's parameter list (device pointers of the element types checked by the
+            // caller, in order), every tensor has the plan's layout and covers it (checked when
+            // its view was made and against the plan), the buffers lie inside the workspace
+            // (its size was checked), and the kernels write only outputs and buffers.
             unsafe { args.launch(config) }?;
         }
         Ok(())
     }
 
-    fn check_args(&self, plan: &LaunchPlan, inputs: &[TensorArg<'_>]) -> Result<(), RuntimeError> {
-        let found: Vec<TensorDesc> = inputs.iter().map(TensorArg::spec).collect();
+    fn check_views(&self, plan: &LaunchPlan, inputs: &[AnyView<'_>]) -> Result<(), RuntimeError> {
+        let found: Vec<TensorDesc> = inputs.iter().map(AnyView::desc).collect();
         check_tensors(plan, &found)
     }
 
@@ -557,57 +655,45 @@ pub fn check_tensor(program: &str, param: &str, want: &TensorDesc, got: &TensorD
     Ok(())
 }
 
-fn check_owned(program: &str, what: &str, specs: &[TensorDesc], tensors: &[AnyTensor]) -> Result<(), RuntimeError> {
-    if specs.len() != tensors.len() {
+fn check_list(program: &str, what: &str, specs: &[TensorDesc], found: &[TensorDesc]) -> Result<(), RuntimeError> {
+    if specs.len() != found.len() {
         return Err(RuntimeError::Plan {
             program: program.to_owned(),
-            reason: format!("expected {} {what} tensors, found {}", specs.len(), tensors.len()),
+            reason: format!("expected {} {what} tensors, found {}", specs.len(), found.len()),
         });
     }
-    for (i, (want, got)) in specs.iter().zip(tensors).enumerate() {
-        check_tensor(program, &format!("{what} {i}"), want, &got.spec())?;
+    for (i, (want, got)) in specs.iter().zip(found).enumerate() {
+        check_tensor(program, &format!("{what} {i}"), want, got)?;
     }
     Ok(())
 }
 
-/// Pushes a launch's arguments: inputs read-only; outputs and buffers written by this kernel
-/// (appearing once) mutably, ones it only reads (appearing more than once) read-only.
-fn push_args<'k>(
-    args: &mut KernelArgs<'k>,
-    refs: &[ArgRef],
-    inputs: &'k [TensorArg<'k>],
-    outputs: &'k mut [AnyTensor],
-    buffers: &'k mut [AnyTensor],
-) {
-    let count = |a: &ArgRef| refs.iter().filter(|b| *b == a).count();
-    let mut outs: Vec<Option<&'k mut AnyTensor>> = outputs.iter_mut().map(Some).collect();
-    let mut bufs: Vec<Option<&'k mut AnyTensor>> = buffers.iter_mut().map(Some).collect();
-    let mut shared: Vec<(ArgRef, &'k AnyTensor)> = Vec::new();
-    for a in refs {
-        let slot = match *a {
-            ArgRef::Input(i) => {
-                if let Some(t) = inputs.get(i) {
-                    t.push(args);
-                }
-                continue;
-            }
-            ArgRef::Output(i) => outs.get_mut(i),
-            ArgRef::Buffer(i) => bufs.get_mut(i),
-        };
-        if let Some((_, t)) = shared.iter().find(|(b, _)| b == a) {
-            t.as_arg().push(args);
-            continue;
-        }
-        // Indices were checked by `LaunchPlan::validate`.
-        let Some(t) = slot.and_then(Option::take) else { continue };
-        if count(a) == 1 {
-            t.push_mut(args);
-        } else {
-            let t: &'k AnyTensor = t;
-            shared.push((a.clone(), t));
-            t.as_arg().push(args);
-        }
-    }
+/// The device pointers of views a launch reads on `stream`, keeping their guards.
+fn read_ptrs<'s>(views: &'s [AnyView<'_>], stream: &'s CudaStream, guards: &mut Vec<SyncOnDrop<'s>>) -> Vec<u64> {
+    views
+        .iter()
+        .map(|v| {
+            let (ptr, guard) = v.read_ptr(stream);
+            guards.extend(guard);
+            ptr
+        })
+        .collect()
+}
+
+/// The device pointers of views a launch writes on `stream`, keeping their guards.
+fn write_ptrs<'s>(
+    views: &'s mut [AnyViewMut<'_>],
+    stream: &'s CudaStream,
+    guards: &mut Vec<SyncOnDrop<'s>>,
+) -> Vec<u64> {
+    views
+        .iter_mut()
+        .map(|v| {
+            let (ptr, guard) = v.write_ptr(stream);
+            guards.extend(guard);
+            ptr
+        })
+        .collect()
 }
 
 #[cfg(test)]

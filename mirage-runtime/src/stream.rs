@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream, sys};
 
 use crate::driver::guard;
 use crate::error::RuntimeError;
@@ -20,10 +20,51 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Wraps a cudarc stream (the default stream of a context, a new one, or the stream an
-    /// allocation was made on).
-    pub(crate) fn from_raw(inner: Arc<CudaStream>) -> Stream {
+    /// Wraps a cudarc stream: the default stream of a context, a new one, the stream an
+    /// allocation was made on, or the stream of the engine that calls mirage, so that launches
+    /// queue on it in order with the engine's own work.
+    pub fn from_raw(inner: Arc<CudaStream>) -> Stream {
         Stream { inner }
+    }
+
+    /// Wraps a raw `CUstream` that another library owns (a PyTorch or candle stream, say), on
+    /// `ctx`, its context.
+    ///
+    /// # Safety
+    /// `stream` must be a valid stream of `ctx`, kept alive by its owner as long as the returned
+    /// [`Stream`] (or anything holding it) is used; the caller orders work queued through mirage
+    /// with the owner's other work on other streams.
+    pub unsafe fn from_cu_stream(ctx: &Arc<CudaContext>, stream: sys::CUstream) -> Stream {
+        // SAFETY: the caller upholds cudarc's contract, which is this function's.
+        Stream { inner: unsafe { ctx.wrap_borrowed_stream(stream) } }
+    }
+
+    /// Starts capturing the work queued on this stream into a CUDA graph (global capture mode:
+    /// CUDA calls that are unsafe during a capture, such as allocations, fail until the capture
+    /// ends). Launch programs with their `_into` forms, which allocate nothing, then call
+    /// [`Stream::end_capture`].
+    pub fn begin_capture(&self) -> Result<(), RuntimeError> {
+        guard("starting a CUDA graph capture", || {
+            self.inner
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+                .map_err(RuntimeError::driver("starting a CUDA graph capture"))
+        })
+    }
+
+    /// Ends the capture begun by [`Stream::begin_capture`] and instantiates the graph; an error
+    /// when the capture recorded no work or was invalidated (by an allocation, say).
+    pub fn end_capture(&self) -> Result<CapturedGraph, RuntimeError> {
+        let context =
+            "ending a CUDA graph capture (an allocation or synchronization during the capture invalidates it)";
+        guard(context, || {
+            let graph =
+                self.inner.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(RuntimeError::driver(context))?;
+            graph.map(|graph| CapturedGraph { graph }).ok_or_else(|| RuntimeError::Mismatch {
+                what: "a CUDA graph capture",
+                expected: "at least one operation queued between begin_capture and end_capture".to_owned(),
+                found: "an empty capture".to_owned(),
+            })
+        })
     }
 
     /// Blocks until all work queued on this stream has finished. A failed asynchronous launch
@@ -142,6 +183,25 @@ impl Stream {
             .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(RuntimeError::driver("recording a timing event"))?;
         Ok(TimingEvent { event })
+    }
+}
+
+/// An instantiated CUDA graph captured from a [`Stream`]: replays the captured work, with the
+/// same device pointers, on that stream.
+pub struct CapturedGraph {
+    graph: CudaGraph,
+}
+
+impl std::fmt::Debug for CapturedGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapturedGraph").finish_non_exhaustive()
+    }
+}
+
+impl CapturedGraph {
+    /// Queues one replay of the captured work on the stream it was captured from.
+    pub fn launch(&self) -> Result<(), RuntimeError> {
+        guard("launching a CUDA graph", || self.graph.launch().map_err(RuntimeError::driver("launching a CUDA graph")))
     }
 }
 

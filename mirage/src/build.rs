@@ -472,6 +472,7 @@ impl Builder {
             arch: Some(arch.clone()),
             cache_dir: Some(artifact_dir.join("nvcc-cache")),
             nvcc: self.nvcc.clone(),
+            multi_arch: true,
             ..Default::default()
         };
         let progress = Progress::default();
@@ -1054,7 +1055,7 @@ mod tests {
         let mugraph = KernelGraph::from_json(&std::fs::read_to_string(&built.paths.mugraph).expect("µGraph"))
             .expect("valid µGraph");
         assert_eq!(mugraph.num_kernels(), plan.kernels.len());
-        assert!(std::fs::read(&built.paths.cubin).expect("cubin").starts_with(b"\x7fELF"));
+        assert!(mirage_runtime::image_archs(&std::fs::read(&built.paths.cubin).expect("cubin")).is_some());
         assert!(std::fs::read_to_string(&built.paths.cuda).expect("source").contains("__global__"));
         // Searched (costed for the A100), recorded in the plan, stored in the cache.
         assert!(built.searched && !built.from_cache, "{}", built.search_report);

@@ -81,7 +81,9 @@ pub use mirage_runtime::*;
 pub mod prelude {
     pub use crate::mugraph;
     pub use mirage_runtime::half::{bf16, f16};
-    pub use mirage_runtime::{AnyTensor, DeviceTensor, Gpu, Program, RuntimeError, Stream, TensorArg};
+    pub use mirage_runtime::{
+        AnyTensor, DeviceTensor, Gpu, Program, RuntimeError, Stream, TensorArg, TensorView, TensorViewMut, Workspace,
+    };
 }
 
 // The compiler, in pipeline order.

@@ -400,6 +400,10 @@ pub struct CompileOptions {
     pub cache_dir: Option<PathBuf>,
     /// The nvcc binary; `None` is [`find_nvcc`].
     pub nvcc: Option<PathBuf>,
+    /// Build a fatbin for [`resolve_archs`] of the architecture (`MIRAGE_CUDA_ARCHS`, by default
+    /// sm_80 and sm_90a) instead of one cubin; the driver loads the code of the device's
+    /// architecture. Each architecture costs one more compile.
+    pub multi_arch: bool,
 }
 
 /// A compiled cubin.
@@ -432,6 +436,41 @@ pub fn default_cache_dir() -> PathBuf {
         .or_else(from_exe)
         .unwrap_or_else(std::env::temp_dir);
     base.join("mirage").join("nvcc-cache")
+}
+
+/// The environment variable listing the architectures a multi-architecture build targets,
+/// comma-separated (e.g. `sm_80,sm_90a`).
+pub const ARCHS_ENV: &str = "MIRAGE_CUDA_ARCHS";
+
+/// The architectures a multi-architecture build targets by default: sm_80 (A100, and every
+/// compute capability 8.x: A10, L4, L40S) and sm_90a (H100/H200).
+pub const DEFAULT_ARCHS: [&str; 2] = ["sm_80", "sm_90a"];
+
+/// The architectures of a multi-architecture build: the list in `env_value` (`MIRAGE_CUDA_ARCHS`)
+/// when set, else [`DEFAULT_ARCHS`] when `primary` is the default architecture, else `primary`
+/// alone (an explicit `MIRAGE_CUDA_ARCH` or builder setting). Sorted, without repeats.
+pub fn resolve_archs(primary: &str, env_value: Option<&str>) -> Result<Vec<String>, NvccError> {
+    let mut archs: Vec<String> = match env_value.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(list) => list.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect(),
+        None if primary == DEFAULT_ARCH => DEFAULT_ARCHS.iter().map(|a| (*a).to_owned()).collect(),
+        None => vec![primary.to_owned()],
+    };
+    for arch in &archs {
+        check_arch(arch, ARCHS_ENV)?;
+    }
+    archs.sort();
+    archs.dedup();
+    Ok(archs)
+}
+
+/// The nvcc flags of a fatbin holding machine code for every architecture in `archs`.
+pub fn fatbin_flags(archs: &[String]) -> Vec<String> {
+    let mut flags = vec!["-fatbin".to_owned(), "-O3".to_owned(), "-std=c++17".to_owned()];
+    for arch in archs {
+        let virtual_arch = arch.replacen("sm_", "compute_", 1);
+        flags.push(format!("-gencode=arch={virtual_arch},code={arch}"));
+    }
+    flags
 }
 
 /// The standard nvcc flags for an architecture.
@@ -529,8 +568,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), NvccError> {
     })
 }
 
+/// Whether nvcc's output looks like a cubin (an ELF file) or a fatbin.
 fn is_elf(bytes: &[u8]) -> bool {
-    bytes.len() >= 64 && bytes.starts_with(b"\x7fELF")
+    bytes.len() >= 64 && (bytes.starts_with(b"\x7fELF") || bytes.starts_with(&0xBA55_ED50u32.to_le_bytes()))
 }
 
 /// Compiles CUDA C++ `source` to a cubin with nvcc (`-cubin -O3 -std=c++17 -arch=<arch>`, the
@@ -541,13 +581,20 @@ fn is_elf(bytes: &[u8]) -> bool {
 pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<Cubin, NvccError> {
     check_name(name)?;
     let env_arch = std::env::var(ARCH_ENV).ok();
-    let arch = resolve_arch(opts.arch.as_deref(), env_arch.as_deref())?;
+    let primary = resolve_arch(opts.arch.as_deref(), env_arch.as_deref())?;
+    let archs = if opts.multi_arch {
+        resolve_archs(&primary, std::env::var(ARCHS_ENV).ok().as_deref())?
+    } else {
+        vec![primary]
+    };
+    // One architecture is a cubin; several are a fatbin, named by the list (`sm_80+sm_90a`).
+    let arch = archs.join("+");
     let nvcc = match &opts.nvcc {
         Some(path) => path.clone(),
         None => find_nvcc()?,
     };
     let version = nvcc_version(&nvcc)?;
-    let mut flags = standard_flags(&arch);
+    let mut flags = if archs.len() > 1 { fatbin_flags(&archs) } else { standard_flags(&arch) };
     for dir in &opts.include_dirs {
         let mut flag = OsString::from("-I");
         flag.push(dir);
@@ -562,7 +609,7 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
     let cu_path = cache_dir.join(format!("{stem}.cu"));
     let cubin_path = cache_dir.join(format!("{stem}.cubin"));
 
-    // A damaged entry (not an ELF file) is rebuilt below.
+    // A damaged entry (not an ELF file or fatbin) is rebuilt below.
     if let Ok(bytes) = std::fs::read(&cubin_path)
         && is_elf(&bytes)
     {
@@ -716,6 +763,54 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
         assert_eq!(found(&env), on_path);
         let env = NvccEnv { path: None, ..env };
         assert_eq!(found(&env), pip);
+    }
+
+    #[test]
+    fn multi_arch_resolution() {
+        let archs = |p: &str, env: Option<&str>| resolve_archs(p, env).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(archs(DEFAULT_ARCH, None), vec!["sm_80", "sm_90a"]);
+        assert_eq!(archs("sm_80", None), vec!["sm_80"]);
+        assert_eq!(archs(DEFAULT_ARCH, Some("sm_90a, sm_80,sm_90a")), vec!["sm_80", "sm_90a"]);
+        assert_eq!(archs(DEFAULT_ARCH, Some(" ")), vec!["sm_80", "sm_90a"]);
+        let e = resolve_archs(DEFAULT_ARCH, Some("sm_80,compute_90")).expect_err("bad arch");
+        assert!(e.to_string().contains("\"compute_90\" (from MIRAGE_CUDA_ARCHS)"), "{e}");
+        assert_eq!(
+            fatbin_flags(&archs(DEFAULT_ARCH, None))[3..],
+            ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
+        );
+    }
+
+    /// A fatbin for the default architectures, read back as the runtime does: a simulated sm_80
+    /// device (A100) selects the sm_80 code, an sm_89 one (L40S) too, an H200 the sm_90a code, and
+    /// a Blackwell device none (its error names both sides).
+    #[test]
+    fn fatbins_hold_code_for_each_architecture() {
+        use mirage_runtime::{ComputeCapability, image_archs, select_arch};
+        let cache = scratch("fatbin");
+        let fat_opts = CompileOptions { multi_arch: true, ..opts(&cache, DEFAULT_ARCH) };
+        let fatbin = compile_cubin(SAXPY, "saxpy_fat", &fat_opts).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fatbin.arch, "sm_80+sm_90a");
+        let archs = image_archs(&fatbin.bytes).expect("a fatbin");
+        let names: Vec<String> = archs.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["sm_80", "sm_90a"]);
+        let pick = |major, minor| select_arch(ComputeCapability::new(major, minor), &archs).map(|a| a.to_string());
+        assert_eq!(pick(8, 0).as_deref(), Some("sm_80"));
+        assert_eq!(pick(8, 9).as_deref(), Some("sm_80"));
+        assert_eq!(pick(9, 0).as_deref(), Some("sm_90a"));
+        assert_eq!(pick(10, 0), None);
+        let e = mirage_runtime::RuntimeError::Architecture {
+            name: "saxpy".into(),
+            ordinal: 0,
+            device: ComputeCapability::new(10, 0),
+            available: names,
+        };
+        assert!(
+            e.to_string()
+                .contains("compute capability 10.0, sm_100): expected code for it, found code for sm_80, sm_90a only"),
+            "{e}"
+        );
+        let cubin = compile_cubin(SAXPY, "saxpy_80", &opts(&cache, "sm_80")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(image_archs(&cubin.bytes).map(|a| a[0].to_string()).as_deref(), Some("sm_80"));
     }
 
     #[test]
