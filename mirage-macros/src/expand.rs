@@ -14,9 +14,9 @@
 //!     Ok(o0.into_f16()?)
 //! }
 //!
-//! pub fn gated_mlp_into(stream: &::mirage::Stream, workspace: &mut ::mirage::Workspace,
-//!     x: impl Into<::mirage::TensorView<'_, ::mirage::half::f16>>, ...,
-//!     output0: impl Into<::mirage::TensorViewMut<'_, ::mirage::half::f16>>) -> Result<(), ::mirage::RuntimeError>
+//! pub fn gated_mlp_into<'mirage_views>(stream: &::mirage::Stream, workspace: &mut ::mirage::Workspace,
+//!     x: impl Into<::mirage::TensorView<'mirage_views, ::mirage::half::f16>>, ...,
+//!     output0: impl Into<::mirage::TensorViewMut<'mirage_views, ::mirage::half::f16>>) -> Result<(), ::mirage::RuntimeError>
 //! { gated_mlp::PROGRAM.launch_views(stream, &[..views of the inputs..], &mut [..of the outputs..], workspace) }
 //!
 //! pub mod gated_mlp {
@@ -262,16 +262,16 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
 
         #[doc = #doc_into]
         #[allow(dead_code, clippy::too_many_arguments)]
-        #vis fn #name_into(
+        #vis fn #name_into<'mirage_views>(
             #stream: &::mirage::Stream,
             #workspace: &mut ::mirage::Workspace,
-            #(#params: impl ::core::convert::Into<::mirage::TensorView<'_, #view_types>>,)*
-            #(#out_params: impl ::core::convert::Into<::mirage::TensorViewMut<'_, #out_elems>>,)*
+            #(#params: impl ::core::convert::Into<::mirage::TensorView<'mirage_views, #view_types>>,)*
+            #(#out_params: impl ::core::convert::Into<::mirage::TensorViewMut<'mirage_views, #out_elems>>,)*
         ) -> ::core::result::Result<(), ::mirage::RuntimeError> {
             #name::PROGRAM.launch_views(
                 #stream,
-                &[#(::mirage::AnyView::from(::core::convert::Into::<::mirage::TensorView<'_, #view_types>>::into(#params))),*],
-                &mut [#(::mirage::AnyViewMut::from(::core::convert::Into::<::mirage::TensorViewMut<'_, #out_elems>>::into(#out_params)).reborrow()),*],
+                &[#(::mirage::AnyView::from(::core::convert::Into::<::mirage::TensorView<'mirage_views, #view_types>>::into(#params))),*],
+                &mut [#(::mirage::AnyViewMut::from(::core::convert::Into::<::mirage::TensorViewMut<'mirage_views, #out_elems>>::into(#out_params)).reborrow()),*],
                 #workspace,
             )
         }
@@ -371,8 +371,8 @@ mod tests {
         assert!(out.contains("pub fn gated_mlp_on (stream : & :: mirage :: Stream"), "{out}");
         assert!(out.contains("(:: mirage :: DeviceTensor < :: mirage :: half :: f16 > , :: mirage :: DeviceTensor < :: mirage :: half :: f16 > ,)"), "{out}");
         assert!(out.contains("run_exact :: < 2usize >"), "{out}");
-        assert!(out.contains("pub fn gated_mlp_into (stream : & :: mirage :: Stream , workspace : & mut :: mirage :: Workspace , gpu : impl :: core :: convert :: Into < :: mirage :: TensorView < '_ , :: mirage :: half :: f16 >>"), "{out}");
-        assert!(out.contains("output1 : impl :: core :: convert :: Into < :: mirage :: TensorViewMut < '_ , :: mirage :: half :: f16 >>"), "{out}");
+        assert!(out.contains("pub fn gated_mlp_into < 'mirage_views > (stream : & :: mirage :: Stream , workspace : & mut :: mirage :: Workspace , gpu : impl :: core :: convert :: Into < :: mirage :: TensorView < 'mirage_views , :: mirage :: half :: f16 >>"), "{out}");
+        assert!(out.contains("output1 : impl :: core :: convert :: Into < :: mirage :: TensorViewMut < 'mirage_views , :: mirage :: half :: f16 >>"), "{out}");
         assert!(out.contains("launch_views"), "{out}");
         assert!(out.contains(&format!("\"/mirage/gated_mlp-{hash}.cubin\"")), "{out}");
         assert!(out.contains("pub mod gated_mlp"), "{out}");
