@@ -281,6 +281,30 @@ fn with_every_tensor_out(g: &KernelGraph) -> KernelGraph {
 const F16_HEADROOM: f32 = 65504.0 / 4.0;
 
 #[test]
+fn the_benchmark_programs_stay_finite_at_their_golden_input_ranges() {
+    // The Triton check and the tuner's record name benchmark programs by case name and take
+    // their inputs from `golden_input_range`: every tensor must stay far from f16's limit (the
+    // first Triton run gave inf on qknorm_gqa at [-1, 1)). The `_bs8` variants have the same
+    // rows (head dim, key length) as `_bs1`, only more heads, so `_bs1` decides for both and the
+    // reference stays quick.
+    let mut checked = 0;
+    for b in mirage::testing::benchmarks::benchmark_set().expect("benchmark programs") {
+        if b.name.ends_with("_bs8") {
+            continue;
+        }
+        let all = with_every_tensor_out(&b.program);
+        let inputs = graph_inputs(&b.program, 1, |i| golden_input_range(b.name, i));
+        let values = run(&all, &inputs).unwrap_or_else(|e| panic!("{}: {e}", b.name));
+        for (k, t) in values.iter().enumerate() {
+            let max = t.data.iter().fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { f32::INFINITY });
+            assert!(max <= F16_HEADROOM, "{}: tensor {k} reaches {max:e}", b.name);
+        }
+        checked += 1;
+    }
+    assert!(checked >= 6, "only {checked} benchmark programs checked");
+}
+
+#[test]
 fn the_test_inputs_keep_every_intermediate_finite_in_f16() {
     // The ranges of `golden_input_range` and `coverage_input_range`: every tensor of every golden
     // and coverage program stays finite, and far from f16's limit, so a kernel staging it in f16
