@@ -830,8 +830,12 @@ extern "C" __global__ void staged(const __half* x, __half* y) {
     fn default_cache_dir_is_under_the_target_dir() {
         let dir = default_cache_dir();
         assert!(dir.ends_with("mirage/nvcc-cache"), "{}", dir.display());
-        // Tests run from target/<profile>/deps: the cache lands in the cargo target directory.
-        if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+        // Inside a build script (and under `cargo test` of a package with one, as mirage is)
+        // OUT_DIR is set and the cache lands there; otherwise tests run from
+        // target/<profile>/deps and the cache lands in the cargo target directory.
+        if let Some(out) = std::env::var_os("OUT_DIR") {
+            assert!(dir.starts_with(&out), "{} is not under OUT_DIR {}", dir.display(), Path::new(&out).display());
+        } else if std::env::var_os("CARGO_TARGET_DIR").is_none() {
             let base = dir.parent().and_then(Path::parent).unwrap_or_else(|| panic!("{}", dir.display()));
             assert!(base.join("CACHEDIR.TAG").is_file(), "{}", dir.display());
         }
