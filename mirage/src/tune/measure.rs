@@ -111,7 +111,7 @@ const MAX_HALVINGS: i32 = 8;
 
 /// The inputs of a measurement: deterministic from `seed`, uniform in `[-s, s)` with `s = 0.5`
 /// halved until every tensor of the program, computed by the CPU reference, stays finite and (for
-/// f16 tensors) below [`F16_HEADROOM`]; rounded to each input's element type (so the reference
+/// f16 tensors) below a quarter of f16's largest finite value; rounded to each input's element type (so the reference
 /// computes on exactly what the GPU reads). `i32` inputs (gather ids) are never scaled.
 ///
 /// Programs such as the benchmark's `attention(rms_norm(Q), K, rms_norm(V))` take `exp` of
