@@ -96,7 +96,7 @@ impl<'a> TensorArg<'a> {
             TensorArg::F32(t) => t.layout(),
             TensorArg::I32(t) => t.layout(),
         };
-        TensorDesc { shape: layout.shape().to_vec(), strides: layout.strides().to_vec(), dtype: self.dtype() }
+        layout.desc(self.dtype())
     }
 
     /// The tensor as a borrowed view.

@@ -5,7 +5,7 @@ use std::fmt;
 
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 
-use mirage_core::{DType, row_major_strides};
+use mirage_core::{DType, TensorDesc, row_major_strides};
 
 use crate::error::RuntimeError;
 
@@ -108,6 +108,11 @@ impl Layout {
     /// The strides, in elements.
     pub fn strides(&self) -> &[usize] {
         &self.strides[..self.rank]
+    }
+
+    /// The description of a tensor of element type `dtype` with this layout.
+    pub fn desc(&self, dtype: DType) -> TensorDesc {
+        TensorDesc { shape: self.shape().to_vec(), strides: self.strides().to_vec(), dtype }
     }
 
     /// The number of elements (product of the shape).

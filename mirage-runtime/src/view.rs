@@ -116,7 +116,7 @@ impl<'a> AnyView<'a> {
 
     /// Element type, shape and strides.
     pub fn desc(&self) -> TensorDesc {
-        TensorDesc { shape: self.layout.shape().to_vec(), strides: self.layout.strides().to_vec(), dtype: self.dtype }
+        self.layout.desc(self.dtype)
     }
 
     /// The device pointer for a read on `stream`, and the guard to drop after the launch.
@@ -158,7 +158,7 @@ impl<'a> AnyViewMut<'a> {
 
     /// Element type, shape and strides.
     pub fn desc(&self) -> TensorDesc {
-        TensorDesc { shape: self.layout.shape().to_vec(), strides: self.layout.strides().to_vec(), dtype: self.dtype }
+        self.layout.desc(self.dtype)
     }
 
     /// The view borrowed for a shorter lifetime (views of different lifetimes then fit in one
