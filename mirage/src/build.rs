@@ -1004,19 +1004,26 @@ mod tests {
         dir
     }
 
-    const KERNELS: &str = "use mirage::prelude::*;\n\nmod inner {\n    #[mugraph]\n    fn double(x: Tensor<f32, 4, 8>) -> Tensor<f32, 4, 8> {\n        x * 2.0\n    }\n}\n";
-
-    #[test]
-    fn errors_name_file_line_column_and_function() {
-        let dir = temp_dir("errors");
+    /// A builder for `source` written to a kernels file in a fresh directory `tag`, with its
+    /// outputs and cache there and an nvcc that does not exist (no test here compiles CUDA).
+    fn builder_without_nvcc(tag: &str, source: &str) -> (PathBuf, PathBuf, Builder) {
+        let dir = temp_dir(tag);
         let file = dir.join("kernels.rs");
-        std::fs::write(&file, KERNELS).expect("write");
+        std::fs::write(&file, source).expect("write");
         let builder = Builder::new()
             .file(&file)
             .out_dir(&dir)
             .cache_dir(dir.join(".mirage"))
             .cargo_directives(false)
             .nvcc(dir.join("no-such-nvcc"));
+        (dir, file, builder)
+    }
+
+    const KERNELS: &str = "use mirage::prelude::*;\n\nmod inner {\n    #[mugraph]\n    fn double(x: Tensor<f32, 4, 8>) -> Tensor<f32, 4, 8> {\n        x * 2.0\n    }\n}\n";
+
+    #[test]
+    fn errors_name_file_line_column_and_function() {
+        let (dir, file, builder) = builder_without_nvcc("errors", KERNELS);
         let e = builder.compile().expect_err("no nvcc there");
         let msg = e.to_string();
         assert!(msg.contains(&format!("{}:5:8: `inner::double`", file.display())), "{msg}");
@@ -1098,16 +1105,8 @@ mod tests {
     /// cache file, not a silent fallback.
     #[test]
     fn offline_without_a_cache_entry_is_an_error() {
-        let dir = temp_dir("offline");
-        let file = dir.join("kernels.rs");
-        std::fs::write(&file, KERNELS).expect("write");
-        let builder = Builder::new()
-            .file(&file)
-            .out_dir(&dir)
-            .cache_dir(dir.join(".mirage"))
-            .search_config(SearchConfig { offline: Some(true), ..SearchConfig::default() })
-            .cargo_directives(false)
-            .nvcc(dir.join("no-such-nvcc"));
+        let (dir, _, builder) = builder_without_nvcc("offline", KERNELS);
+        let builder = builder.search_config(SearchConfig { offline: Some(true), ..SearchConfig::default() });
         let e = builder.compile().expect_err("offline, nothing cached");
         let msg = e.to_string();
         assert!(matches!(e, BuildError::Search { .. }), "{msg}");
@@ -1121,17 +1120,9 @@ mod tests {
     /// Every bad function is reported, with its position, not only the first.
     #[test]
     fn every_bad_function_is_reported() {
-        let dir = temp_dir("many");
-        let file = dir.join("kernels.rs");
         let bad = KERNELS.replace("x * 2.0", "x * 1e40")
             + "\n#[mugraph]\nfn also_bad(x: Tensor<f32, 4, 8>) -> Tensor<f32, 4, 8> {\n    x * 1e40\n}\n";
-        std::fs::write(&file, bad).expect("write");
-        let builder = Builder::new()
-            .file(&file)
-            .out_dir(&dir)
-            .cache_dir(dir.join(".mirage"))
-            .cargo_directives(false)
-            .nvcc(dir.join("no-such-nvcc"));
+        let (dir, file, builder) = builder_without_nvcc("many", &bad);
         let e = builder.compile().expect_err("two DSL errors");
         let BuildError::Many(errors) = &e else { panic!("expected both errors: {e}") };
         assert_eq!(errors.len(), 2, "{e}");
