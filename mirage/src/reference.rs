@@ -6,7 +6,7 @@
 //! stay below 2^24).
 
 use crate::eval::{Domain, EvalError, Tensor, evaluate};
-use crate::ir::{KernelGraph, UnaryOp};
+use crate::ir::{IrError, KernelGraph, KernelOp, TensorRef, UnaryOp};
 
 /// The `f32` value domain.
 #[derive(Clone, Copy, Debug, Default)]
@@ -137,6 +137,21 @@ impl HostTensor {
 /// Runs `graph` on `inputs` in f32: one tensor per program output.
 pub fn run(graph: &KernelGraph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, EvalError> {
     evaluate(graph, &F32, inputs)
+}
+
+/// A copy of `graph` that returns, after its own outputs, every tensor it computes (each output
+/// port of every operator node, in node order): run it to see every intermediate value.
+pub fn with_every_tensor_out(graph: &KernelGraph) -> Result<KernelGraph, IrError> {
+    let mut every = graph.clone();
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if matches!(node.op, KernelOp::Input { .. } | KernelOp::Output { .. }) {
+            continue;
+        }
+        for port in 0..node.outputs.len() {
+            every.output(TensorRef { node: i, port }, None)?;
+        }
+    }
+    Ok(every)
 }
 
 /// The largest `|a - b| / (atol + rtol·|b|)` over two equal-shape tensors (≤ 1 means within

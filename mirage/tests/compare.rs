@@ -9,8 +9,8 @@
 //! fault described.
 
 use mirage::DType;
-use mirage::ir::{DType as IrDType, KernelGraph, KernelOp, TensorRef};
-use mirage::reference::{HostTensor, run};
+use mirage::ir::{DType as IrDType, KernelGraph};
+use mirage::reference::{HostTensor, run, with_every_tensor_out};
 use mirage::testing::compare::{Comparison, ErrorModel, compare, reduction_len};
 use mirage::testing::inputs::{coverage_input_range, golden_input_range, graph_inputs, round_to};
 use mirage::testing::programs;
@@ -262,20 +262,6 @@ fn f32_sums_in_another_order_pass() {
     assert!(!cmp(&wrong, &want, model_for(&g, DType::F32)).passed());
 }
 
-/// `g` with every kernel-level tensor also an output (inputs and outputs excepted).
-fn with_every_tensor_out(g: &KernelGraph) -> KernelGraph {
-    let mut all = g.clone();
-    for (i, node) in g.nodes().iter().enumerate() {
-        if matches!(node.op, KernelOp::Input { .. } | KernelOp::Output { .. }) {
-            continue;
-        }
-        for port in 0..node.outputs.len() {
-            all.output(TensorRef { node: i, port }, None).unwrap_or_else(|e| panic!("node {i}: {e}"));
-        }
-    }
-    all
-}
-
 /// The largest |value| of an f16 or bf16 tensor the GPU may stage: well below f16's largest
 /// finite value (65504), so that no rounding on the way overflows.
 const F16_HEADROOM: f32 = 65504.0 / 4.0;
@@ -292,7 +278,7 @@ fn the_benchmark_programs_stay_finite_at_their_golden_input_ranges() {
         if b.name.ends_with("_bs8") {
             continue;
         }
-        let all = with_every_tensor_out(&b.program);
+        let all = with_every_tensor_out(&b.program).expect("every tensor out");
         let inputs = graph_inputs(&b.program, 1, |i| golden_input_range(b.name, i));
         let values = run(&all, &inputs).unwrap_or_else(|e| panic!("{}: {e}", b.name));
         for (k, t) in values.iter().enumerate() {
@@ -312,7 +298,7 @@ fn the_test_inputs_keep_every_intermediate_finite_in_f16() {
     let mut programs_checked = 0;
     let mut largest = (0.0f32, String::new());
     let mut check = |what: &str, g: &KernelGraph, inputs: &[HostTensor]| {
-        let all = with_every_tensor_out(g);
+        let all = with_every_tensor_out(g).unwrap_or_else(|e| panic!("{what}: {e}"));
         let values = run(&all, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
         for (k, t) in values.iter().enumerate() {
             let max = t.data.iter().fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { f32::INFINITY });

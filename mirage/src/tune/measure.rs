@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::record::CandidateTiming;
 use super::{CompiledCandidates, TuneConfig, TuneError};
 use crate::codegen::plan::LaunchPlan;
-use crate::ir::{DType, KernelGraph, KernelOp, TensorRef};
+use crate::ir::{DType, KernelGraph};
 use crate::reference::{HostTensor, run};
 
 /// One step of a measurement.
@@ -120,7 +120,10 @@ const MAX_HALVINGS: i32 = 8;
 pub fn inputs(program: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, TuneError> {
     let base = crate::search::float_inputs(program, seed)?;
     let index = crate::fingerprint::index_bounds(program);
-    let (every, dtypes) = with_every_tensor_out(program)?;
+    let every = crate::reference::with_every_tensor_out(program)
+        .map_err(|e| TuneError::Format { what: "the tuner's inputs".into(), reason: e.to_string() })?;
+    let nodes = every.nodes();
+    let dtypes: Vec<DType> = every.outputs().iter().map(|(t, _)| nodes[t.node].outputs[t.port].dtype).collect();
     let mut worst = String::new();
     for halvings in 0..=MAX_HALVINGS {
         let scale = 0.5f32.powi(halvings);
@@ -141,26 +144,6 @@ pub fn inputs(program: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, TuneE
             0.5f32.powi(MAX_HALVINGS + 1)
         ),
     })
-}
-
-/// A copy of `program` that also returns every tensor it computes, and the element type of each
-/// output of the copy.
-fn with_every_tensor_out(program: &KernelGraph) -> Result<(KernelGraph, Vec<DType>), TuneError> {
-    let mut every = program.clone();
-    let nodes = program.nodes();
-    let mut dtypes: Vec<DType> = program.outputs().iter().map(|(t, _)| nodes[t.node].outputs[t.port].dtype).collect();
-    for (i, node) in program.nodes().iter().enumerate() {
-        if matches!(node.op, KernelOp::Input { .. } | KernelOp::Output { .. }) {
-            continue;
-        }
-        for (port, d) in node.outputs.iter().enumerate() {
-            every
-                .output(TensorRef { node: i, port }, None)
-                .map_err(|e| TuneError::Format { what: "the tuner's inputs".into(), reason: e.to_string() })?;
-            dtypes.push(d.dtype);
-        }
-    }
-    Ok((every, dtypes))
 }
 
 /// Why `values` (tensors of element types `dtypes`) are out of range, or `None`.
