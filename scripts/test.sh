@@ -10,6 +10,8 @@
 # so they reuse its compiled dependencies. Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A CI run builds once from clean: incremental-compilation state would only cost disk and time.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 step() {
   local what=$1 start=$SECONDS
   shift
@@ -28,3 +30,4 @@ step quickstart env CARGO_TARGET_DIR="$target" MIRAGE_OFFLINE=1 cargo run --offl
 # PATH (the wheel install), tell cudarc the version it would find.
 command -v nvcc >/dev/null || export CUDARC_CUDA_VERSION=13000
 step candle-cudarc env CARGO_TARGET_DIR="$target" cargo check --offline --manifest-path fixtures/with-candle-cudarc/Cargo.toml
+echo "==== target directory: $(du -sh "$target" 2>/dev/null | cut -f1) on disk; $(df -h . | awk 'NR==2 {print $4}') free"
