@@ -93,3 +93,26 @@ fn weights_are_prefetched_in_strided_runs() -> R {
     }
     Ok(())
 }
+
+/// A megakernel builds for several architectures like any program: with `multi_arch` the
+/// resident kernel is a fatbin holding sm_80 and sm_90a code (so a build can serve an A100 and
+/// an H100/H200), or for the list `MIRAGE_CUDA_ARCHS` names.
+#[test]
+fn the_resident_kernel_builds_as_a_fatbin_for_several_architectures() -> R {
+    let want = mirage::nvcc::resolve_archs("sm_90a", std::env::var(mirage::nvcc::ARCHS_ENV).ok().as_deref())?;
+    let case = cases()?.into_iter().next().ok_or("no test graph")?;
+    let c = compile(&case.graph, &MpkOptions::default())?;
+    let k = generate(&c)?;
+    let opts = CompileOptions { arch: Some("sm_90a".into()), multi_arch: true, ..Default::default() };
+    let fatbin = compile_cubin(&k.source, &format!("{}_fat", k.kernel), &opts)?;
+    assert_eq!(fatbin.arch, want.join("+"));
+    if want.len() > 1 {
+        let archs = mirage::image_archs(&fatbin.bytes).ok_or("not a fatbin")?;
+        let mut names: Vec<String> = archs.iter().map(ToString::to_string).collect();
+        let mut want = want.clone();
+        names.sort();
+        want.sort();
+        assert_eq!(names, want);
+    }
+    Ok(())
+}
