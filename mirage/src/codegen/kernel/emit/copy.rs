@@ -63,6 +63,8 @@ impl Emitter<'_> {
         }
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
         let total = copy.total;
+        // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
+        let cp_async = format!("mirage::cp_async{}", copy.vec * kdesc.dtype.size_bytes());
         if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = copy.method {
             let ty = ctype(kdesc.dtype);
             self.line(
@@ -72,14 +74,14 @@ impl Emitter<'_> {
             self.line(indent + 1, "const int v = tid;");
             self.line(indent + 1, &format!("const {ty}* src = {src} + ({});", gterms.join(" + ")));
             self.line(indent + 1, &format!("{ty}* dst = {buf} + ({soff});"));
-            self.line(indent + 1, &format!("for (int w = tid; w < {total}; w += {threads}, src += {src_step}, dst += {dst_step}) mirage::cp_async16(dst, src);"));
+            self.line(indent + 1, &format!("for (int w = tid; w < {total}; w += {threads}, src += {src_step}, dst += {dst_step}) {cp_async}(dst, src);"));
             self.line(indent, "}");
             return;
         }
         self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
         self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
         if copy.method.is_async() {
-            self.line(indent + 1, &format!("mirage::cp_async16({buf} + ({soff}), {src} + go);"));
+            self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);"));
         } else {
             self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];"));
         }

@@ -14,26 +14,34 @@ use super::tiles::Tile;
 pub(super) struct VectorCopy {
     /// The device dim that is contiguous (stride 1) and copied in vectors, if any.
     pub vec_dim: Option<usize>,
-    /// Elements per 16-byte vector (1 when copying element by element).
+    /// Elements per vector: 16, 8 or 4 bytes of them, at least two (1 when copying element by
+    /// element).
     pub vec: usize,
 }
 
-/// The vectors of a `tile`-shaped copy from a tensor laid out as `desc`: 16-byte vectors along
-/// the contiguous dim when the tile spans a multiple of 16 bytes of it and every other copied
-/// dim's rows start 16-byte aligned.
+/// The vectors of a `tile`-shaped copy from a tensor laid out as `desc`: the widest of 16-, 8-
+/// and 4-byte vectors (of at least two elements) along the contiguous dim such that the tile spans
+/// a whole number of them and every row of the tile, in every block and iteration, starts
+/// aligned to the vector: the strides of the other dims the tiles move along are multiples of it.
+/// (A weight tile 148 bf16 columns wide — 296 bytes — is copied in 8-byte vectors; before, every
+/// tile that was not a multiple of 16 bytes was copied element by element, synchronously, and
+/// such kernels streamed at a tenth of the bandwidth on the H200: docs/DECISIONS.md.)
 pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
     let es = desc.dtype.size_bytes();
-    let per16 = 16 / es;
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
-    if let Some(c) = c {
-        let others_aligned =
-            (0..desc.shape.len()).all(|d| d == c || tile[d] == 1 || (desc.strides[d] * es).is_multiple_of(16));
-        if tile[c].is_multiple_of(per16) && others_aligned {
-            return VectorCopy { vec_dim: Some(c), vec: per16 };
+    let Some(c) = c else { return VectorCopy { vec_dim: None, vec: 1 } };
+    for bytes in [16, 8, 4] {
+        let per = bytes / es;
+        if per < 2 {
+            break;
         }
-        return VectorCopy { vec_dim: Some(c), vec: 1 };
+        let rows_aligned =
+            (0..desc.shape.len()).all(|d| d == c || desc.shape[d] == 1 || (desc.strides[d] * es).is_multiple_of(bytes));
+        if tile[c].is_multiple_of(per) && rows_aligned {
+            return VectorCopy { vec_dim: Some(c), vec: per };
+        }
     }
-    VectorCopy { vec_dim: None, vec: 1 }
+    VectorCopy { vec_dim: Some(c), vec: 1 }
 }
 
 /// The instruction that moves a tile's copy units.
@@ -41,9 +49,10 @@ pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
 pub enum CopyMethod {
     /// One element per unit: a plain load and store, complete at the next barrier.
     Elements,
-    /// One 16-byte `cp.async` per unit, the threads striding over the units.
+    /// One `cp.async` of a vector (16, 8 or 4 bytes) per unit, the threads striding over the
+    /// units.
     CpAsync,
-    /// One 16-byte `cp.async` per unit, strength-reduced: the first `threads` threads (a multiple
+    /// One `cp.async` of a vector per unit, strength-reduced: the first `threads` threads (a multiple
     /// of the units of one outer row) each keep a source and a destination pointer and advance
     /// them by fixed steps, since every copy of a thread has the same inner position.
     CpAsyncStrided {
@@ -169,5 +178,42 @@ impl Loads {
             }
         }
         loads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::DType;
+
+    fn vec_of(shape: &[usize], dtype: DType, tile: &[usize]) -> (Option<usize>, usize) {
+        let v = vector_copy(&TensorDesc::new(shape, dtype), tile);
+        (v.vec_dim, v.vec)
+    }
+
+    #[test]
+    fn the_widest_aligned_vector_is_chosen() {
+        // Qwen2.5-7B gate/up weight tiles at 128, 256 and 512 blocks.
+        let w = [3584, 18944];
+        assert_eq!(vec_of(&w, DType::Bf16, &[224, 64]), (Some(1), 8), "128 bytes: 16-byte vectors");
+        assert_eq!(vec_of(&w, DType::Bf16, &[224, 148]), (Some(1), 4), "296 bytes: 8-byte vectors");
+        assert_eq!(vec_of(&w, DType::Bf16, &[224, 74]), (Some(1), 2), "148 bytes: 4-byte vectors");
+        assert_eq!(vec_of(&w, DType::Bf16, &[224, 37]), (Some(1), 1), "74 bytes: element by element");
+        // f32: a vector holds at least two elements (8 bytes).
+        assert_eq!(vec_of(&[8, 6], DType::F32, &[4, 6]), (Some(1), 2));
+        assert_eq!(vec_of(&[8, 5], DType::F32, &[4, 5]), (Some(1), 1));
+        // the tile spans one element of the contiguous dim
+        assert_eq!(vec_of(&[8, 2], DType::F16, &[8, 1]), (None, 1));
+    }
+
+    #[test]
+    fn rows_of_every_block_start_aligned() {
+        // Rows 24 bytes apart: a one-row tile moves by 24 bytes per block, so 16-byte vectors
+        // would be misaligned for every other block; 8-byte ones are not.
+        assert_eq!(vec_of(&[5, 12], DType::F16, &[1, 8]), (Some(1), 4));
+        // Rows of nine halves fit no vector at all.
+        assert_eq!(vec_of(&[5, 9], DType::F16, &[1, 9]), (Some(1), 1));
+        // A dim of extent one never moves: its stride does not matter.
+        assert_eq!(vec_of(&[1, 8], DType::F16, &[1, 8]), (Some(1), 8));
     }
 }
