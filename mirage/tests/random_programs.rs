@@ -75,9 +75,15 @@ fn build_and_check(seeds: Range<u64>, dir: &Path) -> BuildReport {
     assert_eq!(report.programs.len(), programs.len(), "one built program per function");
     let (mut failures, mut searched, mut kernels, mut outputs) = (Vec::new(), 0, 0, 0);
     let mut worst = (0.0f64, String::new());
+    let mut fallbacks = std::collections::BTreeMap::new();
     for (i, (built, program)) in report.programs.iter().zip(&programs).enumerate() {
         assert_eq!(built.name, program.name);
         searched += usize::from(built.searched);
+        if !built.searched {
+            // Why the build fell back to the program's own graph (the search's error, shortened).
+            let why = built.search_report.lines().next().unwrap_or("").chars().take(90).collect::<String>();
+            *fallbacks.entry(why).or_insert(0usize) += 1;
+        }
         kernels += built.plan.kernels.len();
         let cubin =
             std::fs::read(&built.paths.cubin).unwrap_or_else(|e| panic!("{}: {e}", built.paths.cubin.display()));
@@ -125,6 +131,9 @@ fn build_and_check(seeds: Range<u64>, dir: &Path) -> BuildReport {
         worst.1,
         failures.len()
     );
+    for (why, n) in &fallbacks {
+        println!("  {n} built from their own graph: {why}");
+    }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     report
 }
