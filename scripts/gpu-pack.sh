@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
-# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, runtime_gpu, search, the gpu bench;
-# others with --only), the example binaries and the gpu bench (../shared/gpu/pack), the PyTorch
-# and Triton anchors (benches/py: the benchmark and generality sets), and the commit being
-# measured. Then, on the GPU machine,
+# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, random_gpu, runtime_gpu, search,
+# the gpu bench; others with --only), the example binaries and the gpu bench (../shared/gpu/pack),
+# the random programs (.gpu/random.tar.xz: 320 programs of mirage::testing::random built, verified
+# and checked in the f32 reference here, cubins for sm_90a only; MIRAGE_RANDOM_SEEDS=a..b packs
+# others), the PyTorch and Triton anchors (benches/py: the benchmark and generality sets), and the
+# commit being measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
 # `bash scripts/gpu-bench.sh` (the benchmark) or `bash .gpu/run-tests` (the packed tests).
 #
@@ -12,7 +14,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mpk_gpu,mugraph,runtime_gpu,search,gpu)
+only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done
@@ -25,6 +27,15 @@ done
 rm -rf .gpu/bin/bin .gpu/bin/example/golden .gpu/bin/example/triton_pack .gpu/bin/example/tune
 # Symbol tables are not needed there either (a backtrace loses function names, not line of failure).
 find .gpu/bin -type f -exec strip --strip-all {} +
+# The random programs: built by the pack test of mirage/tests/random_programs.rs (which also
+# checks each chosen µGraph against its program in the f32 reference), compressed with xz
+# (about 2 MB for 320 programs; gzip would take twice that).
+random_dir=$(mktemp -d)
+MIRAGE_CUDA_ARCHS=sm_90a MIRAGE_RANDOM_PACK="$random_dir/random" cargo test --release -p mirage-rs --features testing \
+  --test random_programs -- --ignored --exact pack_random_programs_for_the_gpu --nocapture
+tar -cJf .gpu/random.tar.xz -C "$random_dir" random
+rm -rf "$random_dir"
+du -sh .gpu/random.tar.xz | sed 's/^/random programs: /'
 du -sh .gpu | sed 's/^/packed, stripped: /'
 cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)

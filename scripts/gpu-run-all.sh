@@ -8,8 +8,15 @@
 # is a failure), the worst element error per element type of each GPU test, and the benchmark
 # table. Exits non-zero when anything failed or is missing.
 #
+# Then compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the generated kernels,
+# failing on any report (see "compute-sanitizer stage" below for what the default run covers).
+#
 #   bash scripts/gpu-run-all.sh          MIRAGE_TEST_SEED=N replays the random inputs of a run;
-#                                        MIRAGE_SANITIZER_LIMIT_S bounds each sanitizer run (300)
+#                                        MIRAGE_SANITIZER_LIMIT_S bounds each sanitizer run (300);
+#                                        MIRAGE_SANITIZER=full: every tool over every kernel
+#                                        (golden, coverage, random, #[mugraph] tests, examples);
+#                                        MIRAGE_SANITIZER=off skips the stage (said in the summary);
+#                                        MIRAGE_SANITIZER_BUDGET_S bounds the default stage (150)
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
@@ -50,6 +57,16 @@ run_test runtime_gpu 300 --include-ignored
 run_test mpk_gpu 300 --include-ignored
 summary+="$(grep -E '^overhead_|^toy: .* match the CPU reference|agree bit for bit|^watchdog: ' "$out/tests.txt" | cut -c1-200)"$'\n'
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
+# The random programs (mirage::testing::random), built and packed by scripts/gpu-pack.sh.
+export MIRAGE_RANDOM_PACK=.gpu/random
+rm -rf "$MIRAGE_RANDOM_PACK"
+# Python's tarfile unpacks it (xz may not be installed there; Python is).
+if python3 -m tarfile -e .gpu/random.tar.xz .gpu; then
+  run_test random_gpu 300 --include-ignored
+  summary+="$(grep -E '^random programs: ' "$out/tests.txt" | tail -1)"$'\n'
+else
+  fail "random_gpu: cannot unpack .gpu/random.tar.xz (scripts/gpu-pack.sh packs it)"
+fi
 
 : > "$out/examples.txt"
 for name in gated_mlp rmsnorm_linear gqa qknorm_gqa ntrans lora; do
@@ -79,6 +96,85 @@ if [ -x "$e" ]; then
 else
   fail "example mpk_toy: no binary $e (scripts/gpu-pack.sh packs the examples)"
 fi
+
+# compute-sanitizer stage: each run is a packed test binary or example under one tool, with
+# --error-exitcode 1; a run fails on a non-zero exit, on any error or hazard in the tool's
+# summary, and on a timeout (MIRAGE_SANITIZER_LIMIT_S, since a run cut short did not check
+# everything). The default stage, in this order until MIRAGE_SANITIZER_BUDGET_S is spent (runs
+# not started are listed in the summary, never silently dropped):
+#   memcheck over all random programs and all coverage programs (f16, bf16, f32);
+#   racecheck, synccheck and initcheck over the coverage programs and the first 60 random ones;
+#   memcheck over the examples (the benchmark programs through #[mugraph]).
+# MIRAGE_SANITIZER=full: all four tools over the golden µGraphs, the coverage programs, all
+# random programs, the #[mugraph] launcher tests and every example, with no stage budget.
+: > "$out/sanitizer.txt"
+sanitizer_mode=${MIRAGE_SANITIZER:-quick}
+sanitizer_limit=${MIRAGE_SANITIZER_LIMIT_S:-300}
+sanitizer_budget=${MIRAGE_SANITIZER_BUDGET_S:-150}
+sanitizer_start=$SECONDS
+sanitizer_runs=0
+sanitizer_skipped=()
+# sanitize TOOL LABEL EXECUTABLE ARGS...: one run, logged to sanitizer.txt.
+sanitize() {
+  local tool=$1 label=$2 exe=$3
+  shift 3
+  if [ "$sanitizer_mode" != full ] && [ $((SECONDS - sanitizer_start)) -ge "$sanitizer_budget" ]; then
+    sanitizer_skipped+=("$tool:$label")
+    return
+  fi
+  if [ ! -x "$exe" ]; then
+    fail "compute-sanitizer $tool $label: no binary $exe (scripts/gpu-pack.sh packs it)"
+    return
+  fi
+  local log
+  log=$(mktemp)
+  echo "== compute-sanitizer --tool $tool $label" >> "$out/sanitizer.txt"
+  local t0=$SECONDS
+  timeout "$sanitizer_limit" compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe" "$@" > "$log" 2>&1
+  local rc=$?
+  cat "$log" >> "$out/sanitizer.txt"
+  sanitizer_runs=$((sanitizer_runs + 1))
+  local found
+  found=$(grep -E '(ERROR|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY' "$log" | tail -1)
+  if [ "$rc" -ne 0 ] || grep -qE '(ERROR|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY: [1-9]' "$log" || [ -z "$found" ]; then
+    fail "compute-sanitizer $tool $label (exit $rc$([ "$rc" -eq 124 ] && echo ", timed out after ${sanitizer_limit} s"); ${found:-no summary}; log in $out/sanitizer.txt)"
+  fi
+  note "sanitizer $tool $label: ${found:-no summary} ($((SECONDS - t0)) s)"
+  rm -f "$log"
+}
+# The single packed binary of test NAME.
+test_bin() {
+  local b
+  for b in .gpu/bin/test/"$1"-*; do [ -x "$b" ] && echo "$b" && return; done
+  echo ".gpu/bin/test/$1-(missing)"
+}
+tests=(--test-threads=1 --nocapture)
+coverage=("$(test_bin golden_gpu)" --ignored --exact coverage_kernels_match_the_reference_on_the_gpu "${tests[@]}")
+golden=("$(test_bin golden_gpu)" --ignored --exact golden_kernels_match_the_reference_on_the_gpu "${tests[@]}")
+random=("$(test_bin random_gpu)" --ignored "${tests[@]}")
+examples=(gated_mlp rmsnorm_linear gqa qknorm_gqa ntrans lora)
+case "$sanitizer_mode" in
+  off) note "sanitizer: not run (MIRAGE_SANITIZER=off)" ;;
+  full)
+    for tool in memcheck racecheck synccheck initcheck; do
+      sanitize "$tool" random "${random[@]}"
+      sanitize "$tool" coverage "${coverage[@]}"
+      sanitize "$tool" golden "${golden[@]}"
+      sanitize "$tool" mugraph "$(test_bin mugraph)" --include-ignored "${tests[@]}"
+      for name in "${examples[@]}"; do sanitize "$tool" "example $name" ".gpu/bin/example/$name"; done
+    done
+    ;;
+  *)
+    sanitize memcheck random "${random[@]}"
+    sanitize memcheck coverage "${coverage[@]}"
+    for tool in racecheck synccheck initcheck; do
+      sanitize "$tool" coverage "${coverage[@]}"
+      MIRAGE_RANDOM_LIMIT=60 sanitize "$tool" "random (first 60)" "${random[@]}"
+    done
+    for name in "${examples[@]}"; do sanitize memcheck "example $name" ".gpu/bin/example/$name"; done
+    ;;
+esac
+note "sanitizer ($sanitizer_mode): $sanitizer_runs runs in $((SECONDS - sanitizer_start)) s$([ "${#sanitizer_skipped[@]}" -gt 0 ] && echo "; NOT RUN (stage budget ${sanitizer_budget} s spent): ${sanitizer_skipped[*]}")"
 
 OUT="$out" bash scripts/gpu-bench.sh > "$out/bench.txt" 2>&1 || fail "benchmark (scripts/gpu-bench.sh, log in $out/bench.txt)"
 echo "==== summary (exit status $status)"

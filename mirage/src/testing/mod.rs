@@ -9,6 +9,7 @@
 //! - [`compare`]: the one comparison of a computed tensor with the reference interpreter's, used
 //!   by every GPU check (element-wise tolerance from the output type's rounding and the reduction
 //!   length, relative L2 as a second figure, the worst element reported).
+//! - [`random`]: seeded random `#[mugraph]` programs (differential tests of the whole compiler).
 //! - [`inputs`]: the one random input generator, the seed of a randomized run
 //!   (`MIRAGE_TEST_SEED`), and the input ranges of the golden and coverage programs.
 //!
@@ -20,3 +21,4 @@ pub mod benchmarks;
 pub mod compare;
 pub mod inputs;
 pub mod programs;
+pub mod random;
