@@ -49,7 +49,7 @@ pub struct Attention {
 }
 
 /// The operator producing `t` and its operands.
-fn producer<'g>(g: &'g KernelGraph, t: TensorRef) -> (&'g KernelOp, &'g [TensorRef]) {
+fn producer(g: &KernelGraph, t: TensorRef) -> (&KernelOp, &[TensorRef]) {
     let n = &g.nodes()[t.node];
     (&n.op, &n.inputs)
 }
