@@ -125,9 +125,41 @@ fn online_body(
     Ok((acc_o, acc_l, rm[0]))
 }
 
-/// The program's inputs, in order, as inputs of a new graph.
-fn copy_inputs(program: &KernelGraph, g: &mut KernelGraph) -> Result<Vec<TensorRef>, IrError> {
-    program.inputs().iter().map(|d| g.input_strided(&d.shape, &d.strides, d.dtype)).collect()
+/// The first (or only) kernel's block graph up to its accumulators: `grid_y` blocks over the
+/// query rows, or with `split_keys` over the key range, and `frange` key tiles in the loop.
+/// Returns the block graph and `(acc_o, acc_l, m)` of [`online_body`].
+fn online_kernel(
+    program: &KernelGraph,
+    a: &Attention,
+    grid_y: usize,
+    split_keys: bool,
+    frange: usize,
+    threads: usize,
+) -> Result<(BlockGraph, [TensorRef; 3]), IrError> {
+    let descs = program.inputs();
+    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
+    let operands = a.inputs.iter().map(|&i| descs[i].clone()).collect();
+    let mut bg = BlockGraph::new(operands, [a.heads, grid_y, 1], threads, frange)?;
+    // The dim grid.y splits in q, k and v: the query rows, or the keys.
+    let (q_y, k_y, v_y) = if split_keys { (None, Some(last), Some(rows_dim)) } else { (Some(rows_dim), None, None) };
+    let q = bg.input(0, map(a, q_y), None)?;
+    let k = bg.input(1, map(a, k_y), Some(last))?;
+    let v = bg.input(2, map(a, v_y), Some(rows_dim))?;
+    let (acc_o, acc_l, m) = online_body(a, &mut bg, q, k, v)?;
+    Ok((bg, [acc_o, acc_l, m]))
+}
+
+/// A graph with the program's inputs (in order) and `bg` launched on `q, k, v`: the graph and
+/// the kernel's outputs.
+fn launch(program: &KernelGraph, a: &Attention, bg: BlockGraph) -> Result<(KernelGraph, Vec<TensorRef>), IrError> {
+    let mut g = KernelGraph::new();
+    let ins = program
+        .inputs()
+        .iter()
+        .map(|d| g.input_strided(&d.shape, &d.strides, d.dtype))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outs = g.custom(&a.inputs.map(|i| ins[i]), bg)?;
+    Ok((g, outs))
 }
 
 /// The one-kernel online softmax: `row_blocks` blocks over the query rows (grid.y), `frange`
@@ -139,24 +171,10 @@ pub fn online_softmax(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let descs: Vec<_> = program.inputs().into_iter().cloned().collect();
-    let [iq, ik, iv] = a.inputs;
-    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
-    let mut bg = BlockGraph::new(
-        vec![descs[iq].clone(), descs[ik].clone(), descs[iv].clone()],
-        [a.heads, row_blocks, 1],
-        threads,
-        frange,
-    )?;
-    let q = bg.input(0, map(a, Some(rows_dim)), None)?;
-    let k = bg.input(1, map(a, None), Some(last))?;
-    let v = bg.input(2, map(a, None), Some(rows_dim))?;
-    let (acc_o, acc_l, _) = online_body(a, &mut bg, q, k, v)?;
+    let (mut bg, [acc_o, acc_l, _]) = online_kernel(program, a, row_blocks, false, frange, threads)?;
     let o = bg.binary(BinaryOp::Div, acc_o, acc_l)?;
-    bg.output(o, map(a, Some(rows_dim)))?;
-    let mut g = KernelGraph::new();
-    let ins = copy_inputs(program, &mut g)?;
-    let outs = g.custom(&[ins[iq], ins[ik], ins[iv]], bg)?;
+    bg.output(o, map(a, Some(a.rank - 2)))?;
+    let (mut g, outs) = launch(program, a, bg)?;
     g.output(outs[0], None)?;
     Ok(g)
 }
@@ -170,26 +188,12 @@ pub fn split_kv(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let descs: Vec<_> = program.inputs().into_iter().cloned().collect();
-    let [iq, ik, iv] = a.inputs;
-    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
-    let mut bg = BlockGraph::new(
-        vec![descs[iq].clone(), descs[ik].clone(), descs[iv].clone()],
-        [a.heads, splits, 1],
-        threads,
-        frange,
-    )?;
-    let q = bg.input(0, map(a, None), None)?;
-    let k = bg.input(1, map(a, Some(last)), Some(last))?;
-    let v = bg.input(2, map(a, Some(rows_dim)), Some(rows_dim))?;
-    let (acc_o, acc_l, m) = online_body(a, &mut bg, q, k, v)?;
+    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, true, frange, threads)?;
     let m = bg.accum(AccKind::Max, &[m])?;
     for t in [acc_o, acc_l, m] {
-        bg.output(t, map(a, Some(rows_dim)))?;
+        bg.output(t, map(a, Some(a.rank - 2)))?;
     }
-    let mut g = KernelGraph::new();
-    let ins = copy_inputs(program, &mut g)?;
-    let parts = g.custom(&[ins[iq], ins[ik], ins[iv]], bg)?;
+    let (mut g, parts) = launch(program, a, bg)?;
     let combined = combine(a, &mut g, &parts, threads)?;
     g.output(combined, None)?;
     Ok(g)
