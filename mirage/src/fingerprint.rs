@@ -52,6 +52,22 @@
 //! `−∞` sentinel is a random value placed at the bottom of that order. `x + c` (`add_scalar`) is
 //! the field addition of the constant.
 //!
+//! # What is checked of a maximum, and what is not
+//!
+//! A maximum is a function of its arguments here, so every *use* of its value is checked
+//! exactly: a candidate whose scale factors do not cancel computes another field value and is
+//! rejected — an online softmax whose rescale swaps the running maxima (`exp(m_new − m_old)`),
+//! or that subtracts the running maximum from the scores but never rescales the accumulators; a
+//! split-KV combine that adds the partial results without weighing each by `exp(m_part −
+//! m_total)`. What the field cannot see is *why* a
+//! maximum is subtracted: `exp(x − m) / Σ exp(x − m) = exp(x) / Σ exp(x)` for every `m` (the
+//! factor `exp(−m)` cancels exactly), so the safe softmax and the unshifted one are the same
+//! function of the inputs and pass this check against each other, as does a split-KV combine that
+//! rescales by `exp(m_part)` without subtracting the overall maximum. That difference is
+//! numerical (the unshifted `exp` overflows), and the search's float check decides it: for a
+//! program that takes a maximum it runs program and candidate in f32 on wide inputs and rejects a
+//! candidate that overflows where the program does not (`crate::search::wide_range_check`).
+//!
 //! # Indices (`i32` tensors)
 //!
 //! An `i32` value holds its index in the `p` component (`gather` reads row `x_p`; an id outside

@@ -164,16 +164,32 @@ fn matmul_reductions_norms_concat() -> Result<()> {
 }
 
 #[test]
-fn softmax_is_exp_sum_div_with_a_shared_exp() -> Result<()> {
+fn softmax_subtracts_the_row_maximum_with_a_shared_exp() -> Result<()> {
     let expected = graph(&[&[4, 8]], |g, x| {
-        let e = g.exp(x[0])?;
+        let m = g.reduce_max(x[0], 1)?;
+        let shifted = g.binary(BinaryOp::Sub, x[0], m)?;
+        let e = g.exp(shifted)?;
         let s = g.reduce_sum(e, 1)?;
         g.div(e, s)
     })?;
     let sig = "x: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>";
     let p = assert_lowers_to(&src(sig, "softmax(x, 1)"), &expected)?;
-    assert_lowers_to(&src(sig, "let e = exp(x);\ne / e.sum(1)"), &expected)?;
-    assert_eq!(p.graph.nodes().len(), 5, "input, exp, reduce_sum, div, output");
+    assert_lowers_to(&src(sig, "let e = exp(x - x.max(1));\ne / e.sum(1)"), &expected)?;
+    assert_eq!(p.graph.nodes().len(), 7, "input, reduce_max, sub, exp, reduce_sum, div, output");
+    Ok(())
+}
+
+#[test]
+fn the_unshifted_softmax_stays_writable_and_differs_from_softmax() -> Result<()> {
+    let unshifted = graph(&[&[4, 8]], |g, x| {
+        let e = g.exp(x[0])?;
+        let s = g.reduce_sum(e, 1)?;
+        g.div(e, s)
+    })?;
+    let sig = "x: Tensor<f32, 4, 8>) -> (Tensor<f32, 4, 8>";
+    assert_lowers_to(&src(sig, "let e = exp(x);\ne / e.sum(1)"), &unshifted)?;
+    let safe = lower1(&src(sig, "softmax(x, 1)"))?;
+    assert_ne!(safe.graph.canonical_hash(), unshifted.canonical_hash(), "two programs, two cache keys");
     Ok(())
 }
 
@@ -303,6 +319,17 @@ fn numbers_of_small_programs() -> Result<()> {
     };
     let expected: Vec<f32> = row(&x.data[..3]).into_iter().chain(row(&x.data[3..])).collect();
     assert_close(&y.data, &expected);
+
+    // Logits far beyond f32's exp range: the safe softmax is exact, the unshifted form overflows.
+    let big = t(&[1, 3], &[1000.0, 999.0, -1000.0])?;
+    let safe = run1(&src("x: Tensor<f32, 1, 3>) -> (Tensor<f32, 1, 3>", "softmax(x, 1)"), std::slice::from_ref(&big))?;
+    let (a, b) = (1.0 / (1.0 + (-1.0f32).exp()), (-1.0f32).exp() / (1.0 + (-1.0f32).exp()));
+    assert_close(&safe.data, &[a, b, 0.0]);
+    let unshifted = run1(
+        &src("x: Tensor<f32, 1, 3>) -> (Tensor<f32, 1, 3>", "let e = exp(x);\ne / e.sum(1)"),
+        std::slice::from_ref(&big),
+    )?;
+    assert!(unshifted.data[0].is_nan(), "inf / inf: {:?}", unshifted.data);
 
     let y = run1(&src("x: Tensor<f32, 2, 3>) -> (Tensor<f32, 2, 3>", "clamp(x, 0.0, 2.5)"), std::slice::from_ref(&x))?;
     assert_close(&y.data, &[1.0, 2.0, 2.5, 0.0, 0.0, 2.5]);
@@ -477,7 +504,8 @@ fn gqa_matches_its_builder() -> Result<()> {
             fn gqa(q: Tensor<f16, {h}, 256, 64>, k: Tensor<f16, {h}, 64, 4096>, v: Tensor<f16, {h}, 4096, 64>)
                 -> Tensor<f16, {h}, 256, 64>
             {{
-                softmax(q.matmul(k), 2).matmul(v)
+                let e = exp(q.matmul(k));
+                (e / e.sum(2)).matmul(v)
             }}"
         );
         assert_lowers_to(&source, &programs::gqa(h, 256, 4096, 64, DType::F16)?)?;
@@ -502,6 +530,8 @@ fn qknorm_gqa_matches_the_hand_built_graph() -> Result<()> {
     let v = g.input(&[2, 4096, 64], DType::F16)?;
     let qn = g.rms_norm(q, 0.0, None)?;
     let s = g.matmul(qn, k)?;
+    let m = g.reduce_max(s, 2)?;
+    let s = g.binary(BinaryOp::Sub, s, m)?;
     let e = g.exp(s)?;
     let sum = g.reduce_sum(e, 2)?;
     let p = g.div(e, sum)?;

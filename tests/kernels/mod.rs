@@ -157,7 +157,7 @@ pub fn op_concat(a: Tensor<f16, 16, 32>, b: Tensor<f16, 16, 32>) -> Tensor<f16, 
     concat(a, b, 1)
 }
 
-/// `softmax(x, 1)`.
+/// `softmax(x, 1)`: the safe softmax, `exp(x - max(x, 1)) / sum(exp(x - max(x, 1)), 1)`.
 #[mugraph]
 pub fn op_softmax(x: Tensor<f16, 16, 64>) -> Tensor<f16, 16, 64> {
     softmax(x, 1)

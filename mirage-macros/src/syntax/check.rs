@@ -9,8 +9,12 @@
 //!   `-x` is `neg(x)`. Arithmetic between literals is folded (`0.5 * 2.0`).
 //! - `pow(x, c)` with a literal exponent is accepted for `c` in {1, 2, 0.5, -1} (identity,
 //!   `square`, `sqrt`, `recip`); otherwise both operands are tensors.
-//! - `softmax(x, dim)` is `exp(x) / sum(exp(x), dim)`: the three operators `exp`, `reduce_sum`,
-//!   `div`, with the `exp` shared.
+//! - `softmax(x, dim)` is the numerically safe softmax, `exp(x - max(x, dim)) / sum(exp(x -
+//!   max(x, dim)), dim)`: the five operators `reduce_max`, `sub`, `exp`, `reduce_sum`, `div`, with
+//!   the `exp` shared. Subtracting the row maximum keeps every `exp` at most 1, so large logits do
+//!   not overflow (f16 overflows at `exp(11.1)`, f32 at `exp(88.7)`). The unshifted form, equal
+//!   in exact arithmetic, stays writable explicitly: `let e = exp(x); e / e.sum(dim)`. The search
+//!   keeps the maximum: a µGraph that drops it is rejected (see `mirage::search::float_check`).
 //! - `rms_norm(x)` has `eps = 0.0`; the weight of `rms_norm_weighted(x, w, eps)` has `x`'s rank,
 //!   leading dims 1 and `x`'s last dim.
 //! - `layer_norm(x, eps)` (eps 0 when omitted) normalizes the last dim: it is `rms_norm` of the
@@ -702,10 +706,12 @@ impl Checker {
                 let dim = self.dim(args[1], fname, first)?;
                 let mut ty = self.ty(first).clone();
                 if fname == "softmax" {
-                    let e = self.unary(UnaryOp::Exp, first, span)?;
-                    ty.shape[dim] = 1;
-                    let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span)?;
                     let out_ty = self.ty(first).clone();
+                    ty.shape[dim] = 1;
+                    let m = self.push(Op::ReduceMax { dim }, vec![first], ty.clone(), span)?;
+                    let shifted = self.push(Op::Binary(BinaryOp::Sub), vec![first, m], out_ty.clone(), span)?;
+                    let e = self.unary(UnaryOp::Exp, shifted, span)?;
+                    let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span)?;
                     self.push(Op::Binary(BinaryOp::Div), vec![e, s], out_ty, span)?
                 } else {
                     ty.shape[dim] = 1;

@@ -1095,6 +1095,14 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
                     }
                 }
             }
+            // A row maximum within the tile (the safe softmax's `x − max(x)`).
+            if ops.reduce_max {
+                for (d, &len) in shape.iter().enumerate() {
+                    if len > 1 {
+                        moves.push((BlockOp::ReduceMax { dim: d }, vec![i]));
+                    }
+                }
+            }
         }
         if ti.phase == Phase::InLoop {
             if !(no_loop && ti.is_input) {

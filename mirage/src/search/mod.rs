@@ -3,12 +3,14 @@
 //!
 //! [`superoptimize`] is the entry point:
 //!
-//! 1. With a [`Cache`], a hit is re-verified against the program with fingerprints and returned
-//!    without searching; a corrupt or wrong entry is reported in [`SearchResult::notes`] and
+//! 1. With a [`Cache`], a hit is re-verified against the program with fingerprints (and, for a
+//!    program that takes a maximum, [`wide_range_check`]) and returned without searching; a corrupt or wrong entry is reported in [`SearchResult::notes`] and
 //!    searched again. With `MIRAGE_OFFLINE=1` (or [`SearchConfig::offline`]) a miss is an error.
 //! 2. The enumerator ([`enumerate`](self) module docs) builds µGraphs of up to
 //!    [`SearchConfig::max_kernels`] kernels, fewer kernels first, within a wall-clock budget
-//!    (the best found so far is used when it runs out), in parallel on all cores.
+//!    (the best found so far is used when it runs out), in parallel on all cores. For a
+//!    safe-softmax attention program, [`attention`] adds the online-softmax and split-KV
+//!    µGraphs the enumerator does not reach.
 //! 3. Every complete candidate is costed ([`crate::cost::estimate`]); candidates are sorted by
 //!    cost, ties by canonical hash (so the result does not depend on thread timing), and verified
 //!    in that order with finite-field fingerprints at the program's real shapes
@@ -31,6 +33,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod attention;
 mod enumerate;
 pub mod expr;
 
@@ -45,7 +48,7 @@ use crate::cache::{Cache, CacheEntry, CacheKey, CachedCandidate};
 use crate::cost::{Arch, CostReport, estimate};
 use crate::eval::EvalError;
 use crate::fingerprint::{FingerprintContext, Verdict, VerifyConfig, VerifyError, mix64};
-use crate::ir::{BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
+use crate::ir::{AccKind, BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
 use crate::reference::{HostTensor, max_scaled_error, run};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
 
@@ -290,6 +293,23 @@ pub fn superoptimize(
     superoptimize_with(program, cfg, cache, None)
 }
 
+/// Why a cached µGraph cannot be used (`None`: it can): fingerprints, and for a program that
+/// takes a maximum the wide-range float check (an entry that drops the maximum is as wrong as one
+/// that computes something else).
+fn cached_verdict(
+    program: &KernelGraph,
+    graph: &KernelGraph,
+    cfg: &SearchConfig,
+) -> Result<Option<String>, SearchError> {
+    if let Verdict::NotEquivalent { witness } = FingerprintContext::new(program, &cfg.verify)?.check(graph)? {
+        return Ok(Some(format!("does not compute the program ({witness})")));
+    }
+    if !takes_a_maximum(program) {
+        return Ok(None);
+    }
+    Ok(wide_range_check(program, graph)?.err().map(|e| format!("does not keep the program's maximum ({e})")))
+}
+
 /// [`superoptimize`] with a custom pruner (`None`: the configuration's default).
 pub fn superoptimize_with(
     program: &KernelGraph,
@@ -305,8 +325,8 @@ pub fn superoptimize_with(
     if let Some(cache) = cache {
         let path = cache.path(&key);
         match cache.load(&key) {
-            Ok(Some((entry, graph))) => match FingerprintContext::new(program, &cfg.verify)?.check(&graph)? {
-                Verdict::Equivalent => {
+            Ok(Some((entry, graph))) => match cached_verdict(program, &graph, cfg)? {
+                None => {
                     let cost = estimate(&graph, &cfg.arch).map_err(|e| SearchError::Program(e.to_string()))?;
                     let best = Candidate { hash: graph.canonical_hash(), graph, cost, verified: Some(true) };
                     return Ok(SearchResult {
@@ -322,12 +342,9 @@ pub fn superoptimize_with(
                         arch: cfg.arch.name.to_string(),
                     });
                 }
-                Verdict::NotEquivalent { witness } => {
-                    unusable = format!("; the entry there does not compute the program ({witness})");
-                    notes.push(format!(
-                        "cached µGraph {} does not compute the program ({witness}); searching again",
-                        path.display()
-                    ));
+                Some(why) => {
+                    unusable = format!("; the entry there {why}");
+                    notes.push(format!("cached µGraph {} {why}; searching again", path.display()));
                 }
             },
             Ok(None) => {}
@@ -400,12 +417,13 @@ pub fn candidates(
         best_us: AtomicU64::new(f64::INFINITY.to_bits()),
         bounded: AtomicU64::new(0),
     };
-    let found = enumerate::enumerate(&run);
+    let found = enumerate::enumerate(&run).into_iter().map(|f| f.graph).chain(attention::candidates(program, cfg));
     let mut cands: Vec<Candidate> = found
+        .collect::<Vec<_>>()
         .into_par_iter()
-        .filter_map(|f| {
-            let cost = estimate(&f.graph, &cfg.arch).ok()?;
-            cost.feasible().then(|| Candidate { hash: f.graph.canonical_hash(), graph: f.graph, cost, verified: None })
+        .filter_map(|graph| {
+            let cost = estimate(&graph, &cfg.arch).ok()?;
+            cost.feasible().then(|| Candidate { hash: graph.canonical_hash(), graph, cost, verified: None })
         })
         .collect();
     cands.sort_by(|a, b| a.cost.total_us.total_cmp(&b.cost.total_us).then_with(|| a.hash.cmp(&b.hash)));
@@ -573,9 +591,79 @@ fn positions_match(want: &HostTensor, got: &HostTensor, row: &HostTensor, dim: u
 
 /// The f32 float check of the chosen µGraph: program and candidate on the same random inputs, every
 /// output within the element type's tolerance (relative to the output's largest magnitude); an
-/// argmax's positions equal, or near ties of its row.
+/// argmax's positions equal, or near ties of its row. A program that takes a maximum is also
+/// checked on wide inputs ([`wide_range_check`]): the candidate must keep the maximum the program
+/// subtracts.
 /// The outer `Result` is a failure to run, the inner one the verdict.
 pub fn float_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
+    let verdict = float_check_at(program, candidate)?;
+    if verdict.is_err() || !takes_a_maximum(program) {
+        return Ok(verdict);
+    }
+    wide_range_check(program, candidate)
+}
+
+/// The scale of the inputs of [`wide_range_check`]: floats in `[-128, 128)`, beyond the range
+/// where `exp` of an input (or of a sum or product of inputs) is finite in f32 (`exp(88.7)`
+/// overflows).
+pub const WIDE_RANGE_SCALE: f32 = 256.0;
+
+/// Whether a graph computes a maximum anywhere: a kernel `reduce_max`, or in a custom kernel a
+/// block `reduce_max`, a running maximum or a max accumulator.
+pub fn takes_a_maximum(g: &KernelGraph) -> bool {
+    g.nodes().iter().any(|n| match &n.op {
+        KernelOp::ReduceMax { .. } => true,
+        KernelOp::Custom { block } => block.nodes().iter().any(|b| {
+            matches!(
+                b.op,
+                BlockOp::ReduceMax { .. } | BlockOp::RunningMax { .. } | BlockOp::Accum { acc: AccKind::Max }
+            )
+        }),
+        _ => false,
+    })
+}
+
+/// The check of what a maximum is for, which fingerprints cannot make: `exp(x − m) / Σ exp(x −
+/// m)` is the same rational function for every `m`, so the finite-field check proves the safe
+/// softmax equal to the unshifted one, and a µGraph that drops the maximum (or combines split
+/// partial results by `exp(m_part)` without subtracting the overall maximum) passes it. Program
+/// and candidate run in f32 on inputs [`WIDE_RANGE_SCALE`] times wider than the float check's;
+/// wherever the program's output is finite, the candidate's must be finite too. The unshifted
+/// form overflows there (`inf / inf`) and is rejected. Values are compared by the ordinary float
+/// check only: at these inputs a softmax is nearly one-hot and so ill-conditioned that one
+/// rounding of a logit in another summation order moves an output by more than any tolerance.
+/// Outer `Result`: a failure to run; inner: the verdict.
+pub fn wide_range_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
+    let bounds = crate::fingerprint::index_bounds(program);
+    let mut inputs = float_inputs(program, 0x7769_6465_2172)?;
+    for (i, t) in inputs.iter_mut().enumerate() {
+        if bounds.get(i).copied().flatten().is_none() {
+            t.data.iter_mut().for_each(|v| *v *= WIDE_RANGE_SCALE);
+        }
+    }
+    let want = run(program, &inputs)?;
+    let got = run(candidate, &inputs)?;
+    if want.len() != got.len() {
+        return Ok(Err(format!("{} outputs, expected {}", got.len(), want.len())));
+    }
+    for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+        if w.shape != g.shape {
+            return Ok(Err(format!("output {k}: shape {:?}, expected {:?}", g.shape, w.shape)));
+        }
+        if let Some(e) = w.data.iter().zip(&g.data).position(|(x, y)| x.is_finite() && !y.is_finite()) {
+            return Ok(Err(format!(
+                "output {k}, element {e}: {} on inputs in [-{h}, {h}) where the program computes {} (an exp that overflows: the µGraph does not subtract the maximum the program subtracts)",
+                g.data[e],
+                w.data[e],
+                h = WIDE_RANGE_SCALE / 2.0
+            )));
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// [`float_check`] on the ordinary inputs alone.
+fn float_check_at(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
     let inputs = float_inputs(program, 0x666c_6f61_7421)?;
     let (with_rows, rows) = match with_argmax_rows(program) {
         Some((g, rows)) => (run(&g, &inputs)?, rows),

@@ -373,6 +373,32 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         g.output(outs[1], None)?;
         push("online_softmax_rescale_pair", g);
     }
+    // The attention µGraphs of `search::attention` for the safe softmax with a scale: the online
+    // softmax (3 heads, 2 blocks over 8 query rows, 6 key tiles of 16) and split-KV (one query
+    // row, 4 key ranges of 2 tiles, head dim 24) with its combine kernel.
+    for (name, rows, split) in [("online_softmax_attention", 8, false), ("online_softmax_split_kv", 1, true)] {
+        let mut p = KernelGraph::new();
+        let q = p.input(&[3, rows, 24], d)?;
+        let k = p.input(&[3, 24, 96], d)?;
+        let v = p.input(&[3, 96, 24], d)?;
+        let s = p.matmul(q, k)?;
+        let s = p.unary(UnaryOp::MulScalar { c: Scalar(0.25) }, s)?;
+        let m = p.reduce_max(s, 2)?;
+        let s = p.binary(BinaryOp::Sub, s, m)?;
+        let e = p.exp(s)?;
+        let l = p.reduce_sum(e, 2)?;
+        let pr = p.div(e, l)?;
+        let o = p.matmul(pr, v)?;
+        p.output(o, None)?;
+        let a = crate::search::attention::recognize(&p)
+            .ok_or_else(|| IrError::rule(name, "attention", "not recognized as safe-softmax attention"))?;
+        let g = if split {
+            crate::search::attention::split_kv(&p, &a, 4, 2, 128)?
+        } else {
+            crate::search::attention::online_softmax(&p, &a, 2, 6, 128)?
+        };
+        push(name, g);
+    }
     // In-loop reductions and rms_norm, strided sum-to, concat, and a running max; an epilogue matmul.
     {
         let x = crate::ir::TensorDesc::new(&[16, 128], d);

@@ -238,7 +238,8 @@ pub fn tuning_candidates(
         .collect())
 }
 
-/// The fastest usable candidate that fingerprint verification proves equivalent to `program`:
+/// The fastest usable candidate that fingerprint verification proves equivalent to `program`
+/// (and, for a program that takes a maximum, that keeps it: [`search::wide_range_check`]):
 /// usable candidates are verified in order of their measured times until one passes; those that
 /// fail are marked unusable in `timings` (with the reason). `None` when none passes.
 pub fn choose_verified(
@@ -254,10 +255,15 @@ pub fn choose_verified(
             Some(c) => c,
             None => ctx.insert(FingerprintContext::new(program, verify)?),
         };
-        if ctx.check(graph)?.is_equivalent() {
-            return Ok(Some(i));
+        if !ctx.check(graph)?.is_equivalent() {
+            timings[i].error = Some("fingerprint verification: not equivalent to the program".into());
+            continue;
         }
-        timings[i].error = Some("fingerprint verification: not equivalent to the program".into());
+        // Fingerprints cannot see whether a maximum is subtracted (`search::wide_range_check`).
+        match search::takes_a_maximum(program).then(|| search::wide_range_check(program, graph)).transpose()? {
+            Some(Err(msg)) => timings[i].error = Some(format!("wide-range float check: {msg}")),
+            _ => return Ok(Some(i)),
+        }
     }
     Ok(None)
 }
