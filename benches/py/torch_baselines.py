@@ -12,8 +12,9 @@ and two lower bounds:
   launch   - one tiny kernel launched and timed the same way (the cost of any single launch)
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before each call, median).
 
-The cases: the fourteen benchmark programs (set "bench": the eleven of Mirage's set, then q/k
-projection + RoPE at 1 and 8 rows and LM head + argmax) and the generality set ("generality": the
+The cases: the eighteen benchmark programs (set "bench": the eleven of Mirage's set, then q/k
+projection + RoPE at 1 and 8 rows, LM head + argmax, q/k/v projection with q and k roped at 1
+and 8 rows, LayerNorm + projection at 1 and 8 rows) and the generality set ("generality": the
 decode-time QKV, gate/up and down projections of Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-7B at 1 and
 16 rows in bf16 and f16, and an f32 gated MLP; the same programs as
 benches/kernels/generality.rs).
@@ -88,6 +89,13 @@ for b in (1, 8):
          lambda x, wqk, cos, sin: rope(x @ wqk, cos, sin))
 case("lm_head_argmax", lambda: (r(1, 2048), r(2048, 32768) * 0.02),
      lambda hh, w: torch.argmax(hh @ w, dim=1, keepdim=True))
+# The same q/k projections with v's (8 heads of 64) as a second, unrotated result; GPT-2's
+# LayerNorm (weight, bias, eps 1e-5) and its QKV projection (768 -> 2304).
+for b in (1, 8):
+    case(f"qkv_rope_bs{b}", lambda b=b: (r(b, 2048), r(2048, 2560) * 0.02, r(2048, 512) * 0.02, *angles(b)),
+         lambda x, wqk, wv, cos, sin: (rope(x @ wqk, cos, sin), x @ wv))
+    case(f"layernorm_linear_bs{b}", lambda b=b: (r(b, 768), r(1, 768), r(1, 768), r(768, 2304) * 0.02),
+         lambda x, g, bb, w: F.layer_norm(x, (768,), g[0], bb[0], 1e-5) @ w)
 
 # The generality set: (name, hidden, intermediate, QKV width) of each model; weights [in, out].
 MODELS = [("llama1b", 2048, 8192, 3072), ("qwen06b", 1024, 3072, 4096), ("qwen7b", 3584, 18944, 4608)]

@@ -97,6 +97,11 @@ pub fn all_cases() -> Vec<Case> {
         case!(qk_rope_bs1, [1.0, 0.02, 1.0, 1.0]),
         case!(qk_rope_bs8, [1.0, 0.02, 1.0, 1.0]),
         run_case!(lm_head_argmax, [1.0, 0.02]),
+        run_case!(qkv_rope_bs1, [1.0, 0.02, 0.02, 1.0, 1.0]),
+        run_case!(qkv_rope_bs8, [1.0, 0.02, 0.02, 1.0, 1.0]),
+        // The norm's weight and bias in [-1, 1), the projection's like the other weights.
+        case!(layernorm_linear_bs1, [1.0, 1.0, 1.0, 0.02]),
+        case!(layernorm_linear_bs8, [1.0, 1.0, 1.0, 0.02]),
     ]
 }
 

@@ -115,9 +115,8 @@ pub fn lora(
 
 /// The decode-time q and k projections of Llama-3.2-1B with their rotary embedding fused
 /// (hidden 2048; q: 32 heads of 64 and k: 8 heads of 64 side by side in `Wqk`; half-split RoPE
-/// with the row's `cos`/`sin` of its position as inputs), one row. (v's projection is a plain
-/// matmul: with it as a second result the search finds no µGraph of at most two kernels, since
-/// the final kernel may not re-read `x`.)
+/// with the row's `cos`/`sin` of its position as inputs), one row. [`qkv_rope_bs1`] adds v's
+/// projection as a second result.
 #[mugraph]
 pub fn qk_rope_bs1(
     x: Tensor<f16, 1, 2048>,
@@ -144,4 +143,52 @@ pub fn qk_rope_bs8(
 #[mugraph]
 pub fn lm_head_argmax(h: Tensor<f16, 1, 2048>, w: Tensor<f16, 2048, 32768>) -> Tensor<i32, 1, 1> {
     argmax(h.matmul(w), 1)
+}
+
+/// [`qk_rope_bs1`] with v's projection (8 heads of 64) as a second, unrotated result: q and k
+/// rotated and v plain from one input, one row.
+#[mugraph]
+pub fn qkv_rope_bs1(
+    x: Tensor<f16, 1, 2048>,
+    wqk: Tensor<f16, 2048, 2560>,
+    wv: Tensor<f16, 2048, 512>,
+    cos: Tensor<f16, 1, 32>,
+    sin: Tensor<f16, 1, 32>,
+) -> (Tensor<f16, 1, 2560>, Tensor<f16, 1, 512>) {
+    (rope(x.matmul(wqk), cos, sin), x.matmul(wv))
+}
+
+/// [`qkv_rope_bs1`] for 8 rows.
+#[mugraph]
+pub fn qkv_rope_bs8(
+    x: Tensor<f16, 8, 2048>,
+    wqk: Tensor<f16, 2048, 2560>,
+    wv: Tensor<f16, 2048, 512>,
+    cos: Tensor<f16, 8, 32>,
+    sin: Tensor<f16, 8, 32>,
+) -> (Tensor<f16, 8, 2560>, Tensor<f16, 8, 512>) {
+    (rope(x.matmul(wqk), cos, sin), x.matmul(wv))
+}
+
+/// GPT-2's LayerNorm (weight and bias, eps 1e-5) and the QKV projection after it (hidden 768,
+/// 3 × 768 outputs), one row.
+#[mugraph]
+pub fn layernorm_linear_bs1(
+    x: Tensor<f16, 1, 768>,
+    g: Tensor<f16, 1, 768>,
+    b: Tensor<f16, 1, 768>,
+    w: Tensor<f16, 768, 2304>,
+) -> Tensor<f16, 1, 2304> {
+    layer_norm_weighted(x, g, b, 1e-5).matmul(w)
+}
+
+/// [`layernorm_linear_bs1`] for 8 rows.
+#[mugraph]
+pub fn layernorm_linear_bs8(
+    x: Tensor<f16, 8, 768>,
+    g: Tensor<f16, 1, 768>,
+    b: Tensor<f16, 1, 768>,
+    w: Tensor<f16, 768, 2304>,
+) -> Tensor<f16, 8, 2304> {
+    layer_norm_weighted(x, g, b, 1e-5).matmul(w)
 }

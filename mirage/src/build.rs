@@ -33,7 +33,8 @@
 //! | `MIRAGE_CACHE_DIR` | the search cache directory (default: `.mirage/` at the workspace root) |
 //! | `MIRAGE_CACHE_WRITE=1` | store new search results there; by default they go to `$OUT_DIR/mirage/search-cache/` only (like sqlx's offline mode: commit the cache after `mirage prepare`) |
 //! | `MIRAGE_OFFLINE=1` | a function without a cache entry is an error instead of a search |
-//! | `MIRAGE_SEARCH_BUDGET=S` | the search's wall-clock budget per function, in seconds (default 60); the best µGraph found by then is used |
+//! | `MIRAGE_SEARCH_BUDGET=S` | the search's wall-clock budget per function, in seconds (default 60); the best verified µGraph found by then is used |
+//! | `MIRAGE_SEARCH_STATES=N` | the search's state budget per function (default: none): stops the search after N visited states, a limit that does not depend on the machine's speed (the time budget still applies) |
 //! | `MIRAGE_CUDA_ARCH` | the target architecture (default sm_90a) |
 //! | `MIRAGE_TUNE` | measure candidates on a visible GPU ([`crate::tune`]); stores into the cache directory |
 //!
@@ -75,6 +76,8 @@ pub const CACHE_DIR_ENV: &str = "MIRAGE_CACHE_DIR";
 pub const CACHE_WRITE_ENV: &str = "MIRAGE_CACHE_WRITE";
 /// The search's wall-clock budget per function, in seconds.
 pub const SEARCH_BUDGET_ENV: &str = "MIRAGE_SEARCH_BUDGET";
+/// The search's state budget per function ([`SearchConfig::max_states`]).
+pub const SEARCH_STATES_ENV: &str = "MIRAGE_SEARCH_STATES";
 
 /// The `opt-level` mirage itself was compiled with (recorded by its build script).
 const OPT_LEVEL: &str = env!("MIRAGE_BUILD_OPT_LEVEL");
@@ -453,7 +456,7 @@ impl Builder {
             ));
         }
         self.say("cargo:rerun-if-env-changed=MIRAGE_OFFLINE");
-        for var in [tune::TUNE_ENV, CACHE_DIR_ENV, CACHE_WRITE_ENV, SEARCH_BUDGET_ENV] {
+        for var in [tune::TUNE_ENV, CACHE_DIR_ENV, CACHE_WRITE_ENV, SEARCH_BUDGET_ENV, SEARCH_STATES_ENV] {
             self.say(&format!("cargo:rerun-if-env-changed={var}"));
         }
         let tune_mode = tune::TuneMode::from_env().map_err(|reason| BuildError::Tune {
@@ -466,6 +469,9 @@ impl Builder {
         };
         if let Some(budget) = search_budget()? {
             search_cfg.budget = budget;
+        }
+        if let Some(states) = search_states()? {
+            search_cfg.max_states = states;
         }
         let cache = self.cache(&artifact_dir, tune_mode)?;
         let nvcc_opts = nvcc::CompileOptions {
@@ -625,6 +631,9 @@ impl Builder {
                 if !result.from_cache {
                     report += &cache_notes(cache, &cache_key);
                 }
+                if let Some(outcome) = result.stats.budget_outcome(&result.best) {
+                    report += &format!("note: {outcome}\n");
+                }
                 (result.best.graph.clone(), report, result.summary(), true, result.from_cache)
             }
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
@@ -763,6 +772,23 @@ fn search_budget() -> Result<Option<Duration>, BuildError> {
             name: SEARCH_BUDGET_ENV.into(),
             value,
             expected: "expected the search's budget per function in seconds, a positive number (e.g. 30 or 2.5)".into(),
+        }),
+    }
+}
+
+/// `MIRAGE_SEARCH_STATES`: a positive number of states, or none.
+fn search_states() -> Result<Option<u64>, BuildError> {
+    let Ok(value) = std::env::var(SEARCH_STATES_ENV) else { return Ok(None) };
+    let text = value.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.replace('_', "").parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(BuildError::Setting {
+            name: SEARCH_STATES_ENV.into(),
+            value,
+            expected: "expected the search's state budget per function, a positive whole number (e.g. 200000)".into(),
         }),
     }
 }

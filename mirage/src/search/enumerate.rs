@@ -25,7 +25,8 @@
 //! tiles): its in-loop and epilogue forms, matmuls, the accumulators (`acc_sum`, `acc_sum_last`,
 //! `acc_rms_last` when the program normalizes, `acc_sum_to(w)` for the widths of the program's
 //! outputs, `acc_max` when it takes maxima) and, for programs with `rms_norm`, the division that
-//! moves the normalization after a matmul; rotary embeddings (also of partial matmul products,
+//! moves the normalization after a matmul (and the product that applies a norm's weight);
+//! concatenations of two tiles; rotary embeddings (also of partial matmul products,
 //! which the accumulator then sums: the rotation is linear) and, after the loop, `argmax`.
 //! `gather` is a kernel-level operator only (its table is read at data-dependent rows, which no
 //! input iterator describes). A new tile is kept only if the IR's shape and phase
@@ -66,6 +67,18 @@ pub(crate) struct ProgramInfo {
     pub class_sizes: Vec<usize>,
     /// Operator kinds of the program.
     pub ops: OpSet,
+    /// The program's operators (not its inputs and outputs), in its order.
+    pub steps: Vec<Step>,
+}
+
+/// One operator of the program, for saying where a search that found nothing stopped.
+pub(crate) struct Step {
+    /// `name (%node)`.
+    pub label: String,
+    /// Its result's expression.
+    pub expr: E,
+    /// The steps its operands come from (operands that are program inputs are not listed).
+    pub operands: Vec<usize>,
 }
 
 /// The operator kinds the enumerator tries.
@@ -77,7 +90,7 @@ pub(crate) struct OpSet {
     pub rms_eps: Vec<Scalar>,
     pub reduce_sum: bool,
     pub reduce_max: bool,
-    pub concat: bool,
+    pub concat_dims: Vec<usize>,
     pub sum_to_widths: Vec<usize>,
     pub rope: Vec<RopeLayout>,
     pub gather: bool,
@@ -182,12 +195,18 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 if !ops.rms_eps.contains(eps) {
                     ops.rms_eps.push(*eps);
                 }
+                // A weighted norm multiplies by its weight after normalizing.
+                if n.inputs.len() > 1 && !ops.binary.contains(&BinaryOp::Mul) {
+                    ops.binary.push(BinaryOp::Mul);
+                }
                 for &t in &n.inputs {
                     tie_same(&mut uf, t, None);
                 }
             }
             KernelOp::Concat { dim } => {
-                ops.concat = true;
+                if !ops.concat_dims.contains(dim) {
+                    ops.concat_dims.push(*dim);
+                }
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
                 tie_same(&mut uf, n.inputs[1], Some(*dim));
             }
@@ -267,7 +286,9 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     let mut exprs: Vec<Vec<E>> = Vec::with_capacity(nodes.len());
     let mut input_index = 0;
     let mut outputs = Vec::new();
-    for n in nodes.iter() {
+    let mut steps = Vec::new();
+    let mut step_of: HashMap<usize, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
         let ie: Vec<E> = n.inputs.iter().map(|t| exprs[t.node][t.port].clone()).collect();
         let mut tag =
             |t: TensorRef, d: usize| class_of(&mut uf, slot(t, d), desc(t).shape[d]).map_or(TAG_NONE, |c| c as Tag);
@@ -311,6 +332,14 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             }
             KernelOp::Custom { .. } => return Err("the program already contains custom kernels".into()),
         };
+        if !matches!(n.op, KernelOp::Input { .. }) {
+            step_of.insert(i, steps.len());
+            steps.push(Step {
+                label: format!("`{}` (%{i})", n.op.name()),
+                expr: e.clone(),
+                operands: n.inputs.iter().filter_map(|t| step_of.get(&t.node).copied()).collect(),
+            });
+        }
         exprs.push(vec![e]);
     }
     if outputs.is_empty() {
@@ -327,7 +356,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             ops.sum_to_widths.push(w);
         }
     }
-    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops })
+    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops, steps })
 }
 
 /// Shared state of one search run.
@@ -343,6 +372,9 @@ pub(crate) struct Run<'a> {
     pub best_us: AtomicU64,
     /// Configurations skipped because their cost bound exceeded the best so far.
     pub bounded: AtomicU64,
+    /// Per step of the program ([`ProgramInfo::steps`]): whether some tile or kernel tensor
+    /// computed its result.
+    pub reached: Vec<AtomicBool>,
 }
 
 /// Configurations tried from each end of a pattern's list to find a representative.
@@ -366,6 +398,28 @@ impl Run<'_> {
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// Records that a tile or tensor computes `e`.
+    fn mark(&self, e: &E) {
+        for (step, reached) in self.info.steps.iter().zip(&self.reached) {
+            if !reached.load(Ordering::Relaxed) && step.expr == *e {
+                reached.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The operators no tile or tensor computed although the results of all their operands
+    /// were computed: where a search that found nothing stopped.
+    pub fn frontier(&self) -> Vec<String> {
+        let reached = |k: usize| self.reached[k].load(Ordering::Relaxed);
+        self.info
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|&(k, s)| !reached(k) && s.operands.iter().all(|&o| reached(o)))
+            .map(|(_, s)| s.label.clone())
+            .collect()
     }
 
     fn out_of_time(&self) -> bool {
@@ -608,6 +662,7 @@ fn kernel_step(run: &Run<'_>, s: &KState, max: usize, found: &mut Vec<Found>) {
             run.pruned.fetch_add(1, Ordering::Relaxed);
             continue;
         }
+        run.mark(&e);
         if s.tensors.iter().any(|t| t.expr == e) {
             continue;
         }
@@ -1135,6 +1190,11 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
                     moves.push((BlockOp::Binary { op: *b }, vec![i, j]));
                 }
             }
+            if i != j && !epilogue_only_binary {
+                for &d in &ops.concat_dims {
+                    moves.push((BlockOp::Concat { dim: d }, vec![i, j]));
+                }
+            }
         }
     }
     moves
@@ -1295,13 +1355,15 @@ fn dfs(
                     (t.expr.clone(), t.phase)
                 });
                 let p = match p {
-                    Some((e, phase)) if !run.pruner.keep(&e) => {
+                    Some((e, _)) if !run.pruner.keep(&e) => {
                         run.pruned.fetch_add(1, Ordering::Relaxed);
-                        let _ = phase;
                         None
                     }
                     other => other,
                 };
+                if let Some((e, _)) = &p {
+                    run.mark(e);
+                }
                 memo.insert(id, p.clone());
                 p
             }

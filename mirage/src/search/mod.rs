@@ -8,9 +8,10 @@
 //!    searched again. With `MIRAGE_OFFLINE=1` (or [`SearchConfig::offline`]) a miss is an error.
 //! 2. The enumerator ([`enumerate`](self) module docs) builds µGraphs of up to
 //!    [`SearchConfig::max_kernels`] kernels, fewer kernels first, within a wall-clock budget
-//!    (the best found so far is used when it runs out), in parallel on all cores. For a
-//!    safe-softmax attention program, [`attention`] adds the online-softmax and split-KV
-//!    µGraphs the enumerator does not reach.
+//!    (the best found so far is used when it runs out), in parallel on all cores. When it finds
+//!    nothing with every input read by one kernel, it searches again letting the final kernel
+//!    re-read inputs ([`SearchConfig::reread_inputs`]). For a safe-softmax attention program,
+//!    [`attention`] adds the online-softmax and split-KV µGraphs the enumerator does not reach.
 //! 3. Every complete candidate is costed ([`crate::cost::estimate`]); candidates are sorted by
 //!    cost, ties by canonical hash (so the result does not depend on thread timing), and verified
 //!    in that order with finite-field fingerprints at the program's real shapes
@@ -85,7 +86,9 @@ pub struct SearchConfig {
     /// partial results, combined by a later kernel); unfused variants still come from
     /// kernel-level operators.
     pub split_intermediates_only: bool,
-    /// Let a later kernel read program inputs an earlier kernel already read.
+    /// Let a later kernel read program inputs an earlier kernel already read. When off, a search
+    /// that finds no candidate within its budget tries again with it on, in what is left of the
+    /// budget.
     pub reread_inputs: bool,
     /// Wall-clock budget of the enumeration; the best candidates found by then are used.
     pub budget: Duration,
@@ -214,14 +217,48 @@ pub struct SearchStats {
     pub verified: usize,
     /// Candidates rejected by fingerprints or the float check.
     pub rejected: usize,
-    /// The budget (time or states) ran out before the enumeration finished.
+    /// The budget (time or states) ran out before the enumeration finished: the candidates are
+    /// those found by then, and the chosen µGraph is the best verified one among them.
     pub timed_out: bool,
+    /// The wall-clock budget the enumeration ran under ([`SearchConfig::budget`]).
+    pub budget: Duration,
+    /// The state budget it ran under ([`SearchConfig::max_states`]; `u64::MAX`: none).
+    pub max_states: u64,
     /// Time spent enumerating and costing.
     pub search_time: Duration,
     /// Time spent verifying.
     pub verify_time: Duration,
     /// The pruner used.
     pub pruner: String,
+    /// The program's operators (`name (%node)`) that no tile or kernel tensor computed although
+    /// the results of all their operands were computed: where a search that found nothing
+    /// stopped.
+    pub never_computed: Vec<String>,
+}
+
+impl SearchStats {
+    /// The budget the enumeration ran under, in words: `budget 60 s`, `budget 60 s / 100000
+    /// states`.
+    pub fn budget_text(&self) -> String {
+        let time = format!("budget {:.1} s", self.budget.as_secs_f64());
+        if self.max_states == u64::MAX { time } else { format!("{time} / {} states", self.max_states) }
+    }
+
+    /// When the budget ran out, what the build reports: the budget, what was visited by then and
+    /// what was used. `None` when the enumeration finished within its budget.
+    pub fn budget_outcome(&self, chosen: &Candidate) -> Option<String> {
+        self.timed_out.then(|| {
+            format!(
+                "search {} exhausted after {} states in {:.1} s: using the best verified µGraph found by then ({} kernel(s), estimated {:.2} µs, {} candidates); a larger budget (MIRAGE_SEARCH_BUDGET, MIRAGE_SEARCH_STATES) may find a better one",
+                self.budget_text(),
+                self.states,
+                self.search_time.as_secs_f64(),
+                chosen.graph.num_kernels(),
+                chosen.cost.total_us,
+                self.candidates
+            )
+        })
+    }
 }
 
 /// The answer of [`superoptimize`].
@@ -416,6 +453,7 @@ pub fn candidates(
         timed_out: AtomicBool::new(false),
         best_us: AtomicU64::new(f64::INFINITY.to_bits()),
         bounded: AtomicU64::new(0),
+        reached: info.steps.iter().map(|_| AtomicBool::new(false)).collect(),
     };
     let found = enumerate::enumerate(&run).into_iter().map(|f| f.graph).chain(attention::candidates(program, cfg));
     let mut cands: Vec<Candidate> = found
@@ -434,8 +472,11 @@ pub fn candidates(
         bounded: run.bounded.load(Ordering::Relaxed),
         candidates: cands.len(),
         timed_out: run.timed_out.load(Ordering::Relaxed),
+        budget: cfg.budget,
+        max_states: cfg.max_states,
         search_time: start.elapsed(),
         pruner: pruner.name().to_string(),
+        never_computed: run.frontier(),
         ..SearchStats::default()
     };
     Ok((cands, stats))
@@ -444,19 +485,49 @@ pub fn candidates(
 /// Searches without any cache.
 fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Result<SearchResult, SearchError> {
     let (mut cands, mut stats) = candidates(program, cfg, pruner)?;
+    let mut notes = Vec::new();
+    if cands.is_empty() && !cfg.reread_inputs && !stats.timed_out {
+        // Nothing where each program input is read by one kernel: within what is left of the
+        // budget, let the final kernel re-read inputs an earlier kernel read (outputs of
+        // different forms from one input: q and k rotated, v plain).
+        let wider = SearchConfig {
+            reread_inputs: true,
+            budget: cfg.budget.saturating_sub(stats.search_time),
+            max_states: cfg.max_states.saturating_sub(stats.states),
+            ..cfg.clone()
+        };
+        let (again, more) = candidates(program, &wider, pruner)?;
+        notes.push(format!(
+            "no µGraph reads each input in one kernel ({} states); searched again letting the final kernel re-read inputs: {} states, {} candidates",
+            stats.states, more.states, more.candidates
+        ));
+        stats = SearchStats {
+            states: stats.states + more.states,
+            pruned: stats.pruned + more.pruned,
+            bounded: stats.bounded + more.bounded,
+            search_time: stats.search_time + more.search_time,
+            budget: cfg.budget,
+            max_states: cfg.max_states,
+            ..more
+        };
+        cands = again;
+    }
     let vstart = Instant::now();
     if cands.is_empty() {
+        let stopped = match stats.never_computed.as_slice() {
+            [] => String::new(),
+            ops => format!("; no partial µGraph applied {} to its computed operands", ops.join(", ")),
+        };
         return Err(SearchError::NotFound(format!(
-            "{} states visited in {:.1} s{}, no complete candidate; raise max_kernels, max_block_ops or the budget",
+            "{} states visited in {:.1} s{}, no complete candidate{stopped}; raise max_kernels, max_block_ops or the budget",
             stats.states,
             stats.search_time.as_secs_f64(),
-            if stats.timed_out { " (budget exhausted)" } else { "" }
+            if stats.timed_out { format!(" ({} exhausted)", stats.budget_text()) } else { String::new() }
         )));
     }
     let ctx = FingerprintContext::new(program, &cfg.verify)?;
     let mut best: Option<usize> = None;
     let mut tried = 0;
-    let mut notes = Vec::new();
     for i in 0..cands.len() {
         let verified_enough =
             best.is_some() && cands[..i].iter().filter(|c| c.verified == Some(true)).count() >= cfg.verify_top.max(1);
@@ -813,7 +884,11 @@ impl fmt::Display for SearchResult {
                 s.verified,
                 s.rejected,
                 s.search_time.as_secs_f64(),
-                if s.timed_out { " (budget exhausted: best so far)" } else { "" },
+                if s.timed_out {
+                    format!(" ({} exhausted: the best verified µGraph found by then)", s.budget_text())
+                } else {
+                    String::new()
+                },
                 s.verify_time.as_secs_f64()
             )?;
         }
