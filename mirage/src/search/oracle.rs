@@ -70,7 +70,7 @@ impl Z3Pruner {
     /// A pruner for a program with `num_inputs` inputs whose outputs have the search
     /// expressions `targets`.
     pub fn new(targets: &[E], num_inputs: usize, cfg: OracleConfig) -> Self {
-        let translated: Vec<absexpr::E> = targets.iter().map(|t| to_oracle(t)).collect();
+        let translated: Vec<absexpr::E> = targets.iter().map(to_oracle).collect();
         Z3Pruner {
             structural: StructuralPruner::new(targets),
             oracle: SubexprOracle::from_targets(translated.clone(), num_inputs, cfg),
@@ -178,7 +178,7 @@ pub fn to_oracle(e: &E) -> absexpr::E {
                 Some(Law::Exp) => build::exp(&x),
                 Some(Law::Neg) => Arc::new(absexpr::Expr::Neg(x)),
                 Some(Law::Recip) => build::div(&build::constant(1.0), &x),
-                _ => Arc::new(absexpr::Expr::Fn(*name, *params, x)),
+                _ => Arc::new(absexpr::Expr::Fn(name, *params, x)),
             }
         }
         Expr::Sum(tag, n, x) => build::sum_in(*tag, *n, &to_oracle(x)),
