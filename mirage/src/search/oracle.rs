@@ -237,7 +237,7 @@ mod tests {
     fn translation_keeps_laws_and_classes() {
         let (x, y) = (var(0), var(1));
         let e = div(&sum(3, 8, &mul(&x, &y)), &add(&constant(2.0), &x));
-        assert_eq!(to_oracle(&e).to_string(), "div(sum[3](8, mul(v0, v1)), add(2.0, v0))");
+        assert_eq!(to_oracle(&e).to_string(), "div(sum[3](8, mul(v0, v1)), add(v0, 2.0))");
         let r = unary(&UnaryOp::Recip, &x);
         assert_eq!(to_oracle(&r).to_string(), "div(1.0, v0)");
     }
