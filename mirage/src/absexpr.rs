@@ -73,8 +73,10 @@ pub enum Expr {
     /// An uninterpreted unary operator: its name, its parameters' bits ([`crate::ir::Params::bits`])
     /// and its argument.
     Fn(&'static str, u64, E),
-    /// A sum of `n` terms shaped like `a`.
-    Sum(u64, E),
+    /// A sum of `n` terms shaped like `a`, over dimension class `class` (`sum(class, n, a)`):
+    /// sums over one class merge and complete one another; the kernel graphs' expressions
+    /// ([`graph_exprs`]) use class 0, the search's pruner the enumerator's dimension classes.
+    Sum(u64, u64, E),
     /// A value the algebra does not describe (max, rescaling, concatenation): always kept.
     Opaque,
 }
@@ -92,7 +94,8 @@ impl fmt::Display for Expr {
             Expr::Neg(a) => write!(f, "neg({a})"),
             Expr::Fn(name, 0, a) => write!(f, "{name}({a})"),
             Expr::Fn(name, params, a) => write!(f, "{name}[{params:#x}]({a})"),
-            Expr::Sum(n, a) => write!(f, "sum({n}, {a})"),
+            Expr::Sum(0, n, a) => write!(f, "sum({n}, {a})"),
+            Expr::Sum(class, n, a) => write!(f, "sum[{class}]({n}, {a})"),
             Expr::Opaque => write!(f, "opaque"),
         }
     }
@@ -128,12 +131,17 @@ pub mod build {
     pub fn exp(a: &E) -> E {
         Arc::new(Expr::Exp(a.clone()))
     }
-    /// `sum(n, a)` with the size rules.
+    /// `sum(n, a)` over class 0 with the size rules.
     pub fn sum(n: u64, a: &E) -> E {
+        sum_in(0, n, a)
+    }
+    /// `sum(n, a)` over dimension class `class` with the size rules (a sum of a sum over the
+    /// same class merges).
+    pub fn sum_in(class: u64, n: u64, a: &E) -> E {
         match &**a {
             _ if n == 1 => a.clone(),
-            Expr::Sum(m, inner) => Arc::new(Expr::Sum(n.saturating_mul(*m), inner.clone())),
-            _ => Arc::new(Expr::Sum(n, a.clone())),
+            Expr::Sum(c, m, inner) if *c == class => Arc::new(Expr::Sum(class, n.saturating_mul(*m), inner.clone())),
+            _ => Arc::new(Expr::Sum(class, n, a.clone())),
         }
     }
     /// A unary operator, by its law in the operator table.
@@ -151,7 +159,11 @@ pub mod build {
     }
     /// `sqrt(mean(x²) [+ eps])` over `n` elements.
     pub fn rms(x: &E, n: u64, eps: f32) -> E {
-        let mean = mul(&sum(n, &mul(x, x)), &constant(1.0 / n as f32));
+        rms_in(0, x, n, eps)
+    }
+    /// `sqrt(mean(x²) [+ eps])` over `n` elements of dimension class `class`.
+    pub fn rms_in(class: u64, x: &E, n: u64, eps: f32) -> E {
+        let mean = mul(&sum_in(class, n, &mul(x, x)), &constant(1.0 / n as f32));
         let mean = if eps == 0.0 { mean } else { add(&mean, &constant(eps)) };
         unary(&UnaryOp::Sqrt, &mean)
     }
@@ -168,7 +180,7 @@ impl Expr {
             Expr::Opaque => true,
             Expr::Var(_) | Expr::Const(_) => false,
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => a.is_opaque() || b.is_opaque(),
-            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, a) => a.is_opaque(),
+            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, _, a) => a.is_opaque(),
         }
     }
 
@@ -176,7 +188,7 @@ impl Expr {
         match self {
             Expr::Opaque | Expr::Var(_) | Expr::Const(_) => vec![],
             Expr::Add(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => vec![a, b],
-            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, a) => vec![a],
+            Expr::Exp(a) | Expr::Neg(a) | Expr::Fn(_, _, a) | Expr::Sum(_, _, a) => vec![a],
         }
     }
 
@@ -388,6 +400,17 @@ impl Answer {
     }
 }
 
+/// What z3 answered to one question "is the candidate a subexpression of a target?".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `unsat` of the negation: a proof.
+    Proved,
+    /// `sat`: a model of the axioms where it is not a subexpression.
+    Refuted,
+    /// `unknown`: no answer within the resource limit.
+    Unknown,
+}
+
 /// How the oracle queries z3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OracleConfig {
@@ -503,6 +526,12 @@ impl SubexprOracle {
 
     /// Asks z3, bypassing the memo and the syntactic shortcuts: `true` iff `unsat`.
     pub fn query(&self, e: &E) -> bool {
+        self.outcome(e) == Outcome::Proved
+    }
+
+    /// Asks z3, bypassing the memo, the statistics and the syntactic shortcuts (an opaque part
+    /// of `e` or of a target is a fresh constant there, which nothing else is a subexpression of).
+    pub fn outcome(&self, e: &E) -> Outcome {
         Z3_ENV.with(|env| {
             let mut env = env.borrow_mut();
             let env = env.get_or_insert_with(Z3Env::new);
@@ -561,7 +590,7 @@ impl Z3Env {
                 })
                 .collect(),
             cst: FuncDecl::new("cst", &[&i], &t),
-            sum: FuncDecl::new("sum", &[&i, &t], &t),
+            sum: FuncDecl::new("sum", &[&i, &i, &t], &t),
             sub: FuncDecl::new("subexpr", &[&t, &t], &b),
             axioms: Vec::new(),
             t,
@@ -584,9 +613,12 @@ impl Z3Env {
         let z = Dynamic::new_const("z", &self.t);
         let i = Int::new_const("i");
         let j = Int::new_const("j");
+        // The dimension class of the sums an axiom relates (one class per axiom: sums over
+        // different classes neither merge nor complete one another).
+        let c = Int::new_const("c");
         let (add, mul, div) = (&self.add, &self.mul, &self.div);
         let a2 = Self::app2;
-        let sum = |n: &Int, e: &Dynamic| self.sum.apply(&[n, e]);
+        let sum = |n: &Int, e: &Dynamic| self.sum.apply(&[&c, n, e]);
         let mut ax: Vec<Bool> = Vec::new();
         // ∀ over `vars` with one multi-pattern per entry of `pats`.
         let forall = |vars: &[&dyn Ast], pats: &[&[&dyn Ast]], body: &Bool| -> Bool {
@@ -622,19 +654,19 @@ impl Z3Env {
         ax.push(forall(&[&x, &y, &z], &[&[&l]], &l.eq(&r)));
         // sum(i, sum(j, x)) = sum(i·j, x)
         let l = sum(&i, &sum(&j, &x));
-        ax.push(forall(&[&i, &j, &x], &[&[&l]], &l.eq(sum(&Int::mul(&[&i, &j]), &x))));
+        ax.push(forall(&[&c, &i, &j, &x], &[&[&l]], &l.eq(sum(&Int::mul(&[&i, &j]), &x))));
         // sum(i, add(x, y)) = add(sum(i, x), sum(i, y))
         let l = sum(&i, &a2(add, &x, &y));
         let r = a2(add, &sum(&i, &x), &sum(&i, &y));
-        ax.push(forall(&[&i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
+        ax.push(forall(&[&c, &i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
         // sum(i, mul(x, y)) = mul(sum(i, x), y)
         let l = sum(&i, &a2(mul, &x, &y));
         let r = a2(mul, &sum(&i, &x), &y);
-        ax.push(forall(&[&i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
+        ax.push(forall(&[&c, &i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
         // sum(i, div(x, y)) = div(sum(i, x), y)
         let l = sum(&i, &a2(div, &x, &y));
         let r = a2(div, &sum(&i, &x), &y);
-        ax.push(forall(&[&i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
+        ax.push(forall(&[&c, &i, &x, &y], &[&[&l], &[&r]], &l.eq(&r)));
         // mul(exp(x), exp(y)) = exp(add(x, y))
         let l = a2(mul, &self.exp.apply(&[&x]), &self.exp.apply(&[&y]));
         let r = self.exp.apply(&[&a2(add, &x, &y)]);
@@ -664,11 +696,11 @@ impl Z3Env {
             ax.push(forall(&[&i, &x], &[&[&e]], &self.sub_of(&x, &e)));
         }
         let e = sum(&i, &x);
-        ax.push(forall(&[&i, &x], &[&[&e]], &self.sub_of(&x, &e)));
+        ax.push(forall(&[&c, &i, &x], &[&[&e]], &self.sub_of(&x, &e)));
         // A partial sum is a subexpression of a longer one: i | j ⇒ sum(i, x) ⊑ sum(j, x).
         let (si, sj) = (sum(&i, &x), sum(&j, &x));
         let divides = Bool::and(&[&i.ge(Int::from_i64(1)), &j.modulo(&i).eq(Int::from_i64(0))]);
-        ax.push(forall(&[&i, &j, &x], &[&[&si, &sj]], &divides.implies(self.sub_of(&si, &sj))));
+        ax.push(forall(&[&c, &i, &j, &x], &[&[&si, &sj]], &divides.implies(self.sub_of(&si, &sj))));
         ax
     }
 
@@ -690,13 +722,13 @@ impl Z3Env {
                 // Every uninterpreted operator of the table has a function; a fresh constant if not.
                 None => Dynamic::fresh_const(name, &self.t),
             },
-            Expr::Sum(n, a) => self.sum.apply(&[&Int::from_u64(*n), &t(a)]),
+            Expr::Sum(class, n, a) => self.sum.apply(&[&Int::from_u64(*class), &Int::from_u64(*n), &t(a)]),
             // Opaque expressions never reach z3 (they are kept); a fresh constant if they did.
             Expr::Opaque => Dynamic::fresh_const("opaque", &self.t),
         }
     }
 
-    fn proves_subexpr(&self, e: &E, targets: &[E], num_vars: usize, rlimit: u32) -> bool {
+    fn proves_subexpr(&self, e: &E, targets: &[E], num_vars: usize, rlimit: u32) -> Outcome {
         let solver = Solver::new();
         let mut params = Params::new();
         params.set_u32("rlimit", rlimit);
@@ -720,6 +752,10 @@ impl Z3Env {
         for target in targets {
             solver.assert(self.sub_of(&c, &self.term(target, &vars)).not());
         }
-        solver.check() == SatResult::Unsat
+        match solver.check() {
+            SatResult::Unsat => Outcome::Proved,
+            SatResult::Sat => Outcome::Refuted,
+            SatResult::Unknown => Outcome::Unknown,
+        }
     }
 }

@@ -25,8 +25,9 @@
 //! it says whether the prefix may still contribute to the program's outputs. [`StructuralPruner`]
 //! is the default: the expression must match a subterm of a program output's expression, where a
 //! partial sum `sum(m, x)` matches `sum(n, x)` when `m` divides `n` (an accumulator or a later
-//! kernel completes it) and a sub-multiset of a `+` or `·` matches the whole (associativity). A
-//! z3-backed oracle (`absexpr`) can replace it through the same trait.
+//! kernel completes it) and a sub-multiset of a `+` or `·` matches the whole (associativity).
+//! [`super::oracle::Z3Pruner`] puts the z3 subexpression oracle (`absexpr`) behind it, for what
+//! the normal form rejects ([`super::SearchConfig::z3`]).
 
 use std::sync::Arc;
 
@@ -296,6 +297,10 @@ pub trait Pruner: Send + Sync {
     fn keep(&self, expr: &Expr) -> bool;
     /// A short name for reports.
     fn name(&self) -> &str;
+    /// What the z3 oracle behind the pruner did, if it has one ([`super::oracle::Z3Pruner`]).
+    fn z3_counts(&self) -> Option<super::oracle::Z3Counts> {
+        None
+    }
 }
 
 /// The default pruner: the expression must complete to a subterm of a program output's

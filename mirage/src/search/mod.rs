@@ -37,6 +37,7 @@
 pub mod attention;
 mod enumerate;
 pub mod expr;
+pub mod oracle;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,6 +53,7 @@ use crate::fingerprint::{FingerprintContext, Verdict, VerifyConfig, VerifyError,
 use crate::ir::{AccKind, BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
 use crate::reference::{HostTensor, max_scaled_error, run};
 pub use expr::{NoPruning, Pruner, StructuralPruner};
+pub use oracle::{Z3Counts, Z3Pruner};
 
 /// Version of the search algorithm; part of every cache key.
 pub const SEARCH_ALGORITHM_VERSION: u32 = 6;
@@ -97,6 +99,9 @@ pub struct SearchConfig {
     pub max_states: u64,
     /// Prune with abstract expressions ([`StructuralPruner`]); off only for ablations.
     pub pruning: bool,
+    /// With `pruning`, ask the z3 subexpression oracle about every prefix the structural check
+    /// rejects and keep those it proves ([`Z3Pruner`]).
+    pub z3: bool,
     /// Fingerprint verification settings.
     pub verify: VerifyConfig,
     /// How many of the cheapest candidates to verify for the report (the winner always is).
@@ -130,6 +135,7 @@ impl Default for SearchConfig {
             budget: Duration::from_secs(60),
             max_states: u64::MAX,
             pruning: true,
+            z3: false,
             verify: VerifyConfig::default(),
             verify_top: 1,
             max_verify: 32,
@@ -171,6 +177,9 @@ impl SearchConfig {
             self.reread_inputs,
             self.pruning
         );
+        // z3 joined the configuration later: only a search with it on hashes differently, so the
+        // cache entries of searches without it keep their keys.
+        let text = if self.pruning && self.z3 { format!("{text}|z3") } else { text };
         let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
@@ -234,6 +243,8 @@ pub struct SearchStats {
     /// the results of all their operands were computed: where a search that found nothing
     /// stopped.
     pub never_computed: Vec<String>,
+    /// What the z3 oracle did, when the pruner has one ([`SearchConfig::z3`]).
+    pub z3: Option<Z3Counts>,
 }
 
 impl SearchStats {
@@ -438,10 +449,13 @@ pub fn candidates(
     let info = enumerate::analyze(program).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
     let structural = StructuralPruner::new(&targets);
-    let pruner: &dyn Pruner = match pruner {
-        Some(p) => p,
-        None if cfg.pruning => &structural,
-        None => &NoPruning,
+    let z3 = (pruner.is_none() && cfg.pruning && cfg.z3)
+        .then(|| Z3Pruner::new(&targets, program.inputs().len(), crate::absexpr::OracleConfig::default()));
+    let pruner: &dyn Pruner = match (pruner, &z3) {
+        (Some(p), _) => p,
+        (None, Some(z3)) => z3,
+        (None, None) if cfg.pruning => &structural,
+        (None, None) => &NoPruning,
     };
     let run = enumerate::Run {
         info: &info,
@@ -477,6 +491,7 @@ pub fn candidates(
         search_time: start.elapsed(),
         pruner: pruner.name().to_string(),
         never_computed: run.frontier(),
+        z3: pruner.z3_counts(),
         ..SearchStats::default()
     };
     Ok((cands, stats))
@@ -891,6 +906,19 @@ impl fmt::Display for SearchResult {
                 },
                 s.verify_time.as_secs_f64()
             )?;
+            if let Some(z) = &s.z3 {
+                writeln!(
+                    f,
+                    "z3: {} structural rejects, {} memo hits, {} queries ({} unknown) in {:.2} s, {} rescued, {} not asked (opaque)",
+                    z.structural_rejects,
+                    z.cache_hits,
+                    z.queries,
+                    z.unknown,
+                    z.z3_time.as_secs_f64(),
+                    z.rescues,
+                    z.opaque
+                )?;
+            }
         }
         write!(f, "{}", self.summary())?;
         for n in &self.notes {

@@ -12,6 +12,8 @@
 //! - [`random`]: seeded random `#[mugraph]` programs (differential tests of the whole compiler).
 //! - [`inputs`]: the one random input generator, the seed of a randomized run
 //!   (`MIRAGE_TEST_SEED`), and the input ranges of the golden and coverage programs.
+//! - [`mutants`]: single-edit mutants of µGraphs by mutation kind, classified by the f32
+//!   reference: the verifier's corpus.
 //!
 //! The comparison lives here rather than in `mirage-runtime`: everything that compares a result
 //! also runs the reference interpreter (`mirage::reference`) to have something to compare with,
@@ -20,5 +22,6 @@
 pub mod benchmarks;
 pub mod compare;
 pub mod inputs;
+pub mod mutants;
 pub mod programs;
 pub mod random;
