@@ -149,7 +149,7 @@ fn a_state_budget_without_a_candidate_is_a_clear_error() {
     let cfg = SearchConfig { max_states: 1, ..budgeted(SearchConfig::default()) };
     let err = superoptimize(&program, &cfg, None).expect_err("one state holds no complete µGraph");
     assert!(matches!(err, SearchError::NotFound(_)), "{err:?}");
-    assert!(err.to_string().contains("(budget exhausted)"), "{err}");
+    assert!(err.to_string().contains("(budget 86400.0 s / 1 states exhausted)"), "{err}");
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn a_state_budget_returns_the_best_so_far() {
         assert!(cut.stats.timed_out, "{:?}", cut.stats);
         assert_eq!(cut.best.verified, Some(true));
         assert_eq!(cut.best.hash, one.best.hash);
-        assert!(cut.to_string().contains("budget exhausted: best so far"), "{cut}");
+        assert!(cut.to_string().contains("states exhausted: the best verified µGraph found by then"), "{cut}");
     });
 }
 
