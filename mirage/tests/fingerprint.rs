@@ -7,10 +7,9 @@ use std::time::Instant;
 
 use mirage::eval::{Domain, Tensor};
 use mirage::fingerprint::*;
-use mirage::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, DType, GridMap, KernelGraph, KernelOp, Law, TensorRef, UnaryOp,
-};
+use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Law, TensorRef, UnaryOp};
 use mirage::reference::{HostTensor, max_scaled_error, run};
+use mirage::testing::mutants::other_maps;
 use mirage::testing::programs::golden_cases;
 
 fn values(key: u64, n: usize) -> Vec<Fp> {
@@ -463,19 +462,6 @@ fn rebuild(g: &KernelGraph, edit: &Edit) -> Option<KernelGraph> {
         out.push(op, &inputs).ok()?;
     }
     Some(out)
-}
-
-fn other_maps(map: GridMap, grid: [usize; 3], rank: usize, allow_none: bool) -> Vec<GridMap> {
-    let mut out = Vec::new();
-    for axis in (0..3).filter(|&a| grid[a] > 1) {
-        let alts = (0..rank).map(Some).chain(allow_none.then_some(None));
-        for alt in alts.filter(|&o| o != map[axis]) {
-            let mut m = map;
-            m[axis] = alt;
-            out.push(m);
-        }
-    }
-    out
 }
 
 /// Every single-edit mutant of `g`, by kind.

@@ -243,7 +243,7 @@ pub fn rebuild(g: &KernelGraph, edit: &Edit) -> Result<KernelGraph, String> {
 }
 
 /// The other grid maps one entry away from `map` (entries of grid axes of size 1 mean nothing).
-fn other_maps(map: GridMap, grid: [usize; 3], rank: usize, allow_none: bool) -> Vec<GridMap> {
+pub fn other_maps(map: GridMap, grid: [usize; 3], rank: usize, allow_none: bool) -> Vec<GridMap> {
     let mut out = Vec::new();
     for axis in (0..3).filter(|&a| grid[a] > 1) {
         let alts = (0..rank).map(Some).chain(allow_none.then_some(None));
