@@ -309,28 +309,12 @@ pub fn rounding_spread(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::Scalar;
     use crate::reference::unary_f32;
 
     #[test]
     fn the_f64_unary_functions_are_the_reference_ones() {
-        let ops = [
-            UnaryOp::Exp,
-            UnaryOp::Square,
-            UnaryOp::Sqrt,
-            UnaryOp::Silu,
-            UnaryOp::Gelu,
-            UnaryOp::Relu,
-            UnaryOp::Neg,
-            UnaryOp::Recip,
-            UnaryOp::Tanh,
-            UnaryOp::Sigmoid,
-            UnaryOp::GeluTanh,
-            UnaryOp::Clamp { lo: Scalar(-0.25), hi: Scalar(0.5) },
-            UnaryOp::MulScalar { c: Scalar(1.5) },
-            UnaryOp::AddScalar { c: Scalar(0.25) },
-        ];
-        for op in &ops {
+        // The reference computes in f32: a few roundings apart at most.
+        for op in &UnaryOp::ALL {
             for i in 1..=64 {
                 let x = (i as f32 - 32.5) / 8.0;
                 let (wide, narrow) = (unary_f64(op, f64::from(x)), f64::from(unary_f32(op, x)));
@@ -339,7 +323,7 @@ mod tests {
                     continue;
                 }
                 assert!(
-                    (wide - narrow).abs() <= 4.0 * F32_UNIT_ROUNDOFF * narrow.abs().max(1e-30),
+                    (wide - narrow).abs() <= 8.0 * F32_UNIT_ROUNDOFF * narrow.abs().max(1e-30),
                     "{op}({x}): {wide} vs {narrow}"
                 );
             }
