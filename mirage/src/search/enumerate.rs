@@ -63,6 +63,10 @@ pub(crate) struct ProgramInfo {
     pub outputs: Vec<(E, TensorDesc, Option<Vec<usize>>)>,
     /// Classes of the program outputs' dims.
     pub output_classes: HashSet<Class>,
+    /// Classes some operator reduces: a matmul's inner dim, a `reduce_sum` or `reduce_max` dim.
+    /// One that is also an output class ([`ProgramInfo::conflicts`]) can be neither looped over
+    /// nor split by a final kernel.
+    pub contracted: HashSet<Class>,
     /// Size of each class.
     pub class_sizes: Vec<usize>,
     /// Operator kinds of the program.
@@ -144,6 +148,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     // Pass 1: union-find of the dims, operator kinds.
     let mut uf = UnionFind((0..total).collect());
     let mut ops = OpSet::default();
+    // Slots of reduced dims, with their extents.
+    let mut contracted_slots: Vec<(usize, usize)> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
         let out = TensorRef::new(i);
         let tie_same = |uf: &mut UnionFind, a: TensorRef, skip: Option<usize>| {
@@ -169,6 +175,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 uf.union(slot(n.inputs[0], r - 2), slot(out, r - 2));
                 uf.union(slot(n.inputs[1], r - 1), slot(out, r - 1));
                 uf.union(slot(n.inputs[0], r - 1), slot(n.inputs[1], r - 2));
+                contracted_slots.push((slot(n.inputs[0], r - 1), desc(n.inputs[0]).shape[r - 1]));
             }
             KernelOp::Unary { op } => {
                 if !ops.unary.contains(op) {
@@ -186,10 +193,12 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             KernelOp::ReduceSum { dim } => {
                 ops.reduce_sum = true;
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
+                contracted_slots.push((slot(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim]));
             }
             KernelOp::ReduceMax { dim } => {
                 ops.reduce_max = true;
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
+                contracted_slots.push((slot(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim]));
             }
             KernelOp::RmsNorm { eps } => {
                 if !ops.rms_eps.contains(eps) {
@@ -345,6 +354,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     if outputs.is_empty() {
         return Err("the program has no outputs".into());
     }
+    let contracted: HashSet<Class> =
+        contracted_slots.iter().filter_map(|&(s, size)| class_of(&mut uf, s, size)).collect();
     if !ops.rms_eps.is_empty() && !ops.binary.contains(&BinaryOp::Div) {
         ops.binary.push(BinaryOp::Div); // the normalization moved after a matmul
     }
@@ -356,7 +367,17 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             ops.sum_to_widths.push(w);
         }
     }
-    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops, steps })
+    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, contracted, class_sizes, ops, steps })
+}
+
+impl ProgramInfo {
+    /// How many classes are both reduced and kept by an output: a final kernel can neither loop
+    /// over such a class (it is an output's) nor split it (blocks would hold partial sums). A
+    /// residual `x + f(x) @ w` ties `w`'s inner dim to the output's through `x`; reading `x` as
+    /// two inputs ([`super::partition::split_reads`]) removes the conflict.
+    pub fn conflicts(&self) -> usize {
+        self.contracted.intersection(&self.output_classes).count()
+    }
 }
 
 /// Shared state of one search run.
@@ -1160,7 +1181,7 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
             }
         }
         if ti.phase == Phase::InLoop {
-            if !(no_loop && ti.is_input) {
+            if !(no_loop && ti.is_input) || joins_epilogue(run, ti) {
                 moves.push((BlockOp::Accum { acc: AccKind::Sum }, vec![i]));
             }
             if ops.reduce_sum {
@@ -1198,6 +1219,16 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
         }
     }
     moves
+}
+
+/// Whether an input tile may pass the (absent) loop unchanged to join the epilogue: without a
+/// loop `acc_sum` is the identity, and an input all of whose classes are output classes (the
+/// `x` of a residual `x + f(x) @ w`) is added to the finished reduction after it. Only programs
+/// that reduce need it (without a reduction the same operator applies before the accumulator).
+fn joins_epilogue(run: &Run<'_>, t: &BTile) -> bool {
+    let ops = &run.info.ops;
+    (ops.matmul || ops.reduce_sum || !ops.rms_eps.is_empty())
+        && t.classes.iter().flatten().all(|c| run.info.output_classes.contains(c))
 }
 
 fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[usize]) -> Vec<Option<Class>> {
