@@ -215,3 +215,39 @@ fn a_whole_mlp_block_with_norm_and_residual() {
     assert!(r.stats.unfused.is_empty(), "{:?}", r.stats.unfused);
     assert!(r.best.graph.num_kernels() <= 3, "{} kernels", r.best.graph.num_kernels());
 }
+
+/// An operator the search cannot express still builds: with library kernels off, no block graph
+/// carries an input's row past the loop unchanged for `argmax`, so the search of the whole
+/// program finds nothing; searched in parts, the projection is fused and the argmax alone is kept
+/// as its own library kernel, and a note (a `cargo:warning=` line in the build) names it and why.
+#[test]
+fn an_operator_the_search_cannot_express_is_named() {
+    let program = lower_source(
+        "#[mugraph]
+         fn f(x: Tensor<f16, 2, 256>, h: Tensor<f16, 2, 256>, w: Tensor<f16, 256, 512>)
+             -> (Tensor<i32, 2, 1>, Tensor<f16, 2, 512>)
+         {
+             (argmax(x, 1), exp(h.matmul(w)))
+         }",
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .remove(0)
+    .graph;
+    let cfg = SearchConfig { kernel_level_ops: false, ..SearchConfig::default() };
+    let r = superoptimize(&program, &cfg, None).unwrap_or_else(|e| panic!("{e}"));
+    println!("{r}");
+    assert_eq!(r.best.verified, Some(true));
+    assert_eq!(float_check(&program, &r.best.graph).expect("float check runs"), Ok(()));
+    assert_eq!(r.stats.unfused.len(), 1, "{:?}", r.stats.unfused);
+    assert!(r.stats.unfused[0].starts_with("`argmax"), "{:?}", r.stats.unfused);
+    let report = r.to_string();
+    assert!(report.contains("note: no µGraph of the whole program"), "{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("note: part ")
+            && l.contains("`argmax")
+            && l.contains("kept as its own library kernel (not fused): the search expresses no µGraph of it alone")),
+        "{report}"
+    );
+    // The projection and its exp are one fused kernel; the argmax another.
+    assert_eq!(r.best.graph.num_kernels(), 2, "{}", describe(&r.best.graph));
+}

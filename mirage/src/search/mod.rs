@@ -17,6 +17,9 @@
 //!    in that order with finite-field fingerprints at the program's real shapes
 //!    ([`FingerprintContext`]); the first equivalent one that also passes the f32 float check
 //!    ([`float_check`]) is chosen.
+//! 4. An input read in conflicting roles (a residual's `x`) is searched as one copy per role and
+//!    read twice by the µGraph; a program no search solves whole is searched in parts and the
+//!    parts composed, verified as a whole ([`partition`]).
 //!
 //! ```no_run
 //! use mirage::search::{superoptimize, SearchConfig};

@@ -7,6 +7,13 @@
 //! copy of the input, so one block graph may read `x` under two maps (a whole row for a norm, a
 //! tile for the residual add), and [`ReadSplit::merge`] turns every candidate back into a µGraph
 //! over the program's own inputs (the copies become the same kernel tensor).
+//!
+//! `search_parts`: a program no single search solves (a chain of three matmuls with a norm and
+//! a residual, or one too large for the budget) is cut at matmul boundaries, each part searched
+//! as a program of its own (grown greedily operator by operator where a part is not solved
+//! whole), and the parts' µGraphs composed into one µGraph over the program's inputs, which the
+//! caller verifies against the whole program. Only an operator no search expresses even alone
+//! stays its own library kernel, and the search's notes name it with the reason.
 
 use std::collections::HashMap;
 
@@ -265,10 +272,12 @@ fn labels(program: &KernelGraph, ops: &[usize]) -> String {
 /// matmul boundaries ([`matmul_parts`]); a part the search does not solve whole is grown
 /// greedily, operator by operator in program order, into the longest runs it does solve; an
 /// operator no search expresses even alone is kept as its own library kernel (and named in
-/// [`Parts::unfused`]). Every part's search has the whole budget of `cfg`. The composed µGraph
-/// is returned unverified: the caller verifies it against the whole program.
+/// [`Parts::unfused`]). The parts' searches share one budget of `cfg`'s size (time and states),
+/// on top of what the search of the whole program spent. The composed µGraph
+/// is returned unverified: the caller verifies it against the whole program. `None` when no
+/// part was found (every operator would be its own library kernel: the program as written).
 pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Option<Parts> {
-    let part_cfg = SearchConfig { partition: false, ..cfg.clone() };
+    let start = std::time::Instant::now();
     let mut stats = SearchStats { budget: cfg.budget, max_states: cfg.max_states, ..SearchStats::default() };
     let mut notes = Vec::new();
     let mut unfused = Vec::new();
@@ -277,6 +286,13 @@ pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Op
     let attempt = |ops: &[usize], stats: &mut SearchStats| -> Result<KernelGraph, String> {
         let Some((sub, _, _)) = sub_program(program, ops) else {
             return Err("its operators do not form a program".into());
+        };
+        // The parts share one budget: what is left of `cfg`'s after the parts searched so far.
+        let part_cfg = SearchConfig {
+            partition: false,
+            budget: cfg.budget.saturating_sub(start.elapsed()),
+            max_states: cfg.max_states.saturating_sub(stats.states),
+            ..cfg.clone()
         };
         match super::search(&sub, &part_cfg, pruner) {
             Ok(r) => {
@@ -351,6 +367,9 @@ pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Op
             ));
             solved.push((run, g));
         }
+    }
+    if unfused.len() == solved.len() {
+        return None; // no part found: nothing to compose that the program is not already
     }
     // Compose.
     let nodes = program.nodes();
