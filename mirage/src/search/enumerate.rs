@@ -1223,12 +1223,13 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
 
 /// Whether an input tile may pass the (absent) loop unchanged to join the epilogue: without a
 /// loop `acc_sum` is the identity, and an input all of whose classes are output classes (the
-/// `x` of a residual `x + f(x) @ w`) is added to the finished reduction after it. Only programs
-/// that reduce need it (without a reduction the same operator applies before the accumulator).
+/// `x` of a residual `x + f(x) @ w`) is added to the finished matmul after it, where a norm's
+/// division moved after the matmul is applied. Only programs with a matmul are offered the
+/// move: without one, reductions over whole rows happen in the loop and the operator applies
+/// before the accumulator (offering it there only repeats those structures: 6× the states of
+/// nTrans).
 fn joins_epilogue(run: &Run<'_>, t: &BTile) -> bool {
-    let ops = &run.info.ops;
-    (ops.matmul || ops.reduce_sum || !ops.rms_eps.is_empty())
-        && t.classes.iter().flatten().all(|c| run.info.output_classes.contains(c))
+    run.info.ops.matmul && t.classes.iter().flatten().all(|c| run.info.output_classes.contains(c))
 }
 
 fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[usize]) -> Vec<Option<Class>> {

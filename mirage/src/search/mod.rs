@@ -119,8 +119,8 @@ pub struct SearchConfig {
     /// Treat a cache miss as an error; `None` reads `MIRAGE_OFFLINE` (`1` = offline).
     pub offline: Option<bool>,
     /// When no µGraph of the whole program is found, search it in parts
-    /// ([`partition`](self::partition) module docs) and compose them, each with this budget;
-    /// off, such a search is an error.
+    /// ([`partition`](self::partition) module docs), each with this configuration's budget, and
+    /// compose them; off, such a search is an error.
     pub partition: bool,
 }
 

@@ -272,12 +272,11 @@ fn labels(program: &KernelGraph, ops: &[usize]) -> String {
 /// matmul boundaries ([`matmul_parts`]); a part the search does not solve whole is grown
 /// greedily, operator by operator in program order, into the longest runs it does solve; an
 /// operator no search expresses even alone is kept as its own library kernel (and named in
-/// [`Parts::unfused`]). The parts' searches share one budget of `cfg`'s size (time and states),
-/// on top of what the search of the whole program spent. The composed µGraph
+/// [`Parts::unfused`]). Each part's search has the budget of `cfg` (a part is much smaller than
+/// the program, and its search usually ends well within it). The composed µGraph
 /// is returned unverified: the caller verifies it against the whole program. `None` when no
 /// part was found (every operator would be its own library kernel: the program as written).
 pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Option<Parts> {
-    let start = std::time::Instant::now();
     let mut stats = SearchStats { budget: cfg.budget, max_states: cfg.max_states, ..SearchStats::default() };
     let mut notes = Vec::new();
     let mut unfused = Vec::new();
@@ -287,13 +286,7 @@ pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Op
         let Some((sub, _, _)) = sub_program(program, ops) else {
             return Err("its operators do not form a program".into());
         };
-        // The parts share one budget: what is left of `cfg`'s after the parts searched so far.
-        let part_cfg = SearchConfig {
-            partition: false,
-            budget: cfg.budget.saturating_sub(start.elapsed()),
-            max_states: cfg.max_states.saturating_sub(stats.states),
-            ..cfg.clone()
-        };
+        let part_cfg = SearchConfig { partition: false, ..cfg.clone() };
         match super::search(&sub, &part_cfg, pruner) {
             Ok(r) => {
                 stats.states += r.stats.states;
