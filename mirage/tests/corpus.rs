@@ -1,5 +1,5 @@
-//! The corpus of programs people write (`benches/kernels/corpus.rs`: norm + QKV, attention output
-//! + residual, norm + gated MLP, down + residual, the whole MLP block, final norm + LM head, for
+//! The corpus of programs people write (`benches/kernels/corpus.rs`: norm and QKV, attention
+//! output and residual, norm and gated MLP, down and residual, the whole MLP block, final norm and LM head, for
 //! Llama-3.2-1B, Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows, bf16), each searched with the
 //! default configuration and a 60 s budget. Prints one row per program: superoptimized or not
 //! (operators kept as their own library kernels), kernels, estimated µs, search time and states;
