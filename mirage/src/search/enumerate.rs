@@ -519,6 +519,10 @@ struct BlockConfig {
     axis_class: [Option<Class>; 3],
     loop_class: Option<Class>,
     frange: usize,
+    /// `acc_max` of an input loaded once (no loop dim) is that input: the maximum of F equal
+    /// values. Set in programs with a matmul and no maximum of their own, where it carries a
+    /// residual past a pipelined loop ([`joins_epilogue`]).
+    invariant_max: bool,
 }
 
 /// Enumerates µGraphs of at most `max_kernels` kernels, fewer kernels first.
@@ -850,6 +854,7 @@ struct Pattern {
 fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: bool) -> Vec<Pattern> {
     let cfg = run.cfg;
     let outc = &run.info.output_classes;
+    let invariant_max = run.info.ops.matmul && !run.info.ops.reduce_max;
     let k = classes.len();
     let mut out = Vec::new();
     for mask in 0u32..(1u32 << k.min(12)) {
@@ -906,13 +911,21 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
             let mut configs = Vec::new();
             for &(grid, axis) in &grids {
                 match lc {
-                    None => configs.push(BlockConfig { grid, axis_class: axis, loop_class: None, frange: 1 }),
+                    None => {
+                        configs.push(BlockConfig { grid, axis_class: axis, loop_class: None, frange: 1, invariant_max })
+                    }
                     Some(c) => {
                         let split = (0..3).find(|&a| axis[a] == Some(c)).map_or(1, |a| grid[a]);
                         let slab = sizes[c as usize] / split;
                         for &f in &cfg.forloop_ranges {
                             if f > 1 && slab.is_multiple_of(f) {
-                                configs.push(BlockConfig { grid, axis_class: axis, loop_class: lc, frange: f });
+                                configs.push(BlockConfig {
+                                    grid,
+                                    axis_class: axis,
+                                    loop_class: lc,
+                                    frange: f,
+                                    invariant_max,
+                                });
                             }
                         }
                     }
@@ -1082,7 +1095,10 @@ fn apply(st: &BState, op: &BlockOp, ins: &[usize], c: &BlockConfig, info: &[Clas
     let es: Vec<&E> = ins.iter().map(|&i| &st.tiles[i].expr).collect();
     let in_btiles: Vec<&BTile> = ins.iter().map(|&i| &st.tiles[i]).collect();
     let in_classes: Vec<&Vec<Option<Class>>> = in_btiles.iter().map(|t| &t.classes).collect();
-    let e = tile_expr(op, &es, &in_shapes, &in_classes, c, info)?;
+    let e = match op {
+        BlockOp::Accum { acc: AccKind::Max } if c.invariant_max && invariant_input(st, ins[0]) => es[0].clone(),
+        _ => tile_expr(op, &es, &in_shapes, &in_classes, c, info)?,
+    };
     let classes = tile_classes(op, &in_btiles, &in_shapes, &outs[0].shape);
     let id = ins.iter().fold(mix64(op_tag(op)), |h, &i| mix64(h ^ st.tiles[i].id.rotate_left(7)));
     let phase = outs[0].phase;
@@ -1190,7 +1206,7 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
             if ops.rms_eps.iter().any(|e| e.0 == 0.0) {
                 moves.push((BlockOp::Accum { acc: AccKind::RmsLast }, vec![i]));
             }
-            if ops.reduce_max {
+            if ops.reduce_max || (!no_loop && joins_epilogue(run, ti) && invariant_input(st, i)) {
                 moves.push((BlockOp::Accum { acc: AccKind::Max }, vec![i]));
             }
             for &w in &ops.sum_to_widths {
@@ -1221,8 +1237,9 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
     moves
 }
 
-/// Whether an input tile may pass the (absent) loop unchanged to join the epilogue: without a
-/// loop `acc_sum` is the identity, and an input all of whose classes are output classes (the
+/// Whether an input tile may pass the loop unchanged to join the epilogue: without a loop
+/// `acc_sum` is the identity, with one `acc_max` of a tile loaded once is (the maximum of equal
+/// values; [`BlockConfig::invariant_max`]), and an input all of whose classes are output classes (the
 /// `x` of a residual `x + f(x) @ w`) is added to the finished matmul after it, where a norm's
 /// division moved after the matmul is applied. Only programs with a matmul are offered the
 /// move: without one, reductions over whole rows happen in the loop and the operator applies
@@ -1230,6 +1247,15 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
 /// nTrans).
 fn joins_epilogue(run: &Run<'_>, t: &BTile) -> bool {
     run.info.ops.matmul && t.classes.iter().flatten().all(|c| run.info.output_classes.contains(c))
+}
+
+/// Whether tile `i` is an input loaded once, before the loop (no loop dim): the same value in
+/// every iteration.
+fn invariant_input(st: &BState, i: usize) -> bool {
+    st.tiles.get(i).is_some_and(|t| {
+        t.is_input
+            && st.bg.nodes().get(t.r.node).is_some_and(|n| matches!(n.op, BlockOp::Input { forloop_dim: None, .. }))
+    })
 }
 
 fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[usize]) -> Vec<Option<Class>> {
