@@ -274,8 +274,8 @@ fn labels(program: &KernelGraph, ops: &[usize]) -> String {
 /// operator no search expresses even alone is kept as its own library kernel (and named in
 /// [`Parts::unfused`]). Each part's search has the budget of `cfg` (a part is much smaller than
 /// the program, and its search usually ends well within it). The composed µGraph
-/// is returned unverified: the caller verifies it against the whole program. `None` when no
-/// part was found (every operator would be its own library kernel: the program as written).
+/// is returned unverified: the caller verifies it against the whole program. `None` when it
+/// fuses nothing (as many kernels as the program has operators: the program as written).
 pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Option<Parts> {
     let mut stats = SearchStats { budget: cfg.budget, max_states: cfg.max_states, ..SearchStats::default() };
     let mut notes = Vec::new();
@@ -361,8 +361,12 @@ pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Op
             solved.push((run, g));
         }
     }
-    if unfused.len() == solved.len() {
-        return None; // no part found: nothing to compose that the program is not already
+    // Nothing fused (every part one operator in one kernel): the program as written, which is
+    // what the caller's error leads to anyway.
+    let operators =
+        program.nodes().iter().filter(|n| !matches!(n.op, KernelOp::Input { .. } | KernelOp::Output { .. }));
+    if solved.iter().map(|(_, g)| g.num_kernels()).sum::<usize>() >= operators.count() {
+        return None;
     }
     // Compose.
     let nodes = program.nodes();
