@@ -611,18 +611,7 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         .chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone()))
         .take(cfg.top_k.max(1))
         .collect();
-    Ok(SearchResult {
-        program_hash: program.canonical_hash(),
-        best,
-        top,
-        stats,
-        from_cache: false,
-        cache_path: None,
-        notes,
-        cached_top: Vec::new(),
-        arch: cfg.arch.name.to_string(),
-        measured: None,
-    })
+    Ok(SearchResult::searched(program, cfg, best, top, stats, notes))
 }
 
 /// The result of a partitioned search ([`partition::search_parts`]) after the whole search
@@ -672,18 +661,33 @@ fn composed(
         unfused: parts.unfused,
         ..whole
     };
-    Ok(SearchResult {
-        program_hash: program.canonical_hash(),
-        top: vec![best.clone()],
-        best,
-        stats,
-        from_cache: false,
-        cache_path: None,
-        notes,
-        cached_top: Vec::new(),
-        arch: cfg.arch.name.to_string(),
-        measured: None,
-    })
+    let top = vec![best.clone()];
+    Ok(SearchResult::searched(program, cfg, best, top, stats, notes))
+}
+
+impl SearchResult {
+    /// The result of a search (not a cache hit) of `program`.
+    fn searched(
+        program: &KernelGraph,
+        cfg: &SearchConfig,
+        best: Candidate,
+        top: Vec<Candidate>,
+        stats: SearchStats,
+        notes: Vec<String>,
+    ) -> SearchResult {
+        SearchResult {
+            program_hash: program.canonical_hash(),
+            best,
+            top,
+            stats,
+            from_cache: false,
+            cache_path: None,
+            notes,
+            cached_top: Vec::new(),
+            arch: cfg.arch.name.to_string(),
+            measured: None,
+        }
+    }
 }
 
 /// Deterministic inputs for the float check (and the tuner's measurements): floats in `[-0.5, 0.5)`, and for `i32` inputs ids
