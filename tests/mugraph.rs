@@ -58,6 +58,9 @@ fn programs() -> Vec<&'static Program> {
         &op_f32::PROGRAM,
         &op_mixed::PROGRAM,
         &nested::op_nested::PROGRAM,
+        &op_residual::PROGRAM,
+        &op_down_residual_r1::PROGRAM,
+        &op_down_residual_r16::PROGRAM,
     ]
 }
 

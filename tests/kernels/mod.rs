@@ -203,3 +203,37 @@ pub mod nested {
         x * y
     }
 }
+
+/// A projection with its pre-norm and residual (a transformer's attention output at decode):
+/// `x` is read as a whole row by the norm and as a tile by the residual add.
+#[mugraph]
+pub fn op_residual(
+    x: Tensor<bf16, 1, 2048>,
+    g: Tensor<bf16, 1, 2048>,
+    w: Tensor<bf16, 2048, 2048>,
+) -> Tensor<bf16, 1, 2048> {
+    x + (rms_norm(x) * g).matmul(w)
+}
+
+/// The MLP's down projection of the SiLU-gated product with its residual, 1 row (the residual
+/// joins a pipelined loop's epilogue).
+#[mugraph]
+pub fn op_down_residual_r1(
+    x: Tensor<bf16, 1, 2048>,
+    a: Tensor<bf16, 1, 8192>,
+    b: Tensor<bf16, 1, 8192>,
+    w: Tensor<bf16, 8192, 2048>,
+) -> Tensor<bf16, 1, 2048> {
+    x + (silu(a) * b).matmul(w)
+}
+
+/// The same at 16 rows.
+#[mugraph]
+pub fn op_down_residual_r16(
+    x: Tensor<bf16, 16, 2048>,
+    a: Tensor<bf16, 16, 8192>,
+    b: Tensor<bf16, 16, 8192>,
+    w: Tensor<bf16, 8192, 2048>,
+) -> Tensor<bf16, 16, 2048> {
+    x + (silu(a) * b).matmul(w)
+}
