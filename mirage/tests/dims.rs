@@ -12,6 +12,7 @@ use mirage::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 use mirage::reference::{F32, HostTensor, max_scaled_error};
+use mirage::search::ranges::RangeCheck;
 use mirage::search::{SearchConfig, superoptimize};
 
 /// `B = 1..=64`, sizing dim 0 of input 0 (the other inputs fixed).
@@ -218,4 +219,73 @@ fn verification_sizes_cover_the_ends_and_non_multiples_of_every_tile() -> TestRe
     assert!(sizes.contains(&1) && sizes.contains(&64) && sizes.contains(&17) && sizes.contains(&61));
     assert!(sizes.iter().filter(|&&n| n != 64 && n != 48 && n != 32 && n != 16).count() >= 5, "{sizes:?}");
     Ok(())
+}
+
+fn over_b_config(dims: Dims) -> SearchConfig {
+    SearchConfig {
+        budget: Duration::from_secs(24 * 3600),
+        max_states: 5_000_000,
+        dims,
+        offline: Some(false),
+        ..SearchConfig::default()
+    }
+}
+
+#[test]
+fn the_search_verifies_over_the_range_and_keys_the_cache_on_it() -> TestResult {
+    let mut p = KernelGraph::new();
+    let x = p.input(&[64, 128], DType::F16)?;
+    let w = p.input(&[128, 256], DType::F16)?;
+    let n = p.rms_norm(x, 1e-6, None)?;
+    let y = p.matmul(n, w)?;
+    p.output(y, None)?;
+    let dims = over_b(2, 2);
+    let cfg = over_b_config(dims.clone());
+    let r = superoptimize(&p, &cfg, None)?;
+    assert_eq!(r.best.verified, Some(true));
+    agrees_at(&p, &r.best.graph, &dims, &[1, 2, 5, 17, 33, 63])?;
+    // The ranges are part of the key; a static search keys as before.
+    let static_key = over_b_config(Dims::default()).cache_key(&p);
+    assert_eq!(static_key, SearchConfig::default().cache_key(&p));
+    assert_ne!(cfg.cache_key(&p), static_key);
+    let narrower = Dims { vars: vec![DimVar { name: "B".into(), lo: 8, hi: 64 }], ..dims };
+    assert_ne!(over_b_config(narrower).cache_key(&p), cfg.cache_key(&p));
+    Ok(())
+}
+
+#[test]
+fn a_reduction_over_b_that_padding_pollutes_is_rejected_with_the_reason() -> TestResult {
+    // Σ_B exp(x): every block graph tiles B, so the padded rows' exp(0) = 1 pollutes the sum at
+    // sizes that are not multiples of the tile; nothing verifies over the range.
+    let p = reduced_over_b(Some(mirage::ir::UnaryOp::Exp), false)?;
+    let dims = over_b(1, 2);
+    let range = RangeCheckCase::new(&p, &dims);
+    let polluted = looped_over_b(Some(mirage::ir::UnaryOp::Exp), AccKind::Sum, false)?;
+    let why = range.check(&polluted).expect_err("rejected over the range");
+    assert!(why.contains("differs at B = "), "{why}");
+    let clean = reduced_over_b(None, false)?;
+    let plain = looped_over_b(None, AccKind::Sum, false)?;
+    RangeCheckCase::new(&clean, &dims).check(&plain).map_err(|e| format!("a plain sum passes: {e}"))?;
+    // Every candidate tiles B, so the search finds nothing, and says why.
+    let e = superoptimize(&p, &over_b_config(dims), None).expect_err("nothing verifies over B").to_string();
+    assert!(e.contains("not over the declared ranges") && e.contains("masked reductions"), "{e}");
+    assert!(e.contains("differs at B = "), "{e}");
+    Ok(())
+}
+
+/// The search's range check on one program.
+struct RangeCheckCase<'a> {
+    program: &'a KernelGraph,
+    cfg: SearchConfig,
+}
+
+impl<'a> RangeCheckCase<'a> {
+    fn new(program: &'a KernelGraph, dims: &Dims) -> Self {
+        RangeCheckCase { program, cfg: over_b_config(dims.clone()) }
+    }
+
+    fn check(&self, candidate: &KernelGraph) -> Result<(), String> {
+        let mut check = RangeCheck::new(self.program, &self.cfg).map_err(|e| e.to_string())?;
+        check.check(candidate, true).map_err(|e| e.to_string())?
+    }
 }
