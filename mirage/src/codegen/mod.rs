@@ -69,7 +69,7 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
                     let arg = match output_of.get(&t) {
                         Some(&k) => ArgRef::Output(k),
                         None => {
-                            buffers.push(Buffer { desc: desc.clone() });
+                            buffers.push(Buffer { desc: desc.clone(), dims: Vec::new() });
                             ArgRef::Buffer(buffers.len() - 1)
                         }
                     };
@@ -82,6 +82,8 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
                     threads: src.threads,
                     smem_bytes: src.smem_bytes,
                     args,
+                    grid_dims: Vec::new(),
+                    size_args: Vec::new(),
                 });
             }
             other => {
@@ -100,6 +102,9 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
         buffers,
         kernels,
         search_report: None,
+        dims: Vec::new(),
+        input_dims: Vec::new(),
+        output_dims: Vec::new(),
     };
     Ok(GeneratedProgram { source, kernels_source, plan })
 }
