@@ -101,14 +101,20 @@ fn gated_mlp_over_b_agrees_at_run_sizes() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn rms_norm_matmul_over_b_agrees_at_run_sizes() -> TestResult {
+/// `rms_norm(x) @ w`, x `[B = 64, 128]`, w `[128, 256]`.
+fn rms_norm_matmul() -> Result<KernelGraph, IrError> {
     let mut p = KernelGraph::new();
     let x = p.input(&[64, 128], DType::F16)?;
     let w = p.input(&[128, 256], DType::F16)?;
     let n = p.rms_norm(x, 1e-6, None)?;
     let y = p.matmul(n, w)?;
     p.output(y, None)?;
+    Ok(p)
+}
+
+#[test]
+fn rms_norm_matmul_over_b_agrees_at_run_sizes() -> TestResult {
+    let p = rms_norm_matmul()?;
     let dims = over_b(2, 2);
     for g in search(&p) {
         agrees_at(&p, &g, &dims, &SIZES).unwrap_or_else(|e| panic!("{e}\n{}", mirage::search::describe(&g)));
@@ -233,12 +239,7 @@ fn over_b_config(dims: Dims) -> SearchConfig {
 
 #[test]
 fn the_search_verifies_over_the_range_and_keys_the_cache_on_it() -> TestResult {
-    let mut p = KernelGraph::new();
-    let x = p.input(&[64, 128], DType::F16)?;
-    let w = p.input(&[128, 256], DType::F16)?;
-    let n = p.rms_norm(x, 1e-6, None)?;
-    let y = p.matmul(n, w)?;
-    p.output(y, None)?;
+    let p = rms_norm_matmul()?;
     let dims = over_b(2, 2);
     let cfg = over_b_config(dims.clone());
     let r = superoptimize(&p, &cfg, None)?;
