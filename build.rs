@@ -30,12 +30,19 @@ fn main() -> ExitCode {
 /// minutes of CPU time per build, so CI builds without it and the GPU bench's pack sets it.
 const GENERALITY_ENV: &str = "MIRAGE_GENERALITY";
 
+/// Set to `1` to build the bench's corpus (`benches/kernels/corpus.rs`, 36 programs people write:
+/// decode-time layer pieces with norms and residuals, weights of up to 136 M elements): their
+/// searches take up to minutes each on a small machine, so only the GPU bench's pack sets it.
+const CORPUS_ENV: &str = "MIRAGE_CORPUS";
+
 /// The `#[mugraph]` functions of the examples and tests (and, with `MIRAGE_GENERALITY=1`, of the
 /// bench's generality set, announced to the bench by the `mirage_generality` cfg):
 /// `mirage::build::compile`, the user's path.
 fn mugraph_kernels() -> Result<(), String> {
     println!("cargo::rustc-check-cfg=cfg(mirage_generality)");
+    println!("cargo::rustc-check-cfg=cfg(mirage_corpus)");
     println!("cargo:rerun-if-env-changed={GENERALITY_ENV}");
+    println!("cargo:rerun-if-env-changed={CORPUS_ENV}");
     let mut files = vec!["examples/kernels/mod.rs", "tests/kernels/mod.rs"];
     match std::env::var(GENERALITY_ENV).as_deref().map(str::trim) {
         Ok("1") => {
@@ -44,6 +51,14 @@ fn mugraph_kernels() -> Result<(), String> {
         }
         Ok("" | "0") | Err(_) => {}
         Ok(other) => return Err(format!("{GENERALITY_ENV}={other:?}: expected 1 (build the generality set) or 0")),
+    }
+    match std::env::var(CORPUS_ENV).as_deref().map(str::trim) {
+        Ok("1") => {
+            files.push("benches/kernels/corpus.rs");
+            println!("cargo:rustc-cfg=mirage_corpus");
+        }
+        Ok("" | "0") | Err(_) => {}
+        Ok(other) => return Err(format!("{CORPUS_ENV}={other:?}: expected 1 (build the corpus) or 0")),
     }
     mirage::build::compile(files).map(|_| ()).map_err(|e| e.to_string())
 }

@@ -2,7 +2,9 @@
 //! (the typed launchers of `examples/kernels/mod.rs`, built by this package's build.rs with
 //! `mirage::build::compile`), then the generality set when the package was built with
 //! `MIRAGE_GENERALITY=1` (`benches/kernels/generality.rs`: decode projections of three models at
-//! 1 and 16 rows in bf16 and f16, an f32 gated MLP, run through their programs' executors), each
+//! 1 and 16 rows in bf16 and f16, an f32 gated MLP, run through their programs' executors), then
+//! the corpus when it was built with `MIRAGE_CORPUS=1` (`benches/kernels/corpus.rs`: layer pieces
+//! with norms and residuals as people write them, three models at 1 and 16 rows in bf16), each
 //! checked against the CPU reference interpreter first (element by element with
 //! `mirage::testing::compare`, outputs NaN-poisoned; the seed is printed and `MIRAGE_TEST_SEED`
 //! replays it), then timed with CUDA events (L2 flushed before each launch, median of many launches, random
@@ -21,6 +23,9 @@
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+#[cfg(mirage_corpus)]
+#[path = "kernels/corpus.rs"]
+mod corpus;
 #[cfg(mirage_generality)]
 #[path = "kernels/generality.rs"]
 mod generality;
@@ -136,6 +141,68 @@ fn generality_cases() -> Vec<common::Case> {
     Vec::new()
 }
 
+/// A case of the corpus: its program run through the executor.
+#[cfg(mirage_corpus)]
+macro_rules! corpus_case {
+    ($name:ident, [$($scale:expr),+]) => {
+        common::Case {
+            name: stringify!($name),
+            program: &corpus::$name::PROGRAM,
+            launch: |gpu, inputs| {
+                let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
+                corpus::$name::PROGRAM.run(gpu.stream(), &args)
+            },
+            scales: &[$($scale),+],
+        }
+    };
+}
+
+/// Declares the corpus cases of one model at one row count: norm + QKV, attention output +
+/// residual, norm + gated MLP, down + residual, MLP block, final norm + LM head (activations and
+/// gains in [-1, 1), weights in [-0.02, 0.02), as torch_baselines.py scales them).
+#[cfg(mirage_corpus)]
+macro_rules! corpus_model {
+    ($out:ident; $($qkv:ident, $o:ident, $gated:ident, $down:ident, $block:ident, $lm:ident);+ $(;)?) => {
+        $(
+            $out.push(corpus_case!($qkv, [1.0, 1.0, 0.02]));
+            $out.push(corpus_case!($o, [1.0, 1.0, 0.02]));
+            $out.push(corpus_case!($gated, [1.0, 1.0, 0.02, 0.02]));
+            $out.push(corpus_case!($down, [1.0, 1.0, 1.0, 0.02]));
+            $out.push(corpus_case!($block, [1.0, 1.0, 0.02, 0.02, 0.02]));
+            $out.push(corpus_case!($lm, [1.0, 1.0, 0.02]));
+        )+
+    };
+}
+
+/// The corpus (`benches/kernels/corpus.rs`): decode-time pieces of a pre-norm layer as written,
+/// three models at 1 and 16 rows in bf16; built when the package was built with
+/// `MIRAGE_CORPUS=1`.
+#[cfg(mirage_corpus)]
+fn corpus_cases() -> Vec<common::Case> {
+    let mut v = Vec::new();
+    corpus_model!(v;
+        llama1b_norm_qkv_r1_bf16, llama1b_o_resid_r1_bf16, llama1b_norm_gated_r1_bf16,
+        llama1b_down_resid_r1_bf16, llama1b_mlp_block_r1_bf16, llama1b_norm_lm_head_r1_bf16;
+        llama1b_norm_qkv_r16_bf16, llama1b_o_resid_r16_bf16, llama1b_norm_gated_r16_bf16,
+        llama1b_down_resid_r16_bf16, llama1b_mlp_block_r16_bf16, llama1b_norm_lm_head_r16_bf16;
+        qwen05b_norm_qkv_r1_bf16, qwen05b_o_resid_r1_bf16, qwen05b_norm_gated_r1_bf16,
+        qwen05b_down_resid_r1_bf16, qwen05b_mlp_block_r1_bf16, qwen05b_norm_lm_head_r1_bf16;
+        qwen05b_norm_qkv_r16_bf16, qwen05b_o_resid_r16_bf16, qwen05b_norm_gated_r16_bf16,
+        qwen05b_down_resid_r16_bf16, qwen05b_mlp_block_r16_bf16, qwen05b_norm_lm_head_r16_bf16;
+        mistral7b_norm_qkv_r1_bf16, mistral7b_o_resid_r1_bf16, mistral7b_norm_gated_r1_bf16,
+        mistral7b_down_resid_r1_bf16, mistral7b_mlp_block_r1_bf16, mistral7b_norm_lm_head_r1_bf16;
+        mistral7b_norm_qkv_r16_bf16, mistral7b_o_resid_r16_bf16, mistral7b_norm_gated_r16_bf16,
+        mistral7b_down_resid_r16_bf16, mistral7b_mlp_block_r16_bf16, mistral7b_norm_lm_head_r16_bf16;
+    );
+    v
+}
+
+/// Without `MIRAGE_CORPUS=1` at build time the corpus is not built: no cases.
+#[cfg(not(mirage_corpus))]
+fn corpus_cases() -> Vec<common::Case> {
+    Vec::new()
+}
+
 fn bytes(specs: &[TensorDesc]) -> usize {
     specs.iter().map(|s| s.num_elements() * s.dtype.size_bytes()).sum()
 }
@@ -164,6 +231,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     if cfg!(mirage_generality) {
         programs.extend(mirage::lower::lower_source(include_str!("kernels/generality.rs"))?);
     }
+    if cfg!(mirage_corpus) {
+        programs.extend(mirage::lower::lower_source(include_str!("kernels/corpus.rs"))?);
+    }
 
     let mut rows = BTreeMap::new();
     let mut table = String::new();
@@ -173,7 +243,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     )?;
     writeln!(table, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     let mut failures = Vec::new();
-    let cases: Vec<common::Case> = common::all_cases().into_iter().chain(generality_cases()).collect();
+    let cases: Vec<common::Case> =
+        common::all_cases().into_iter().chain(generality_cases()).chain(corpus_cases()).collect();
     for case in cases.iter().filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name)) {
         let lowered =
             programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {}", case.name))?;

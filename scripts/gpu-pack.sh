@@ -3,9 +3,9 @@
 # scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, random_gpu, runtime_gpu, search, dims_gpu,
 # the gpu bench; others with --only), the example binaries and the gpu bench (../shared/gpu/pack),
 # the random programs (.gpu/random.tar.xz: 320 programs of mirage::testing::random built, verified
-# and checked in the f32 reference here, cubins for sm_90a only; MIRAGE_RANDOM_SEEDS=a..b packs
-# others), the PyTorch and Triton anchors (benches/py: the benchmark and generality sets), and the
-# commit being measured. Then, on the GPU machine,
+# and checked in the f32 reference here, cubins for sm_90a only, with their chosen µGraphs;
+# MIRAGE_RANDOM_SEEDS=a..b packs others), the PyTorch and Triton anchors (benches/py: the
+# benchmark and generality sets), and the commit being measured. Then, on the GPU machine,
 # from the repository root: `bash scripts/gpu-run-all.sh` (tests, examples, benchmark),
 # `bash scripts/gpu-bench.sh` (the benchmark) or `bash .gpu/run-tests` (the packed tests).
 #

@@ -67,6 +67,9 @@ rm -rf "$MIRAGE_RANDOM_PACK"
 if python3 -m tarfile -e .gpu/random.tar.xz .gpu; then
   run_test random_gpu 300 --include-ignored
   summary+="$(grep -E '^random programs: ' "$out/tests.txt" | tail -1)"$'\n'
+  # Each mismatch's first line (program, output, input seed, worst element, tolerances); the
+  # worst elements, the storage-rounded values and the program follow it in tests.txt.
+  summary+="$(grep -E '^MISMATCH random_' "$out/tests.txt" | head -20 | cut -c1-600)"$'\n'
 else
   fail "random_gpu: cannot unpack .gpu/random.tar.xz (scripts/gpu-pack.sh packs it)"
 fi

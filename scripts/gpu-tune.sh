@@ -18,6 +18,8 @@ if [ ! -x .tune/tune ] || [ ! -f .tune/bundle/manifest.json ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 start=$(date +%s)
+# libz3, carried by scripts/tune-pack.sh (the GPU machine has none).
+export LD_LIBRARY_PATH="$PWD/.tune/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 .tune/tune measure .tune/bundle --out "$out/tune.json" "$@" > "$out/tune.txt" 2> "$out/tune.log"
 status=$?
 echo "tuning took $(( $(date +%s) - start )) s (exit $status); from $out/tune.log:"

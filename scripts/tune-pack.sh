@@ -21,6 +21,9 @@ cargo build --release -p mirage-rs --features build --example tune
 mkdir -p .tune
 cp target/release/examples/tune .tune/tune
 strip --strip-debug .tune/tune 2>/dev/null || true
+# The binary links libz3 (the search's z3 pruner); the GPU machine has none: carry ours.
+mkdir -p .tune/lib
+for lib in $(ldd .tune/tune | awk '/libz3/ {print $3}'); do cp -L "$lib" .tune/lib/; done
 .tune/tune pack --out .tune/bundle "$@" examples/kernels/mod.rs benches/kernels/generality.rs
 du -sh .tune | sed 's/^/tuning run: /'
 size_kb=$(du -sk .tune | cut -f1)

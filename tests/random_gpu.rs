@@ -5,10 +5,15 @@
 //!
 //! The pack is a directory (`$MIRAGE_RANDOM_PACK`, by default `.gpu/random`, which
 //! `scripts/gpu-run-all.sh` unpacks from `.gpu/random.tar.xz`) holding `kernels.rs` (the
-//! programs' source, lowered here for the reference) and per function `<name>.cubin` and
-//! `<name>.plan.json`. Outputs and intermediate buffers are NaN-poisoned before each launch (an
-//! element no kernel writes fails); every output is compared with `mirage::testing::compare`
-//! (tolerance from the output type's rounding and the reduction length). The seed is printed and
+//! programs' source, lowered here for the reference) and per function `<name>.cubin`,
+//! `<name>.plan.json` and `<name>.mugraph.json` (the chosen µGraph). Outputs and intermediate
+//! buffers are NaN-poisoned before each launch (an element no kernel writes fails); every output
+//! is compared with `mirage::testing::compare::compare_with_spread`: the tolerance of the output
+//! type's rounding and the reduction length, plus the rounding error this program's
+//! conditioning propagates at these inputs (Monte Carlo arithmetic on the chosen µGraph,
+//! `mirage::testing::rounding`). A mismatch prints the program, its input seed, the worst
+//! elements with their indices, values and tolerances, and what the device's storage rounding
+//! alone gives there (`run_stored`), and fails the test. The seed is printed and
 //! `MIRAGE_TEST_SEED` replays it; `MIRAGE_RANDOM_LIMIT=N` runs the first `N` programs only (the
 //! sanitizer stage of the run script).
 //!
@@ -17,12 +22,13 @@
 use std::path::PathBuf;
 
 use mirage::codegen::plan::LaunchPlan;
-use mirage::ir::TensorDesc;
+use mirage::ir::{KernelGraph, TensorDesc};
 use mirage::lower::lower_source;
 use mirage::reference::run;
-use mirage::testing::compare::{ErrorModel, compare, reduction_len};
+use mirage::testing::compare::{ErrorModel, compare_with_spread, reduction_len, worst_elements};
 use mirage::testing::inputs::{graph_inputs, seed};
 use mirage::testing::random::INPUT_RANGE;
+use mirage::testing::rounding::{rounding_spread, run_stored};
 use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 
 /// The fewest programs a full pack holds (the issue asks for 300 on the GPU).
@@ -35,6 +41,14 @@ fn pack_dir() -> PathBuf {
 fn read(path: PathBuf) -> Vec<u8> {
     std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (scripts/gpu-pack.sh packs the random programs)", path.display()))
+}
+
+/// The text of function `name` in the kernels file `source` (for a mismatch's report).
+fn function_source<'a>(source: &'a str, name: &str) -> &'a str {
+    let Some(start) = source.find(&format!("pub fn {name}(")) else { return "(not found in kernels.rs)" };
+    let start = source[..start].rfind("#[mugraph]").unwrap_or(start);
+    let end = source[start..].find("\n}\n").map_or(source.len(), |e| start + e + 3);
+    &source[start..end]
 }
 
 fn poisoned(gpu: &Gpu, spec: &TensorDesc) -> AnyTensor {
@@ -75,8 +89,13 @@ fn random_programs_match_the_reference_on_the_gpu() {
         let exe: &'static Program = Box::leak(Box::new(
             Program::with_plan(leaked, cubin, plan.clone()).unwrap_or_else(|e| panic!("{name}: {e}")),
         ));
-        let host = graph_inputs(&program.graph, seed ^ ran as u64, |_| INPUT_RANGE);
+        let mugraph_json = String::from_utf8(read(dir.join(format!("{name}.mugraph.json"))))
+            .unwrap_or_else(|e| panic!("{name}.mugraph.json: {e}"));
+        let mugraph = KernelGraph::from_json(&mugraph_json).unwrap_or_else(|e| panic!("{name}.mugraph.json: {e}"));
+        let input_seed = seed ^ ran as u64;
+        let host = graph_inputs(&program.graph, input_seed, |_| INPUT_RANGE);
         let want = run(&program.graph, &host).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+        let spread = rounding_spread(&mugraph, &host, &want).unwrap_or_else(|e| panic!("{name}: rounding spread: {e}"));
         let dev: Vec<AnyTensor> = program
             .params
             .iter()
@@ -94,14 +113,36 @@ fn random_programs_match_the_reference_on_the_gpu() {
         for (i, (o, w)) in outs.iter().zip(&want).enumerate() {
             let got = o.to_host_f32().unwrap_or_else(|e| panic!("download: {e}"));
             let model = ErrorModel::new(plan.outputs[i].dtype, k);
-            let c = compare(&got, &w.data, &w.shape, model).unwrap_or_else(|e| panic!("{name} output {i}: {e}"));
+            let c = compare_with_spread(&got, &w.data, &w.shape, model, &spread[i])
+                .unwrap_or_else(|e| panic!("{name} output {i}: {e}"));
             let ratio = c.worst.as_ref().map_or(0.0, |w| w.ratio());
             let entry = worst.entry(model.dtype.name()).or_insert((-1.0, String::new()));
             if ratio > entry.0 {
                 *entry = (ratio, format!("{name} output {i}: {c}"));
             }
             if !c.passed() {
-                failures.push(format!("{name} output {i}: {c}\n{}", program.fingerprint));
+                let stored = run_stored(&mugraph, &host).map(|mut s| s.swap_remove(i));
+                let mut report = format!(
+                    "MISMATCH {name} output {i} (inputs: seed {input_seed} = MIRAGE_TEST_SEED {seed} ^ program {ran}): {c}\n  worst elements (index: got, want, |error|, allowed = atol + rtol·|want| + λ·spread, spread; storage-rounded µGraph):"
+                );
+                for e in worst_elements(&got, &w.data, &w.shape, &c, &spread[i], 8) {
+                    let flat = e.index.iter().zip(&w.shape).fold(0, |f, (&x, &n)| f * n + x);
+                    let s_at = stored.as_ref().map_or(f32::NAN, |s| s.data[flat]);
+                    report += &format!(
+                        "\n    {:?}: got {:e}, want {:e}, |error| {:.3e}, allowed {:.3e} ({:.2}×), spread {:.3e}; stored {:e}",
+                        e.index,
+                        e.got,
+                        e.want,
+                        e.error,
+                        e.allowed,
+                        e.ratio(),
+                        spread[i][flat],
+                        s_at
+                    );
+                }
+                report += &format!("\n  program:\n{}", function_source(&source, name));
+                println!("{report}");
+                failures.push(report);
             }
             outputs += 1;
         }

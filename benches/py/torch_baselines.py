@@ -17,10 +17,12 @@ projection + RoPE at 1 and 8 rows, LM head + argmax, q/k/v projection with q and
 and 8 rows, LayerNorm + projection at 1 and 8 rows) and the generality set ("generality": the
 decode-time QKV, gate/up and down projections of Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-7B at 1 and
 16 rows in bf16 and f16, and an f32 gated MLP; the same programs as
-benches/kernels/generality.rs).
+benches/kernels/generality.rs) and the corpus ("corpus": norm + QKV, attention output + residual,
+norm + gated MLP, down + residual, the whole MLP block and final norm + LM head of Llama-3.2-1B,
+Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows in bf16, as written; benches/kernels/corpus.rs).
 
 Usage (on a machine with a GPU and PyTorch):
-  python3 torch_baselines.py [case ...] [--set bench|generality|all] [--only SUBSTRING,...]
+  python3 torch_baselines.py [case ...] [--set bench|generality|corpus|all] [--only SUBSTRING,...]
                              [--compile-mode MODE] [--json OUT.json]
 Named cases are run as given; otherwise every case of the set whose name contains
 one of the --only substrings (default set: bench). torch.compile's max-autotune takes tens of seconds per new shape:
@@ -50,7 +52,7 @@ def sdpa(q4, k4, v4):  # F.scaled_dot_product_attention on the layout it expects
     return F.scaled_dot_product_attention(q4, k4, v4, scale=1.0).squeeze(1)
 
 CASES = {}
-SETS = {"bench": [], "generality": []}
+SETS = {"bench": [], "generality": [], "corpus": []}
 def case(name, make, fn, alt=None, group="bench"):
     CASES[name] = (make, fn, alt)
     SETS[group].append(name)
@@ -117,6 +119,36 @@ case("llama1b_gateup_r8_f32",
      lambda: (r(8, 2048, dtype=torch.float32), r(2048, 8192, dtype=torch.float32) * 0.02, r(2048, 8192, dtype=torch.float32) * 0.02),
      gated_mlp, group="generality")
 
+# The corpus: decode-time pieces of a pre-norm layer as written (benches/kernels/corpus.rs):
+# (name, hidden, intermediate, QKV width, vocabulary) of each model, bf16, weights [in, out].
+CORPUS = [("llama1b", 2048, 8192, 3072, 128256), ("qwen05b", 896, 4864, 1152, 151936),
+          ("mistral7b", 4096, 14336, 6144, 32000)]
+def norm_gain(x, g): return rms_norm(x) * g
+def mlp_block(x, g, wg, wu, wd):
+    xn = norm_gain(x, g)
+    return x + (F.silu(xn @ wg) * (xn @ wu)) @ wd
+for m, hd, idim, qd, voc in CORPUS:
+    dt = torch.bfloat16
+    for rows in (1, 16):
+        s = f"r{rows}_bf16"
+        act = lambda *shape: r(*shape, dtype=dt)
+        wt = lambda *shape: r(*shape, dtype=dt) * 0.02
+        case(f"{m}_norm_qkv_{s}", lambda rows=rows, hd=hd, qd=qd, act=act, wt=wt: (act(rows, hd), act(1, hd), wt(hd, qd)),
+             lambda x, g, w: norm_gain(x, g) @ w, group="corpus")
+        case(f"{m}_o_resid_{s}", lambda rows=rows, hd=hd, act=act, wt=wt: (act(rows, hd), act(rows, hd), wt(hd, hd)),
+             lambda x, o, w: x + o @ w, group="corpus")
+        case(f"{m}_norm_gated_{s}",
+             lambda rows=rows, hd=hd, idim=idim, act=act, wt=wt: (act(rows, hd), act(1, hd), wt(hd, idim), wt(hd, idim)),
+             lambda x, g, wg, wu: gated_mlp(norm_gain(x, g), wg, wu), group="corpus")
+        case(f"{m}_down_resid_{s}",
+             lambda rows=rows, hd=hd, idim=idim, act=act, wt=wt: (act(rows, hd), act(rows, idim), act(rows, idim), wt(idim, hd)),
+             lambda x, a, b, w: x + silu_gate_linear(a, b, w), group="corpus")
+        case(f"{m}_mlp_block_{s}",
+             lambda rows=rows, hd=hd, idim=idim, act=act, wt=wt: (act(rows, hd), act(1, hd), wt(hd, idim), wt(hd, idim), wt(idim, hd)),
+             mlp_block, group="corpus")
+        case(f"{m}_norm_lm_head_{s}", lambda rows=rows, hd=hd, voc=voc, act=act, wt=wt: (act(rows, hd), act(1, hd), wt(hd, voc)),
+             lambda x, g, w: norm_gain(x, g) @ w, group="corpus")
+
 def nbytes(ts):
     ts = ts if isinstance(ts, (tuple, list)) else (ts,)
     return sum(t.numel() * t.element_size() for t in ts)
@@ -143,8 +175,8 @@ def main():
     only = [o for o in option("--only", "").split(",") if o]
     mode = option("--compile-mode", "max-autotune-no-cudagraphs")
     unknown = [a for a in argv if a not in CASES]
-    if unknown or which not in ("bench", "generality", "all"):
-        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, all; cases: {', '.join(CASES)}")
+    if unknown or which not in ("bench", "generality", "corpus", "all"):
+        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, corpus, all; cases: {', '.join(CASES)}")
     pool = list(CASES) if which == "all" else SETS[which]
     names = argv or [n for n in pool if not only or any(o in n for o in only)]
     x = torch.empty(2 * 1024**3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)

@@ -23,8 +23,11 @@
 //!
 //! Each program is superoptimized ([`crate::search::superoptimize`]): the cheapest µGraph proven
 //! equivalent to it, read from the persistent search cache when the cache holds one
-//! (re-verified once, never trusted), searched otherwise. A program the search cannot handle is
-//! compiled from its own kernel graph (every operator lowered to a default block graph) and a
+//! (re-verified once, never trusted), searched otherwise; a program no single search solves is
+//! searched in parts and composed ([`crate::search::partition`]), and an operator no search
+//! expresses becomes its own library kernel, named in a `cargo:warning=` line with the reason.
+//! A program the search cannot handle at all is compiled from its own kernel graph (one kernel
+//! per operator, each lowered to a default block graph, the operators listed) and a
 //! `cargo:warning=` line says why. Kernel-level operators left in the chosen µGraph get default
 //! block graphs. The environment:
 //!
@@ -54,7 +57,7 @@ use rayon::prelude::*;
 use crate::cache::Cache;
 use crate::codegen::{self, CodegenError, KernelOptions};
 use crate::cost::Arch;
-use crate::ir::KernelGraph;
+use crate::ir::{KernelGraph, KernelOp};
 use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
 use crate::search::{self, SearchConfig, SearchError};
@@ -640,8 +643,17 @@ impl Builder {
                 return Err(BuildError::Search { at: at(), source: Box::new(source) });
             }
             Err(e) => {
+                let ops: Vec<String> = program
+                    .graph
+                    .nodes()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| !matches!(n.op, KernelOp::Input { .. } | KernelOp::Output { .. }))
+                    .map(|(i, n)| format!("`{}` (%{i})", n.op.name()))
+                    .collect();
                 let report = format!(
-                    "not superoptimized ({e}): compiled from its own kernel graph, every operator lowered to a default block graph\n"
+                    "not superoptimized ({e}): compiled from its own kernel graph, one kernel per operator ({}), each lowered to a default block graph\n",
+                    ops.join(", ")
                 );
                 (program.graph.clone(), report.clone(), report, false, false)
             }

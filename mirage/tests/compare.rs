@@ -11,9 +11,12 @@
 use mirage::DType;
 use mirage::ir::{DType as IrDType, KernelGraph};
 use mirage::reference::{HostTensor, run, with_every_tensor_out};
-use mirage::testing::compare::{Comparison, ErrorModel, compare, reduction_len};
+use mirage::testing::compare::{
+    Comparison, ErrorModel, F32_UNIT_ROUNDOFF, compare, compare_with_spread, reduction_len, worst_elements,
+};
 use mirage::testing::inputs::{coverage_input_range, golden_input_range, graph_inputs, round_to};
 use mirage::testing::programs;
+use mirage::testing::rounding::rounding_spread;
 
 /// The check the GPU tests used before: ‖got − want‖ / ‖want‖ only.
 fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
@@ -329,4 +332,53 @@ fn the_test_inputs_keep_every_intermediate_finite_in_f16() {
     }
     assert_eq!(programs_checked, expected);
     println!("largest |value| of any tensor: {:e} ({})", largest.0, largest.1);
+}
+
+/// `x − x·1`: zero in exact arithmetic and in the reference, so the output has no scale; its
+/// error on a device is the rounding of the values that cancelled, which the rounding spread
+/// (`mirage::testing::rounding`) measures: an error of one rounding of `x` passes with it, an
+/// error of 10⁻⁴ does not, and without the spread any error fails.
+#[test]
+fn a_zero_result_is_compared_at_the_rounding_of_what_cancelled() {
+    let mut g = KernelGraph::new();
+    let x = g.input(&[256], IrDType::F32).expect("input");
+    let one = g.unary(mirage::ir::UnaryOp::MulScalar { c: mirage::ir::Scalar(1.0) }, x).expect("mul_scalar");
+    let y = g.binary(mirage::ir::BinaryOp::Sub, x, one).expect("sub");
+    g.output(y, None).expect("output");
+    let inputs = graph_inputs(&g, 3, |_| -1.0..1.0);
+    let want = run(&g, &inputs).expect("reference");
+    assert!(want[0].data.iter().all(|&v| v == 0.0));
+    let spread = rounding_spread(&g, &inputs, &want).expect("spread");
+    let x = &inputs[0].data;
+    // Every element's spread is about the rounding of |x|, none zero.
+    for (s, &v) in spread[0].iter().zip(x) {
+        assert!(*s > 0.0 && *s <= 2.0 * F32_UNIT_ROUNDOFF * f64::from(v.abs()), "spread {s:e} at |x| = {v}");
+    }
+    let model = ErrorModel::new(DType::F32, 1);
+    let one_rounding: Vec<f32> = x.iter().map(|&v| (f64::from(v) * F32_UNIT_ROUNDOFF) as f32).collect();
+    let c = compare_with_spread(&one_rounding, &want[0].data, &[256], model, &spread[0]).expect("lengths");
+    assert!(c.passed(), "{c}");
+    assert!(!cmp(&one_rounding, &want[0], model).passed(), "without the spread a zero result has no tolerance");
+    let wrong: Vec<f32> = vec![1e-4; 256];
+    let c = compare_with_spread(&wrong, &want[0].data, &[256], model, &spread[0]).expect("lengths");
+    assert!(!c.passed() && c.failed == 256, "{c}");
+    assert!(c.to_string().contains("propagated rounding spread up to"), "{c}");
+}
+
+/// The worst elements of a comparison come worst first with their indices, and a spread of
+/// the wrong length is an error.
+#[test]
+fn worst_elements_are_listed_worst_first_and_the_spread_must_fit() {
+    let want = vec![1.0f32; 6];
+    let mut got = want.clone();
+    got[4] = 1.5;
+    got[1] = 1.1;
+    let model = ErrorModel::new(DType::F16, 1);
+    let c = compare(&got, &want, &[2, 3], model).expect("lengths");
+    let worst = worst_elements(&got, &want, &[2, 3], &c, &[], 2);
+    assert_eq!(worst.iter().map(|e| e.index.clone()).collect::<Vec<_>>(), vec![vec![1, 1], vec![0, 1]]);
+    assert!(worst[0].ratio() > worst[1].ratio() && worst[1].ratio() > 1.0);
+    assert_eq!(worst[0].got, 1.5);
+    let e = compare_with_spread(&got, &want, &[2, 3], model, &[0.0; 5]).expect_err("5 spreads for 6 elements");
+    assert_eq!(e.to_string(), "expected a rounding spread of 6 elements, found 5");
 }

@@ -176,3 +176,78 @@ fn a_search_that_finds_nothing_names_where_it_stopped() {
     let msg = err.to_string();
     assert!(msg.contains("no partial µGraph applied `exp` (%3) to its computed operands"), "{msg}");
 }
+
+/// The projection with its residual that ends every attention output and MLP down projection of
+/// a pre-norm transformer: `x` is the norm's row (the matmul's inner dim) and the residual's
+/// tile (the output's dim), so the search reads it as two inputs, and the residual joins the
+/// finished matmul after the loop. No fallback, and the µGraph reads `x` itself.
+#[test]
+fn a_projection_with_its_residual() {
+    let (program, r) = search(
+        "#[mugraph]
+         fn o_proj(x: Tensor<bf16, 1, 2048>, g: Tensor<bf16, 1, 2048>, w: Tensor<bf16, 2048, 2048>) -> Tensor<bf16, 1, 2048> {
+             x + (rms_norm(x) * g).matmul(w)
+         }",
+        &SearchConfig::default(),
+    );
+    assert_eq!(r.best.graph.inputs(), program.inputs());
+    assert!(r.best.graph.num_kernels() <= 2, "{} kernels", r.best.graph.num_kernels());
+    let blocks = mirage::codegen::default_blocks::lower_to_blocks(&r.best.graph).expect("lowers");
+    mirage::codegen::generate(&blocks, "o_proj", &Default::default()).expect("generates CUDA");
+}
+
+/// The Llama-3.2-1B MLP block with its pre-norm and residual (2048 → 8192 → 2048): three matmuls
+/// in a chain with the norm's `x` re-read by the residual. Superoptimized without any operator
+/// kept as its own library kernel (searched whole or in parts at matmul boundaries, the parts
+/// composed and verified as a whole).
+#[test]
+fn a_whole_mlp_block_with_norm_and_residual() {
+    let (program, r) = search(
+        "#[mugraph]
+         fn mlp_block(x: Tensor<bf16, 1, 2048>, g: Tensor<bf16, 1, 2048>, w1: Tensor<bf16, 2048, 8192>,
+                      w3: Tensor<bf16, 2048, 8192>, w2: Tensor<bf16, 8192, 2048>) -> Tensor<bf16, 1, 2048> {
+             let xn = rms_norm(x) * g;
+             x + (silu(xn.matmul(w1)) * xn.matmul(w3)).matmul(w2)
+         }",
+        &SearchConfig::default(),
+    );
+    assert_eq!(r.best.graph.inputs(), program.inputs());
+    assert!(r.stats.unfused.is_empty(), "{:?}", r.stats.unfused);
+    assert!(r.best.graph.num_kernels() <= 3, "{} kernels", r.best.graph.num_kernels());
+}
+
+/// An operator the search cannot express still builds: with library kernels off, no block graph
+/// carries an input's row past the loop unchanged for `argmax`, so the search of the whole
+/// program finds nothing; searched in parts, the projection is fused and the argmax alone is kept
+/// as its own library kernel, and a note (a `cargo:warning=` line in the build) names it and why.
+#[test]
+fn an_operator_the_search_cannot_express_is_named() {
+    let program = lower_source(
+        "#[mugraph]
+         fn f(x: Tensor<f16, 2, 256>, h: Tensor<f16, 2, 256>, w: Tensor<f16, 256, 512>)
+             -> (Tensor<i32, 2, 1>, Tensor<f16, 2, 512>)
+         {
+             (argmax(x, 1), exp(h.matmul(w)))
+         }",
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .remove(0)
+    .graph;
+    let cfg = SearchConfig { kernel_level_ops: false, ..SearchConfig::default() };
+    let r = superoptimize(&program, &cfg, None).unwrap_or_else(|e| panic!("{e}"));
+    println!("{r}");
+    assert_eq!(r.best.verified, Some(true));
+    assert_eq!(float_check(&program, &r.best.graph).expect("float check runs"), Ok(()));
+    assert_eq!(r.stats.unfused.len(), 1, "{:?}", r.stats.unfused);
+    assert!(r.stats.unfused[0].starts_with("`argmax"), "{:?}", r.stats.unfused);
+    let report = r.to_string();
+    assert!(report.contains("note: no µGraph of the whole program"), "{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("note: part ")
+            && l.contains("`argmax")
+            && l.contains("kept as its own library kernel (not fused): the search expresses no µGraph of it alone")),
+        "{report}"
+    );
+    // The projection and its exp are one fused kernel; the argmax another.
+    assert_eq!(r.best.graph.num_kernels(), 2, "{}", describe(&r.best.graph));
+}

@@ -63,6 +63,10 @@ pub(crate) struct ProgramInfo {
     pub outputs: Vec<(E, TensorDesc, Option<Vec<usize>>)>,
     /// Classes of the program outputs' dims.
     pub output_classes: HashSet<Class>,
+    /// Classes some operator reduces: a matmul's inner dim, a `reduce_sum` or `reduce_max` dim.
+    /// One that is also an output class ([`ProgramInfo::conflicts`]) can be neither looped over
+    /// nor split by a final kernel.
+    pub contracted: HashSet<Class>,
     /// Size of each class.
     pub class_sizes: Vec<usize>,
     /// Operator kinds of the program.
@@ -144,6 +148,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     // Pass 1: union-find of the dims, operator kinds.
     let mut uf = UnionFind((0..total).collect());
     let mut ops = OpSet::default();
+    // Slots of reduced dims, with their extents.
+    let mut contracted_slots: Vec<(usize, usize)> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
         let out = TensorRef::new(i);
         let tie_same = |uf: &mut UnionFind, a: TensorRef, skip: Option<usize>| {
@@ -169,6 +175,7 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
                 uf.union(slot(n.inputs[0], r - 2), slot(out, r - 2));
                 uf.union(slot(n.inputs[1], r - 1), slot(out, r - 1));
                 uf.union(slot(n.inputs[0], r - 1), slot(n.inputs[1], r - 2));
+                contracted_slots.push((slot(n.inputs[0], r - 1), desc(n.inputs[0]).shape[r - 1]));
             }
             KernelOp::Unary { op } => {
                 if !ops.unary.contains(op) {
@@ -186,10 +193,12 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             KernelOp::ReduceSum { dim } => {
                 ops.reduce_sum = true;
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
+                contracted_slots.push((slot(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim]));
             }
             KernelOp::ReduceMax { dim } => {
                 ops.reduce_max = true;
                 tie_same(&mut uf, n.inputs[0], Some(*dim));
+                contracted_slots.push((slot(n.inputs[0], *dim), desc(n.inputs[0]).shape[*dim]));
             }
             KernelOp::RmsNorm { eps } => {
                 if !ops.rms_eps.contains(eps) {
@@ -345,6 +354,8 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
     if outputs.is_empty() {
         return Err("the program has no outputs".into());
     }
+    let contracted: HashSet<Class> =
+        contracted_slots.iter().filter_map(|&(s, size)| class_of(&mut uf, s, size)).collect();
     if !ops.rms_eps.is_empty() && !ops.binary.contains(&BinaryOp::Div) {
         ops.binary.push(BinaryOp::Div); // the normalization moved after a matmul
     }
@@ -356,7 +367,17 @@ pub(crate) fn analyze(program: &KernelGraph) -> Result<ProgramInfo, String> {
             ops.sum_to_widths.push(w);
         }
     }
-    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, class_sizes, ops, steps })
+    Ok(ProgramInfo { inputs, input_classes, outputs, output_classes, contracted, class_sizes, ops, steps })
+}
+
+impl ProgramInfo {
+    /// How many classes are both reduced and kept by an output: a final kernel can neither loop
+    /// over such a class (it is an output's) nor split it (blocks would hold partial sums). A
+    /// residual `x + f(x) @ w` ties `w`'s inner dim to the output's through `x`; reading `x` as
+    /// two inputs ([`super::partition::split_reads`]) removes the conflict.
+    pub fn conflicts(&self) -> usize {
+        self.contracted.intersection(&self.output_classes).count()
+    }
 }
 
 /// Shared state of one search run.
@@ -498,6 +519,10 @@ struct BlockConfig {
     axis_class: [Option<Class>; 3],
     loop_class: Option<Class>,
     frange: usize,
+    /// `acc_max` of an input loaded once (no loop dim) is that input: the maximum of F equal
+    /// values. Set in programs with a matmul and no maximum of their own, where it carries a
+    /// residual past a pipelined loop ([`joins_epilogue`]).
+    invariant_max: bool,
 }
 
 /// Enumerates µGraphs of at most `max_kernels` kernels, fewer kernels first.
@@ -829,6 +854,7 @@ struct Pattern {
 fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: bool) -> Vec<Pattern> {
     let cfg = run.cfg;
     let outc = &run.info.output_classes;
+    let invariant_max = run.info.ops.matmul && !run.info.ops.reduce_max;
     let k = classes.len();
     let mut out = Vec::new();
     for mask in 0u32..(1u32 << k.min(12)) {
@@ -885,13 +911,21 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
             let mut configs = Vec::new();
             for &(grid, axis) in &grids {
                 match lc {
-                    None => configs.push(BlockConfig { grid, axis_class: axis, loop_class: None, frange: 1 }),
+                    None => {
+                        configs.push(BlockConfig { grid, axis_class: axis, loop_class: None, frange: 1, invariant_max })
+                    }
                     Some(c) => {
                         let split = (0..3).find(|&a| axis[a] == Some(c)).map_or(1, |a| grid[a]);
                         let slab = sizes[c as usize] / split;
                         for &f in &cfg.forloop_ranges {
                             if f > 1 && slab.is_multiple_of(f) {
-                                configs.push(BlockConfig { grid, axis_class: axis, loop_class: lc, frange: f });
+                                configs.push(BlockConfig {
+                                    grid,
+                                    axis_class: axis,
+                                    loop_class: lc,
+                                    frange: f,
+                                    invariant_max,
+                                });
                             }
                         }
                     }
@@ -1061,7 +1095,10 @@ fn apply(st: &BState, op: &BlockOp, ins: &[usize], c: &BlockConfig, info: &[Clas
     let es: Vec<&E> = ins.iter().map(|&i| &st.tiles[i].expr).collect();
     let in_btiles: Vec<&BTile> = ins.iter().map(|&i| &st.tiles[i]).collect();
     let in_classes: Vec<&Vec<Option<Class>>> = in_btiles.iter().map(|t| &t.classes).collect();
-    let e = tile_expr(op, &es, &in_shapes, &in_classes, c, info)?;
+    let e = match op {
+        BlockOp::Accum { acc: AccKind::Max } if c.invariant_max && invariant_input(st, ins[0]) => es[0].clone(),
+        _ => tile_expr(op, &es, &in_shapes, &in_classes, c, info)?,
+    };
     let classes = tile_classes(op, &in_btiles, &in_shapes, &outs[0].shape);
     let id = ins.iter().fold(mix64(op_tag(op)), |h, &i| mix64(h ^ st.tiles[i].id.rotate_left(7)));
     let phase = outs[0].phase;
@@ -1160,7 +1197,7 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
             }
         }
         if ti.phase == Phase::InLoop {
-            if !(no_loop && ti.is_input) {
+            if !(no_loop && ti.is_input) || joins_epilogue(run, ti) {
                 moves.push((BlockOp::Accum { acc: AccKind::Sum }, vec![i]));
             }
             if ops.reduce_sum {
@@ -1169,7 +1206,7 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
             if ops.rms_eps.iter().any(|e| e.0 == 0.0) {
                 moves.push((BlockOp::Accum { acc: AccKind::RmsLast }, vec![i]));
             }
-            if ops.reduce_max {
+            if ops.reduce_max || (!no_loop && joins_epilogue(run, ti) && invariant_input(st, i)) {
                 moves.push((BlockOp::Accum { acc: AccKind::Max }, vec![i]));
             }
             for &w in &ops.sum_to_widths {
@@ -1198,6 +1235,27 @@ fn block_moves(run: &Run<'_>, st: &BState, frange: usize) -> Vec<(BlockOp, Vec<u
         }
     }
     moves
+}
+
+/// Whether an input tile may pass the loop unchanged to join the epilogue: without a loop
+/// `acc_sum` is the identity, with one `acc_max` of a tile loaded once is (the maximum of equal
+/// values; [`BlockConfig::invariant_max`]), and an input all of whose classes are output classes (the
+/// `x` of a residual `x + f(x) @ w`) is added to the finished matmul after it, where a norm's
+/// division moved after the matmul is applied. Only programs with a matmul are offered the
+/// move: without one, reductions over whole rows happen in the loop and the operator applies
+/// before the accumulator (offering it there only repeats those structures: 6× the states of
+/// nTrans).
+fn joins_epilogue(run: &Run<'_>, t: &BTile) -> bool {
+    run.info.ops.matmul && t.classes.iter().flatten().all(|c| run.info.output_classes.contains(c))
+}
+
+/// Whether tile `i` is an input loaded once, before the loop (no loop dim): the same value in
+/// every iteration.
+fn invariant_input(st: &BState, i: usize) -> bool {
+    st.tiles.get(i).is_some_and(|t| {
+        t.is_input
+            && st.bg.nodes().get(t.r.node).is_some_and(|n| matches!(n.op, BlockOp::Input { forloop_dim: None, .. }))
+    })
 }
 
 fn tile_classes(op: &BlockOp, ins: &[&BTile], in_shapes: &[&Vec<usize>], out: &[usize]) -> Vec<Option<Class>> {

@@ -17,6 +17,9 @@
 //!    in that order with finite-field fingerprints at the program's real shapes
 //!    ([`FingerprintContext`]); the first equivalent one that also passes the f32 float check
 //!    ([`float_check`]) is chosen.
+//! 4. An input read in conflicting roles (a residual's `x`) is searched as one copy per role and
+//!    read twice by the µGraph; a program no search solves whole is searched in parts and the
+//!    parts composed, verified as a whole ([`partition`]).
 //!
 //! ```no_run
 //! use mirage::search::{superoptimize, SearchConfig};
@@ -38,6 +41,7 @@ pub mod attention;
 mod enumerate;
 pub mod expr;
 pub mod oracle;
+pub mod partition;
 pub mod ranges;
 
 use std::fmt;
@@ -120,6 +124,10 @@ pub struct SearchConfig {
     /// compile size (every variable at its upper bound); the chosen µGraph is verified over the
     /// ranges ([`ranges`]). Part of the cache key.
     pub dims: Dims,
+    /// When no µGraph of the whole program is found, search it in parts
+    /// ([`partition`](self::partition) module docs), each with this configuration's budget, and
+    /// compose them; off, such a search is an error.
+    pub partition: bool,
 }
 
 impl Default for SearchConfig {
@@ -149,6 +157,7 @@ impl Default for SearchConfig {
             float_check: true,
             offline: None,
             dims: Dims::default(),
+            partition: true,
         }
     }
 }
@@ -259,6 +268,9 @@ pub struct SearchStats {
     pub never_computed: Vec<String>,
     /// What the z3 oracle did, when the pruner has one ([`SearchConfig::z3`]).
     pub z3: Option<Z3Counts>,
+    /// Operators (`name (%node)`) of a partitioned search ([`SearchConfig::partition`]) that no
+    /// search expressed, each kept as its own library kernel.
+    pub unfused: Vec<String>,
 }
 
 impl SearchStats {
@@ -463,7 +475,10 @@ pub fn candidates(
     pruner: Option<&dyn Pruner>,
 ) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
     let start = Instant::now();
-    let info = enumerate::analyze(program).map_err(SearchError::Program)?;
+    // An input read in conflicting roles (a residual's `x`) is searched as one copy per role.
+    let split = partition::split_reads(program);
+    let searched = split.as_ref().map_or(program, |s| &s.program);
+    let info = enumerate::analyze(searched).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
     let structural = StructuralPruner::new(&targets);
     let z3 = (pruner.is_none() && cfg.pruning && cfg.z3)
@@ -486,7 +501,13 @@ pub fn candidates(
         bounded: AtomicU64::new(0),
         reached: info.steps.iter().map(|_| AtomicBool::new(false)).collect(),
     };
-    let found = enumerate::enumerate(&run).into_iter().map(|f| f.graph).chain(attention::candidates(program, cfg));
+    let found = enumerate::enumerate(&run)
+        .into_iter()
+        .filter_map(|f| match &split {
+            Some(s) => s.merge(&f.graph),
+            None => Some(f.graph),
+        })
+        .chain(attention::candidates(program, cfg));
     let mut cands: Vec<Candidate> = found
         .collect::<Vec<_>>()
         .into_par_iter()
@@ -545,6 +566,12 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         cands = again;
     }
     let vstart = Instant::now();
+    if cands.is_empty()
+        && cfg.partition
+        && let Some(parts) = partition::search_parts(program, cfg, pruner)
+    {
+        return composed(program, cfg, stats, notes, parts);
+    }
     if cands.is_empty() {
         let stopped = match stats.never_computed.as_slice() {
             [] => String::new(),
@@ -624,18 +651,89 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         .chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone()))
         .take(cfg.top_k.max(1))
         .collect();
-    Ok(SearchResult {
-        program_hash: program.canonical_hash(),
-        best,
-        top,
-        stats,
-        from_cache: false,
-        cache_path: None,
-        notes,
-        cached_top: Vec::new(),
-        arch: cfg.arch.name.to_string(),
-        measured: None,
-    })
+    Ok(SearchResult::searched(program, cfg, best, top, stats, notes))
+}
+
+/// The result of a partitioned search ([`partition::search_parts`]) after the whole search
+/// (`whole`) found nothing: the composed µGraph verified against the whole program.
+fn composed(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    whole: SearchStats,
+    mut notes: Vec<String>,
+    parts: partition::Parts,
+) -> Result<SearchResult, SearchError> {
+    let vstart = Instant::now();
+    let graph = parts.graph;
+    let verdict = FingerprintContext::new(program, &cfg.verify)?.check(&graph)?;
+    if let Verdict::NotEquivalent { witness } = verdict {
+        return Err(SearchError::NotFound(format!(
+            "the µGraph composed of the program's parts does not compute the program ({witness})"
+        )));
+    }
+    // Runtime-sized dims: the composition is verified over the declared ranges like any candidate.
+    if let Err(msg) = ranges::RangeCheck::new(program, cfg)?.check(&graph, cfg.float_check)? {
+        return Err(SearchError::NotFound(format!(
+            "the µGraph composed of the program's parts is not right over the declared ranges: {msg}"
+        )));
+    }
+    if cfg.float_check
+        && let Err(msg) = float_check(program, &graph)?
+    {
+        return Err(SearchError::NotFound(format!(
+            "the µGraph composed of the program's parts failed the float check: {msg}"
+        )));
+    }
+    let cost = estimate(&graph, &cfg.arch).map_err(|e| SearchError::Program(e.to_string()))?;
+    let best = Candidate { hash: graph.canonical_hash(), graph, cost, verified: Some(true) };
+    notes.push(format!(
+        "no µGraph of the whole program ({} states in {:.1} s{}): searched in parts and composed, verified as a whole",
+        whole.states,
+        whole.search_time.as_secs_f64(),
+        if whole.timed_out { format!(", {} exhausted", whole.budget_text()) } else { String::new() }
+    ));
+    notes.extend(parts.notes);
+    let p = parts.stats;
+    let stats = SearchStats {
+        states: whole.states + p.states,
+        pruned: whole.pruned + p.pruned,
+        bounded: whole.bounded + p.bounded,
+        candidates: whole.candidates + p.candidates,
+        verified: p.verified + 1,
+        rejected: p.rejected,
+        timed_out: p.timed_out,
+        search_time: whole.search_time + p.search_time,
+        verify_time: p.verify_time + vstart.elapsed(),
+        unfused: parts.unfused,
+        ..whole
+    };
+    let top = vec![best.clone()];
+    Ok(SearchResult::searched(program, cfg, best, top, stats, notes))
+}
+
+impl SearchResult {
+    /// The result of a search (not a cache hit) of `program`.
+    fn searched(
+        program: &KernelGraph,
+        cfg: &SearchConfig,
+        best: Candidate,
+        top: Vec<Candidate>,
+        stats: SearchStats,
+        notes: Vec<String>,
+    ) -> SearchResult {
+        SearchResult {
+            program_hash: program.canonical_hash(),
+            best,
+            top,
+            stats,
+            from_cache: false,
+            cache_path: None,
+            notes,
+            cached_top: Vec::new(),
+            arch: cfg.arch.name.to_string(),
+            measured: None,
+        }
+    }
 }
 
 /// Deterministic inputs for the float check (and the tuner's measurements): floats in `[-0.5, 0.5)`, and for `i32` inputs ids

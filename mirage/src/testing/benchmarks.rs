@@ -35,22 +35,32 @@ pub struct Benchmark {
 
 /// Every program of the benchmark set, in the order of docs/ARCHITECTURE.md §12.
 pub fn benchmark_set() -> Result<Vec<Benchmark>, IrError> {
+    benchmark_set_shrunk(1)
+}
+
+/// The benchmark set with its model sizes (the dims of 256 and more: hidden sizes, sequence
+/// lengths, query blocks) divided by `shrink`, batches, head dims and ranks kept: the same graphs
+/// at smaller sizes, for tests that run each in the reference many times (the mutant corpus's
+/// CI sample). Mirage's µGraphs are attached at `shrink` 1 only (they are for the real sizes).
+pub fn benchmark_set_shrunk(shrink: usize) -> Result<Vec<Benchmark>, IrError> {
     const F16: DType = DType::F16;
-    let golden = |name: &str| golden_cases().into_iter().find(|c| c.name == name);
+    let shrink = shrink.max(1);
+    let d = |n: usize| if n >= 256 { (n / shrink).max(1) } else { n };
+    let golden = |name: &str| if shrink == 1 { golden_cases().into_iter().find(|c| c.name == name) } else { None };
     let mut out = Vec::new();
     let mut push = |name: &'static str, program: KernelGraph, g: Option<&str>| {
         out.push(Benchmark { name, program, golden: g.and_then(golden) })
     };
-    push("gated_mlp_bs1", programs::gated_mlp(1, 4096, 4096, F16)?, None);
-    push("gated_mlp_bs8", programs::gated_mlp(8, 4096, 4096, F16)?, Some("gated_mlp"));
-    push("rmsnorm_linear_bs1", programs::rmsnorm_linear(2, 4096, 6144, F16)?, Some("rmsnorm_bs1"));
-    push("rmsnorm_linear_bs8", programs::rmsnorm_linear(16, 4096, 6144, F16)?, Some("rmsnorm_bs8"));
-    push("gqa_bs1", programs::gqa(2, 256, 4096, 64, F16)?, Some("gqa_bs1"));
-    push("gqa_bs8", programs::gqa(16, 256, 4096, 64, F16)?, None);
-    push("qknorm_gqa_bs1", qknorm_gqa(2, 256, 4096, 64, F16)?, None);
-    push("qknorm_gqa_bs8", qknorm_gqa(16, 256, 4096, 64, F16)?, None);
-    push("ntrans_bs1", programs::ntrans(8, 4096, F16)?, Some("ntrans_bs1"));
-    push("ntrans_bs8", programs::ntrans(64, 4096, F16)?, None);
-    push("lora", programs::lora(16, 256, 4096, 16, F16)?, Some("lora"));
+    push("gated_mlp_bs1", programs::gated_mlp(1, d(4096), d(4096), F16)?, None);
+    push("gated_mlp_bs8", programs::gated_mlp(8, d(4096), d(4096), F16)?, Some("gated_mlp"));
+    push("rmsnorm_linear_bs1", programs::rmsnorm_linear(2, d(4096), d(6144), F16)?, Some("rmsnorm_bs1"));
+    push("rmsnorm_linear_bs8", programs::rmsnorm_linear(16, d(4096), d(6144), F16)?, Some("rmsnorm_bs8"));
+    push("gqa_bs1", programs::gqa(2, d(256), d(4096), 64, F16)?, Some("gqa_bs1"));
+    push("gqa_bs8", programs::gqa(16, d(256), d(4096), 64, F16)?, None);
+    push("qknorm_gqa_bs1", qknorm_gqa(2, d(256), d(4096), 64, F16)?, None);
+    push("qknorm_gqa_bs8", qknorm_gqa(16, d(256), d(4096), 64, F16)?, None);
+    push("ntrans_bs1", programs::ntrans(8, d(4096), F16)?, Some("ntrans_bs1"));
+    push("ntrans_bs8", programs::ntrans(64, d(4096), F16)?, None);
+    push("lora", programs::lora(16, d(256), d(4096), 16, F16)?, Some("lora"));
     Ok(out)
 }

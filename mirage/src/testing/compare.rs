@@ -34,6 +34,28 @@
 //! on the inputs used; inputs are chosen per program so that this holds
 //! ([`crate::testing::inputs`]): e.g. `pow(exp(a), exp(b))` multiplies the relative error of its
 //! base by the exponent.
+//!
+//! # Programs that amplify roundings
+//!
+//! Generated programs do not choose their inputs: a layer norm over a row of three nearly equal
+//! elements divides their rounding errors by `√(var + eps)` (≈ 3·10⁻³), a mean of terms of both
+//! signs turns their roundings into a large relative error of a small result, and a result that
+//! is zero in exact arithmetic has no scale at all (its `s` is the reference's own noise).
+//! [`compare_with_spread`] takes, per element, the standard deviation `σ_i` of the rounding
+//! error that reaches it, measured by Monte Carlo arithmetic on the chosen µGraph
+//! ([`crate::testing::rounding::rounding_spread`]: every `f32` operation and every stored f16/bf16
+//! element perturbed by a random error of its rounding's size), and allows
+//!
+//! - element-wise, `λ_N·σ_i` more (the same tail factor: the propagated error is a sum of many
+//!   small independent roundings, Gaussian to first order);
+//! - over the tensor, `λ_1·‖σ‖ / ‖want‖` more relative L2 error, with `λ_1 = √(2·ln(1/p))` ≈ 5.3:
+//!   the propagated errors may all come from one rounding (a mean that scales every element) and
+//!   then do not average out.
+//!
+//! The extra tolerance follows the roundings of the values that were actually cancelled, not
+//! the size of the result: where nothing cancels, `σ_i` is about `u_T·|want_i|` and the check is
+//! as tight as before; a kernel that computes something else is off by far more than its
+//! rounding's propagation (a code-generation bug moves elements by the size of the values).
 
 use std::fmt;
 
@@ -159,6 +181,14 @@ pub enum CompareError {
         /// Reference elements.
         want: usize,
     },
+    /// The spread of the propagated rounding error does not have one value per element.
+    #[error("expected a rounding spread of {expected} elements, found {found}")]
+    Spread {
+        /// The shape's element count.
+        expected: usize,
+        /// The spread's length.
+        found: usize,
+    },
 }
 
 /// The outcome of comparing a computed tensor with the reference.
@@ -174,6 +204,9 @@ pub struct Comparison {
     pub atol: f64,
     /// The relative tolerance used.
     pub rtol: f64,
+    /// The largest per-element spread of the propagated rounding error added to the tolerance
+    /// ([`compare_with_spread`]; 0 without one).
+    pub spread_max: f64,
     /// Elements outside `atol + rtol·|want|` (non-finite computed elements included).
     pub failed: usize,
     /// Non-finite reference elements.
@@ -231,7 +264,11 @@ impl fmt::Display for Comparison {
             self.atol,
             self.rtol,
             self.model.reduction_len
-        )
+        )?;
+        if self.spread_max > 0.0 {
+            write!(f, ", propagated rounding spread up to {:.3e}", self.spread_max)?;
+        }
+        Ok(())
     }
 }
 
@@ -248,21 +285,41 @@ fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 
 /// Compares `got` with the reference `want` (both row-major over `shape`) under `model`.
 pub fn compare(got: &[f32], want: &[f32], shape: &[usize], model: ErrorModel) -> Result<Comparison, CompareError> {
+    compare_with_spread(got, want, shape, model, &[])
+}
+
+/// [`compare`] with the program's propagated rounding error: `spread` holds, per element, the
+/// standard deviation of the error that the device's roundings reach there through the
+/// program's conditioning ([`crate::testing::rounding::rounding_spread`]; empty: none). Each
+/// element may then be off by `λ_N·spread_i` more, and the relative L2 error by
+/// `λ_1·‖spread‖ / ‖want‖` more (see the module documentation).
+pub fn compare_with_spread(
+    got: &[f32],
+    want: &[f32],
+    shape: &[usize],
+    model: ErrorModel,
+    spread: &[f64],
+) -> Result<Comparison, CompareError> {
     let n: usize = shape.iter().product();
     if got.len() != n || want.len() != n {
         return Err(CompareError::Length { expected: n, shape: shape.to_vec(), got: got.len(), want: want.len() });
+    }
+    if !(spread.is_empty() || spread.len() == n) {
+        return Err(CompareError::Spread { expected: n, found: spread.len() });
     }
     let nonfinite_reference = want.iter().filter(|w| !w.is_finite()).count();
     let sum_sq: f64 = want.iter().filter(|w| w.is_finite()).map(|&w| f64::from(w) * f64::from(w)).sum();
     let scale = if n == 0 { 0.0 } else { (sum_sq / n as f64).sqrt() };
     let atol = model.atol(scale, n);
     let rtol = model.rtol();
+    let spread_at = |i: usize| spread.get(i).copied().unwrap_or(0.0);
+    let lambda = tail_factor(n);
     let (mut failed, mut max_abs_error, mut err_sq) = (0usize, 0.0f64, 0.0f64);
     let mut worst: Option<(usize, f64, f64, f64)> = None;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let want64 = f64::from(w);
         let error = if g.is_finite() { (f64::from(g) - want64).abs() } else { f64::INFINITY };
-        let allowed = atol + rtol * want64.abs();
+        let allowed = atol + rtol * want64.abs() + lambda * spread_at(i);
         // NaN-safe: a non-finite reference element never counts as within tolerance.
         let within = error <= allowed;
         if !within {
@@ -290,19 +347,52 @@ pub fn compare(got: &[f32], want: &[f32], shape: &[usize], model: ErrorModel) ->
         error,
         allowed,
     });
+    let spread_norm = spread.iter().map(|s| s * s).sum::<f64>().sqrt();
+    let propagated = if spread_norm == 0.0 { 0.0 } else { tail_factor(1) * spread_norm / sum_sq.sqrt() };
     Ok(Comparison {
         model,
         shape: shape.to_vec(),
         scale,
         atol,
         rtol,
+        spread_max: spread.iter().copied().fold(0.0, f64::max),
         failed,
         nonfinite_reference,
         worst,
         max_abs_error,
         rel_l2,
-        rel_l2_bound: model.rel_l2_bound(),
+        rel_l2_bound: model.rel_l2_bound() + propagated,
     })
+}
+
+/// The `k` elements of `got` furthest outside (or nearest to the edge of) the tolerance of
+/// `comparison`, worst first: the elements a mismatch report shows. `spread` is the one the
+/// comparison was made with ([`compare_with_spread`]; empty: none); `got`, `want` and `spread`
+/// have one value per element of `shape`, as [`compare_with_spread`] checked.
+pub fn worst_elements(
+    got: &[f32],
+    want: &[f32],
+    shape: &[usize],
+    comparison: &Comparison,
+    spread: &[f64],
+    k: usize,
+) -> Vec<Element> {
+    let lambda = tail_factor(shape.iter().product());
+    let mut all: Vec<Element> = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .map(|(i, (&g, &w))| {
+            let error = if g.is_finite() { (f64::from(g) - f64::from(w)).abs() } else { f64::INFINITY };
+            let allowed =
+                comparison.atol + comparison.rtol * f64::from(w).abs() + lambda * spread.get(i).copied().unwrap_or(0.0);
+            Element { index: unravel(i, shape), got: g, want: w, error, allowed }
+        })
+        .collect();
+    let key = |e: &Element| if e.ratio().is_nan() { f64::INFINITY } else { e.ratio() };
+    all.sort_by(|a, b| key(b).total_cmp(&key(a)));
+    all.truncate(k);
+    all
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //! - [`random`]: seeded random `#[mugraph]` programs (differential tests of the whole compiler).
 //! - [`inputs`]: the one random input generator, the seed of a randomized run
 //!   (`MIRAGE_TEST_SEED`), and the input ranges of the golden and coverage programs.
+//! - [`rounding`]: the reference interpreter with the device's rounding of stored
+//!   intermediates (what correct kernels compute).
 //! - [`mutants`]: single-edit mutants of µGraphs by mutation kind, classified by the f32
 //!   reference: the verifier's corpus.
 //!
@@ -25,3 +27,4 @@ pub mod inputs;
 pub mod mutants;
 pub mod programs;
 pub mod random;
+pub mod rounding;
