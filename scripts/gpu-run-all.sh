@@ -55,6 +55,9 @@ run_test golden_gpu 600 --include-ignored
 run_test mugraph 300 --include-ignored
 run_test runtime_gpu 300 --include-ignored
 run_test mpk_gpu 300 --include-ignored
+# Runtime-sized dims: the gated MLP over B at 12 sizes, then its timing against fixed builds.
+run_test dims_gpu 300 --include-ignored
+summary+="$(grep -E '^B = |^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/tests.txt" | cut -c1-200)"$'\n'
 summary+="$(grep -E '^overhead_|^toy: .* match the CPU reference|agree bit for bit|^watchdog: ' "$out/tests.txt" | cut -c1-200)"$'\n'
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
 # The random programs (mirage::testing::random), built and packed by scripts/gpu-pack.sh.

@@ -349,7 +349,9 @@ fn an_into_launch_is_captured_in_a_cuda_graph_and_replayed() {
     // A plan with an intermediate buffer (op_matmul's, with the product kept in a buffer first):
     // its workspace size is checked before the module is loaded.
     let mut with_buffer = plan.clone();
-    with_buffer.buffers.push(mirage_runtime::plan::Buffer { desc: TensorDesc::new(&[16, 32], DType::F32) });
+    with_buffer
+        .buffers
+        .push(mirage_runtime::plan::Buffer { desc: TensorDesc::new(&[16, 32], DType::F32), dims: vec![] });
     let needed = WorkspaceLayout::of(&with_buffer).unwrap_or_else(|e| panic!("{e}")).bytes;
     assert_eq!(needed, 16 * 32 * 4);
     let p: &'static Program = Box::leak(Box::new(

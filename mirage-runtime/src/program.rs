@@ -420,8 +420,9 @@ impl Program {
     /// [`Program::run`] on borrowed views (of our tensors or of a caller's cudarc buffers).
     pub fn run_views(&'static self, stream: &Stream, inputs: &[AnyView<'_>]) -> Result<Vec<AnyTensor>, RuntimeError> {
         let plan = self.plan()?;
-        self.check_views(plan, inputs)?;
-        let mut outputs = self.alloc_outputs(stream)?;
+        let sizes = self.check_views(plan, inputs)?;
+        let mut outputs =
+            plan.outputs_at(&sizes).iter().map(|s| AnyTensor::alloc(stream, s)).collect::<Result<Vec<_>, _>>()?;
         let mut workspace = self.workspace(stream)?;
         let mut views: Vec<AnyViewMut<'_>> = outputs.iter_mut().map(AnyTensor::view_mut).collect();
         self.launch_views(stream, inputs, &mut views, &mut workspace)?;
@@ -499,21 +500,20 @@ impl Program {
     ) -> Result<(), RuntimeError> {
         let plan = self.plan()?;
         let name = self.artifacts.name;
-        let buffer_specs: Vec<TensorDesc> = plan.buffers.iter().map(|b| b.desc.clone()).collect();
-        let buffer_descs: Vec<TensorDesc> = buffers.iter().map(AnyTensor::spec).collect();
-        check_list(name, "buffer", &buffer_specs, &buffer_descs)?;
         let views: Vec<AnyView<'_>> = inputs.iter().map(TensorArg::view).collect();
+        let sizes = self.check_views(plan, &views)?;
+        let buffer_descs: Vec<TensorDesc> = buffers.iter().map(AnyTensor::spec).collect();
+        check_list(name, "buffer", &plan.buffers_at(&sizes), &buffer_descs)?;
         let mut outs: Vec<AnyViewMut<'_>> = outputs.iter_mut().map(AnyTensor::view_mut).collect();
         let mut bufs: Vec<AnyViewMut<'_>> = buffers.iter_mut().map(AnyTensor::view_mut).collect();
-        self.check_views(plan, &views)?;
         let output_descs: Vec<TensorDesc> = outs.iter().map(AnyViewMut::desc).collect();
-        check_list(name, "output", &plan.outputs, &output_descs)?;
+        check_list(name, "output", &plan.outputs_at(&sizes), &output_descs)?;
         let raw = stream.raw();
         let mut guards = Vec::new();
         let input_ptrs = read_ptrs(&views, raw, &mut guards);
         let output_ptrs = write_ptrs(&mut outs, raw, &mut guards);
         let buffer_ptrs = write_ptrs(&mut bufs, raw, &mut guards);
-        let launched = self.launch_ptrs(stream, plan, &input_ptrs, &output_ptrs, &buffer_ptrs);
+        let launched = self.launch_ptrs(stream, plan, &sizes, [&input_ptrs, &output_ptrs, &buffer_ptrs]);
         drop(guards);
         launched
     }
@@ -531,9 +531,10 @@ impl Program {
     ) -> Result<(), RuntimeError> {
         let plan = self.plan()?;
         let name = self.artifacts.name;
-        self.check_views(plan, inputs)?;
+        let sizes = self.check_views(plan, inputs)?;
         let output_descs: Vec<TensorDesc> = outputs.iter().map(AnyViewMut::desc).collect();
-        check_list(name, "output", &plan.outputs, &output_descs)?;
+        check_list(name, "output", &plan.outputs_at(&sizes), &output_descs)?;
+        // Laid out for the upper bounds: every buffer at a smaller size fits in its place.
         let layout = WorkspaceLayout::of(plan)?;
         layout.check(name, workspace.bytes())?;
         let raw = stream.raw();
@@ -545,23 +546,30 @@ impl Program {
             ptr
         });
         let buffer_ptrs: Vec<u64> = layout.offsets.iter().map(|&o| base.unwrap_or(0) + o as u64).collect();
-        let launched = self.launch_ptrs(stream, plan, &input_ptrs, &output_ptrs, &buffer_ptrs);
+        let launched = self.launch_ptrs(stream, plan, &sizes, [&input_ptrs, &output_ptrs, &buffer_ptrs]);
         drop(guards);
         launched
     }
 
-    /// The launch loop: every kernel of the plan with its arguments' device pointers.
+    /// The launch loop: every kernel of the plan with its arguments' device pointers (inputs,
+    /// outputs, buffers), at `sizes` of the plan's runtime-sized dims (grid extents and the
+    /// trailing `int` size parameters).
     fn launch_ptrs(
         &'static self,
         stream: &Stream,
         plan: &LaunchPlan,
-        inputs: &[u64],
-        outputs: &[u64],
-        buffers: &[u64],
+        sizes: &[usize],
+        [inputs, outputs, buffers]: [&[u64]; 3],
     ) -> Result<(), RuntimeError> {
         let kernels = self.kernels(plan);
         for (launch, kernel) in plan.kernels.iter().zip(kernels) {
-            let config = launch.config()?;
+            let config = launch.config_at(sizes)?;
+            // Sizes were checked against the ranges (at most 2^20): they fit in an `int`.
+            let size_args: Vec<i32> = launch
+                .size_args
+                .iter()
+                .map(|&v| sizes.get(v).map_or(0, |&n| i32::try_from(n).unwrap_or(i32::MAX)))
+                .collect();
             // Indices were checked by `LaunchPlan::validate`; the lists by the caller.
             let ptrs: Vec<u64> = launch
                 .args
@@ -576,6 +584,9 @@ impl Program {
             for ptr in &ptrs {
                 args.scalar(ptr);
             }
+            for n in &size_args {
+                args.scalar(n);
+            }
             // SAFETY: the plan was generated together with the cubin: its argument list is the
             // kernel's parameter list (device pointers of the element types checked by the
             // caller, in order), every tensor has the plan's layout and covers it (checked when
@@ -586,9 +597,10 @@ impl Program {
         Ok(())
     }
 
-    fn check_views(&self, plan: &LaunchPlan, inputs: &[AnyView<'_>]) -> Result<(), RuntimeError> {
+    /// Checks the inputs; returns the sizes of the runtime-sized dims they give.
+    fn check_views(&self, plan: &LaunchPlan, inputs: &[AnyView<'_>]) -> Result<Vec<usize>, RuntimeError> {
         let found: Vec<TensorDesc> = inputs.iter().map(AnyView::desc).collect();
-        check_tensors(plan, &found)
+        check_tensors_sized(plan, &found)
     }
 
     fn kernels(&'static self, plan: &LaunchPlan) -> &'static [Kernel<'static>] {
@@ -616,6 +628,13 @@ fn plan_error_reason(e: &RuntimeError) -> String {
 /// shape and strides, in order. The error names the program, the parameter, what it needs and
 /// what was given.
 pub fn check_tensors(plan: &LaunchPlan, found: &[TensorDesc]) -> Result<(), RuntimeError> {
+    check_tensors_sized(plan, found).map(|_| ())
+}
+
+/// [`check_tensors`] for a plan with runtime-sized dims: reads their sizes from the tensors
+/// ([`LaunchPlan::sizes_of`]: one size per dim, in range) and checks every tensor against its
+/// parameter at those sizes; returns the sizes (empty for a plan without such dims).
+pub fn check_tensors_sized(plan: &LaunchPlan, found: &[TensorDesc]) -> Result<Vec<usize>, RuntimeError> {
     if found.len() != plan.inputs.len() {
         return Err(RuntimeError::Mismatch {
             what: "the number of tensors passed to a program",
@@ -627,10 +646,17 @@ pub fn check_tensors(plan: &LaunchPlan, found: &[TensorDesc]) -> Result<(), Runt
             found: found.len().to_string(),
         });
     }
+    // A tensor of the wrong rank is reported against its parameter before sizes are read.
     for (i, (want, got)) in plan.inputs.iter().zip(found).enumerate() {
+        if want.shape.len() != got.shape.len() {
+            check_tensor(&plan.name, &plan.input_name(i), want, got)?;
+        }
+    }
+    let sizes = plan.sizes_of(found)?;
+    for (i, (want, got)) in plan.inputs_at(&sizes).iter().zip(found).enumerate() {
         check_tensor(&plan.name, &plan.input_name(i), want, got)?;
     }
-    Ok(())
+    Ok(sizes)
 }
 
 /// Checks one tensor against a parameter's spec (pure). The error names the program and the
@@ -712,15 +738,20 @@ mod tests {
                 TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::Bf16 },
             ],
             outputs: vec![TensorDesc::new(&[8, 32], DType::F32)],
-            buffers: vec![Buffer { desc: TensorDesc::new(&[8, 1], DType::F32) }],
+            buffers: vec![Buffer { desc: TensorDesc::new(&[8, 1], DType::F32), dims: vec![] }],
             kernels: vec![KernelLaunch {
                 name: "p_k0".into(),
                 grid: [1, 1, 1],
                 threads: 128,
                 smem_bytes: 0,
                 args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
+                grid_dims: vec![],
+                size_args: vec![],
             }],
             search_report: None,
+            dims: vec![],
+            input_dims: vec![],
+            output_dims: vec![],
         }
         .to_json()
     }

@@ -122,15 +122,20 @@ mod tests {
             input_names: vec!["x".into()],
             inputs: vec![TensorDesc::new(&[8, 64], DType::F16)],
             outputs: vec![TensorDesc::new(&[8, 64], DType::F16)],
-            buffers: buffers.into_iter().map(|desc| Buffer { desc }).collect(),
+            buffers: buffers.into_iter().map(|desc| Buffer { desc, dims: vec![] }).collect(),
             kernels: vec![KernelLaunch {
                 name: "p_k0".into(),
                 grid: [1, 1, 1],
                 threads: 128,
                 smem_bytes: 0,
                 args: vec![ArgRef::Input(0), ArgRef::Output(0)],
+                grid_dims: vec![],
+                size_args: vec![],
             }],
             search_report: None,
+            dims: vec![],
+            input_dims: vec![],
+            output_dims: vec![],
         }
     }
 

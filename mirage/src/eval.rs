@@ -159,6 +159,44 @@ impl<V: Copy> Tensor<V> {
         Tensor { shape: shape.to_vec(), data }
     }
 
+    /// Copies the box `[offset, offset + shape)` out of this tensor, with `pad` wherever the box
+    /// reaches past the tensor (the padded-tile rule of runtime-sized dims, see [`RunShapes`]).
+    pub fn region_padded(&self, offset: &[usize], shape: &[usize], pad: V) -> Self {
+        if offset.iter().zip(shape).zip(&self.shape).all(|((o, s), e)| o + s <= *e) {
+            return self.region(offset, shape);
+        }
+        let src = row_major_strides(&self.shape);
+        let n: usize = shape.iter().product();
+        let mut data = Vec::with_capacity(n);
+        let mut idx = vec![0usize; shape.len()];
+        for _ in 0..n {
+            let inside = (0..shape.len()).all(|d| offset[d] + idx[d] < self.shape[d]);
+            data.push(if inside {
+                self.data[(0..shape.len()).map(|d| (offset[d] + idx[d]) * src[d]).sum::<usize>()]
+            } else {
+                pad
+            });
+            advance(&mut idx, shape);
+        }
+        Tensor { shape: shape.to_vec(), data }
+    }
+
+    /// Writes the part of `tile` at `offset` that lies inside this tensor; the rest of the tile
+    /// (past a runtime-sized dim's extent) is dropped.
+    pub fn write_region_clipped(&mut self, offset: &[usize], tile: &Tensor<V>) {
+        if offset.iter().zip(&tile.shape).zip(&self.shape).all(|((o, s), e)| o + s <= *e) {
+            return self.write_region(offset, tile);
+        }
+        let dst = row_major_strides(&self.shape);
+        let mut idx = vec![0usize; tile.shape.len()];
+        for &v in &tile.data {
+            if (0..idx.len()).all(|d| offset[d] + idx[d] < self.shape[d]) {
+                self.data[(0..idx.len()).map(|d| (offset[d] + idx[d]) * dst[d]).sum::<usize>()] = v;
+            }
+            advance(&mut idx, &tile.shape);
+        }
+    }
+
     /// Writes `tile` into this tensor at `offset`.
     pub fn write_region(&mut self, offset: &[usize], tile: &Tensor<V>) {
         let dst = row_major_strides(&self.shape);
@@ -177,6 +215,17 @@ impl<V: Copy> Tensor<V> {
                 idx[d] = 0;
             }
         }
+    }
+}
+
+/// Steps a row-major multi-index `idx` within `shape` (wrapping to zeros after the last).
+fn advance(idx: &mut [usize], shape: &[usize]) {
+    for d in (0..shape.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < shape[d] {
+            return;
+        }
+        idx[d] = 0;
     }
 }
 
@@ -446,6 +495,34 @@ impl<D: Domain> Ops<'_, D> {
     }
 }
 
+/// The launch geometry of one block graph at run sizes other than the compile size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRun {
+    /// Blocks along x, y, z (`ceil(n / slab)` along an axis that splits a runtime-sized dim).
+    pub grid: [usize; 3],
+    /// For-loop iterations (`ceil(min(n, slab) / tile)` when the loop splits a runtime-sized dim).
+    pub forloop_range: usize,
+    /// The shapes of the tensors the output savers write, in order.
+    pub outputs: Vec<Vec<usize>>,
+}
+
+/// A kernel graph evaluated at run sizes: the shape of every input and, for each node that is a
+/// custom kernel, its geometry ([`crate::dims::DimPlan::run_shapes`] derives them from the sizes
+/// of the dimension variables).
+///
+/// The padded-tile rule: a block graph keeps the tile sizes chosen at the compile size (the
+/// upper bound of every range); an input iterator's tile that reaches past a tensor's extent
+/// reads zeros there, in-block values are computed on the padded tile as they are (the
+/// accumulators and an `RmsLast` count included), and an output saver writes only the part of its
+/// tile inside the output's extent. Kernel-level operators compute on the tensors as they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunShapes {
+    /// The shape of each program input, in order.
+    pub inputs: Vec<Vec<usize>>,
+    /// Indexed by node: the geometry of each custom kernel (`None` for other nodes).
+    pub blocks: Vec<Option<BlockRun>>,
+}
+
 /// Evaluates a kernel graph on `inputs` (one per `Input` node, in order); returns one tensor per
 /// `Output` node, in order.
 pub fn evaluate<D: Domain>(
@@ -453,13 +530,34 @@ pub fn evaluate<D: Domain>(
     domain: &D,
     inputs: &[Tensor<D::V>],
 ) -> Result<Vec<Tensor<D::V>>, EvalError> {
+    evaluate_graph(graph, domain, inputs, None)
+}
+
+/// Evaluates a kernel graph built at the compile size on `inputs` of the run sizes `run`
+/// describes, by the padded-tile rule (see [`RunShapes`]).
+pub fn evaluate_at<D: Domain>(
+    graph: &KernelGraph,
+    domain: &D,
+    inputs: &[Tensor<D::V>],
+    run: &RunShapes,
+) -> Result<Vec<Tensor<D::V>>, EvalError> {
+    evaluate_graph(graph, domain, inputs, Some(run))
+}
+
+fn evaluate_graph<D: Domain>(
+    graph: &KernelGraph,
+    domain: &D,
+    inputs: &[Tensor<D::V>],
+    run: Option<&RunShapes>,
+) -> Result<Vec<Tensor<D::V>>, EvalError> {
     let params = graph.inputs();
     if params.len() != inputs.len() {
         return Err(EvalError::InputCount { expected: params.len(), found: inputs.len() });
     }
     for (index, (p, t)) in params.iter().zip(inputs).enumerate() {
-        if p.shape != t.shape {
-            return Err(EvalError::InputShape { index, expected: p.shape.clone(), found: t.shape.clone() });
+        let expected_shape = run.and_then(|r| r.inputs.get(index)).unwrap_or(&p.shape);
+        if *expected_shape != t.shape {
+            return Err(EvalError::InputShape { index, expected: expected_shape.clone(), found: t.shape.clone() });
         }
         let expected: usize = t.shape.iter().product();
         if t.data.len() != expected {
@@ -471,7 +569,7 @@ pub fn evaluate<D: Domain>(
     let mut values: Vec<Vec<Cow<'_, Tensor<D::V>>>> = Vec::with_capacity(graph.nodes().len());
     let mut next_input = 0;
     let mut outputs = Vec::new();
-    for node in graph.nodes() {
+    for (i, node) in graph.nodes().iter().enumerate() {
         let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| values[t.node][t.port].as_ref()).collect();
         if let KernelOp::Input { .. } = &node.op {
             next_input += 1;
@@ -494,7 +592,10 @@ pub fn evaluate<D: Domain>(
             KernelOp::Rope { layout } => vec![ops.rope(*layout, args[0], args[1], args[2])],
             KernelOp::Gather => vec![ops.gather(args[0], args[1], 0, args[0].shape[1])],
             KernelOp::Argmax { dim } => vec![ops.argmax(args[0], *dim)],
-            KernelOp::Custom { block } => evaluate_block(block, &ops, &args),
+            KernelOp::Custom { block } => {
+                let geometry = run.and_then(|r| r.blocks.get(i)).and_then(Option::as_ref);
+                evaluate_block(block, &ops, &args, geometry)
+            }
         };
         values.push(produced.into_iter().map(Cow::Owned).collect());
     }
@@ -503,7 +604,7 @@ pub fn evaluate<D: Domain>(
 
 /// Evaluates one block graph on its operands: one tensor per output saver.
 pub fn evaluate_block_graph<D: Domain>(bg: &BlockGraph, domain: &D, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
-    evaluate_block(bg, &Ops(domain), inputs)
+    evaluate_block(bg, &Ops(domain), inputs, None)
 }
 
 /// Evaluates block `block` of a block graph alone: for each output saver in order, the offset
@@ -514,7 +615,7 @@ pub fn evaluate_block_tile<D: Domain>(
     inputs: &[&Tensor<D::V>],
     block: [usize; 3],
 ) -> Vec<(Vec<usize>, Tensor<D::V>)> {
-    run_block(bg, &Ops(domain), inputs, block)
+    run_block(bg, &Ops(domain), inputs, block, bg.forloop_range())
 }
 
 /// Per-block loop-carried state of one node.
@@ -528,21 +629,29 @@ enum Carry<V> {
 type BlockTiles<V> = Vec<(Vec<usize>, Tensor<V>)>;
 
 /// Evaluates one block graph: every block independently (in parallel), then concatenates the
-/// blocks' output tiles.
-fn evaluate_block<D: Domain>(bg: &BlockGraph, ops: &Ops<'_, D>, inputs: &[&Tensor<D::V>]) -> Vec<Tensor<D::V>> {
-    let grid = bg.grid();
-    let per_block: Vec<BlockTiles<D::V>> = (0..bg.num_blocks())
+/// blocks' output tiles. `run` is its geometry at run sizes (`None`: the compile size).
+fn evaluate_block<D: Domain>(
+    bg: &BlockGraph,
+    ops: &Ops<'_, D>,
+    inputs: &[&Tensor<D::V>],
+    run: Option<&BlockRun>,
+) -> Vec<Tensor<D::V>> {
+    let (grid, frange) = run.map_or((bg.grid(), bg.forloop_range()), |r| (r.grid, r.forloop_range));
+    let per_block: Vec<BlockTiles<D::V>> = (0..grid.iter().product::<usize>())
         .into_par_iter()
         .map(|flat| {
             let b = [flat % grid[0], (flat / grid[0]) % grid[1], flat / (grid[0] * grid[1])];
-            run_block(bg, ops, inputs, b)
+            run_block(bg, ops, inputs, b, frange)
         })
         .collect();
-    let descs = bg.output_descs();
-    let mut outs: Vec<Tensor<D::V>> = descs.iter().map(|d| Tensor::full(&d.shape, ops.0.zero())).collect();
+    let shapes: Vec<Vec<usize>> = match run {
+        Some(r) => r.outputs.clone(),
+        None => bg.output_descs().into_iter().map(|d| d.shape).collect(),
+    };
+    let mut outs: Vec<Tensor<D::V>> = shapes.iter().map(|s| Tensor::full(s, ops.0.zero())).collect();
     for block in per_block {
         for (k, (offset, tile)) in block.into_iter().enumerate() {
-            outs[k].write_region(&offset, &tile);
+            outs[k].write_region_clipped(&offset, &tile);
         }
     }
     outs
@@ -569,17 +678,19 @@ fn gather_block<D: Domain>(
     ops.gather(table, ids, col0, width)
 }
 
-/// Runs block `b`: returns, for each output saver in order, the offset and the tile it writes.
+/// Runs block `b` over `frange` loop iterations: returns, for each output saver in order, the
+/// offset and the tile it writes. Tiles keep their compile-size extents and offsets; an input
+/// tile reaching past its tensor reads zeros there.
 fn run_block<D: Domain>(
     bg: &BlockGraph,
     ops: &Ops<'_, D>,
     inputs: &[&Tensor<D::V>],
     b: [usize; 3],
+    frange: usize,
 ) -> BlockTiles<D::V> {
     let d = ops.0;
     let grid = bg.grid();
     let nodes = bg.nodes();
-    let frange = bg.forloop_range();
     let mut carry: Vec<Carry<D::V>> = nodes
         .iter()
         .map(|n| match n.op {
@@ -629,16 +740,18 @@ fn run_block<D: Domain>(
                     }
                     let src = inputs[*input];
                     let tile = &node.outputs[0].shape;
+                    // The block's slab as at the compile size (the padded-tile rule).
+                    let compiled = &bg.inputs()[*input].shape;
                     let mut offset = vec![0usize; tile.len()];
                     for a in 0..3 {
                         if let Some(dim) = imap[a] {
-                            offset[dim] += b[a] * (src.shape[dim] / grid[a]);
+                            offset[dim] += b[a] * (compiled[dim] / grid[a]);
                         }
                     }
                     if let Some(f) = forloop_dim {
                         offset[*f] += it * tile[*f];
                     }
-                    vec![src.region(&offset, tile)]
+                    vec![src.region_padded(&offset, tile, d.zero())]
                 }
                 BlockOp::Gather { table, imap } => {
                     vec![gather_block(

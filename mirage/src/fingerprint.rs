@@ -96,7 +96,7 @@
 
 use rayon::prelude::*;
 
-use crate::eval::{Domain, EvalError, Tensor, evaluate};
+use crate::eval::{Domain, EvalError, RunShapes, Tensor, evaluate, evaluate_at};
 use crate::ir::{DType, KernelGraph, KernelOp, Law, UnaryOp};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
@@ -774,8 +774,22 @@ impl FingerprintContext {
     /// Programs that gather rows at computed indices get more trials ([`trials_for`]); `i32`
     /// inputs are drawn as ids of the tables they index ([`index_bounds`]).
     pub fn new(program: &KernelGraph, cfg: &VerifyConfig) -> Result<Self, VerifyError> {
+        Self::new_sized(program, cfg, None)
+    }
+
+    /// [`FingerprintContext::new`] for a program with runtime-sized dims, evaluated at the run
+    /// sizes `run` describes (see [`crate::dims::DimPlan::run_shapes`]); check candidates with
+    /// [`FingerprintContext::check_at`].
+    pub fn new_at(program: &KernelGraph, cfg: &VerifyConfig, run: &RunShapes) -> Result<Self, VerifyError> {
+        Self::new_sized(program, cfg, Some(run))
+    }
+
+    fn new_sized(program: &KernelGraph, cfg: &VerifyConfig, run: Option<&RunShapes>) -> Result<Self, VerifyError> {
         let signature = signature(program);
-        let shapes: Vec<Vec<usize>> = signature.inputs.iter().map(|(s, _)| s.clone()).collect();
+        let shapes: Vec<Vec<usize>> = match run {
+            Some(r) => r.inputs.clone(),
+            None => signature.inputs.iter().map(|(s, _)| s.clone()).collect(),
+        };
         let bounds = index_bounds(program);
         let trials = (0..trials_for(program, cfg))
             .map(|t| {
@@ -787,8 +801,11 @@ impl FingerprintContext {
                         inputs[i] = FieldDomain::random_ids(key, i, &shapes[i], *rows);
                     }
                 }
-                let outputs = evaluate(program, &domain, &inputs)
-                    .map_err(|source| VerifyError::Eval { which: "program", source })?;
+                let outputs = match run {
+                    Some(r) => evaluate_at(program, &domain, &inputs, r),
+                    None => evaluate(program, &domain, &inputs),
+                }
+                .map_err(|source| VerifyError::Eval { which: "program", source })?;
                 Ok(Trial { domain, inputs, outputs })
             })
             .collect::<Result<Vec<_>, VerifyError>>()?;
@@ -809,6 +826,17 @@ impl FingerprintContext {
     /// the first difference). Outputs are matched as a set: each program output must equal a
     /// distinct candidate output of the same shape and element type, in any order.
     pub fn check(&self, candidate: &KernelGraph) -> Result<Verdict, VerifyError> {
+        self.check_sized(candidate, None)
+    }
+
+    /// [`FingerprintContext::check`] at run sizes: `run` is the candidate's geometry at the sizes
+    /// this context was made at ([`FingerprintContext::new_at`]). Signatures are compared at the
+    /// compile size.
+    pub fn check_at(&self, candidate: &KernelGraph, run: &RunShapes) -> Result<Verdict, VerifyError> {
+        self.check_sized(candidate, Some(run))
+    }
+
+    fn check_sized(&self, candidate: &KernelGraph, run: Option<&RunShapes>) -> Result<Verdict, VerifyError> {
         let sig = signature(candidate);
         if let Some(reason) = signature_difference(&self.signature, &sig) {
             return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
@@ -818,8 +846,11 @@ impl FingerprintContext {
         let mut compatible: Vec<Vec<bool>> =
             (0..n).map(|i| (0..n).map(|j| self.signature.outputs[i] == sig.outputs[j]).collect()).collect();
         for (t, trial) in self.trials.iter().enumerate() {
-            let outs = evaluate(candidate, &trial.domain, &trial.inputs)
-                .map_err(|source| VerifyError::Eval { which: "candidate", source })?;
+            let outs = match run {
+                Some(r) => evaluate_at(candidate, &trial.domain, &trial.inputs, r),
+                None => evaluate(candidate, &trial.domain, &trial.inputs),
+            }
+            .map_err(|source| VerifyError::Eval { which: "candidate", source })?;
             for (i, row) in compatible.iter_mut().enumerate() {
                 for (j, ok) in row.iter_mut().enumerate() {
                     if *ok {

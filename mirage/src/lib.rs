@@ -98,6 +98,10 @@ pub mod ir;
 // The one evaluator of the IR, generic over a value domain.
 #[cfg(feature = "build")]
 pub mod eval;
+
+// Runtime-sized dimensions: dimension variables, their ranges and the padded-tile geometry.
+#[cfg(feature = "build")]
+pub mod dims;
 // The CPU reference interpreter: the evaluator over `f32`.
 #[cfg(feature = "build")]
 pub mod reference;

@@ -5,10 +5,13 @@ pub mod default_blocks;
 pub mod kernel;
 pub mod plan;
 
-pub use kernel::{KernelOptions, KernelPlan, KernelSource, generate_kernel, generate_task_body, plan_kernel};
+pub use kernel::{
+    KernelOptions, KernelPlan, KernelSizes, KernelSource, generate_kernel, generate_task_body, plan_kernel,
+};
 
+use crate::dims::{DimPlan, Dims, Extent};
 use crate::ir::{IrError, KernelGraph, KernelOp, TensorRef};
-use plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION};
+use plan::{ArgRef, Buffer, GridDim, KernelLaunch, LaunchPlan, PLAN_VERSION, PlanDim};
 
 /// The device library included at the top of every translation unit.
 pub const DEVICE_LIBRARY: &str = include_str!("../../cuda/mirage_device.cuh");
@@ -26,7 +29,47 @@ pub struct GeneratedProgram {
 
 /// Generates CUDA for `graph`; kernels are named `{name}_k{i}`.
 pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result<GeneratedProgram, CodegenError> {
+    generate_sized(graph, &Dims::default(), name, opts)
+}
+
+/// The C name of the size parameter of runtime-sized dim `v`.
+fn size_param(v: usize) -> String {
+    format!("n{v}")
+}
+
+/// The dims of a tensor as the plan records them: the variable of each runtime-sized dim.
+fn plan_marks(extents: &[Extent]) -> Vec<Option<usize>> {
+    extents.iter().map(|e| if let Extent::Var(v) = e { Some(*v) } else { None }).collect()
+}
+
+/// [`generate`] for a µGraph built at the upper bounds of `dims` (none: a static program): every
+/// kernel takes the sizes of the runtime-sized dims it uses as `int` parameters after its
+/// pointers, its grid axes over such dims get `ceil(n / tile)` blocks at launch, and the plan
+/// records the ranges and which dims they size. What the kernels cannot do at a runtime size yet
+/// (a runtime-sized dim other than dim 0, a for-loop over one: [`KernelSizes`]) is an
+/// [`CodegenError::Unsupported`] naming the kernel.
+pub fn generate_sized(
+    graph: &KernelGraph,
+    dims: &Dims,
+    name: &str,
+    opts: &KernelOptions,
+) -> Result<GeneratedProgram, CodegenError> {
     let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
+    let sized = if dims.is_static() { None } else { Some(DimPlan::analyze(&graph, dims).map_err(CodegenError::Ir)?) };
+    let marks = |t: TensorRef| sized.as_ref().map(|p| plan_marks(p.extents(t))).unwrap_or_default();
+    if let Some(p) = &sized {
+        for (i, node) in graph.nodes().iter().enumerate() {
+            for port in 0..node.outputs.len() {
+                let m = plan_marks(p.extents(TensorRef { node: i, port }));
+                if m.iter().skip(1).any(Option::is_some) {
+                    return Err(CodegenError::Unsupported(format!(
+                        "a runtime-sized dim other than dim 0 (tensor %{i}.{port}: {}): strides would depend on the size",
+                        crate::dims::fmt_extents(p.extents(TensorRef { node: i, port }), dims)
+                    )));
+                }
+            }
+        }
+    }
     let inputs: Vec<_> = graph.inputs().into_iter().cloned().collect();
     let mut outputs = Vec::new();
     let mut output_of: std::collections::HashMap<TensorRef, usize> = Default::default();
@@ -60,7 +103,18 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
             KernelOp::Output { .. } => {}
             KernelOp::Custom { block } => {
                 let kname = format!("{name}_k{}", kernels.len());
-                let src = generate_kernel(block, &kname, opts)?;
+                let kdims = sized.as_ref().and_then(|p| p.kernel(i)).cloned().unwrap_or_default();
+                let slot = |t: TensorRef| -> Option<usize> {
+                    let v = marks(t).first().copied().flatten()?;
+                    kdims.vars.iter().position(|&w| w == v)
+                };
+                let sizes = KernelSizes {
+                    params: kdims.vars.iter().map(|&v| size_param(v)).collect(),
+                    inputs: node.inputs.iter().map(|&t| slot(t)).collect(),
+                    outputs: (0..node.outputs.len()).map(|port| slot(TensorRef { node: i, port })).collect(),
+                };
+                let kopts = KernelOptions { sizes, ..opts.clone() };
+                let src = generate_kernel(block, &kname, &kopts)?;
                 kernels_source.push_str(&src.code);
                 kernels_source.push('\n');
                 let mut args: Vec<ArgRef> = node.inputs.iter().map(|t| arg_of[t].clone()).collect();
@@ -69,7 +123,9 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
                     let arg = match output_of.get(&t) {
                         Some(&k) => ArgRef::Output(k),
                         None => {
-                            buffers.push(Buffer { desc: desc.clone() });
+                            let m = marks(t);
+                            let m = if m.iter().any(Option::is_some) { m } else { Vec::new() };
+                            buffers.push(Buffer { desc: desc.clone(), dims: m });
                             ArgRef::Buffer(buffers.len() - 1)
                         }
                     };
@@ -82,6 +138,12 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
                     threads: src.threads,
                     smem_bytes: src.smem_bytes,
                     args,
+                    grid_dims: if kdims.grid.iter().any(Option::is_some) {
+                        kdims.grid.iter().map(|s| s.map(|s| GridDim { dim: s.var, tile: s.part })).collect()
+                    } else {
+                        Vec::new()
+                    },
+                    size_args: kdims.vars.clone(),
                 });
             }
             other => {
@@ -89,6 +151,14 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
             }
         }
     }
+    let input_marks: Vec<Vec<Option<usize>>> = graph
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.op, KernelOp::Input { .. }))
+        .map(|(i, _)| marks(TensorRef::new(i)))
+        .collect();
+    let output_marks: Vec<Vec<Option<usize>>> = graph.outputs().into_iter().map(|(t, _)| marks(t)).collect();
     let source = format!("// generated by mirage for `{name}`\n{DEVICE_LIBRARY}\n{kernels_source}");
     let plan = LaunchPlan {
         version: PLAN_VERSION,
@@ -100,6 +170,9 @@ pub fn generate(graph: &KernelGraph, name: &str, opts: &KernelOptions) -> Result
         buffers,
         kernels,
         search_report: None,
+        dims: dims.vars.iter().map(|v| PlanDim { name: v.name.clone(), lo: v.lo, hi: v.hi }).collect(),
+        input_dims: if dims.is_static() { Vec::new() } else { input_marks },
+        output_dims: if dims.is_static() { Vec::new() } else { output_marks },
     };
     Ok(GeneratedProgram { source, kernels_source, plan })
 }

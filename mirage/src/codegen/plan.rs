@@ -4,4 +4,4 @@
 //! is read at run time without the compiler; its tensors are the IR's [`crate::ir::TensorDesc`]
 //! (both come from `mirage-core`). This module re-exports them.
 
-pub use mirage_runtime::plan::{ArgRef, Buffer, KernelLaunch, LaunchPlan, PLAN_VERSION};
+pub use mirage_runtime::plan::{ArgRef, Buffer, GridDim, KernelLaunch, LaunchPlan, PLAN_VERSION, PlanDim};

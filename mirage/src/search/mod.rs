@@ -42,6 +42,7 @@ mod enumerate;
 pub mod expr;
 pub mod oracle;
 pub mod partition;
+pub mod ranges;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,7 +53,8 @@ use rayon::prelude::*;
 
 use crate::cache::{Cache, CacheEntry, CacheKey, CachedCandidate};
 use crate::cost::{Arch, CostReport, estimate};
-use crate::eval::EvalError;
+use crate::dims::Dims;
+use crate::eval::{EvalError, RunShapes, evaluate_at};
 use crate::fingerprint::{FingerprintContext, Verdict, VerifyConfig, VerifyError, mix64};
 use crate::ir::{AccKind, BlockOp, CanonicalHash, DType, KernelGraph, KernelOp};
 use crate::reference::{HostTensor, max_scaled_error, run};
@@ -118,6 +120,10 @@ pub struct SearchConfig {
     pub float_check: bool,
     /// Treat a cache miss as an error; `None` reads `MIRAGE_OFFLINE` (`1` = offline).
     pub offline: Option<bool>,
+    /// The program's runtime-sized dims (none: a static program). The program is given at the
+    /// compile size (every variable at its upper bound); the chosen µGraph is verified over the
+    /// ranges ([`ranges`]). Part of the cache key.
+    pub dims: Dims,
     /// When no µGraph of the whole program is found, search it in parts
     /// ([`partition`](self::partition) module docs), each with this configuration's budget, and
     /// compose them; off, such a search is an error.
@@ -150,6 +156,7 @@ impl Default for SearchConfig {
             top_k: 5,
             float_check: true,
             offline: None,
+            dims: Dims::default(),
             partition: true,
         }
     }
@@ -189,6 +196,13 @@ impl SearchConfig {
         // z3 joined the configuration later: only a search with it on hashes differently, so the
         // cache entries of searches without it keep their keys.
         let text = if self.pruning && self.z3 { format!("{text}|z3") } else { text };
+        // Likewise the declared ranges and the input dims they size.
+        let text = if self.dims.is_static() {
+            text
+        } else {
+            let vars: Vec<String> = self.dims.vars.iter().map(ToString::to_string).collect();
+            format!("{text}|dims {} {:?}", vars.join(", "), self.dims.inputs)
+        };
         let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
@@ -363,6 +377,9 @@ fn cached_verdict(
 ) -> Result<Option<String>, SearchError> {
     if let Verdict::NotEquivalent { witness } = FingerprintContext::new(program, &cfg.verify)?.check(graph)? {
         return Ok(Some(format!("does not compute the program ({witness})")));
+    }
+    if let Err(why) = ranges::RangeCheck::new(program, cfg)?.check(graph, cfg.float_check)? {
+        return Ok(Some(format!("does not compute the program over the declared ranges ({why})")));
     }
     if !takes_a_maximum(program) {
         return Ok(None);
@@ -568,6 +585,8 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         )));
     }
     let ctx = FingerprintContext::new(program, &cfg.verify)?;
+    let mut over_ranges = ranges::RangeCheck::new(program, cfg)?;
+    let mut range_rejected = Vec::new();
     let mut best: Option<usize> = None;
     let mut tried = 0;
     for i in 0..cands.len() {
@@ -578,6 +597,17 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
         }
         tried += 1;
         let ok = ctx.check(&cands[i].graph)?.is_equivalent();
+        // Runtime-sized dims: the same at several sizes of each range (fingerprints for every
+        // candidate, the float check where it runs).
+        let ok = ok && {
+            match over_ranges.check(&cands[i].graph, best.is_none() && cfg.float_check)? {
+                Ok(()) => true,
+                Err(msg) => {
+                    range_rejected.push(format!("candidate {} {msg}", cands[i].hash));
+                    false
+                }
+            }
+        };
         let ok = ok
             && (best.is_some() || !cfg.float_check || {
                 match float_check(program, &cands[i].graph)? {
@@ -601,11 +631,21 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     }
     stats.verify_time = vstart.elapsed();
     let Some(b) = best else {
+        let why = match range_rejected.first() {
+            Some(first) => format!(
+                "; {} of them computed the program at the compile size but not over the declared ranges (a padded tile polluting a reduction: masked reductions over a runtime-sized dim are not implemented), e.g. {first}",
+                range_rejected.len()
+            ),
+            None => String::new(),
+        };
         return Err(SearchError::NotFound(format!(
-            "{} candidates, the {tried} cheapest were rejected by verification",
+            "{} candidates, the {tried} cheapest were rejected by verification{why}",
             cands.len()
         )));
     };
+    if let Some(first) = range_rejected.first() {
+        notes.push(format!("{} candidate(s) rejected over the declared ranges, e.g. {first}", range_rejected.len()));
+    }
     let best = cands[b].clone();
     let top: Vec<Candidate> = std::iter::once(best.clone())
         .chain(cands.iter().enumerate().filter(|(i, c)| *i != b && c.verified != Some(false)).map(|(_, c)| c.clone()))
@@ -629,6 +669,12 @@ fn composed(
     if let Verdict::NotEquivalent { witness } = verdict {
         return Err(SearchError::NotFound(format!(
             "the µGraph composed of the program's parts does not compute the program ({witness})"
+        )));
+    }
+    // Runtime-sized dims: the composition is verified over the declared ranges like any candidate.
+    if let Err(msg) = ranges::RangeCheck::new(program, cfg)?.check(&graph, cfg.float_check)? {
+        return Err(SearchError::NotFound(format!(
+            "the µGraph composed of the program's parts is not right over the declared ranges: {msg}"
         )));
     }
     if cfg.float_check
@@ -693,19 +739,25 @@ impl SearchResult {
 /// Deterministic inputs for the float check (and the tuner's measurements): floats in `[-0.5, 0.5)`, and for `i32` inputs ids
 /// in `0..=rows` of the smallest table they index (`rows` itself reads zeros).
 pub(crate) fn float_inputs(g: &KernelGraph, seed: u64) -> Result<Vec<HostTensor>, EvalError> {
+    let shapes: Vec<Vec<usize>> = g.inputs().iter().map(|d| d.shape.clone()).collect();
+    float_inputs_of(g, &shapes, seed)
+}
+
+/// [`float_inputs`] of the given shapes (a program's inputs at run sizes).
+fn float_inputs_of(g: &KernelGraph, shapes: &[Vec<usize>], seed: u64) -> Result<Vec<HostTensor>, EvalError> {
     let bounds = crate::fingerprint::index_bounds(g);
-    g.inputs()
+    shapes
         .iter()
         .enumerate()
-        .map(|(i, d)| {
-            let n: usize = d.shape.iter().product();
+        .map(|(i, shape)| {
+            let n: usize = shape.iter().product();
             let base = mix64(seed ^ (i as u64 + 1));
             let bits = |j: usize| mix64(base.wrapping_add(j as u64)) >> 40;
             let data = match bounds.get(i).copied().flatten() {
                 Some(rows) => (0..n).map(|j| (bits(j) % (rows as u64 + 1)) as f32).collect(),
                 None => (0..n).map(|j| bits(j) as f32 / (1u64 << 24) as f32 - 0.5).collect(),
             };
-            HostTensor::new(d.shape.clone(), data)
+            HostTensor::new(shape.clone(), data)
         })
         .collect()
 }
@@ -774,7 +826,7 @@ fn positions_match(want: &HostTensor, got: &HostTensor, row: &HostTensor, dim: u
 /// subtracts.
 /// The outer `Result` is a failure to run, the inner one the verdict.
 pub fn float_check(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
-    let verdict = float_check_at(program, candidate)?;
+    let verdict = float_check_at(program, candidate, None)?;
     if verdict.is_err() || !takes_a_maximum(program) {
         return Ok(verdict);
     }
@@ -840,14 +892,26 @@ pub fn wide_range_check(program: &KernelGraph, candidate: &KernelGraph) -> Resul
     Ok(Ok(()))
 }
 
-/// [`float_check`] on the ordinary inputs alone.
-fn float_check_at(program: &KernelGraph, candidate: &KernelGraph) -> Result<Result<(), String>, EvalError> {
-    let inputs = float_inputs(program, 0x666c_6f61_7421)?;
-    let (with_rows, rows) = match with_argmax_rows(program) {
-        Some((g, rows)) => (run(&g, &inputs)?, rows),
-        None => (run(program, &inputs)?, Vec::new()),
+/// [`float_check`] on the ordinary inputs alone; with `at`, at run sizes (the program's and the
+/// candidate's geometry there).
+fn float_check_at(
+    program: &KernelGraph,
+    candidate: &KernelGraph,
+    at: Option<(&RunShapes, &RunShapes)>,
+) -> Result<Result<(), String>, EvalError> {
+    let eval = |g: &KernelGraph, x: &[HostTensor], run_shapes: Option<&RunShapes>| match run_shapes {
+        Some(r) => evaluate_at(g, &crate::reference::F32, x, r),
+        None => run(g, x),
     };
-    let got = run(candidate, &inputs)?;
+    let inputs = match at {
+        Some((p, _)) => float_inputs_of(program, &p.inputs, 0x666c_6f61_7421)?,
+        None => float_inputs(program, 0x666c_6f61_7421)?,
+    };
+    let (with_rows, rows) = match with_argmax_rows(program) {
+        Some((g, rows)) => (eval(&g, &inputs, at.map(|a| a.0))?, rows),
+        None => (eval(program, &inputs, at.map(|a| a.0))?, Vec::new()),
+    };
+    let got = eval(candidate, &inputs, at.map(|a| a.1))?;
     let dtype = program.inputs().iter().map(|d| d.dtype).find(|d| d.is_float()).unwrap_or(DType::F32);
     let rtol = match dtype {
         DType::F16 => 1e-2,

@@ -48,12 +48,37 @@ pub struct KernelOptions {
     pub max_smem_bytes: usize,
     /// Most pipeline stages for tiles walked by the for-loop.
     pub max_stages: usize,
+    /// The runtime sizes the kernel takes (none: a static kernel).
+    pub sizes: KernelSizes,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
         // H100/H200: 227 KB of shared memory per block with opt-in.
-        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4 }
+        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4, sizes: KernelSizes::default() }
+    }
+}
+
+/// The runtime sizes of one kernel (`mirage::dims`): `int` parameters after the tensor pointers,
+/// each the size of a runtime-sized dim, and which operands and outputs have their dim 0 sized by
+/// one. The block graph is the one built at the upper bounds; by the padded-tile rule the kernel
+/// loads zeros for rows of an operand at or past its size and stores no row of an output at or
+/// past its size. Only dim 0 may be runtime-sized (so every stride stays fixed), and no for-loop
+/// may walk it; other µGraphs are rejected with [`CodegenError::Unsupported`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelSizes {
+    /// The C names of the `int` parameters, in order.
+    pub params: Vec<String>,
+    /// Per block-graph operand: the parameter (index into `params`) sizing its dim 0.
+    pub inputs: Vec<Option<usize>>,
+    /// Per block-graph output: the parameter sizing its dim 0.
+    pub outputs: Vec<Option<usize>>,
+}
+
+impl KernelSizes {
+    /// Whether the kernel takes no size.
+    pub fn is_static(&self) -> bool {
+        self.params.is_empty()
     }
 }
 
@@ -97,10 +122,11 @@ fn generate_with(
     bg: &BlockGraph,
     name: &str,
     opts: &KernelOptions,
-    emit: fn(&KernelPlan<'_>, &str) -> Result<String, CodegenError>,
+    emit: fn(&KernelPlan<'_>, &str, &KernelSizes) -> Result<String, CodegenError>,
 ) -> Result<KernelSource, CodegenError> {
     let plan = plan_kernel(bg, name, opts)?;
-    let code = emit(&plan, name)?;
+    check_sizes(&plan, name, &opts.sizes)?;
+    let code = emit(&plan, name, &opts.sizes)?;
     Ok(KernelSource {
         name: name.to_string(),
         code,
@@ -110,6 +136,36 @@ fn generate_with(
         static_smem_bytes: plan.static_smem_bytes,
         stages: plan.stages,
     })
+}
+
+/// Rejects what the generated code cannot yet do at a runtime size: a for-loop over a
+/// runtime-sized dim, and copies that cannot be predicated row by row.
+fn check_sizes(plan: &KernelPlan<'_>, name: &str, sizes: &KernelSizes) -> Result<(), CodegenError> {
+    if sizes.is_static() {
+        return Ok(());
+    }
+    let unsupported = |why: String| Err(CodegenError::Unsupported(format!("kernel `{name}`: {why}")));
+    for (i, node) in plan.bg.nodes().iter().enumerate() {
+        let crate::ir::BlockOp::Input { input, forloop_dim, .. } = &node.op else { continue };
+        if sizes.inputs.get(*input).copied().flatten().is_none() {
+            continue;
+        }
+        if *forloop_dim == Some(0) {
+            return unsupported(format!(
+                "the for-loop walks operand {input}'s runtime-sized dim 0 (runtime trip counts are not implemented)"
+            ));
+        }
+        let Some(copy) = plan.copies[i].as_ref() else { continue };
+        if matches!(copy.method, planner::CopyMethod::CpAsyncStrided { .. })
+            || (copy.vec_dim == Some(0) && copy.vec > 1)
+        {
+            return unsupported(format!(
+                "operand {input} has a runtime-sized dim 0 and a copy that cannot be predicated by row ({:?})",
+                copy.method
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -165,7 +221,8 @@ mod tests {
         let s = bg.accum(AccKind::SumLast, &[x])?;
         bg.output(s, none)?;
         let stages = |max_smem_bytes: usize| {
-            plan_kernel(&bg, "k", &KernelOptions { max_smem_bytes, max_stages: 4 }).map(|p| (p.stages, p.smem_bytes))
+            plan_kernel(&bg, "k", &KernelOptions { max_smem_bytes, max_stages: 4, ..KernelOptions::default() })
+                .map(|p| (p.stages, p.smem_bytes))
         };
         let (four, bytes4) = stages(1 << 20).expect("fits with four stages");
         assert_eq!(four, 4);

@@ -64,7 +64,15 @@ impl Emitter<'_> {
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
         let total = copy.total;
         // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
-        let cp_async = format!("mirage::cp_async{}", copy.vec * kdesc.dtype.size_bytes());
+        let bytes = copy.vec * kdesc.dtype.size_bytes();
+        let cp_async = format!("mirage::cp_async{bytes}");
+        // A runtime-sized dim 0 (the padded-tile rule): rows at or past the size read zeros.
+        let row = format!(
+            "{} + {}",
+            boff[0],
+            if copy.vec_dim == Some(0) { format!("{}*{}", idx[0], copy.vec) } else { idx[0].clone() }
+        );
+        let bound = self.input_size(copy.input);
         if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = copy.method {
             let ty = ctype(kdesc.dtype);
             self.line(
@@ -80,10 +88,25 @@ impl Emitter<'_> {
         }
         self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
         self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
-        if copy.method.is_async() {
-            self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);"));
-        } else {
-            self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];"));
+        match (bound, copy.method.is_async()) {
+            (None, true) => self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
+            (None, false) => self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];")),
+            (Some(n), true) => {
+                let zero = match bytes {
+                    16 => "*reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);",
+                    8 => "*reinterpret_cast<uint2*>(d) = make_uint2(0u, 0u);",
+                    _ => "*reinterpret_cast<unsigned int*>(d) = 0u;",
+                };
+                self.line(indent + 1, &format!("auto* d = {buf} + ({soff});"));
+                self.line(indent + 1, &format!("if (({row}) < {n}) {cp_async}(d, {src} + go); else {{ {zero} }}"));
+            }
+            (Some(n), false) => {
+                let ty = ctype(kdesc.dtype);
+                self.line(
+                    indent + 1,
+                    &format!("{buf}[{soff}] = ({row}) < {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"),
+                );
+            }
         }
         self.line(indent, "}");
     }

@@ -23,6 +23,7 @@ pub(super) use skeleton::{emit_kernel, emit_task_body};
 
 use crate::ir::{BlockGraph, TensorRef};
 
+use super::KernelSizes;
 use super::planner::{KernelPlan, Tile};
 
 /// The C names of the block's index along x, y and z in the kernel body.
@@ -56,12 +57,25 @@ fn preloaded_a(i: usize) -> String {
 /// The text writer of one kernel and the plan it writes.
 struct Emitter<'a> {
     plan: &'a KernelPlan<'a>,
+    sizes: &'a KernelSizes,
     out: String,
 }
 
 impl<'a> Emitter<'a> {
-    fn new(plan: &'a KernelPlan<'a>) -> Self {
-        Emitter { plan, out: String::new() }
+    fn new(plan: &'a KernelPlan<'a>, sizes: &'a KernelSizes) -> Self {
+        Emitter { plan, sizes, out: String::new() }
+    }
+
+    /// The size parameter bounding dim 0 of block-graph operand `j`, if it is runtime-sized.
+    fn input_size(&self, j: usize) -> Option<&'a str> {
+        let sizes: &'a KernelSizes = self.sizes;
+        sizes.inputs.get(j).copied().flatten().and_then(|p| sizes.params.get(p)).map(String::as_str)
+    }
+
+    /// The size parameter bounding dim 0 of block-graph output `k`, if it is runtime-sized.
+    fn output_size(&self, k: usize) -> Option<&'a str> {
+        let sizes: &'a KernelSizes = self.sizes;
+        sizes.outputs.get(k).copied().flatten().and_then(|p| sizes.params.get(p)).map(String::as_str)
     }
 
     fn bg(&self) -> &'a BlockGraph {

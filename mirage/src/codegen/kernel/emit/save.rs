@@ -22,7 +22,7 @@ impl Emitter<'_> {
         let saver = self.plan.schedule.saver_of[i].expect("savers are numbered");
         let desc = &self.bg().output_descs()[saver];
         let gstr = row_major_strides(&desc.shape);
-        let terms: Vec<String> = (0..shape.len())
+        let coords: Vec<String> = (0..shape.len())
             .map(|d| {
                 let mut off = Vec::new();
                 for (a, axis) in BLOCK_INDEX.iter().enumerate() {
@@ -31,9 +31,20 @@ impl Emitter<'_> {
                     }
                 }
                 off.push(idx[d].clone());
-                format!("(long long)({})*{}", off.join(" + "), gstr[d])
+                off.join(" + ")
             })
             .collect();
-        format!("{}[{}] = mirage::from_f32<{}>({value});", output_param(saver), terms.join(" + "), ctype(desc.dtype))
+        let terms: Vec<String> = coords.iter().zip(&gstr).map(|(c, s)| format!("(long long)({c})*{s}")).collect();
+        let store = format!(
+            "{}[{}] = mirage::from_f32<{}>({value});",
+            output_param(saver),
+            terms.join(" + "),
+            ctype(desc.dtype)
+        );
+        match self.output_size(saver) {
+            // A runtime-sized dim 0: rows at or past the size are not written.
+            Some(n) => format!("if (({}) < {n}) {store}", coords[0]),
+            None => store,
+        }
     }
 }

@@ -7,13 +7,18 @@ use std::fmt::Write;
 use crate::ir::BlockOp;
 
 use super::super::super::CodegenError;
+use super::super::KernelSizes;
 use super::super::planner::{KernelPlan, MatmulPlan, ctype};
 use super::copy::stage_ptr;
 use super::{BLOCK_INDEX, Emitter, input_param, output_param, register_accumulator};
 
 /// The CUDA source of the `extern "C" __global__` function `name` for `plan`.
-pub(in super::super) fn emit_kernel(plan: &KernelPlan<'_>, name: &str) -> Result<String, CodegenError> {
-    emit(plan, name, Entry::Kernel)
+pub(in super::super) fn emit_kernel(
+    plan: &KernelPlan<'_>,
+    name: &str,
+    sizes: &KernelSizes,
+) -> Result<String, CodegenError> {
+    emit(plan, name, Entry::Kernel, sizes)
 }
 
 /// The CUDA source of the task body `name` for `plan`: the kernel's body as a `__device__`
@@ -21,8 +26,15 @@ pub(in super::super) fn emit_kernel(plan: &KernelPlan<'_>, name: &str) -> Result
 /// persistent megakernel whose blocks run many tiles. Inputs are plain `const T*` (no
 /// `__restrict__`): buffers another block wrote earlier in the same launch must not be read
 /// through the non-coherent read-only path.
-pub(in super::super) fn emit_task_body(plan: &KernelPlan<'_>, name: &str) -> Result<String, CodegenError> {
-    emit(plan, name, Entry::TaskBody)
+pub(in super::super) fn emit_task_body(
+    plan: &KernelPlan<'_>,
+    name: &str,
+    sizes: &KernelSizes,
+) -> Result<String, CodegenError> {
+    if !sizes.is_static() {
+        return Err(CodegenError::Unsupported(format!("task body `{name}`: runtime-sized dims in a megakernel")));
+    }
+    emit(plan, name, Entry::TaskBody, sizes)
 }
 
 /// What the generated function is.
@@ -34,8 +46,8 @@ enum Entry {
     TaskBody,
 }
 
-fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry) -> Result<String, CodegenError> {
-    let mut e = Emitter::new(plan);
+fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry, sizes: &KernelSizes) -> Result<String, CodegenError> {
+    let mut e = Emitter::new(plan, sizes);
     e.signature(name, entry);
     e.declarations(entry);
     e.loads_before_the_loop();
@@ -65,6 +77,7 @@ impl Emitter<'_> {
         for (k, d) in bg.output_descs().iter().enumerate() {
             params.push(format!("{}* __restrict__ {}", ctype(d.dtype), output_param(k)));
         }
+        params.extend(self.sizes.params.iter().map(|p| format!("const int {p}")));
         writeln!(
             self.out,
             "// block graph: grid {:?}, {} threads, forloop_range {}, {} pipeline stage(s), {} B shared memory",

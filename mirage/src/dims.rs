@@ -1,0 +1,635 @@
+//! Runtime-sized dimensions: dimension variables with declared ranges, which tensor dims they
+//! size, and what a µGraph built at the compile size does at another size.
+//!
+//! A program with dimension variables is built (lowered, searched, verified) at the *compile
+//! size*: every variable at the upper bound of its range. [`DimPlan::analyze`] follows the
+//! variables through a kernel graph built that way, symbolically: which dims of every device tensor
+//! they size, which grid axes and which for-loop of each custom kernel split them (and the slab
+//! each part covers), and rejects what the padded-tile rule cannot run at another size (a grid
+//! axis splitting a variable dim in one tensor and a fixed dim in another, a concatenation along
+//! a variable dim, a variable dim meeting a literal of the same extent, ...). [`DimPlan::run_shapes`]
+//! then gives the geometry at given sizes, which [`crate::eval::evaluate_at`] runs.
+
+use std::fmt;
+
+use crate::eval::{BlockRun, RunShapes};
+use crate::ir::{AccKind, BlockGraph, BlockOp, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
+
+/// The largest upper bound a dimension variable may declare.
+pub const MAX_DIM_VAR: usize = 1 << 20;
+
+/// A dimension variable: a name and the range of sizes it takes at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DimVar {
+    /// The name (as declared: `B`, `S`).
+    pub name: String,
+    /// The smallest size.
+    pub lo: usize,
+    /// The largest size: the compile size.
+    pub hi: usize,
+}
+
+/// The dimension variables of a program and the input dims they size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Dims {
+    /// The declared variables.
+    pub vars: Vec<DimVar>,
+    /// For each program input, for each of its dims: the variable sizing it, or `None` (fixed).
+    pub inputs: Vec<Vec<Option<usize>>>,
+}
+
+impl Dims {
+    /// Whether no variable is declared (a static program).
+    pub fn is_static(&self) -> bool {
+        self.vars.is_empty()
+    }
+
+    /// The compile size of every variable: its upper bound.
+    pub fn compile_sizes(&self) -> Vec<usize> {
+        self.vars.iter().map(|v| v.hi).collect()
+    }
+
+    /// Checks `sizes` (one per variable) against the declared ranges.
+    pub fn check_sizes(&self, sizes: &[usize]) -> Result<(), IrError> {
+        if sizes.len() != self.vars.len() {
+            return Err(IrError::rule(
+                "dims",
+                format!("{} sizes", sizes.len()),
+                format!("the program declares {} dimension variables", self.vars.len()),
+            ));
+        }
+        for (v, &n) in self.vars.iter().zip(sizes) {
+            if n < v.lo || n > v.hi {
+                return Err(IrError::rule(
+                    "dims",
+                    format!("{} = {n}", v.name),
+                    format!("{} is declared in {}..={}", v.name, v.lo, v.hi),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sizes a µGraph of `plan` is verified at for variable `var`: both ends of its range,
+    /// 1, 3, 17, `hi - 1`, a prime in range, and for each tile size the plan splits the variable
+    /// with, one size past a multiple of it (none of them a multiple of any tile, except where the
+    /// range leaves no choice). Sorted, without repeats.
+    pub fn verification_sizes(&self, var: usize, plan: &DimPlan) -> Vec<usize> {
+        let v = &self.vars[var];
+        let mut sizes = vec![v.lo, v.hi, 1, 3, 17, v.hi.saturating_sub(1), largest_prime_at_most(v.hi)];
+        for t in plan.tiles(var) {
+            sizes.push(t + 1);
+            sizes.push(v.hi - t + 1);
+        }
+        sizes.retain(|&n| n >= v.lo && n <= v.hi);
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+}
+
+fn largest_prime_at_most(n: usize) -> usize {
+    let is_prime = |k: usize| k >= 2 && (2..).take_while(|d| d * d <= k).all(|d| !k.is_multiple_of(d));
+    (2..=n).rev().find(|&k| is_prime(k)).unwrap_or(1)
+}
+
+/// The extent of a dim of a device tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Extent {
+    /// A literal extent.
+    Fixed(usize),
+    /// The size of a dimension variable (by index).
+    Var(usize),
+}
+
+/// How a grid axis or the for-loop of a custom kernel covers a variable dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Split {
+    /// The variable.
+    pub var: usize,
+    /// The extent each part covers at the compile size: the block's slab (grid axis) or the tile
+    /// of one iteration (for-loop).
+    pub part: usize,
+    /// For the for-loop: the extent of the block's slab it iterates over (the variable's upper
+    /// bound when no grid axis splits the dim too); for a grid axis, the variable's upper bound.
+    pub whole: usize,
+}
+
+impl Split {
+    /// The number of parts at size `n`: `ceil(min(n, whole) / part)`.
+    pub fn parts(&self, n: usize) -> usize {
+        n.min(self.whole).div_ceil(self.part)
+    }
+}
+
+/// How a custom kernel's launch follows the variables.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelDims {
+    /// Per grid axis (x, y, z): the variable dim it splits, or `None` (a fixed extent).
+    pub grid: [Option<Split>; 3],
+    /// The variable dim the for-loop splits, or `None` (a fixed trip count).
+    pub forloop: Option<Split>,
+    /// The variables the kernel's tensors depend on (sorted).
+    pub vars: Vec<usize>,
+}
+
+/// The extent of a tile dim inside a block: a literal, or a part of a variable dim (the tile
+/// keeps its compile-size extent; at run sizes part of it may be padding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileExt {
+    Fixed,
+    Part(usize),
+}
+
+/// The result of following the dimension variables through a kernel graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimPlan {
+    dims: Dims,
+    /// Per node, per output port, per dim.
+    extents: Vec<Vec<Vec<Extent>>>,
+    /// Per node: the launch of a custom kernel.
+    kernels: Vec<Option<KernelDims>>,
+}
+
+fn err(op: impl Into<String>, what: impl Into<String>, rule: impl Into<String>) -> IrError {
+    IrError::rule(op, what, rule)
+}
+
+impl DimPlan {
+    /// Follows `dims` through `graph` (built at the compile size). A static `dims` (no variables)
+    /// gives a plan whose every extent is fixed.
+    pub fn analyze(graph: &KernelGraph, dims: &Dims) -> Result<Self, IrError> {
+        for (i, v) in dims.vars.iter().enumerate() {
+            if v.lo == 0 || v.lo > v.hi || v.hi > MAX_DIM_VAR {
+                return Err(err(
+                    "dims",
+                    format!("{} = {}..={}", v.name, v.lo, v.hi),
+                    format!("a range must be non-empty, start at 1 or more and end at {MAX_DIM_VAR} or less"),
+                ));
+            }
+            if dims.vars[..i].iter().any(|w| w.name == v.name) {
+                return Err(err("dims", v.name.clone(), "the variable is declared twice"));
+            }
+        }
+        let params = graph.inputs();
+        if !dims.is_static() && dims.inputs.len() != params.len() {
+            return Err(err(
+                "dims",
+                format!("{} input annotations", dims.inputs.len()),
+                format!("the program takes {} inputs", params.len()),
+            ));
+        }
+        let names = |e: &[Extent]| fmt_extents(e, dims);
+        let mut extents: Vec<Vec<Vec<Extent>>> = Vec::with_capacity(graph.nodes().len());
+        let mut kernels = Vec::with_capacity(graph.nodes().len());
+        let mut next_input = 0;
+        for node in graph.nodes() {
+            let args: Vec<&[Extent]> = node.inputs.iter().map(|t| extents[t.node][t.port].as_slice()).collect();
+            let name = node.op.name();
+            let mut kernel = None;
+            let out: Vec<Vec<Extent>> = match &node.op {
+                KernelOp::Input { desc } => {
+                    let marks = dims.inputs.get(next_input).cloned().unwrap_or_else(|| vec![None; desc.shape.len()]);
+                    next_input += 1;
+                    if marks.len() != desc.shape.len() {
+                        return Err(err(
+                            "input",
+                            format!("input {} of rank {}", next_input - 1, desc.shape.len()),
+                            format!("{} dims annotated", marks.len()),
+                        ));
+                    }
+                    let e: Vec<Extent> = desc
+                        .shape
+                        .iter()
+                        .zip(&marks)
+                        .map(|(&n, m)| match m {
+                            Some(v) if *v < dims.vars.len() && dims.vars[*v].hi == n => Ok(Extent::Var(*v)),
+                            Some(v) => Err(err(
+                                "input",
+                                format!("input {} of shape {:?}", next_input - 1, desc.shape),
+                                match dims.vars.get(*v) {
+                                    Some(var) => format!(
+                                        "a dim sized by {} must be built at its upper bound {}, found {n}",
+                                        var.name, var.hi
+                                    ),
+                                    None => format!("no dimension variable {v}"),
+                                },
+                            )),
+                            None => Ok(Extent::Fixed(n)),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    if e.iter().any(|x| matches!(x, Extent::Var(_))) && desc.strides != row_major_strides(&desc.shape) {
+                        return Err(err(
+                            "input",
+                            names(&e),
+                            "an input with a runtime-sized dim must be row-major (its strides follow the size)",
+                        ));
+                    }
+                    vec![e]
+                }
+                KernelOp::Output { strides } => {
+                    if strides.is_some() && args[0].iter().any(|x| matches!(x, Extent::Var(_))) {
+                        return Err(err(
+                            "output",
+                            names(args[0]),
+                            "an output with a runtime-sized dim must be row-major (its strides follow the size)",
+                        ));
+                    }
+                    vec![]
+                }
+                KernelOp::Matmul => {
+                    let (a, b) = (args[0], args[1]);
+                    let r = a.len();
+                    same(&name, &a[..r - 2], &b[..r - 2], dims)?;
+                    same(&name, &a[r - 1..], &b[r - 2..r - 1], dims)?;
+                    let mut o = a.to_vec();
+                    o[r - 1] = b[r - 1];
+                    vec![o]
+                }
+                KernelOp::Unary { .. } => vec![args[0].to_vec()],
+                KernelOp::Binary { .. } => vec![broadcast(&name, args[0], args[1], dims)?],
+                KernelOp::ReduceSum { dim } | KernelOp::ReduceMax { dim } | KernelOp::Argmax { dim } => {
+                    let mut o = args[0].to_vec();
+                    o[*dim] = Extent::Fixed(1);
+                    vec![o]
+                }
+                KernelOp::RmsNorm { .. } => {
+                    if let Some(w) = args.get(1) {
+                        let r = w.len();
+                        same(&name, &args[0][r - 1..], &w[r - 1..], dims)?;
+                    }
+                    vec![args[0].to_vec()]
+                }
+                KernelOp::Concat { dim } => {
+                    let (a, b) = (args[0], args[1]);
+                    let (Extent::Fixed(x), Extent::Fixed(y)) = (a[*dim], b[*dim]) else {
+                        return Err(err(
+                            &name,
+                            format!("{} and {}", names(a), names(b)),
+                            "a concatenation along a runtime-sized dim is not supported",
+                        ));
+                    };
+                    let mut o = broadcast_exact(&name, a, b, *dim, dims)?;
+                    o[*dim] = Extent::Fixed(x + y);
+                    vec![o]
+                }
+                KernelOp::Rope { .. } => {
+                    let (x, c) = (args[0], args[1]);
+                    let r = x.len();
+                    if matches!(x[r - 1], Extent::Var(_)) || matches!(c[r - 1], Extent::Var(_)) {
+                        return Err(err(&name, names(x), "rope's last dim (the heads) must be fixed"));
+                    }
+                    broadcast(&name, x, c, dims)?;
+                    broadcast(&name, x, args[2], dims)?;
+                    vec![x.to_vec()]
+                }
+                KernelOp::Gather => {
+                    if args[0].iter().any(|x| matches!(x, Extent::Var(_))) {
+                        return Err(err(&name, names(args[0]), "a gather's table must have fixed dims"));
+                    }
+                    let mut o = args[1].to_vec();
+                    o.push(args[0][1]);
+                    vec![o]
+                }
+                KernelOp::Custom { block } => {
+                    let (k, outs) = analyze_block(block, &args, dims)?;
+                    kernel = Some(k);
+                    outs
+                }
+            };
+            // The symbolic extents agree with the compile-size shapes.
+            for (port, e) in out.iter().enumerate() {
+                let desc = &node.outputs[port];
+                let at_hi: Vec<usize> = e.iter().map(|x| extent_at(*x, &dims.compile_sizes())).collect();
+                if at_hi != desc.shape {
+                    return Err(err(
+                        &name,
+                        names(e),
+                        format!("the dims do not follow the compile-size shape {:?}", desc.shape),
+                    ));
+                }
+            }
+            extents.push(out);
+            kernels.push(kernel);
+        }
+        Ok(DimPlan { dims: dims.clone(), extents, kernels })
+    }
+
+    /// The variables and annotations this plan follows.
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+
+    /// The extents of a tensor of the graph.
+    pub fn extents(&self, t: TensorRef) -> &[Extent] {
+        &self.extents[t.node][t.port]
+    }
+
+    /// The launch of node `node` if it is a custom kernel.
+    pub fn kernel(&self, node: usize) -> Option<&KernelDims> {
+        self.kernels.get(node).and_then(Option::as_ref)
+    }
+
+    /// The tile sizes (`Split::part`) the graph's kernels split variable `var` with.
+    pub fn tiles(&self, var: usize) -> Vec<usize> {
+        let mut t: Vec<usize> = self
+            .kernels
+            .iter()
+            .flatten()
+            .flat_map(|k| k.grid.iter().flatten().chain(k.forloop.iter()))
+            .filter(|s| s.var == var)
+            .map(|s| s.part)
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// The shape of a tensor at `sizes` (one per variable).
+    pub fn shape_at(&self, t: TensorRef, sizes: &[usize]) -> Vec<usize> {
+        self.extents(t).iter().map(|e| extent_at(*e, sizes)).collect()
+    }
+
+    /// The shapes of the program inputs and the geometry of every custom kernel at `sizes`.
+    pub fn run_shapes(&self, graph: &KernelGraph, sizes: &[usize]) -> Result<RunShapes, IrError> {
+        self.dims.check_sizes(sizes)?;
+        let mut inputs = Vec::new();
+        let mut blocks = Vec::with_capacity(graph.nodes().len());
+        for (i, node) in graph.nodes().iter().enumerate() {
+            if let KernelOp::Input { .. } = node.op {
+                inputs.push(self.shape_at(TensorRef::new(i), sizes));
+            }
+            blocks.push(match (&node.op, self.kernel(i)) {
+                (KernelOp::Custom { block }, Some(k)) => {
+                    let mut grid = block.grid();
+                    for (a, s) in k.grid.iter().enumerate() {
+                        if let Some(s) = s {
+                            grid[a] = s.parts(sizes[s.var]);
+                        }
+                    }
+                    let forloop_range = k.forloop.map_or(block.forloop_range(), |s| s.parts(sizes[s.var]));
+                    let outputs = (0..node.outputs.len()).map(|p| self.shape_at(TensorRef { node: i, port: p }, sizes));
+                    Some(BlockRun { grid, forloop_range, outputs: outputs.collect() })
+                }
+                _ => None,
+            });
+        }
+        Ok(RunShapes { inputs, blocks })
+    }
+}
+
+/// The value of an extent at `sizes`.
+pub fn extent_at(e: Extent, sizes: &[usize]) -> usize {
+    match e {
+        Extent::Fixed(n) => n,
+        Extent::Var(v) => sizes[v],
+    }
+}
+
+/// Extents as in messages: `[B, 4096]`.
+pub fn fmt_extents(e: &[Extent], dims: &Dims) -> String {
+    let names: Vec<String> = e
+        .iter()
+        .map(|x| match x {
+            Extent::Fixed(n) => n.to_string(),
+            Extent::Var(v) => dims.vars.get(*v).map_or_else(|| format!("#{v}"), |d| d.name.clone()),
+        })
+        .collect();
+    format!("[{}]", names.join(", "))
+}
+
+impl fmt::Display for DimVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}..={}", self.name, self.lo, self.hi)
+    }
+}
+
+/// Dims that a shape rule equates must be the same variable or the same literal.
+fn same(op: &str, a: &[Extent], b: &[Extent], dims: &Dims) -> Result<(), IrError> {
+    if a != b {
+        return Err(err(
+            op,
+            format!("{} and {}", fmt_extents(a, dims), fmt_extents(b, dims)),
+            "a runtime-sized dim must meet the same variable (not a literal, even one equal to its upper bound)",
+        ));
+    }
+    Ok(())
+}
+
+/// Size-1 broadcasting over extents: equal, or one side the literal 1.
+fn broadcast(op: &str, a: &[Extent], b: &[Extent], dims: &Dims) -> Result<Vec<Extent>, IrError> {
+    broadcast_exact(op, a, b, usize::MAX, dims)
+}
+
+/// [`broadcast`] on every dim but `skip`.
+fn broadcast_exact(op: &str, a: &[Extent], b: &[Extent], skip: usize, dims: &Dims) -> Result<Vec<Extent>, IrError> {
+    let mut o = a.to_vec();
+    for d in 0..a.len().min(b.len()) {
+        if d == skip {
+            continue;
+        }
+        o[d] = match (a[d], b[d]) {
+            (x, y) if x == y => x,
+            (Extent::Fixed(1), y) => y,
+            (x, Extent::Fixed(1)) => x,
+            _ => {
+                same(op, &a[d..=d], &b[d..=d], dims)?;
+                a[d]
+            }
+        };
+    }
+    Ok(o)
+}
+
+/// Follows the variables through one block graph: the kernel's launch and its outputs' extents.
+fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(KernelDims, Vec<Vec<Extent>>), IrError> {
+    let grid = bg.grid();
+    let axes = ["x", "y", "z"];
+    // Per axis: Some(Some(split)) = splits a variable, Some(None) = splits a fixed dim.
+    let mut axis: [Option<Option<Split>>; 3] = [None; 3];
+    let mut forloop: Option<Option<Split>> = None;
+    let bind = |slot: &mut Option<Option<Split>>, s: Option<Split>, what: &str| -> Result<(), IrError> {
+        match slot {
+            None => {
+                *slot = Some(s);
+                Ok(())
+            }
+            Some(prev) if *prev == s => Ok(()),
+            Some(prev) => Err(err(
+                "custom",
+                what.to_string(),
+                format!(
+                    "it splits {} in one tensor and {} in another: at other sizes their parts would differ",
+                    fmt_split(*prev, dims),
+                    fmt_split(s, dims)
+                ),
+            )),
+        }
+    };
+    let mut tiles: Vec<Vec<Vec<TileExt>>> = Vec::with_capacity(bg.nodes().len());
+    let mut outputs = Vec::new();
+    for node in bg.nodes() {
+        let name = node.op.name();
+        let t: Vec<&[TileExt]> = node.inputs.iter().map(|r| tiles[r.node][r.port].as_slice()).collect();
+        let same_tile = |a: &[TileExt], b: &[TileExt]| -> Result<(), IrError> {
+            if a != b {
+                return Err(err(
+                    &name,
+                    format!("{a:?} and {b:?}"),
+                    "a part of a runtime-sized dim meets a fixed dim or another variable",
+                ));
+            }
+            Ok(())
+        };
+        let bcast = |a: &[TileExt], b: &[TileExt], sa: &[usize], sb: &[usize]| -> Result<Vec<TileExt>, IrError> {
+            let mut o = a.to_vec();
+            for d in 0..a.len() {
+                o[d] = match (a[d], b[d]) {
+                    (x, y) if x == y => x,
+                    (TileExt::Fixed, y) if sa[d] == 1 => y,
+                    (x, TileExt::Fixed) if sb[d] == 1 => x,
+                    _ => {
+                        same_tile(&a[d..=d], &b[d..=d])?;
+                        a[d]
+                    }
+                };
+            }
+            Ok(o)
+        };
+        let shape = |r: &TensorRef| bg.nodes()[r.node].outputs[r.port].shape.clone();
+        let reduced = |d: usize| {
+            let mut o = t[0].to_vec();
+            o[d] = TileExt::Fixed;
+            o
+        };
+        let out: Vec<Vec<TileExt>> = match &node.op {
+            BlockOp::Input { input, imap, forloop_dim } => {
+                let e = args[*input];
+                let compiled = &bg.inputs()[*input].shape;
+                let mut slab = compiled.clone();
+                for a in 0..3 {
+                    if let Some(d) = imap[a] {
+                        let s = match e[d] {
+                            Extent::Var(v) => Some(Split { var: v, part: compiled[d] / grid[a], whole: compiled[d] }),
+                            Extent::Fixed(_) => None,
+                        };
+                        bind(&mut axis[a], s, &format!("grid axis {}", axes[a]))?;
+                        slab[d] /= grid[a];
+                    }
+                }
+                if let Some(f) = forloop_dim {
+                    let s = match e[*f] {
+                        Extent::Var(v) => Some(Split { var: v, part: slab[*f] / bg.forloop_range(), whole: slab[*f] }),
+                        Extent::Fixed(_) => None,
+                    };
+                    bind(&mut forloop, s, "the for-loop")?;
+                }
+                vec![
+                    e.iter()
+                        .map(|x| match x {
+                            Extent::Var(v) => TileExt::Part(*v),
+                            Extent::Fixed(_) => TileExt::Fixed,
+                        })
+                        .collect(),
+                ]
+            }
+            BlockOp::Output { omap } => {
+                let tile = t[0];
+                let ts = shape(&node.inputs[0]);
+                let mut o: Vec<Extent> = ts.iter().map(|&n| Extent::Fixed(n)).collect();
+                for (d, x) in tile.iter().enumerate() {
+                    let along = (0..3).find(|&a| omap[a] == Some(d));
+                    let by = along.and_then(|a| axis[a].flatten());
+                    o[d] = match (x, along, by) {
+                        (TileExt::Part(v), _, Some(s)) if s.var == *v && s.part == ts[d] => Extent::Var(*v),
+                        (TileExt::Part(v), None, None) if dims.vars[*v].hi == ts[d] => Extent::Var(*v),
+                        (TileExt::Fixed, Some(a), None) => Extent::Fixed(ts[d] * grid[a]),
+                        (TileExt::Fixed, None, None) => Extent::Fixed(ts[d]),
+                        _ => {
+                            return Err(err(
+                                "output saver",
+                                format!("tile {ts:?} with omap {omap:?}"),
+                                format!(
+                                    "dim {d} of the saved tile does not cover {} whole at every size",
+                                    match x {
+                                        TileExt::Part(v) => format!("variable {}", dims.vars[*v].name),
+                                        TileExt::Fixed => "a fixed dim".to_string(),
+                                    }
+                                ),
+                            ));
+                        }
+                    };
+                }
+                outputs.push(o);
+                vec![]
+            }
+            BlockOp::Matmul => {
+                let (a, b) = (t[0], t[1]);
+                let r = a.len();
+                same_tile(&a[r - 1..], &b[r - 2..r - 1])?;
+                let mut o = a.to_vec();
+                o[r - 1] = b[r - 1];
+                vec![o]
+            }
+            BlockOp::Unary { .. } | BlockOp::RmsNorm { .. } => vec![t[0].to_vec()],
+            BlockOp::Binary { .. } => {
+                vec![bcast(t[0], t[1], &shape(&node.inputs[0]), &shape(&node.inputs[1]))?]
+            }
+            BlockOp::ReduceSum { dim }
+            | BlockOp::ReduceSumTo { dim, .. }
+            | BlockOp::ReduceMax { dim }
+            | BlockOp::Argmax { dim } => vec![reduced(*dim)],
+            BlockOp::RunningMax { dim } => vec![reduced(*dim), reduced(*dim)],
+            BlockOp::Concat { dim } => {
+                if t[0][*dim] != TileExt::Fixed || t[1][*dim] != TileExt::Fixed {
+                    return Err(err(&name, format!("{:?}", t[0]), "a concatenation along a runtime-sized dim"));
+                }
+                vec![t[0].to_vec()]
+            }
+            BlockOp::Rope { .. } => {
+                if t[0].last() != Some(&TileExt::Fixed) {
+                    return Err(err(&name, format!("{:?}", t[0]), "rope's last dim (the heads) must be fixed"));
+                }
+                vec![t[0].to_vec()]
+            }
+            BlockOp::Gather { table, .. } => {
+                if args[*table].iter().any(|x| matches!(x, Extent::Var(_))) {
+                    return Err(err(&name, "table", "a gather's table must have fixed dims"));
+                }
+                let mut o = t[0].to_vec();
+                o.push(TileExt::Fixed);
+                vec![o]
+            }
+            BlockOp::Accum { acc } => {
+                let last = t[0].len() - 1;
+                match acc {
+                    AccKind::Sum | AccKind::Max | AccKind::Rescale => vec![t[0].to_vec()],
+                    AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } | AccKind::SumLastRescale => {
+                        vec![reduced(last)]
+                    }
+                }
+            }
+        };
+        tiles.push(out);
+    }
+    let mut vars: Vec<usize> = args
+        .iter()
+        .flat_map(|e| e.iter())
+        .chain(outputs.iter().flatten())
+        .filter_map(|x| match x {
+            Extent::Var(v) => Some(*v),
+            Extent::Fixed(_) => None,
+        })
+        .collect();
+    vars.sort_unstable();
+    vars.dedup();
+    let k = KernelDims { grid: axis.map(Option::flatten), forloop: forloop.flatten(), vars };
+    Ok((k, outputs))
+}
+
+fn fmt_split(s: Option<Split>, dims: &Dims) -> String {
+    match s {
+        Some(s) => format!("variable {} in parts of {}", dims.vars[s.var].name, s.part),
+        None => "a fixed dim".to_string(),
+    }
+}

@@ -1,0 +1,107 @@
+//! Verification over the declared ranges of runtime-sized dims.
+//!
+//! A program with dimension variables ([`SearchConfig::dims`]) is searched at the compile size
+//! (every variable at its upper bound), where its candidates are verified as any program's. A
+//! candidate must also compute the program at every other size by the padded-tile rule
+//! ([`crate::eval::RunShapes`]): [`RangeCheck::check`] runs the fingerprint check (and, when asked,
+//! the f32 float check) at several sizes of each range — both ends, 1, 3, 17, `hi - 1`, a
+//! prime, and one past a multiple of each tile the candidate splits the variable with
+//! ([`Dims::verification_sizes`]). This is what makes the padded-tile rule sound without masks:
+//! padding that pollutes a result (an `exp(0) = 1` summed, a max over padded zeros, an RMS over
+//! the padded count, an accumulator over padded iterations) changes an output at some size that
+//! is not a multiple of the tile, and the candidate is rejected; the search takes the next one.
+
+use std::collections::HashMap;
+
+use super::{SearchConfig, SearchError, float_check_at};
+use crate::codegen::default_blocks::lower_to_blocks;
+use crate::dims::{DimPlan, Dims};
+use crate::fingerprint::{FingerprintContext, Verdict};
+use crate::ir::KernelGraph;
+
+/// The size vectors (one size per variable) a candidate of `plan` is verified at besides the
+/// compile size: each variable through its [`Dims::verification_sizes`] with the others at their
+/// upper bound, and, with several variables, all at their lower bound and all at 17 (clamped to
+/// the range).
+pub fn range_sizes(dims: &Dims, plan: &DimPlan) -> Vec<Vec<usize>> {
+    let hi = dims.compile_sizes();
+    let mut out = Vec::new();
+    for v in 0..dims.vars.len() {
+        for n in dims.verification_sizes(v, plan) {
+            let mut s = hi.clone();
+            s[v] = n;
+            out.push(s);
+        }
+    }
+    if dims.vars.len() > 1 {
+        out.push(dims.vars.iter().map(|v| v.lo).collect());
+        out.push(dims.vars.iter().map(|v| 17usize.clamp(v.lo, v.hi)).collect());
+    }
+    out.retain(|s| *s != hi);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Sizes as in messages: `B = 17, S = 3`.
+pub fn fmt_sizes(dims: &Dims, sizes: &[usize]) -> String {
+    dims.vars.iter().zip(sizes).map(|(v, n)| format!("{} = {n}", v.name)).collect::<Vec<_>>().join(", ")
+}
+
+/// Checks candidates of one program over its declared ranges, keeping the program's
+/// fingerprints at each size it has been evaluated at.
+pub struct RangeCheck<'a> {
+    program: &'a KernelGraph,
+    cfg: &'a SearchConfig,
+    /// The program's plan (`None` for a static program: nothing to check).
+    plan: Option<DimPlan>,
+    contexts: HashMap<Vec<usize>, FingerprintContext>,
+}
+
+impl<'a> RangeCheck<'a> {
+    /// For `program` under `cfg.dims`; an error when the dims do not fit the program.
+    pub fn new(program: &'a KernelGraph, cfg: &'a SearchConfig) -> Result<Self, SearchError> {
+        let plan = if cfg.dims.is_static() {
+            None
+        } else {
+            Some(DimPlan::analyze(program, &cfg.dims).map_err(|e| SearchError::Program(e.to_string()))?)
+        };
+        Ok(RangeCheck { program, cfg, plan, contexts: HashMap::new() })
+    }
+
+    /// Whether `candidate` computes the program at every size of [`range_sizes`]: fingerprints,
+    /// and with `float` the f32 float check. The inner error says why not (the sizes and the
+    /// difference, or why the candidate cannot run at other sizes at all).
+    pub fn check(&mut self, candidate: &KernelGraph, float: bool) -> Result<Result<(), String>, SearchError> {
+        let Some(plan) = &self.plan else { return Ok(Ok(())) };
+        let dims = &self.cfg.dims;
+        // What code generation runs: kernel-level operators as their default block graphs.
+        let lowered = match lower_to_blocks(candidate) {
+            Ok(g) => g,
+            Err(e) => return Ok(Err(format!("has no block graph for every operator: {e}"))),
+        };
+        let candidate = &lowered;
+        let cplan = match DimPlan::analyze(candidate, dims) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(format!("cannot run at other sizes: {e}"))),
+        };
+        for sizes in range_sizes(dims, &cplan) {
+            let at = || fmt_sizes(dims, &sizes);
+            let prun = plan.run_shapes(self.program, &sizes).map_err(|e| SearchError::Program(e.to_string()))?;
+            let crun = cplan.run_shapes(candidate, &sizes).map_err(|e| SearchError::Program(e.to_string()))?;
+            let ctx = match self.contexts.entry(sizes.clone()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(FingerprintContext::new_at(self.program, &self.cfg.verify, &prun)?)
+                }
+            };
+            if let Verdict::NotEquivalent { witness } = ctx.check_at(candidate, &crun)? {
+                return Ok(Err(format!("differs at {}: {witness}", at())));
+            }
+            if float && let Err(msg) = float_check_at(self.program, candidate, Some((&prun, &crun)))? {
+                return Ok(Err(format!("fails the float check at {}: {msg}", at())));
+            }
+        }
+        Ok(Ok(()))
+    }
+}
