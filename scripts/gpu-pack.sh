@@ -37,6 +37,16 @@ tar -cJf .gpu/random.tar.xz -C "$random_dir" random
 rm -rf "$random_dir"
 du -sh .gpu/random.tar.xz | sed 's/^/random programs: /'
 du -sh .gpu | sed 's/^/packed, stripped: /'
+# Test binaries that link the search link libz3, which the GPU machine lacks: carry it
+# (compressed; scripts/gpu-run-all.sh unpacks it and sets LD_LIBRARY_PATH).
+libdir=$(mktemp -d)
+for lib in $(ldd .gpu/bin/test/* 2>/dev/null | awk '/libz3/ {print $3}' | sort -u); do cp -L "$lib" "$libdir/"; done
+tar -cJf .gpu/lib.tar.xz -C "$libdir" .
+rm -rf "$libdir"
+# The README's quick start, built as a user would (a crate outside the workspace, release).
+CARGO_TARGET_DIR="$root/target" MIRAGE_OFFLINE=1 cargo build --release --offline --manifest-path fixtures/quickstart/Cargo.toml
+cp target/release/quickstart .gpu/quickstart
+strip --strip-all .gpu/quickstart
 cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"

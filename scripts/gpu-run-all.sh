@@ -28,6 +28,12 @@ fail() {
   note "FAILED: $1"
 }
 
+# libz3 (test binaries that link the search link it), carried by scripts/gpu-pack.sh: the GPU
+# machine has none.
+if [ -f .gpu/lib.tar.xz ]; then
+  mkdir -p .gpu/lib && tar -xJf .gpu/lib.tar.xz -C .gpu/lib
+  export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 # run_test NAME SECONDS ARGS...: the packed test binary NAME-<hash> with ARGS, logged to tests.txt.
 : > "$out/tests.txt"
 run_test() {
@@ -59,6 +65,13 @@ run_test mpk_gpu 300 --include-ignored
 run_test dims_gpu 300 --include-ignored
 summary+="$(grep -E '^B = |^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/tests.txt" | cut -c1-200)"$'\n'
 summary+="$(grep -E '^overhead_|^toy: .* match the CPU reference|agree bit for bit|^watchdog: ' "$out/tests.txt" | cut -c1-200)"$'\n'
+# The README's quick start (fixtures/quickstart, a crate outside the workspace), built by
+# scripts/gpu-pack.sh: what a new user runs first.
+if [ -x .gpu/quickstart ]; then
+  if qs=$(timeout 120 .gpu/quickstart 2>&1); then note "quickstart: ${qs//$'\n'/; }"; else fail "quickstart: $qs"; fi
+else
+  fail "quickstart: no .gpu/quickstart (scripts/gpu-pack.sh builds it)"
+fi
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
 # The random programs (mirage::testing::random), built and packed by scripts/gpu-pack.sh.
 export MIRAGE_RANDOM_PACK=.gpu/random
