@@ -125,7 +125,7 @@ pub struct SearchConfig {
     /// ranges ([`ranges`]). Part of the cache key.
     pub dims: Dims,
     /// When no µGraph of the whole program is found, search it in parts
-    /// ([`partition`](self::partition) module docs), each with this configuration's budget, and
+    /// ([`partition`] module docs), each with this configuration's budget, and
     /// compose them; off, such a search is an error.
     pub partition: bool,
 }
