@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu,dims_gpu)
+only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu,dims_gpu,codegen_compile)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done

@@ -64,6 +64,8 @@ run_test mpk_gpu 300 --include-ignored
 # Runtime-sized dims: the gated MLP over B at 12 sizes, then its timing against fixed builds.
 run_test dims_gpu 300 --include-ignored
 summary+="$(grep -E '^B = |^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$out/tests.txt" | cut -c1-200)"$'\n'
+# The golden µGraphs compiled for sm_80 (CI compiles them for sm_90a and the coverage programs for both).
+run_test codegen_compile 600 --ignored --exact golden_kernels_compile_for_sm80
 summary+="$(grep -E '^overhead_|^toy: .* match the CPU reference|agree bit for bit|^watchdog: ' "$out/tests.txt" | cut -c1-200)"$'\n'
 # The README's quick start (fixtures/quickstart, a crate outside the workspace), built by
 # scripts/gpu-pack.sh: what a new user runs first.
