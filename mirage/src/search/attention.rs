@@ -27,8 +27,9 @@
 //! whatever the program's element type; the combine kernel reads them as f32 and stores its
 //! result in the program's type. Stored in f16/bf16 they would be wrong: the combine's weights
 //! `exp(m_j − M)` amplify the rounding of a stored maximum (a bf16 `m_j` near 30 is off by up to
-//! 1/16, a weight by 6 %). The float check sees what is stored: `testing::rounding::run_stored`
-//! rounds each kernel output to its stored type.
+//! 1/16, a weight by 6 %). The float check cannot see that (the f32 reference computes every
+//! tensor in f32); `testing::rounding::run_stored`, which rounds each kernel output to its stored
+//! type, does (`mirage/tests/softmax.rs` compares both storages).
 //!
 //! Split-KV is offered for at most [`SPLIT_KV_MAX_ROWS`] query rows: one block per row re-reads
 //! K and V for each, which only pays when the rows are few and the heads do not fill the device.
