@@ -210,6 +210,28 @@ fn a_gqa_decode_step_gets_split_kv_with_one_block_per_row() {
     assert_eq!(float_ok(&program, g), Ok(()));
 }
 
+#[test]
+fn the_bench_attention_programs_are_recognized() {
+    // The GPU bench's decode-attention group (built with MIRAGE_ATTENTION=1) lowers, and each
+    // program is the safe-softmax attention this module fuses, scaled by 1/√128.
+    let programs = lower_source(include_str!("../../benches/kernels/attention.rs")).unwrap_or_else(|e| panic!("{e}"));
+    let found: Vec<(String, usize, usize, usize)> = programs
+        .iter()
+        .map(|p| {
+            let a = attention::recognize(&p.graph).unwrap_or_else(|| panic!("{} not recognized", p.name));
+            let scale = a.scale.unwrap_or_else(|| panic!("{}: no scale", p.name));
+            assert!((f64::from(scale) - 128f64.sqrt().recip()).abs() < 1e-8, "{}: scale {scale}", p.name);
+            (p.name.clone(), a.heads, a.rows, a.keys)
+        })
+        .collect();
+    let want = [
+        ("attn_decode_h32_n4096_d128_bf16", 32, 1, 4096),
+        ("attn_decode_h32_n4096_d128_f16", 32, 1, 4096),
+        ("attn_gqa_kv8_g4_n4096_d128_bf16", 8, 4, 4096),
+    ];
+    assert_eq!(found, want.map(|(n, h, r, k)| (n.to_string(), h, r, k)).to_vec());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mutants: the fused forms with one thing broken, written out here (not with the module's
 // builders) so that each differs from the correct graph in exactly the named place.
