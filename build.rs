@@ -4,7 +4,8 @@
 //! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`);
 //! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`), of the
 //! tests (`tests/kernels/mod.rs`) and, with `MIRAGE_GENERALITY=1`, of the bench's generality set
-//! (`benches/kernels/generality.rs`) with `mirage::build::compile`, exactly as a user's build.rs
+//! (`benches/kernels/generality.rs`; likewise `MIRAGE_CORPUS=1` and `MIRAGE_ATTENTION=1` for its
+//! corpus and decode-attention group) with `mirage::build::compile`, exactly as a user's build.rs
 //! does; and builds the megakernels of the test-mode graphs and overhead measurements
 //! (`mirage::mpk::testmode`) for `tests/mpk_gpu.rs` and `examples/mpk_toy.rs`.
 
@@ -35,12 +36,19 @@ const GENERALITY_ENV: &str = "MIRAGE_GENERALITY";
 /// searches take up to minutes each on a small machine, so only the GPU bench's pack sets it.
 const CORPUS_ENV: &str = "MIRAGE_CORPUS";
 
+/// Set to `1` to build the bench's decode-attention group (`benches/kernels/attention.rs`: K and
+/// V of 4096 keys, 32 heads): verifying their µGraphs at these shapes takes a while per build, so
+/// only the GPU bench's pack sets it.
+const ATTENTION_ENV: &str = "MIRAGE_ATTENTION";
+
 /// The `#[mugraph]` functions of the examples and tests (and, with `MIRAGE_GENERALITY=1`, of the
 /// bench's generality set, announced to the bench by the `mirage_generality` cfg):
 /// `mirage::build::compile`, the user's path.
 fn mugraph_kernels() -> Result<(), String> {
     println!("cargo::rustc-check-cfg=cfg(mirage_generality)");
     println!("cargo::rustc-check-cfg=cfg(mirage_corpus)");
+    println!("cargo::rustc-check-cfg=cfg(mirage_attention)");
+    println!("cargo:rerun-if-env-changed={ATTENTION_ENV}");
     println!("cargo:rerun-if-env-changed={GENERALITY_ENV}");
     println!("cargo:rerun-if-env-changed={CORPUS_ENV}");
     let mut files = vec!["examples/kernels/mod.rs", "tests/kernels/mod.rs"];
@@ -59,6 +67,16 @@ fn mugraph_kernels() -> Result<(), String> {
         }
         Ok("" | "0") | Err(_) => {}
         Ok(other) => return Err(format!("{CORPUS_ENV}={other:?}: expected 1 (build the corpus) or 0")),
+    }
+    match std::env::var(ATTENTION_ENV).as_deref().map(str::trim) {
+        Ok("1") => {
+            files.push("benches/kernels/attention.rs");
+            println!("cargo:rustc-cfg=mirage_attention");
+        }
+        Ok("" | "0") | Err(_) => {}
+        Ok(other) => {
+            return Err(format!("{ATTENTION_ENV}={other:?}: expected 1 (build the decode-attention group) or 0"));
+        }
     }
     mirage::build::compile(files).map(|_| ()).map_err(|e| e.to_string())
 }

@@ -4,8 +4,10 @@
 //! `MIRAGE_GENERALITY=1` (`benches/kernels/generality.rs`: decode projections of three models at
 //! 1 and 16 rows in bf16 and f16, an f32 gated MLP, run through their programs' executors), then
 //! the corpus when it was built with `MIRAGE_CORPUS=1` (`benches/kernels/corpus.rs`: layer pieces
-//! with norms and residuals as people write them, three models at 1 and 16 rows in bf16), each
-//! checked against the CPU reference interpreter first (element by element with
+//! with norms and residuals as people write them, three models at 1 and 16 rows in bf16), then the
+//! decode-attention group when it was built with `MIRAGE_ATTENTION=1` (`benches/kernels/attention.rs`:
+//! one decode step with the safe softmax, 32 heads × 4096 keys in bf16 and f16, and grouped-query),
+//! each checked against the CPU reference interpreter first (element by element with
 //! `mirage::testing::compare`, outputs NaN-poisoned; the seed is printed and `MIRAGE_TEST_SEED`
 //! replays it), then timed with CUDA events (L2 flushed before each launch, median of many launches, random
 //! inputs at the scales of the PyTorch baselines, `benches/py/torch_baselines.py`).
@@ -21,6 +23,9 @@
 //! (`gpu-bench.md`) and the JSON (`gpu-bench.json`) there. Exits with an error when a case
 //! mismatches the reference; without a GPU it says so and exits 0.
 
+#[cfg(mirage_attention)]
+#[path = "kernels/attention.rs"]
+mod attention;
 #[path = "../examples/common/mod.rs"]
 mod common;
 #[cfg(mirage_corpus)]
@@ -203,6 +208,42 @@ fn corpus_cases() -> Vec<common::Case> {
     Vec::new()
 }
 
+/// A case of the decode-attention group: its program run through the executor.
+#[cfg(mirage_attention)]
+macro_rules! attention_case {
+    ($name:ident) => {
+        common::Case {
+            name: stringify!($name),
+            program: &attention::$name::PROGRAM,
+            launch: |gpu, inputs| {
+                let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
+                attention::$name::PROGRAM.run(gpu.stream(), &args)
+            },
+            // Q and K uniform in [-1.7, 1.7) (variance ≈ 1, as torch_baselines.py's randn): the
+            // scaled logits have a standard deviation of about 1; V in [-1, 1).
+            scales: &[1.7, 1.7, 1.0],
+        }
+    };
+}
+
+/// The decode-attention group (`benches/kernels/attention.rs`): one decode step with the safe
+/// softmax, 32 heads × 1 row in bf16 and f16, and grouped-query (8 KV heads × 4); built when the
+/// package was built with `MIRAGE_ATTENTION=1`.
+#[cfg(mirage_attention)]
+fn attention_cases() -> Vec<common::Case> {
+    vec![
+        attention_case!(attn_decode_h32_n4096_d128_bf16),
+        attention_case!(attn_decode_h32_n4096_d128_f16),
+        attention_case!(attn_gqa_kv8_g4_n4096_d128_bf16),
+    ]
+}
+
+/// Without `MIRAGE_ATTENTION=1` at build time the decode-attention group is not built: no cases.
+#[cfg(not(mirage_attention))]
+fn attention_cases() -> Vec<common::Case> {
+    Vec::new()
+}
+
 fn bytes(specs: &[TensorDesc]) -> usize {
     specs.iter().map(|s| s.num_elements() * s.dtype.size_bytes()).sum()
 }
@@ -234,6 +275,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     if cfg!(mirage_corpus) {
         programs.extend(mirage::lower::lower_source(include_str!("kernels/corpus.rs"))?);
     }
+    if cfg!(mirage_attention) {
+        programs.extend(mirage::lower::lower_source(include_str!("kernels/attention.rs"))?);
+    }
 
     let mut rows = BTreeMap::new();
     let mut table = String::new();
@@ -243,8 +287,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     )?;
     writeln!(table, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     let mut failures = Vec::new();
-    let cases: Vec<common::Case> =
-        common::all_cases().into_iter().chain(generality_cases()).chain(corpus_cases()).collect();
+    let cases: Vec<common::Case> = common::all_cases()
+        .into_iter()
+        .chain(generality_cases())
+        .chain(corpus_cases())
+        .chain(attention_cases())
+        .collect();
     for case in cases.iter().filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name)) {
         let lowered =
             programs.iter().find(|p| p.name == case.name).ok_or_else(|| format!("no #[mugraph] fn {}", case.name))?;

@@ -19,10 +19,14 @@ decode-time QKV, gate/up and down projections of Llama-3.2-1B, Qwen3-0.6B and Qw
 16 rows in bf16 and f16, and an f32 gated MLP; the same programs as
 benches/kernels/generality.rs) and the corpus ("corpus": norm + QKV, attention output + residual,
 norm + gated MLP, down + residual, the whole MLP block and final norm + LM head of Llama-3.2-1B,
-Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows in bf16, as written; benches/kernels/corpus.rs).
+Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows in bf16, as written; benches/kernels/corpus.rs)
+and decode attention ("attention": one decode step with the safe softmax, softmax(q.k / sqrt(d)) v,
+32 heads x 1 query row x 4096 keys x head dim 128 in bf16 and f16, and grouped-query with 8 KV
+heads of 4 query heads; benches/kernels/attention.rs; sdpa takes q as [1, heads, rows, d] and
+K, V as [1, heads, keys, d], its default scale 1/sqrt(d)).
 
 Usage (on a machine with a GPU and PyTorch):
-  python3 torch_baselines.py [case ...] [--set bench|generality|corpus|all] [--only SUBSTRING,...]
+  python3 torch_baselines.py [case ...] [--set bench|generality|corpus|attention|all] [--only SUBSTRING,...]
                              [--compile-mode MODE] [--json OUT.json]
 Named cases are run as given; otherwise every case of the set whose name contains
 one of the --only substrings (default set: bench). torch.compile's max-autotune takes tens of seconds per new shape:
@@ -52,7 +56,8 @@ def sdpa(q4, k4, v4):  # F.scaled_dot_product_attention on the layout it expects
     return F.scaled_dot_product_attention(q4, k4, v4, scale=1.0).squeeze(1)
 
 CASES = {}
-SETS = {"bench": [], "generality": [], "corpus": []}
+LAYOUTS = {}  # a case's sdpa layout when it is not sdpa_layout
+SETS = {"bench": [], "generality": [], "corpus": [], "attention": []}
 def case(name, make, fn, alt=None, group="bench"):
     CASES[name] = (make, fn, alt)
     SETS[group].append(name)
@@ -149,6 +154,23 @@ for m, hd, idim, qd, voc in CORPUS:
         case(f"{m}_norm_lm_head_{s}", lambda rows=rows, hd=hd, voc=voc, act=act, wt=wt: (act(rows, hd), act(1, hd), wt(hd, voc)),
              lambda x, g, w: norm_gain(x, g) @ w, group="corpus")
 
+# Decode attention with the safe softmax (benches/kernels/attention.rs): q [heads, rows, d],
+# k [heads, d, keys] (as q.matmul(k) takes it), v [heads, keys, d]; rows are one query row per
+# head, or the query heads of a GQA group sharing their KV head. sdpa gets its own layout, made
+# once outside timing: q [1, heads, rows, d], K and V [1, heads, keys, d] contiguous.
+def safe_attention(q, k, v):
+    return torch.softmax((q @ k) * q.shape[-1] ** -0.5, dim=-1) @ v
+def decode_layout(q, k, v):
+    return q.unsqueeze(0), k.transpose(1, 2).contiguous().unsqueeze(0), v.unsqueeze(0)
+def decode_sdpa(q4, k4, v4):
+    return F.scaled_dot_product_attention(q4, k4, v4).squeeze(0)
+for heads, rows, tag, dn in ((32, 1, "h32", "bf16"), (32, 1, "h32", "f16"), (8, 4, "gqa_kv8_g4", "bf16")):
+    dt = DTYPES[dn]
+    name = f"attn_decode_{tag}_n4096_d128_{dn}" if rows == 1 else f"attn_{tag}_n4096_d128_{dn}"
+    case(name, lambda heads=heads, rows=rows, dt=dt: (r(heads, rows, 128, dtype=dt), r(heads, 128, 4096, dtype=dt), r(heads, 4096, 128, dtype=dt)),
+         safe_attention, decode_sdpa, group="attention")
+    LAYOUTS[name] = decode_layout
+
 def nbytes(ts):
     ts = ts if isinstance(ts, (tuple, list)) else (ts,)
     return sum(t.numel() * t.element_size() for t in ts)
@@ -175,8 +197,8 @@ def main():
     only = [o for o in option("--only", "").split(",") if o]
     mode = option("--compile-mode", "max-autotune-no-cudagraphs")
     unknown = [a for a in argv if a not in CASES]
-    if unknown or which not in ("bench", "generality", "corpus", "all"):
-        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, corpus, all; cases: {', '.join(CASES)}")
+    if unknown or which not in ("bench", "generality", "corpus", "attention", "all"):
+        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, corpus, attention, all; cases: {', '.join(CASES)}")
     pool = list(CASES) if which == "all" else SETS[which]
     names = argv or [n for n in pool if not only or any(o in n for o in only)]
     x = torch.empty(2 * 1024**3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)
@@ -195,7 +217,7 @@ def main():
         for _ in range(2): cfn(*args)
         row["compile"] = bench(lambda: cfn(*args))
         if alt is not None:
-            row["sdpa"] = bench(graph_replay(alt, sdpa_layout(*args)))
+            row["sdpa"] = bench(graph_replay(alt, LAYOUTS.get(name, sdpa_layout)(*args)))
         row["floor"] = (nbytes(args) + nbytes(res)) / bw * 1e6
         row["launch"] = launch
         row["best_torch"] = min(v for k, v in row.items() if k in ("eager", "graph", "compile", "sdpa"))

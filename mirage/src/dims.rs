@@ -533,7 +533,7 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                         .collect(),
                 ]
             }
-            BlockOp::Output { omap } => {
+            BlockOp::Output { omap, .. } => {
                 let tile = t[0];
                 let ts = shape(&node.inputs[0]);
                 let mut o: Vec<Extent> = ts.iter().map(|&n| Extent::Fixed(n)).collect();

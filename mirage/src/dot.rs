@@ -134,9 +134,10 @@ pub fn to_dot(graph: &KernelGraph, title: &str, input_names: &[String]) -> Strin
                             ),
                             "#dbe9f6",
                         ),
-                        BlockOp::Output { omap } => {
+                        BlockOp::Output { omap, store } => {
                             let k = bnodes[..b].iter().filter(|m| matches!(m.op, BlockOp::Output { .. })).count();
-                            (format!("saver: output {k}\nomap {}", fmt_map(omap)), "#d9f0d3")
+                            let stored = store.map(|d| format!("\nstored as {d}")).unwrap_or_default();
+                            (format!("saver: output {k}\nomap {}{stored}", fmt_map(omap)), "#d9f0d3")
                         }
                         BlockOp::Accum { acc } => (format!("{}{tile}", acc.name()), "#fde0c5"),
                         BlockOp::RunningMax { .. } => (format!("{}{tile}", n.op.name()), "#fde0c5"),

@@ -804,7 +804,7 @@ fn run_block<D: Domain>(
                 };
                 values[i] = vec![value];
             }
-            BlockOp::Output { omap } => {
+            BlockOp::Output { omap, .. } => {
                 let tile = get(&values, &node.inputs[0]);
                 let mut offset = vec![0usize; tile.shape.len()];
                 for a in 0..3 {

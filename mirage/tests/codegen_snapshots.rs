@@ -31,6 +31,14 @@ fn snapshot_iterator_matrix_f32() {
     insta::assert_snapshot!(kernels("iterator_imap01r_f1_r4", DType::F32));
 }
 
+/// Split-KV of a bf16 program: the first kernel stores its parts as `float` (`from_f32<float>`),
+/// the combine loads `float` tiles (4-byte copies) and stores `__nv_bfloat16`; the plan's buffers
+/// are f32.
+#[test]
+fn snapshot_split_kv_f32_parts_bf16() {
+    insta::assert_snapshot!(kernels("online_softmax_split_kv", DType::Bf16));
+}
+
 #[test]
 fn snapshot_online_softmax_f16() {
     insta::assert_snapshot!(kernels("online_softmax_rescale_pair", DType::F16));

@@ -502,10 +502,10 @@ fn mutants(g: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
                                 ));
                             }
                         }
-                        BlockOp::Output { omap } => {
+                        BlockOp::Output { omap, store } => {
                             let rank = block.tile(bn.inputs[0]).map(|t| t.shape.len()).unwrap_or(0);
                             for m in other_maps(*omap, grid, rank, false) {
-                                edits.push(("omap", Edit::BlockOp(at, BlockOp::Output { omap: m })));
+                                edits.push(("omap", Edit::BlockOp(at, BlockOp::Output { omap: m, store: *store })));
                             }
                         }
                         BlockOp::Binary { op: BinaryOp::Div | BinaryOp::Sub | BinaryOp::Pow } | BlockOp::Matmul => {

@@ -478,7 +478,10 @@ fn grid_map_entries_of_size_1_axes_are_dropped() {
     assert_eq!(b.nodes()[t.node].op, BlockOp::Input { input: 0, imap: [Some(0), None, None], forloop_dim: None });
     let a = ok(b.accum(AccKind::Sum, &[t]));
     ok(b.output(a, [Some(0), Some(1), Some(9)]));
-    assert_eq!(b.nodes().last().map(|n| n.op.clone()), Some(BlockOp::Output { omap: [Some(0), None, None] }));
+    assert_eq!(
+        b.nodes().last().map(|n| n.op.clone()),
+        Some(BlockOp::Output { omap: [Some(0), None, None], store: None })
+    );
     // Two axes "splitting" one dim is fine when one of them has size 1.
     let t2 = ok(b.input(0, [Some(0), Some(0), None], None));
     assert_eq!(tile(&b, t2).0, vec![2, 8]);
@@ -902,4 +905,60 @@ proptest! {
         let _ = g.canonical_hash();
         prop_assert_eq!(KernelGraph::from_json(&g.to_json()).ok(), Some(g));
     }
+}
+
+#[test]
+fn a_saver_stores_its_output_in_another_float_type() {
+    // An f16 kernel saving an f32 output: the kernel output's description carries the stored type.
+    let mut b = ok(BlockGraph::new(vec![TensorDesc::new(&[4, 8], F16)], [2, 1, 1], 128, 1));
+    let t = ok(b.input(0, [Some(0), None, None], None));
+    let a = ok(b.accum(AccKind::Sum, &[t]));
+    ok(b.output_as(a, [Some(0), None, None], F32));
+    // The tile's own type is the plain saver (one form for one graph).
+    ok(b.output_as(a, [Some(0), None, None], F16));
+    let savers: Vec<BlockOp> =
+        b.nodes().iter().filter(|n| matches!(n.op, BlockOp::Output { .. })).map(|n| n.op.clone()).collect();
+    assert_eq!(
+        savers,
+        vec![
+            BlockOp::Output { omap: [Some(0), None, None], store: Some(F32) },
+            BlockOp::Output { omap: [Some(0), None, None], store: None },
+        ]
+    );
+    assert_eq!(b.output_descs(), vec![TensorDesc::new(&[4, 8], F32), TensorDesc::new(&[4, 8], F16)]);
+    assert!(b.validate().is_ok());
+
+    // The kernel graph's tensors follow: a later kernel takes the f32 tensor as an f32 operand.
+    let mut g = KernelGraph::new();
+    let x = ok(g.input(&[4, 8], F16));
+    let outs = ok(g.custom(&[x], b.clone()));
+    assert_eq!(ok(g.desc(outs[0])).dtype, F32);
+    assert_eq!(ok(g.desc(outs[1])).dtype, F16);
+
+    // JSON: the stored type round-trips; a saver without one writes no `store` key, so graphs
+    // written before it read (and hash) unchanged.
+    let json = b.to_json();
+    assert_eq!(json.matches("\"store\"").count(), 1, "{json}");
+    let back = ok(BlockGraph::from_json(&json));
+    assert_eq!(back, b);
+    assert_eq!(back.canonical_hash(), b.canonical_hash());
+    let mut plain = ok(BlockGraph::new(vec![TensorDesc::new(&[4, 8], F16)], [2, 1, 1], 128, 1));
+    let t = ok(plain.input(0, [Some(0), None, None], None));
+    let a = ok(plain.accum(AccKind::Sum, &[t]));
+    ok(plain.output(a, [Some(0), None, None]));
+    ok(plain.output(a, [Some(0), None, None]));
+    assert!(!plain.to_json().contains("\"store\""));
+    assert_ne!(plain.canonical_hash(), b.canonical_hash(), "the stored type is part of the hash");
+}
+
+#[test]
+fn a_stored_type_is_a_float_other_than_the_tiles() {
+    let mut b = ok(BlockGraph::new(vec![TensorDesc::new(&[4, 8], F16)], [1, 1, 1], 128, 1));
+    let t = ok(b.input(0, [None; 3], None));
+    let a = ok(b.accum(AccKind::Sum, &[t]));
+    let same = BlockOp::Output { omap: [None; 3], store: Some(F16) };
+    expect_err(b.push(same, &[a]), &["output saver", "the stored type f16 is the tile's"]);
+    expect_err(b.output_as(a, [None; 3], DType::I32), &["output saver", "stored as i32", "float types only"]);
+    let i = ok(b.op(BlockOp::Argmax { dim: 1 }, &[a]));
+    expect_err(b.output_as(i, [None; 3], F32), &["output saver", "stored as f32", "float types only"]);
 }

@@ -7,9 +7,11 @@
 
 use mirage::cache::{Cache, CacheEntry};
 use mirage::fingerprint::{VerifyConfig, verify};
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, Scalar, TensorRef, UnaryOp};
+use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Scalar, TensorRef, UnaryOp};
 use mirage::lower::lower_source;
+use mirage::reference::{self, HostTensor};
 use mirage::search::{SearchConfig, attention, describe, float_check, superoptimize, takes_a_maximum};
+use mirage::testing::rounding::run_stored;
 
 fn lower(src: &str) -> KernelGraph {
     lower_source(src).unwrap_or_else(|e| panic!("{e}")).remove(0).graph
@@ -31,11 +33,17 @@ fn unshifted_program(rows: usize, cols: usize) -> KernelGraph {
 
 /// Decode attention with the safe softmax: `heads` heads of one query row, `keys` keys.
 fn attention_program(dtype: &str, heads: usize, keys: usize, dim: usize) -> KernelGraph {
+    gqa_program(dtype, heads, 1, keys, dim)
+}
+
+/// Decode attention with the safe softmax: `heads` KV heads of `rows` query rows each (a GQA
+/// group), `keys` keys.
+fn gqa_program(dtype: &str, heads: usize, rows: usize, keys: usize, dim: usize) -> KernelGraph {
     let scale = 1.0 / (dim as f32).sqrt();
     lower(&format!(
         "#[mugraph]
-         fn attn(q: Tensor<{dtype}, {heads}, 1, {dim}>, k: Tensor<{dtype}, {heads}, {dim}, {keys}>, v: Tensor<{dtype}, {heads}, {keys}, {dim}>)
-             -> Tensor<{dtype}, {heads}, 1, {dim}>
+         fn attn(q: Tensor<{dtype}, {heads}, {rows}, {dim}>, k: Tensor<{dtype}, {heads}, {dim}, {keys}>, v: Tensor<{dtype}, {heads}, {keys}, {dim}>)
+             -> Tensor<{dtype}, {heads}, {rows}, {dim}>
          {{
              let s = q.matmul(k) * {scale:?};
              softmax(s, 2).matmul(v)
@@ -110,19 +118,33 @@ fn attention_is_recognized_with_its_scale() {
     assert_eq!(attention::recognize(&unshifted), None, "no maximum");
 }
 
+/// The element types each kernel of `g` stores its outputs in, kernel by kernel.
+fn stored_types(g: &KernelGraph) -> Vec<Vec<DType>> {
+    g.nodes()
+        .iter()
+        .filter(|n| matches!(n.op, KernelOp::Custom { .. }))
+        .map(|n| n.outputs.iter().map(|d| d.dtype).collect())
+        .collect()
+}
+
 #[test]
 fn every_attention_candidate_passes_both_checks() {
-    for dtype in ["f32", "bf16"] {
-        let program = attention_program(dtype, 4, 256, 32);
+    // One query row per head, and GQA groups of 4 rows (split-KV with one block per row).
+    let cases = [("f32", DType::F32, 1), ("bf16", DType::Bf16, 1), ("f16", DType::F16, 1), ("bf16", DType::Bf16, 4)];
+    for (name, dtype, rows) in cases {
+        let program = gqa_program(name, 4, rows, 256, 32);
         let cfg = SearchConfig { forloop_ranges: vec![4, 8], threads: vec![128], ..SearchConfig::default() };
         let cands = attention::candidates(&program, &cfg);
         let splits = cands.iter().filter(|g| g.num_kernels() == 2).count();
-        println!("{dtype}: {} candidates, {splits} split-KV", cands.len());
-        assert!(cands.len() >= 3, "{dtype}: {} candidates", cands.len());
-        assert_eq!(splits > 0, dtype == "f32", "split-KV for f32 only");
+        println!("{name}, {rows} row(s): {} candidates, {splits} split-KV", cands.len());
+        assert!(cands.len() >= 3, "{name}: {} candidates", cands.len());
+        assert!(splits > 0, "{name}: no split-KV candidate");
         for g in &cands {
-            assert!(equivalent(&program, g), "{dtype}: fingerprints reject\n{}", describe(g));
-            assert_eq!(float_ok(&program, g), Ok(()), "{dtype}:\n{}", describe(g));
+            assert!(equivalent(&program, g), "{name}: fingerprints reject\n{}", describe(g));
+            assert_eq!(float_ok(&program, g), Ok(()), "{name}:\n{}", describe(g));
+            // Split-KV keeps its parts (acc_o, acc_l, m) in f32; the result is the program's type.
+            let want = if g.num_kernels() == 2 { vec![vec![DType::F32; 3], vec![dtype]] } else { vec![vec![dtype]] };
+            assert_eq!(stored_types(g), want, "{name}:\n{}", describe(g));
         }
     }
 }
@@ -135,9 +157,7 @@ fn the_search_fuses_decode_attention() {
         let r = superoptimize(&program, &cfg, None).unwrap_or_else(|e| panic!("{dtype}: {e}"));
         println!("{dtype}: {r}");
         let running_max = r.best.graph.nodes().iter().any(|n| match &n.op {
-            mirage::ir::KernelOp::Custom { block } => {
-                block.nodes().iter().any(|b| matches!(b.op, BlockOp::RunningMax { .. }))
-            }
+            KernelOp::Custom { block } => block.nodes().iter().any(|b| matches!(b.op, BlockOp::RunningMax { .. })),
             _ => false,
         });
         assert!(running_max, "{dtype}: not an online softmax\n{}", describe(&r.best.graph));
@@ -145,16 +165,63 @@ fn the_search_fuses_decode_attention() {
     }
 }
 
-#[test]
-fn the_issue_shape_gets_a_fused_online_softmax() {
-    // Issue 15's decode step: 32 heads, 1 query row, 4096 keys, head dim 128, bf16.
-    let program = attention_program("bf16", 32, 4096, 128);
+/// The grids of the kernels of the µGraph the search chooses for bf16 `program`, after checking
+/// that it is verified split-KV with f32 parts that passes the float check.
+fn chosen_split_kv_grids(program: &KernelGraph) -> Vec<[usize; 3]> {
     let cfg = SearchConfig { max_states: 20_000, ..SearchConfig::default() };
-    let r = superoptimize(&program, &cfg, None).unwrap_or_else(|e| panic!("{e}"));
+    let r = superoptimize(program, &cfg, None).unwrap_or_else(|e| panic!("{e}"));
     println!("{r}");
     assert_eq!(r.best.verified, Some(true));
-    assert!(r.best.graph.num_kernels() == 1 && takes_a_maximum(&r.best.graph), "{}", describe(&r.best.graph));
-    assert_eq!(float_ok(&program, &r.best.graph), Ok(()));
+    let g = &r.best.graph;
+    assert!(g.num_kernels() == 2 && takes_a_maximum(g), "{}", describe(g));
+    assert_eq!(stored_types(g), vec![vec![DType::F32; 3], vec![DType::Bf16]], "{}", describe(g));
+    assert_eq!(float_ok(program, g), Ok(()));
+    g.nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            KernelOp::Custom { block } => Some(block.grid()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_issue_shape_gets_split_kv_with_f32_parts() {
+    // Issue 15's decode step: 32 heads, 1 query row, 4096 keys, head dim 128, bf16. One block per
+    // head would leave 100 of the H200's 132 SMs idle: the cost model picks split-KV.
+    let grids = chosen_split_kv_grids(&attention_program("bf16", 32, 4096, 128));
+    assert!(grids[0].iter().product::<usize>() >= 4 * 32, "{grids:?}");
+}
+
+#[test]
+fn a_gqa_decode_step_gets_split_kv_with_one_block_per_row() {
+    // The bench's GQA case: 8 KV heads of 4 query rows, 4096 keys, head dim 128, bf16. One block
+    // per KV head and row block would use at most 32 SMs.
+    let grids = chosen_split_kv_grids(&gqa_program("bf16", 8, 4, 4096, 128));
+    assert_eq!((grids[0][0], grids[0][2]), (8, 4), "heads × splits × rows: {grids:?}");
+    assert_eq!(grids[1], [8, 4, 1], "the combine: one block per head and row");
+}
+
+#[test]
+fn the_bench_attention_programs_are_recognized() {
+    // The GPU bench's decode-attention group (built with MIRAGE_ATTENTION=1) lowers, and each
+    // program is the safe-softmax attention this module fuses, scaled by 1/√128.
+    let programs = lower_source(include_str!("../../benches/kernels/attention.rs")).unwrap_or_else(|e| panic!("{e}"));
+    let found: Vec<(String, usize, usize, usize)> = programs
+        .iter()
+        .map(|p| {
+            let a = attention::recognize(&p.graph).unwrap_or_else(|| panic!("{} not recognized", p.name));
+            let scale = a.scale.unwrap_or_else(|| panic!("{}: no scale", p.name));
+            assert!((f64::from(scale) - 128f64.sqrt().recip()).abs() < 1e-8, "{}: scale {scale}", p.name);
+            (p.name.clone(), a.heads, a.rows, a.keys)
+        })
+        .collect();
+    let want = [
+        ("attn_decode_h32_n4096_d128_bf16", 32, 1, 4096),
+        ("attn_decode_h32_n4096_d128_f16", 32, 1, 4096),
+        ("attn_gqa_kv8_g4_n4096_d128_bf16", 8, 4, 4096),
+    ];
+    assert_eq!(found, want.map(|(n, h, r, k)| (n.to_string(), h, r, k)).to_vec());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,10 +243,17 @@ enum Online {
     DroppedMax,
 }
 
-/// Online softmax of [`attention_program`]`("f32", H, N, D)`, `frange` key tiles, one block per
+/// Online softmax of [`attention_program`]`(_, H, N, D)`, `frange` key tiles, one block per
 /// head; with `splits > 1` the per-split parts `(acc_o, acc_l, m)` are returned instead of the
-/// output.
-fn online(g: &mut KernelGraph, ins: &[TensorRef], splits: usize, frange: usize, how: Online) -> Vec<TensorRef> {
+/// output, stored as `parts`.
+fn online(
+    g: &mut KernelGraph,
+    ins: &[TensorRef],
+    splits: usize,
+    frange: usize,
+    how: Online,
+    parts: DType,
+) -> Vec<TensorRef> {
     let descs: Vec<_> = ins.iter().map(|&t| g.desc(t).expect("input").clone()).collect();
     let mut bg = BlockGraph::new(descs, [H, splits, 1], 128, frange).expect("grid");
     let q = bg.input(0, [Some(0), None, None], None).expect("q");
@@ -217,7 +291,7 @@ fn online(g: &mut KernelGraph, ins: &[TensorRef], splits: usize, frange: usize, 
             }
         };
         for t in [acc_o, acc_l, m] {
-            bg.output(t, [Some(0), Some(1), None]).expect("out");
+            bg.output_as(t, [Some(0), Some(1), None], parts).expect("out");
         }
     }
     g.custom(ins, bg).expect("custom")
@@ -232,7 +306,8 @@ enum Combine {
     ForgetsTheMax,
 }
 
-fn combine(g: &mut KernelGraph, parts: &[TensorRef], how: Combine) -> TensorRef {
+/// The combine kernel over `parts`, its result stored as `dtype`.
+fn combine(g: &mut KernelGraph, parts: &[TensorRef], how: Combine, dtype: DType) -> TensorRef {
     let descs: Vec<_> = parts.iter().map(|&t| g.desc(t).expect("part").clone()).collect();
     let mut bg = BlockGraph::new(descs, [H, 1, 1], 128, 1).expect("grid");
     let o = bg.input(0, [Some(0), None, None], None).expect("o");
@@ -254,65 +329,116 @@ fn combine(g: &mut KernelGraph, parts: &[TensorRef], how: Combine) -> TensorRef 
     let den = bg.op(BlockOp::ReduceSum { dim: 1 }, &[l]).expect("sum");
     let out = bg.binary(BinaryOp::Div, num, den).expect("div");
     let out = bg.accum(AccKind::Sum, &[out]).expect("acc");
-    bg.output(out, [Some(0), None, None]).expect("out");
+    bg.output_as(out, [Some(0), None, None], dtype).expect("out");
     g.custom(parts, bg).expect("custom")[0]
 }
 
-/// A complete µGraph: the online softmax (`splits == 1`) or split-KV with `how_combine`.
-fn fused(splits: usize, how: Online, how_combine: Combine) -> KernelGraph {
+/// A complete µGraph over `dtype` inputs: the online softmax (`splits == 1`) or split-KV with
+/// `how_combine` and its parts stored as `parts`.
+fn fused_stored(dtype: DType, splits: usize, how: Online, how_combine: Combine, parts: DType) -> KernelGraph {
     let mut g = KernelGraph::new();
     let ins: Vec<TensorRef> =
-        [vec![H, 1, D], vec![H, D, N], vec![H, N, D]].iter().map(|s| g.input(s, DType::F32).expect("input")).collect();
+        [vec![H, 1, D], vec![H, D, N], vec![H, N, D]].iter().map(|s| g.input(s, dtype).expect("input")).collect();
     let out = if splits == 1 {
-        online(&mut g, &ins, 1, 8, how)[0]
+        online(&mut g, &ins, 1, 8, how, parts)[0]
     } else {
-        let parts = online(&mut g, &ins, splits, 4, how);
-        combine(&mut g, &parts, how_combine)
+        let parts = online(&mut g, &ins, splits, 4, how, parts);
+        combine(&mut g, &parts, how_combine, dtype)
     };
     g.output(out, None).expect("output");
     g
 }
 
+/// [`fused_stored`] with f32 parts (as `search::attention` writes them).
+fn fused(dtype: DType, splits: usize, how: Online, how_combine: Combine) -> KernelGraph {
+    fused_stored(dtype, splits, how, how_combine, DType::F32)
+}
+
+/// The element types of the mutant tests, with their names in the DSL.
+const TYPES: [(&str, DType); 3] = [("f32", DType::F32), ("bf16", DType::Bf16), ("f16", DType::F16)];
+
 #[test]
 fn the_correct_fused_forms_pass() {
-    let program = attention_program("f32", H, N, D);
-    for g in [fused(1, Online::Correct, Combine::Correct), fused(4, Online::Correct, Combine::Correct)] {
-        assert!(equivalent(&program, &g), "{}", describe(&g));
-        assert_eq!(float_ok(&program, &g), Ok(()));
+    for (name, dtype) in TYPES {
+        let program = attention_program(name, H, N, D);
+        for g in
+            [fused(dtype, 1, Online::Correct, Combine::Correct), fused(dtype, 4, Online::Correct, Combine::Correct)]
+        {
+            assert!(equivalent(&program, &g), "{name}:\n{}", describe(&g));
+            assert_eq!(float_ok(&program, &g), Ok(()), "{name}");
+        }
     }
 }
 
 #[test]
 fn a_wrong_rescale_is_rejected_by_fingerprints() {
-    let program = attention_program("f32", H, N, D);
-    for how in [Online::SwappedRescale, Online::NoRescale] {
-        for splits in [1, 4] {
-            let g = fused(splits, how, Combine::Correct);
-            assert!(!equivalent(&program, &g), "{how:?}, {splits} split(s) passed fingerprints");
-            assert!(float_ok(&program, &g).is_err(), "{how:?}, {splits} split(s) passed the float check");
+    for (name, dtype) in TYPES {
+        let program = attention_program(name, H, N, D);
+        for how in [Online::SwappedRescale, Online::NoRescale] {
+            for splits in [1, 4] {
+                let g = fused(dtype, splits, how, Combine::Correct);
+                assert!(!equivalent(&program, &g), "{name}: {how:?}, {splits} split(s) passed fingerprints");
+                assert!(float_ok(&program, &g).is_err(), "{name}: {how:?}, {splits} split(s) passed the float check");
+            }
         }
     }
 }
 
 #[test]
 fn a_dropped_maximum_passes_fingerprints_and_fails_the_float_check() {
-    let program = attention_program("f32", H, N, D);
-    // Fused in one kernel, and split with parts added unweighted (nothing to rescale by).
-    for (splits, how_combine) in [(1, Combine::Correct), (4, Combine::NoWeights)] {
-        let g = fused(splits, Online::DroppedMax, how_combine);
-        assert!(equivalent(&program, &g), "the field cannot see the shift ({splits} split(s))");
-        let err = float_ok(&program, &g).expect_err("overflows on wide inputs");
-        assert!(err.contains("maximum"), "{err}");
+    for (name, dtype) in TYPES {
+        let program = attention_program(name, H, N, D);
+        // Fused in one kernel, and split with parts added unweighted (nothing to rescale by).
+        for (splits, how_combine) in [(1, Combine::Correct), (4, Combine::NoWeights)] {
+            let g = fused(dtype, splits, Online::DroppedMax, how_combine);
+            assert!(equivalent(&program, &g), "{name}: the field cannot see the shift ({splits} split(s))");
+            let err = float_ok(&program, &g).expect_err("overflows on wide inputs");
+            assert!(err.contains("maximum"), "{name}: {err}");
+        }
     }
 }
 
 #[test]
 fn a_combine_that_forgets_the_maximum_is_rejected() {
-    let program = attention_program("f32", H, N, D);
-    let g = fused(4, Online::Correct, Combine::NoWeights);
-    assert!(!equivalent(&program, &g), "parts added without their weights passed fingerprints");
-    let g = fused(4, Online::Correct, Combine::ForgetsTheMax);
-    assert!(equivalent(&program, &g), "exp(m_j) weights are exact in the field");
-    let err = float_ok(&program, &g).expect_err("exp(m_j) overflows on wide inputs");
-    assert!(err.contains("maximum"), "{err}");
+    for (name, dtype) in TYPES {
+        let program = attention_program(name, H, N, D);
+        let g = fused(dtype, 4, Online::Correct, Combine::NoWeights);
+        assert!(!equivalent(&program, &g), "{name}: parts added without their weights passed fingerprints");
+        let g = fused(dtype, 4, Online::Correct, Combine::ForgetsTheMax);
+        assert!(equivalent(&program, &g), "{name}: exp(m_j) weights are exact in the field");
+        let err = float_ok(&program, &g).expect_err("exp(m_j) overflows on wide inputs");
+        assert!(err.contains("maximum"), "{name}: {err}");
+    }
+}
+
+/// Inputs of [`attention_program`]`("bf16", H, 256, D)` whose four key ranges of 64 keys (the
+/// parts of a 4-way split) have logits `√D · c_j` with `c_j = 5.25 + j/32` (bf16 numbers): maxima
+/// 29.70, 29.87, 30.05, 30.23, between the bf16 numbers near 30 (spacing 1/8), and values `v = j`
+/// on range `j`, so the output is the average of `j` weighted by `exp(m_j)`.
+fn split_sensitive_inputs() -> Vec<HostTensor> {
+    let c = |n: usize| 5.25 + (n / 64) as f32 / 32.0;
+    let q = HostTensor { shape: vec![H, 1, D], data: vec![1.0; H * D] };
+    let k = HostTensor { shape: vec![H, D, N], data: (0..H * D * N).map(|i| c(i % N)).collect() };
+    let v = HostTensor { shape: vec![H, N, D], data: (0..H * N * D).map(|i| ((i / D) % N / 64) as f32).collect() };
+    vec![q, k, v]
+}
+
+#[test]
+fn split_kv_parts_stored_in_f32_keep_the_combine_exact() {
+    // The stored types are what the device writes: `run_stored` rounds each kernel output to its
+    // stored type. With the parts in bf16, the maxima near 30 lose up to 1/16 and the weights
+    // exp(m_j − M) up to 6 %; in f32 the only rounding left is the output's own.
+    let program = attention_program("bf16", H, N, D);
+    let inputs = split_sensitive_inputs();
+    let want = &reference::run(&program, &inputs).expect("reference")[0];
+    let error = |parts: DType| {
+        let g = fused_stored(DType::Bf16, 4, Online::Correct, Combine::Correct, parts);
+        let got = &run_stored(&g, &inputs).expect("runs")[0];
+        got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
+    };
+    let (f32_parts, bf16_parts) = (error(DType::F32), error(DType::Bf16));
+    println!("largest error: f32 parts {f32_parts:.5}, bf16 parts {bf16_parts:.5} (outputs near {:.3})", want.data[0]);
+    // Outputs lie in [0, 3]: one bf16 rounding is at most 2^-7.
+    assert!(f32_parts <= 1.0 / 128.0, "f32 parts: {f32_parts}");
+    assert!(bf16_parts > 4.0 * f32_parts.max(1.0 / 512.0), "bf16 parts: {bf16_parts}, f32 parts: {f32_parts}");
 }

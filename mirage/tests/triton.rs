@@ -35,6 +35,14 @@ fn snapshot_online_softmax_f16() {
     insta::assert_snapshot!(generate(&g, "online_softmax", None).expect("generates"));
 }
 
+/// Split-KV of a bf16 program: the parts are f32 buffers (`torch.float32`), stored `.to(tl.float32)`
+/// by the first kernel; the combine stores its result as bf16.
+#[test]
+fn snapshot_split_kv_f32_parts_bf16() {
+    let g = coverage("online_softmax_split_kv", DType::Bf16);
+    insta::assert_snapshot!(generate(&g, "split_kv", None).expect("generates"));
+}
+
 #[test]
 fn snapshot_in_loop_reductions_rms_concat_bf16() {
     let g = coverage("in_loop_reductions_rms_concat", DType::Bf16);

@@ -81,6 +81,11 @@ pub enum BlockOp {
     Output {
         /// Grid axis → the output dim along which block results are concatenated.
         omap: GridMap,
+        /// The element type the output is stored in, when it differs from the tile's (both
+        /// floats): e.g. f32 partial results of an f16/bf16 kernel read by a later kernel, or an
+        /// f32 tile stored as the program's f16/bf16 output. `None`: the tile's type.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<DType>,
     },
     /// Tile matrix product (no batch dims).
     Matmul,
@@ -419,10 +424,11 @@ impl BlockGraph {
         self.nodes
             .iter()
             .filter_map(|n| match &n.op {
-                BlockOp::Output { omap } => {
+                BlockOp::Output { omap, store } => {
                     let tile = &self.nodes[n.inputs[0].node].outputs[n.inputs[0].port];
                     // Validated when the saver was added.
-                    output_shape(&tile.shape, self.grid, omap).ok().map(|s| TensorDesc::new(&s, tile.dtype))
+                    let dtype = store.unwrap_or(tile.dtype);
+                    output_shape(&tile.shape, self.grid, omap).ok().map(|s| TensorDesc::new(&s, dtype))
                 }
                 _ => None,
             })
@@ -514,13 +520,29 @@ impl BlockGraph {
                 let shape = input_tile_shape(&desc.shape, self.grid, self.forloop_range, imap, *forloop_dim)?;
                 Ok(vec![TileDesc { shape, dtype: desc.dtype, phase: Phase::InLoop }])
             }
-            BlockOp::Output { omap } => {
+            BlockOp::Output { omap, store } => {
                 if inputs[0].phase != Phase::AfterLoop {
                     return Err(IrError::rule(
                         &name,
                         shapes(),
                         "outputs are written after the loop: the path from the inputs skips the accumulator",
                     ));
+                }
+                if let Some(d) = store {
+                    if *d == inputs[0].dtype {
+                        return Err(IrError::rule(
+                            &name,
+                            shapes(),
+                            format!("the stored type {d} is the tile's: a saver without a stored type writes it"),
+                        ));
+                    }
+                    if !d.is_float() || !inputs[0].dtype.is_float() {
+                        return Err(IrError::rule(
+                            &name,
+                            format!("{} stored as {d}", shapes()),
+                            "a saver converts between float types only",
+                        ));
+                    }
                 }
                 output_shape(&inputs[0].shape, self.grid, omap)?;
                 Ok(vec![])
@@ -628,7 +650,7 @@ impl BlockGraph {
             BlockOp::Input { input, imap, forloop_dim } => {
                 BlockOp::Input { input, imap: normalize_map(&imap, self.grid), forloop_dim }
             }
-            BlockOp::Output { omap } => BlockOp::Output { omap: normalize_map(&omap, self.grid) },
+            BlockOp::Output { omap, store } => BlockOp::Output { omap: normalize_map(&omap, self.grid), store },
             BlockOp::Gather { table, imap } => BlockOp::Gather { table, imap: normalize_map(&imap, self.grid) },
             other => other,
         };
@@ -649,9 +671,16 @@ impl BlockGraph {
         self.push1(BlockOp::Input { input, imap, forloop_dim }, &[])
     }
 
-    /// An output saver for after-loop tile `t`.
+    /// An output saver for after-loop tile `t`, stored in the tile's element type.
     pub fn output(&mut self, t: TensorRef, omap: GridMap) -> Result<(), IrError> {
-        self.push(BlockOp::Output { omap }, &[t]).map(|_| ())
+        self.push(BlockOp::Output { omap, store: None }, &[t]).map(|_| ())
+    }
+
+    /// An output saver for after-loop tile `t` stored as `dtype` (a float type; the tile's own
+    /// type gives the plain saver of [`BlockGraph::output`]: one form for one graph).
+    pub fn output_as(&mut self, t: TensorRef, omap: GridMap, dtype: DType) -> Result<(), IrError> {
+        let store = (self.tile(t)?.dtype != dtype).then_some(dtype);
+        self.push(BlockOp::Output { omap, store }, &[t]).map(|_| ())
     }
 
     /// Tile matmul.

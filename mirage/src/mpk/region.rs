@@ -149,7 +149,7 @@ pub fn block_writes(bg: &BlockGraph, outputs: &[TensorId], tile: [usize; 3]) -> 
     let grid = bg.grid();
     let mut out = Vec::new();
     for node in bg.nodes() {
-        if let BlockOp::Output { omap } = &node.op {
+        if let BlockOp::Output { omap, .. } = &node.op {
             let t = node.inputs[0];
             let shape = &bg.nodes()[t.node].outputs[t.port].shape;
             let omap = normalize_map(omap, grid);

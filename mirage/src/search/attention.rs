@@ -14,17 +14,25 @@
 //!   many); the loop walks the key tiles with a running maximum `m_i`, probabilities `exp(s − m_i)`
 //!   and two rescaling accumulators, `acc_o = acc_o · exp(m_{i−1} − m_i) + P·V` and the same for
 //!   `Σ P`; the epilogue divides.
-//! - **Split-KV** (two kernels, one query row): the first kernel runs the online softmax over one
-//!   of `S` key ranges per block (`grid.y`) and saves the unnormalized `acc_o`, `acc_l` and the
-//!   range's maximum `m`; the second kernel combines the `S` parts of each head,
-//!   `Σ_j exp(m_j − M)·acc_o_j / Σ_j exp(m_j − M)·acc_l_j` with `M = max_j m_j`.
+//! - **Split-KV** (two kernels, few query rows): the first kernel runs the online softmax of one
+//!   query row (`grid.z`, absent for one row) over one of `S` key ranges per block (`grid.y`)
+//!   and saves the unnormalized `acc_o`, `acc_l` and the range's maximum `m` (parts `[h.., S,
+//!   rows·dv]`, `[h.., S, rows]`: range `j` of row `r` at `[j, r·dv..]`); the second kernel, one
+//!   block per head and row, combines the `S` parts of its row,
+//!   `Σ_j exp(m_j − M)·acc_o_j / Σ_j exp(m_j − M)·acc_l_j` with `M = max_j m_j`. The rows of a
+//!   head (the query heads of a GQA group) read the same K and V tiles, in separate blocks: the
+//!   cost model charges the repeated reads (from L2 when K and V fit).
 //!
-//! Split-KV is offered for f32 programs only. The parts are kernel outputs, stored in the
-//! program's element type, and the combine's weights `exp(m_j − M)` amplify the rounding of a
-//! stored maximum: a bf16 `m_j` near 30 is off by up to 1/16, a weight by 6 %. The f32 reference
-//! cannot see that rounding (it computes every tensor in f32), so the float check would pass such
-//! a µGraph; keeping the parts in f32 needs a kernel output type other than its inputs', which the
-//! IR does not have yet.
+//! The parts are always stored in f32 (savers with a stored type, `BlockOp::Output::store`),
+//! whatever the program's element type; the combine kernel reads them as f32 and stores its
+//! result in the program's type. Stored in f16/bf16 they would be wrong: the combine's weights
+//! `exp(m_j − M)` amplify the rounding of a stored maximum (a bf16 `m_j` near 30 is off by up to
+//! 1/16, a weight by 6 %). The float check cannot see that (the f32 reference computes every
+//! tensor in f32); `testing::rounding::run_stored`, which rounds each kernel output to its stored
+//! type, does (`mirage/tests/softmax.rs` compares both storages).
+//!
+//! Split-KV is offered for at most [`SPLIT_KV_MAX_ROWS`] query rows: one block per row re-reads
+//! K and V for each, which only pays when the rows are few and the heads do not fill the device.
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, TensorRef, UnaryOp};
 
@@ -95,9 +103,17 @@ pub fn recognize(g: &KernelGraph) -> Option<Attention> {
     Some(Attention { inputs, scale, heads, rows: dq.shape[rank - 2], keys: dk.shape[rank - 1], rank })
 }
 
+/// The most query rows per head split-KV is offered for (module docs).
+pub const SPLIT_KV_MAX_ROWS: usize = 16;
+
 /// A grid map: axis x on the heads (dim 0) for rank 3, axis y on dim `y`.
 fn map(a: &Attention, y: Option<usize>) -> [Option<usize>; 3] {
-    [(a.rank == 3).then_some(0), y, None]
+    map_z(a, y, None)
+}
+
+/// A grid map: axis x on the heads (dim 0) for rank 3, axes y and z on dims `y` and `z`.
+fn map_z(a: &Attention, y: Option<usize>, z: Option<usize>) -> [Option<usize>; 3] {
+    [(a.rank == 3).then_some(0), y, z]
 }
 
 /// The in-loop part shared by both forms: scores of the key tile, the running maximum and the
@@ -126,8 +142,9 @@ fn online_body(
 }
 
 /// The first (or only) kernel's block graph up to its accumulators: `grid_y` blocks over the
-/// query rows, or with `split_keys` over the key range, and `frange` key tiles in the loop.
-/// Returns the block graph and `(acc_o, acc_l, m)` of [`online_body`].
+/// query rows, or with `split_keys` over the key range and one block per query row (grid.z),
+/// and `frange` key tiles in the loop. Returns the block graph and `(acc_o, acc_l, m)` of
+/// [`online_body`].
 fn online_kernel(
     program: &KernelGraph,
     a: &Attention,
@@ -139,10 +156,11 @@ fn online_kernel(
     let descs = program.inputs();
     let (rows_dim, last) = (a.rank - 2, a.rank - 1);
     let operands = a.inputs.iter().map(|&i| descs[i].clone()).collect();
-    let mut bg = BlockGraph::new(operands, [a.heads, grid_y, 1], threads, frange)?;
-    // The dim grid.y splits in q, k and v: the query rows, or the keys.
+    let grid_z = if split_keys { a.rows } else { 1 };
+    let mut bg = BlockGraph::new(operands, [a.heads, grid_y, grid_z], threads, frange)?;
+    // The dim grid.y splits in q, k and v: the query rows, or the keys (grid.z the rows).
     let (q_y, k_y, v_y) = if split_keys { (None, Some(last), Some(rows_dim)) } else { (Some(rows_dim), None, None) };
-    let q = bg.input(0, map(a, q_y), None)?;
+    let q = bg.input(0, map_z(a, q_y, split_keys.then_some(rows_dim)), None)?;
     let k = bg.input(1, map(a, k_y), Some(last))?;
     let v = bg.input(2, map(a, v_y), Some(rows_dim))?;
     let (acc_o, acc_l, m) = online_body(a, &mut bg, q, k, v)?;
@@ -179,8 +197,8 @@ pub fn online_softmax(
     Ok(g)
 }
 
-/// Split-KV for one query row: `splits` key ranges (grid.y) of `frange` tiles each, then the
-/// combine kernel.
+/// Split-KV: `splits` key ranges (grid.y) of `frange` tiles each for every query row (grid.z),
+/// then the combine kernel.
 pub fn split_kv(
     program: &KernelGraph,
     a: &Attention,
@@ -190,25 +208,34 @@ pub fn split_kv(
 ) -> Result<KernelGraph, IrError> {
     let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, true, frange, threads)?;
     let m = bg.accum(AccKind::Max, &[m])?;
+    // Range j of row r at [j, r·(tile width)..]: the parts of a row are a slab of the last dim.
     for t in [acc_o, acc_l, m] {
-        bg.output(t, map(a, Some(a.rank - 2)))?;
+        bg.output_as(t, map_z(a, Some(a.rank - 2), Some(a.rank - 1)), DType::F32)?;
     }
     let (mut g, parts) = launch(program, a, bg)?;
-    let combined = combine(a, &mut g, &parts, threads)?;
+    let dtype = program.inputs()[a.inputs[0]].dtype;
+    let combined = combine(a, &mut g, &parts, threads, dtype)?;
     g.output(combined, None)?;
     Ok(g)
 }
 
-/// The combine kernel of split-KV: parts `acc_o [h.., S, dv]`, `acc_l [h.., S, 1]`, `m [h.., S,
-/// 1]` to `Σ_j w_j·acc_o_j / Σ_j w_j·acc_l_j` with `w_j = exp(m_j − max_j m_j)`, one block per
-/// head.
-fn combine(a: &Attention, g: &mut KernelGraph, parts: &[TensorRef], threads: usize) -> Result<TensorRef, IrError> {
+/// The combine kernel of split-KV: f32 parts `acc_o [h.., S, rows·dv]`, `acc_l [h.., S, rows]`,
+/// `m [h.., S, rows]` to `Σ_j w_j·acc_o_j / Σ_j w_j·acc_l_j` with `w_j = exp(m_j − max_j m_j)`,
+/// one block per head (grid.x) and query row (grid.y), stored as `dtype` (the program's element
+/// type).
+fn combine(
+    a: &Attention,
+    g: &mut KernelGraph,
+    parts: &[TensorRef],
+    threads: usize,
+    dtype: DType,
+) -> Result<TensorRef, IrError> {
     let descs = parts.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
-    let rows_dim = a.rank - 2;
-    let mut bg = BlockGraph::new(descs, [a.heads, 1, 1], threads, 1)?;
-    let o = bg.input(0, map(a, None), None)?;
-    let l = bg.input(1, map(a, None), None)?;
-    let m = bg.input(2, map(a, None), None)?;
+    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
+    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], threads, 1)?;
+    let o = bg.input(0, map(a, Some(last)), None)?;
+    let l = bg.input(1, map(a, Some(last)), None)?;
+    let m = bg.input(2, map(a, Some(last)), None)?;
     let total = bg.op(BlockOp::ReduceMax { dim: rows_dim }, &[m])?;
     let diff = bg.binary(BinaryOp::Sub, m, total)?;
     let w = bg.unary(UnaryOp::Exp, diff)?;
@@ -218,18 +245,17 @@ fn combine(a: &Attention, g: &mut KernelGraph, parts: &[TensorRef], threads: usi
     let den = bg.op(BlockOp::ReduceSum { dim: rows_dim }, &[wl])?;
     let out = bg.binary(BinaryOp::Div, num, den)?;
     let out = bg.accum(AccKind::Sum, &[out])?;
-    bg.output(out, map(a, None))?;
+    bg.output_as(out, map(a, Some(rows_dim)), dtype)?;
     Ok(g.custom(parts, bg)?[0])
 }
 
 /// Every online-softmax and split-KV µGraph of a recognized attention program within the
 /// configuration's limits: loop ranges from `cfg.forloop_ranges` that divide the keys, threads
-/// from `cfg.threads`, grids within `cfg.max_blocks`; split-KV only for one query row, with
-/// `cfg.max_kernels ≥ 2`, and only for f32 programs (module docs). The enumerator's limits on
-/// block operators and outputs do not apply: these graphs are written, not enumerated.
+/// from `cfg.threads`, grids within `cfg.max_blocks`; split-KV only for at most
+/// [`SPLIT_KV_MAX_ROWS`] query rows, with `cfg.max_kernels ≥ 2` (module docs). The enumerator's limits on block operators and outputs do
+/// not apply: these graphs are written, not enumerated.
 pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph> {
     let Some(a) = recognize(program) else { return Vec::new() };
-    let dtype = program.inputs()[a.inputs[0]].dtype;
     let mut out = Vec::new();
     for &threads in &cfg.threads {
         for &frange in std::iter::once(&1).chain(&cfg.forloop_ranges) {
@@ -239,11 +265,13 @@ pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph>
                     out.extend(online_softmax(program, &a, row_blocks, frange, threads).ok());
                 }
             }
-            if a.rows != 1 || cfg.max_kernels < 2 || dtype != DType::F32 {
+            if a.rows > SPLIT_KV_MAX_ROWS || cfg.max_kernels < 2 {
                 continue;
             }
             for splits in [2, 4, 8, 16, 32, 64] {
-                let fits = a.heads * splits <= cfg.max_blocks && splits <= cfg.max_axis_blocks;
+                let fits = a.heads * splits * a.rows <= cfg.max_blocks
+                    && splits <= cfg.max_axis_blocks
+                    && a.rows <= cfg.max_axis_blocks;
                 if fits && a.keys.is_multiple_of(splits * frange) {
                     out.extend(split_kv(program, &a, splits, frange, threads).ok());
                 }

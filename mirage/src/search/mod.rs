@@ -964,7 +964,10 @@ pub fn describe(g: &KernelGraph) -> String {
                             fmt_map(imap),
                             forloop_dim.map_or("-".into(), |d| d.to_string())
                         ),
-                        BlockOp::Output { omap } => format!("output {bargs} omap {}", fmt_map(omap)),
+                        BlockOp::Output { omap, store } => {
+                            let stored = store.map(|d| format!(" stored as {d}")).unwrap_or_default();
+                            format!("output {bargs} omap {}{stored}", fmt_map(omap))
+                        }
                         op => format!("{}({bargs})", op.name()),
                     };
                     s += &format!("      %{j} = {what}{shape}\n");

@@ -377,10 +377,10 @@ fn block_edits(edits: &mut Vec<(Kind, Edit)>, ni: usize, block: &BlockGraph) {
                     edits.push((Kind::ForloopDim, op(BlockOp::Input { input: *input, imap: *imap, forloop_dim: fd })));
                 }
             }
-            BlockOp::Output { omap } => {
+            BlockOp::Output { omap, store } => {
                 let rank = bn.inputs.first().and_then(|&t| block.tile(t).ok()).map_or(0, |t| t.shape.len());
                 for m in other_maps(*omap, grid, rank, false) {
-                    edits.push((Kind::OutputMap, op(BlockOp::Output { omap: m })));
+                    edits.push((Kind::OutputMap, op(BlockOp::Output { omap: m, store: *store })));
                 }
             }
             BlockOp::Unary { op: u } => {

@@ -255,7 +255,7 @@ impl<'a> Gen<'a> {
                     };
                     self.line(1, &format!("t{i} = {value}"));
                 }
-                BlockOp::Output { omap } => {
+                BlockOp::Output { omap, .. } => {
                     self.store(i, saver, omap)?;
                     saver += 1;
                 }
@@ -698,7 +698,9 @@ impl<'a> Gen<'a> {
         let bases: Vec<String> = bases.into_iter().map(|b| b.join(" + ")).collect();
         let offs = Self::offsets(&shape, &bases, &layout.strides);
         let mask = Self::tile_mask(&shape).map(|m| format!(", mask={m}")).unwrap_or_default();
-        let value = format!("{}.to({})", Self::var(t), tl_dtype(tile.dtype));
+        // The saver's stored type (the tile's unless the saver converts).
+        let dtype = self.bg.output_descs().get(k).map_or(tile.dtype, |d| d.dtype);
+        let value = format!("{}.to({})", Self::var(t), tl_dtype(dtype));
         self.line(1, &format!("tl.store(out{k} + {offs}, {value}{mask})"));
         Ok(())
     }

@@ -18,7 +18,7 @@ impl Emitter<'_> {
     /// The statement of saver `i` writing `value`, the element at multi-index `idx` of its
     /// operand tile of shape `shape`, to the row-major output at the block's slab.
     pub(super) fn saver_store(&self, i: usize, shape: &[usize], idx: &[String], value: &str) -> String {
-        let BlockOp::Output { omap } = &self.bg().nodes()[i].op else { return String::new() };
+        let BlockOp::Output { omap, .. } = &self.bg().nodes()[i].op else { return String::new() };
         let saver = self.plan.schedule.saver_of[i].expect("savers are numbered");
         let desc = &self.bg().output_descs()[saver];
         let gstr = row_major_strides(&desc.shape);
