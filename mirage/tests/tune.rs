@@ -205,3 +205,18 @@ fn constants_fitted_on_two_models_rank_the_third() {
     assert!(held_out.mean_spearman() >= before.mean_spearman() + 0.2, "{}", held_out.summary());
     assert!(held_out.geomean_slowdown() <= before.geomean_slowdown() - 0.08, "{}", held_out.summary());
 }
+
+/// Re-calibrating the cost model keeps the cache's keys: the default search version is the one
+/// the committed `.mirage/` entries are stored under (a hit is re-verified and returned, not
+/// re-ranked, so the tuned choices stay in force).
+#[test]
+fn the_committed_cache_entries_keep_their_search_version() {
+    let version = SearchConfig::default().version();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../.mirage");
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    let keyed = names.iter().filter(|n| n.ends_with(&format!("-sm_90-{version}.json"))).count();
+    assert!(keyed >= 28, "{keyed} of {} entries in {dir} are keyed by search version {version}", names.len());
+}
