@@ -21,7 +21,7 @@
 //! A wave takes `latency + max(memory, compute) + iterations · overhead + copies · copy_us`
 //! (memory and compute overlap through the `cp.async` pipeline; without one — a single stage, or
 //! a tile copied synchronously at the start of every iteration — they do not, and add, and every
-//! iteration waits for its tiles: `sync_iteration_us` each instead of one latency). The model is
+//! iteration waits for its tiles: the latency is exposed once per iteration). The model is
 //! deliberately simple and symmetric in the grid axes; its purpose is ranking. Its constants and
 //! the measurements they were fitted to are in docs/DECISIONS.md; [`crate::tune::calibration`]
 //! measures how well it ranks recorded candidates.
@@ -76,14 +76,12 @@ pub struct Arch {
     /// µs: a warp's chain of dependent mma steps cannot run faster than this.
     pub mma_step_us: f64,
     /// DRAM cost of one row segment of a tile narrower than its tensor's contiguous dim, in bytes
-    /// of transfer: a segment of `s` bytes costs `s + segment_bytes` ([`Arch::segment_factor`]).
+    /// of transfer: a segment of `s` bytes costs `s + segment_bytes` ([`Arch::segment_factor`];
+    /// short segments waste DRAM bursts).
     pub segment_bytes: f64,
     /// Issue time of one copy instruction of a thread (a `cp.async` vector or an element), µs:
     /// a block's threads issue their copies of an iteration one after another.
     pub copy_us: f64,
-    /// Wait of one loop iteration whose tiles are not prefetched (no pipeline, or a tile copied
-    /// synchronously): its loads are issued and waited for before its compute, µs.
-    pub sync_iteration_us: f64,
 }
 
 impl Arch {
@@ -95,10 +93,10 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            // H200 (docs/DECISIONS.md, change 14, fitted on the change-13 tuning record): one SM
-            // pulls up to 1.5x its share of the bandwidth: grids of 64-96 blocks are among the
+            // H200 (docs/DECISIONS.md, change 14, fitted on 35 programs' tuning records): one SM
+            // pulls up to twice its share of the bandwidth: grids of 64-96 blocks are among the
             // fastest weight streams (runs 2-3 had read 1x from one rmsnorm_linear kernel).
-            sm_dram_bytes_per_us: 1.5 * 4.3e6 / 132.0,
+            sm_dram_bytes_per_us: 2.0 * 4.3e6 / 132.0,
             // H200, ncu (docs/DECISIONS.md, runs 10-11): weight-streaming kernels of
             // one block per SM reached 36% of peak DRAM throughput with 4 warps, 64% with 8.
             bandwidth_warps: 8,
@@ -115,12 +113,11 @@ impl Arch {
             iteration_us: 0.03,
             wave_refill_us: 3.0,
             mma_step_us: 0.02,
-            // Change 14 (the change-13 tuning record, held-out checked): a row segment costs
-            // 64 bytes more (two 32-byte sectors: its partial first and last), a copy ~50
-            // cycles of its thread (latency-bound issue), an un-prefetched iteration 4 µs.
-            segment_bytes: 64.0,
+            // Runs 4-5 (docs/DECISIONS.md); change 14 found no better value.
+            segment_bytes: 16.0,
+            // Change 14 (35 programs' tuning records, held-out checked): a copy costs ~50 cycles
+            // of its thread (the issue of these loops is latency-bound).
             copy_us: 0.025,
-            sync_iteration_us: 4.0,
         }
     }
 
@@ -131,8 +128,8 @@ impl Arch {
             gpu: "A100",
             num_sms: 108,
             dram_bytes_per_us: 1.6e6,
-            // The sm_90 calibration's ratios, not measured on an A100.
-            sm_dram_bytes_per_us: 1.5 * 1.6e6 / 108.0,
+            // The sm_90 calibration's ratio, not measured on an A100.
+            sm_dram_bytes_per_us: 2.0 * 1.6e6 / 108.0,
             bandwidth_warps: 8,
             l2_bytes: 40 << 20,
             l2_bytes_per_us: 4.5e6,
@@ -147,9 +144,9 @@ impl Arch {
             iteration_us: 0.04,
             wave_refill_us: 3.0,
             mma_step_us: 0.025,
-            segment_bytes: 64.0,
+            segment_bytes: 16.0,
+            // The sm_90 value at an A100's lower clock, not measured.
             copy_us: 0.035,
-            sync_iteration_us: 4.0,
         }
     }
 
@@ -367,7 +364,10 @@ fn plan_facts(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> PlanFacts {
         Ok(plan) => {
             let threads = plan.threads.max(1);
             let per_thread = |nodes: &[usize]| -> f64 {
-                nodes.iter().filter_map(|&i| plan.copies[i].as_ref()).map(|c| c.total.div_ceil(threads) as f64).sum()
+                nodes
+                    .iter()
+                    .filter_map(|&i| plan.copies[i].as_ref())
+                    .fold(0.0, |n, c| n + c.total.div_ceil(threads) as f64)
             };
             let walked: Vec<usize> = plan.loads.pipelined.iter().chain(&plan.loads.per_iteration).copied().collect();
             let once: Vec<usize> = plan.loads.once.iter().filter(|i| !walked.contains(i)).copied().collect();
@@ -516,9 +516,10 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             + fma_b * n as f64 / (arch.fma_flops_per_us * frac);
         let overlap = if pipelined { mem.max(comp) } else { mem + comp };
         let refill = if remaining + n < blocks { arch.wave_refill_us } else { 0.0 };
-        // Without a pipeline every iteration waits for its own tiles.
-        let waits = if pipelined { arch.latency_us } else { frange as f64 * arch.sync_iteration_us };
-        body += waits + refill + overlap + frange as f64 * arch.iteration_us + issue;
+        // Without a pipeline every iteration waits for its own tiles: the first global-memory
+        // latency is exposed once per iteration, not once per wave.
+        let exposed = if pipelined { 1.0 } else { frange as f64 };
+        body += exposed * arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us + issue;
     }
     let us = body + arch.launch_us;
     let why = format!(
