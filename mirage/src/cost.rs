@@ -5,19 +5,26 @@
 //!
 //! - **bytes from device memory**: every input tensor read once (the union of the tiles the blocks
 //!   read), plus the replicated re-reads (tiles read by several blocks) — those hit L2 when the
-//!   tensor fits in half of it, and come from DRAM otherwise; every output written once;
+//!   tensor fits in half of it, and come from DRAM otherwise; every output written once; a tile
+//!   narrower than its tensor's rows reads separate row segments, each costing
+//!   [`Arch::segment_bytes`] more;
 //! - **matrix work** on tensor cores (f16/bf16 tiles, padded to the `m16n8k16` instruction shape)
 //!   and **element-wise work** on the FMA pipes;
 //! - **waves** of blocks over the SMs, with the blocks per SM limited by shared memory (from
 //!   [`crate::codegen::plan_kernel`]'s plan), threads and the hardware limit; a partial wave
 //!   runs on fewer SMs and so pulls less bandwidth;
 //! - a **latency** per wave (the first tile's load is not hidden), a small **per-iteration**
-//!   overhead of the for-loop (barrier, pipeline bookkeeping), and the **launch** overhead.
+//!   overhead of the for-loop (barrier, pipeline bookkeeping), the **copy instructions** each
+//!   thread issues (from the code generator's plan: a tile copied in 8-byte vectors takes twice
+//!   the copies of one in 16-byte vectors), and the **launch** overhead.
 //!
-//! A wave takes `latency + max(memory, compute) + iterations · overhead` (memory and compute
-//! overlap through the `cp.async` pipeline; without one they do not, and add, and every
-//! iteration of the loop waits for its tiles: its latency is exposed once per iteration). The model is
-//! deliberately simple and symmetric in the grid axes; its purpose is ranking.
+//! A wave takes `latency + max(memory, compute) + iterations · overhead + copies · copy_us`
+//! (memory and compute overlap through the `cp.async` pipeline; without one — a single stage, or
+//! a tile copied synchronously at the start of every iteration — they do not, and add, and every
+//! iteration waits for its tiles: the latency is exposed once per iteration). The model is
+//! deliberately simple and symmetric in the grid axes; its purpose is ranking. Its constants and
+//! the measurements they were fitted to are in docs/DECISIONS.md; [`crate::tune::calibration`]
+//! measures how well it ranks recorded candidates.
 
 use std::fmt;
 
@@ -68,6 +75,13 @@ pub struct Arch {
     /// One dependent m16n8k16 tensor-core step of a warp (mma latency with its fragment loads),
     /// µs: a warp's chain of dependent mma steps cannot run faster than this.
     pub mma_step_us: f64,
+    /// DRAM cost of one row segment of a tile narrower than its tensor's contiguous dim, in bytes
+    /// of transfer: a segment of `s` bytes costs `s + segment_bytes` ([`Arch::segment_factor`];
+    /// short segments waste DRAM bursts).
+    pub segment_bytes: f64,
+    /// Issue time of one copy instruction of a thread (a `cp.async` vector or an element), µs:
+    /// a block's threads issue their copies of an iteration one after another.
+    pub copy_us: f64,
 }
 
 impl Arch {
@@ -79,10 +93,10 @@ impl Arch {
             gpu: "H100/H200",
             num_sms: 132,
             dram_bytes_per_us: 4.3e6,
-            // H200, 2026-11-30 (docs/DECISIONS.md, runs 2 and 3): the same rmsnorm_linear
-            // kernel at 96 blocks ran 1.25x slower than at 128 (one SM pulls no more than its
-            // share), and 256-block two-wave grids ran 2-8 µs slower than 128-block ones.
-            sm_dram_bytes_per_us: 4.3e6 / 132.0,
+            // H200 (docs/DECISIONS.md, change 14, fitted on 35 programs' tuning records): one SM
+            // pulls up to twice its share of the bandwidth: grids of 64-96 blocks are among the
+            // fastest weight streams (runs 2-3 had read 1x from one rmsnorm_linear kernel).
+            sm_dram_bytes_per_us: 2.0 * 4.3e6 / 132.0,
             // H200, ncu (docs/DECISIONS.md, runs 10-11): weight-streaming kernels of
             // one block per SM reached 36% of peak DRAM throughput with 4 warps, 64% with 8.
             bandwidth_warps: 8,
@@ -99,6 +113,11 @@ impl Arch {
             iteration_us: 0.03,
             wave_refill_us: 3.0,
             mma_step_us: 0.02,
+            // Runs 4-5 (docs/DECISIONS.md); change 14 found no better value.
+            segment_bytes: 16.0,
+            // Change 14 (35 programs' tuning records, held-out checked): a copy costs ~50 cycles
+            // of its thread (the issue of these loops is latency-bound).
+            copy_us: 0.025,
         }
     }
 
@@ -109,7 +128,8 @@ impl Arch {
             gpu: "A100",
             num_sms: 108,
             dram_bytes_per_us: 1.6e6,
-            sm_dram_bytes_per_us: 1.6e6 / 108.0,
+            // The sm_90 calibration's ratio, not measured on an A100.
+            sm_dram_bytes_per_us: 2.0 * 1.6e6 / 108.0,
             bandwidth_warps: 8,
             l2_bytes: 40 << 20,
             l2_bytes_per_us: 4.5e6,
@@ -124,6 +144,9 @@ impl Arch {
             iteration_us: 0.04,
             wave_refill_us: 3.0,
             mma_step_us: 0.025,
+            segment_bytes: 16.0,
+            // The sm_90 value at an A100's lower clock, not measured.
+            copy_us: 0.035,
         }
     }
 
@@ -137,6 +160,42 @@ impl Arch {
         } else {
             None
         }
+    }
+}
+
+/// The text search version 6 hashed for [`Arch::sm90`] (its `Debug` form then).
+const SM90_SEARCH_IDENTITY: &str = r#"Arch { name: "sm_90", gpu: "H100/H200", num_sms: 132, dram_bytes_per_us: 4300000.0, sm_dram_bytes_per_us: 32575.757575757576, bandwidth_warps: 8, l2_bytes: 52428800, l2_bytes_per_us: 10000000.0, tensor_flops_per_us: 790000000.0, fma_flops_per_us: 60000000.0, smem_per_block: 232448, smem_per_sm: 233472, max_threads_per_sm: 2048, max_blocks_per_sm: 32, launch_us: 4.0, latency_us: 0.8, iteration_us: 0.03, wave_refill_us: 3.0, mma_step_us: 0.02 }"#;
+/// The text search version 6 hashed for [`Arch::sm80`].
+const SM80_SEARCH_IDENTITY: &str = r#"Arch { name: "sm_80", gpu: "A100", num_sms: 108, dram_bytes_per_us: 1600000.0, sm_dram_bytes_per_us: 14814.814814814816, bandwidth_warps: 8, l2_bytes: 41943040, l2_bytes_per_us: 4500000.0, tensor_flops_per_us: 312000000.0, fma_flops_per_us: 19500000.0, smem_per_block: 166912, smem_per_sm: 167936, max_threads_per_sm: 2048, max_blocks_per_sm: 32, launch_us: 4.0, latency_us: 1.0, iteration_us: 0.04, wave_refill_us: 3.0, mma_step_us: 0.025 }"#;
+
+impl Arch {
+    /// The text that identifies the architecture in the search version
+    /// ([`crate::search::SearchConfig::version`], part of every cache key): for the built-in
+    /// architectures the text search version 6 hashed, whatever their constants are now, so that
+    /// re-calibrating the cost model keeps the cache's keys (a cached µGraph is re-verified on a
+    /// hit, never re-ranked); for any other `Arch` its `Debug` form.
+    pub fn search_identity(&self) -> String {
+        if *self == Arch::sm90() {
+            SM90_SEARCH_IDENTITY.to_string()
+        } else if *self == Arch::sm80() {
+            SM80_SEARCH_IDENTITY.to_string()
+        } else {
+            format!("{self:?}")
+        }
+    }
+
+    /// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
+    /// contiguous dim shorter than the whole dim are separate segments, and each costs
+    /// [`Arch::segment_bytes`] more: `1 + segment_bytes / segment bytes`.
+    /// First calibrated on the H200 (docs/DECISIONS.md, run 4): 256-block weight-bound kernels
+    /// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
+    pub fn segment_factor(&self, desc: &TensorDesc, tile: &[usize]) -> f64 {
+        let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };
+        if tile.get(c).copied().unwrap_or(1) >= desc.shape[c] {
+            return 1.0; // whole rows: the segments of consecutive rows are adjacent
+        }
+        let seg = tile[c] * desc.dtype.size_bytes();
+        1.0 + self.segment_bytes / seg.max(2) as f64
     }
 }
 
@@ -254,19 +313,74 @@ fn smem_estimate(bg: &BlockGraph, arch: &Arch) -> Option<usize> {
     (1..=max_stages).rev().map(|s| fixed + s * per_stage).find(|&b| b <= arch.smem_per_block)
 }
 
-/// Shared memory of a block graph's kernel, how it was obtained, and its pipeline stages: the
-/// code generator's plan, or (when it cannot plan the kernel for another reason, or when asked
-/// to) the tile-size estimate with as many stages as the loop allows.
-fn smem_of(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> (Option<usize>, &'static str, usize) {
+/// What the model reads of a kernel's plan.
+struct PlanFacts {
+    /// Shared memory per block (`None`: it does not fit).
+    smem: Option<usize>,
+    /// How it was obtained.
+    how: &'static str,
+    /// Pipeline stages of the loop's tiles.
+    stages: usize,
+    /// Whether some tile walked by the loop is copied at the start of every iteration, waited
+    /// for before the iteration's compute (not pipelined).
+    per_iteration_loads: bool,
+    /// Copy instructions per thread: of one iteration (the tiles the loop walks) and once before
+    /// the loop (the others).
+    copies: (f64, f64),
+}
+
+/// Copy instructions per thread of the tile-size estimate: 16-byte vectors (whole tiles of the
+/// loop per iteration, the others once).
+fn copies_estimate(bg: &BlockGraph) -> (f64, f64) {
+    let threads = bg.threads().max(1) as f64;
+    let (mut walked, mut once) = (0f64, 0f64);
+    for n in bg.nodes() {
+        if let (BlockOp::Input { forloop_dim, .. }, Some(t)) = (&n.op, n.outputs.first()) {
+            let units = (num_elements(&t.shape) * t.dtype.size_bytes()).div_ceil(16) as f64;
+            let slot = if forloop_dim.is_some() && bg.forloop_range() > 1 { &mut walked } else { &mut once };
+            *slot += (units / threads).ceil();
+        }
+    }
+    (walked, once)
+}
+
+/// Shared memory of a block graph's kernel, how it was obtained, its pipeline stages and copies:
+/// the code generator's plan, or (when it cannot plan the kernel for another reason, or when
+/// asked to) the tile-size estimate with as many stages as the loop allows and 16-byte copies.
+fn plan_facts(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> PlanFacts {
     let default_stages = KernelOptions::default().max_stages.clamp(1, bg.forloop_range().max(1));
+    let estimated = || PlanFacts {
+        smem: smem_estimate(bg, arch),
+        how: "estimated",
+        stages: default_stages,
+        per_iteration_loads: false,
+        copies: copies_estimate(bg),
+    };
     if mode == SmemMode::Estimated {
-        return (smem_estimate(bg, arch), "estimated", default_stages);
+        return estimated();
     }
     let opts = KernelOptions { max_smem_bytes: arch.smem_per_block, ..KernelOptions::default() };
     match plan_kernel(bg, "cost_probe", &opts) {
-        Ok(plan) => (Some(plan.smem_bytes), "planned", plan.stages),
-        Err(CodegenError::SharedMemory { .. }) => (None, "planned", 1),
-        Err(_) => (smem_estimate(bg, arch), "estimated", default_stages),
+        Ok(plan) => {
+            let threads = plan.threads.max(1);
+            let per_thread = |nodes: &[usize]| -> f64 {
+                nodes
+                    .iter()
+                    .filter_map(|&i| plan.copies[i].as_ref())
+                    .fold(0.0, |n, c| n + c.total.div_ceil(threads) as f64)
+            };
+            let walked: Vec<usize> = plan.loads.pipelined.iter().chain(&plan.loads.per_iteration).copied().collect();
+            let once: Vec<usize> = plan.loads.once.iter().filter(|i| !walked.contains(i)).copied().collect();
+            PlanFacts {
+                smem: Some(plan.smem_bytes),
+                how: "planned",
+                stages: plan.stages,
+                per_iteration_loads: !plan.loads.per_iteration.is_empty(),
+                copies: (per_thread(&walked), per_thread(&once)),
+            }
+        }
+        Err(CodegenError::SharedMemory { .. }) => PlanFacts { smem: None, how: "planned", stages: 1, ..estimated() },
+        Err(_) => estimated(),
     }
 }
 
@@ -352,8 +466,9 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
     dram += written;
 
-    let (smem, smem_how, stages) = smem_of(bg, arch, mode);
-    let Some(smem) = smem else {
+    let facts = plan_facts(bg, arch, mode);
+    let (smem_how, stages) = (facts.how, facts.stages);
+    let Some(smem) = facts.smem else {
         return KernelCost {
             bytes: dram,
             l2_bytes: l2,
@@ -382,8 +497,11 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let (dram_b, l2_b, tc_b, fma_b) = (per_block(dram), per_block(l2), per_block(flops), per_block(fma));
     let mut body = 0f64;
     let mut remaining = blocks;
-    // Loads overlap compute only when the loop's tiles have two or more stages.
-    let pipelined = frange > 1 && stages > 1;
+    // Loads overlap compute only when the loop's tiles have two or more stages (and none is
+    // copied synchronously at the start of every iteration).
+    let pipelined = frange > 1 && stages > 1 && !facts.per_iteration_loads;
+    let (copies_iter, copies_once) = facts.copies;
+    let issue = (frange as f64 * copies_iter + copies_once) * arch.copy_us;
     let serial_mma = mma_chain * arch.mma_step_us;
     while remaining > 0 {
         let n = remaining.min(capacity);
@@ -401,20 +519,23 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
         // Without a pipeline every iteration waits for its own tiles: the first global-memory
         // latency is exposed once per iteration, not once per wave.
         let exposed = if pipelined { 1.0 } else { frange as f64 };
-        body += exposed * arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us;
+        body += exposed * arch.latency_us + refill + overlap + frange as f64 * arch.iteration_us + issue;
     }
     let us = body + arch.launch_us;
     let why = format!(
-        "grid {:?} × {} threads, F {} ({} stage(s)): {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor ({:.2} µs mma chain per warp) + {:.3} GFLOP FMA, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
+        "grid {:?} × {} threads, F {} ({} stage(s){}): {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor ({:.2} µs mma chain per warp) + {:.3} GFLOP FMA, {:.0} + {:.0} × F copies per thread, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
         bg.grid(),
         bg.threads(),
         frange,
         stages,
+        if facts.per_iteration_loads { ", a tile copied every iteration" } else { "" },
         dram / 1e6,
         l2 / 1e6,
         flops / 1e9,
         serial_mma,
         fma / 1e9,
+        copies_once,
+        copies_iter,
         smem as f64 / 1024.0,
         blocks_per_sm,
         waves,
@@ -441,7 +562,7 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
 /// Bytes the input iterators of `bg` read (per input: the tile times the iterations it is loaded,
 /// times the blocks), split into device memory (each tensor once, plus replicated reads of tensors
 /// too large for L2) and L2 (replicated reads of tensors that fit); with `segments`, device-memory
-/// bytes are weighted by [`segment_factor`] (the estimate), without it they are not (the bound).
+/// bytes are weighted by [`Arch::segment_factor`] (the estimate), without it they are not (the bound).
 fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
     let blocks = bg.num_blocks() as f64;
     let frange = bg.forloop_range();
@@ -456,7 +577,7 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
                 *r += num_elements(&t.shape) as f64 * t.dtype.size_bytes() as f64 * loads * blocks;
             }
             if let (true, Some(f), Some(desc)) = (segments, dram_factor.get_mut(*input), inputs.get(*input)) {
-                *f = f.max(segment_factor(desc, &t.shape));
+                *f = f.max(arch.segment_factor(desc, &t.shape));
             }
         }
         // A gather reads its rows of the table from device memory directly.
@@ -483,20 +604,22 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
     (dram, l2)
 }
 
-/// DRAM cost per useful byte of reading tiles of `tile` shape from a tensor: rows of the
-/// contiguous dim shorter than the whole dim are separate segments, and short segments waste
-/// DRAM bursts: `1 + 16 / segment bytes` (32-byte rows cost 1.5×, 128-byte rows 1.125×).
-/// Calibrated on the H200 (docs/DECISIONS.md, run 4): 256-block weight-bound kernels
-/// reading 32- and 48-byte rows ran 1.2–1.3× slower than 128-block ones reading 64 and 96.
-fn segment_factor(desc: &TensorDesc, tile: &[usize]) -> f64 {
-    let Some(c) = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && desc.shape[d] > 1) else { return 1.0 };
-    if tile.get(c).copied().unwrap_or(1) >= desc.shape[c] {
-        return 1.0; // whole rows: the segments of consecutive rows are adjacent
-    }
-    let seg = tile[c] * desc.dtype.size_bytes();
-    1.0 + 16.0 / seg.max(2) as f64
-}
-
 fn tensor_bytes(d: &TensorDesc) -> f64 {
     num_elements(&d.shape) as f64 * d.dtype.size_bytes() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Re-calibrating the built-in architectures keeps the text the search version hashes (the
+    /// cache keys of `.mirage/`); another architecture is identified by all of its constants.
+    #[test]
+    fn the_built_in_architectures_keep_their_search_identity() {
+        assert_eq!(Arch::sm90().search_identity(), SM90_SEARCH_IDENTITY);
+        assert_eq!(Arch::sm80().search_identity(), SM80_SEARCH_IDENTITY);
+        let other = Arch { num_sms: 100, ..Arch::sm90() };
+        assert!(other.search_identity().contains("num_sms: 100"), "{}", other.search_identity());
+        assert!(other.search_identity().contains("segment_bytes"), "{}", other.search_identity());
+    }
 }

@@ -177,8 +177,8 @@ impl SearchConfig {
     /// verification effort or reporting): part of the cache key.
     pub fn version(&self) -> String {
         let text = format!(
-            "{SEARCH_ALGORITHM_VERSION}|{:?}|{}|{}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{}|{}",
-            self.arch,
+            "{SEARCH_ALGORITHM_VERSION}|{}|{}|{}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{}|{}",
+            self.arch.search_identity(),
             self.max_kernels,
             self.max_block_ops,
             self.max_block_inputs,

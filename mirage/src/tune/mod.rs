@@ -24,6 +24,7 @@
 //! [`record::Calibration`] compares the model's predictions with a record's measurements.
 
 pub mod bundle;
+pub mod calibration;
 pub mod measure;
 pub mod record;
 
