@@ -11,6 +11,7 @@ use mirage::eval::evaluate_at;
 use mirage::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+use mirage::codegen::{KernelOptions, sized_support};
 use mirage::reference::{F32, HostTensor, max_scaled_error};
 use mirage::search::ranges::RangeCheck;
 use mirage::search::{SearchConfig, superoptimize};
@@ -269,7 +270,8 @@ fn a_reduction_over_b_that_padding_pollutes_is_rejected_with_the_reason() -> Tes
     RangeCheckCase::new(&clean, &dims).check(&plain).map_err(|e| format!("a plain sum passes: {e}"))?;
     // Every candidate tiles B, so the search finds nothing, and says why.
     let e = superoptimize(&p, &over_b_config(dims), None).expect_err("nothing verifies over B").to_string();
-    assert!(e.contains("not over the declared ranges") && e.contains("masked reductions"), "{e}");
+    assert!(e.contains("over the declared ranges (B = 1..=64)") && e.contains("masked reductions"), "{e}");
+    assert!(e.contains("reduce_sum (%2) over B"), "{e}");
     assert!(e.contains("differs at B = "), "{e}");
     Ok(())
 }
@@ -289,4 +291,24 @@ impl<'a> RangeCheckCase<'a> {
         let mut check = RangeCheck::new(self.program, &self.cfg).map_err(|e| e.to_string())?;
         check.check(candidate, true).map_err(|e| e.to_string())?
     }
+}
+
+#[test]
+fn a_candidate_code_generation_refuses_at_runtime_sizes_gives_way_to_the_next() -> TestResult {
+    // Σ_B x: at B = 64 the cheapest µGraph walks B with its for-loop, which code generation cannot
+    // do at a runtime size (trip counts are fixed); the search over B takes another candidate.
+    let p = reduced_over_b(None, false)?;
+    let dims = over_b(1, 2);
+    let fixed = superoptimize(&p, &over_b_config(Dims::default()), None)?;
+    let walks = sized_support(&fixed.best.graph, &dims, &KernelOptions::default())
+        .expect_err("the static choice walks B in its for-loop");
+    assert!(walks.to_string().contains("for-loop walks operand 0's runtime-sized dim 0"), "{walks}");
+    let sized = superoptimize(&p, &over_b_config(dims.clone()), None)?;
+    sized_support(&sized.best.graph, &dims, &KernelOptions::default())?;
+    assert_ne!(sized.best.hash, fixed.best.hash);
+    agrees_at(&p, &sized.best.graph, &dims, &SIZES)?;
+    // The range check says why it passed over the static choice.
+    let why = RangeCheckCase::new(&p, &dims).check(&fixed.best.graph).expect_err("refused");
+    assert!(why.contains("has no code at runtime sizes"), "{why}");
+    Ok(())
 }
