@@ -355,6 +355,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sized_launcher_documents_its_dims() {
+        let item: ItemFn = syn::parse_quote! {
+            pub fn rows(x: Tensor<f16, B, 64>, w: Tensor<f16, 64, 32>) -> Tensor<f16, B, 32> {
+                x.matmul(w)
+            }
+        };
+        let dims = crate::syntax::parse_attr_args(quote!(dims(B = 1..=64))).expect("dims");
+        let program = crate::syntax::parse(&item, dims).expect("valid");
+        assert_eq!(program.params[0].ty.shape, vec![64, 64], "built at the upper bound");
+        assert_eq!(program.output_types()[0].to_string(), "Tensor<f16, B, 32>");
+        let hash = program.fingerprint_hash();
+        let out = expand_ready(&program, &item, &hash, &artifact_stem("rows", &hash)).to_string();
+        assert!(out.contains("`f16 [B, 64]`") && out.contains("`B` in 1..=64"), "{out}");
+        assert!(out.contains("out of its range"), "{out}");
+    }
+
+    #[test]
     fn expansion_shape() {
         let item: ItemFn = syn::parse_quote! {
             /// Gated MLP.
