@@ -55,6 +55,8 @@ fn mugraph_kernels() -> Result<(), String> {
     match std::env::var(GENERALITY_ENV).as_deref().map(str::trim) {
         Ok("1") => {
             files.push("benches/kernels/generality.rs");
+            // The bench's `dims` group (the gated MLP over B = 1..=64 and fixed builds beside it).
+            files.push("benches/kernels/dims.rs");
             println!("cargo:rustc-cfg=mirage_generality");
         }
         Ok("" | "0") | Err(_) => {}

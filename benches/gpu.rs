@@ -32,6 +32,9 @@ mod common;
 #[path = "kernels/corpus.rs"]
 mod corpus;
 #[cfg(mirage_generality)]
+#[path = "kernels/dims.rs"]
+mod dims;
+#[cfg(mirage_generality)]
 #[path = "kernels/generality.rs"]
 mod generality;
 #[path = "../examples/kernels/mod.rs"]
@@ -376,6 +379,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             }),
         );
     }
+    if args.cases.is_empty() || args.cases.iter().any(|n| n == "dims") {
+        dims_group(&gpu, args.iters, &mut table, &mut rows, &mut failures)?;
+    }
     println!();
     println!("{table}");
     let header = format!(
@@ -395,4 +401,87 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!("wrote {0}/gpu-bench.md and {0}/gpu-bench.json", dir.display());
     }
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ").into()) }
+}
+
+/// The programs of the `dims` group (`benches/kernels/dims.rs`): the gated MLP over `B` and its
+/// fixed builds at 17 and 64 rows.
+#[cfg(mirage_generality)]
+fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
+    Some([&dims::gated_mlp_over_b::PROGRAM, &dims::gated_mlp_bs17::PROGRAM, &dims::gated_mlp_bs64::PROGRAM])
+}
+
+/// Without `MIRAGE_GENERALITY=1` at build time the `dims` group is not built: no rows.
+#[cfg(not(mirage_generality))]
+fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
+    None
+}
+
+/// The `dims` group (case name `dims`; built with the generality set, `MIRAGE_GENERALITY=1`):
+/// the gated MLP built once for `B` in 1..=64 (`benches/kernels/dims.rs`) next to fixed-shape
+/// builds at B = 1, 8 (the examples' `gated_mlp_bs1`/`bs8`), 17 and 64, on the same inputs, timed
+/// the same way (CUDA events, L2 flushed, median of `iters` launches); the variable build's
+/// output at each B is checked against the CPU reference first. A second table: B, variable µs,
+/// fixed µs, their ratio.
+fn dims_group(
+    gpu: &Gpu,
+    iters: usize,
+    table: &mut String,
+    rows: &mut BTreeMap<String, Value>,
+    failures: &mut Vec<String>,
+) -> Result<(), Box<dyn Error>> {
+    use mirage::testing::compare::{ErrorModel, compare};
+    use mirage::testing::inputs::{random_inputs, seed};
+    use mirage::{AnyTensor, DType, Program, TensorArg};
+    let Some([variable, bs17, bs64]) = dims_programs() else { return Ok(()) };
+    let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
+    let source = lowered.iter().find(|p| p.name == "gated_mlp_over_b").ok_or("no #[mugraph] fn gated_mlp_over_b")?;
+    let sized = mirage::dims::DimPlan::analyze(&source.graph, &source.dims)?;
+    let vplan = variable.plan()?;
+    let stream = gpu.stream();
+    let fixed: [(usize, &'static Program); 4] =
+        [(1, &kernels::gated_mlp_bs1::PROGRAM), (8, &kernels::gated_mlp_bs8::PROGRAM), (17, bs17), (64, bs64)];
+    writeln!(table)?;
+    writeln!(
+        table,
+        "| gated MLP 4096², B | variable µs (B = 1..=64) | fixed µs | variable / fixed | worst element / tol. |"
+    )?;
+    writeln!(table, "|---:|---:|---:|---:|---:|")?;
+    for (b, fixed) in fixed {
+        let specs = vplan.inputs_at(&[b]);
+        let scales = [1.0f32, 0.02, 0.02];
+        let host = random_inputs(&specs, seed(&format!("gated_mlp_over_b_{b}"))?, |i| -scales[i]..scales[i]);
+        let inputs: Vec<AnyTensor> = specs
+            .iter()
+            .zip(&host)
+            .map(|(s, h)| AnyTensor::upload_f32(stream, s, &h.data))
+            .collect::<Result<_, _>>()?;
+        let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
+        let got = variable.run(stream, &args)?[0].to_host_f32()?;
+        let run = sized.run_shapes(&source.graph, &[b])?;
+        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
+        let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 4096))?;
+        if let Err(e) = c.check(&format!("gated_mlp_over_b at B = {b}")) {
+            failures.push(e);
+        }
+        // Outputs and buffers at this B, allocated once (zeros), then launches only.
+        let time = |p: &'static Program, sizes: &[usize]| -> Result<f64, Box<dyn Error>> {
+            let plan = p.plan()?;
+            let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
+                specs.iter().map(|s| AnyTensor::upload_f32(stream, s, &vec![0.0; s.num_elements()])).collect()
+            };
+            let mut outs = zeros(plan.outputs_at(sizes))?;
+            let mut bufs = zeros(plan.buffers_at(sizes))?;
+            let stats = mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
+            Ok(stats.median_us)
+        };
+        let (tv, tf) = (time(variable, &[b])?, time(fixed, &[])?);
+        let worst = c.worst.as_ref().map_or(0.0, |e| e.ratio());
+        writeln!(table, "| {b} | {tv:.1} | {tf:.1} | {:.3} | {worst:.2} |", tv / tf)?;
+        println!("gated_mlp_over_b at B = {b:2}: variable {tv:8.1} µs, fixed {tf:8.1} µs, ratio {:.3}; {c}", tv / tf);
+        rows.insert(
+            format!("gated_mlp_over_b@{b}"),
+            json!({ "b": b, "variable_us": tv, "fixed_us": tf, "ratio": tv / tf, "worst_element_of_tolerance": worst, "correct": c.check("").is_ok() }),
+        );
+    }
+    Ok(())
 }

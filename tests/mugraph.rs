@@ -61,6 +61,7 @@ fn programs() -> Vec<&'static Program> {
         &op_residual::PROGRAM,
         &op_down_residual_r1::PROGRAM,
         &op_down_residual_r16::PROGRAM,
+        &op_gated_mlp_over_b::PROGRAM,
     ]
 }
 
@@ -403,4 +404,79 @@ fn a_program_loads_once_per_cuda_context() {
         .check("op_matmul on two contexts")
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(kernels::op_matmul::PROGRAM.loaded_contexts() >= 2, "loaded on both contexts");
+}
+
+/// A launcher with a runtime-sized dim (`B` in 1..=64) takes any size in the range, checked
+/// without a GPU: the output follows `B`; a size out of range, or two uses of `B` that disagree
+/// (here the plan's inputs at other sizes), is an error naming the dim, the parameter and the
+/// sizes found.
+#[test]
+fn a_sized_launcher_takes_any_size_in_its_range() {
+    let p = &kernels::op_gated_mlp_over_b::PROGRAM;
+    let plan = p.plan().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.dims.len(), 1);
+    assert_eq!((plan.dims[0].name.as_str(), plan.dims[0].lo, plan.dims[0].hi), ("B", 1, 64));
+    let at = |b: usize| {
+        vec![
+            TensorDesc::new(&[b, 256], DType::F16),
+            TensorDesc::new(&[256, 512], DType::F16),
+            TensorDesc::new(&[256, 512], DType::F16),
+        ]
+    };
+    for b in [1, 3, 17, 63, 64] {
+        p.check_inputs(&at(b)).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        assert_eq!(plan.outputs_at(&[b]), vec![TensorDesc::new(&[b, 512], DType::F16)]);
+    }
+    let e = p.check_inputs(&at(65)).expect_err("B = 65").to_string();
+    assert_eq!(
+        e,
+        "`op_gated_mlp_over_b`: parameter `x`: expected B in 1..=64, found B = 65 (dim 0 of shape [65, 256])"
+    );
+    let mut wrong = at(8);
+    wrong[1] = TensorDesc::new(&[255, 512], DType::F16);
+    let e = p.check_inputs(&wrong).expect_err("w1's rows").to_string();
+    assert!(e.contains("parameter `w1`") && e.contains("[256, 512]"), "{e}");
+}
+
+/// With a GPU: the typed launcher of `op_gated_mlp_over_b` at 12 sizes of `B` (1, 3, 17, 63 and
+/// 64 among them) against the CPU reference of the program at that size (element by element,
+/// `mirage::testing::compare`), the output of `B` rows each time; `B = 65` is an error before
+/// any launch. Run under compute-sanitizer's memcheck by scripts/gpu-run-all.sh.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_sized_launcher_matches_the_reference_at_twelve_sizes() {
+    use mirage::dims::DimPlan;
+    use mirage::eval::evaluate_at;
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let seed = seed("a_sized_launcher_matches_the_reference_at_twelve_sizes").unwrap_or_else(|e| panic!("{e}"));
+    let source = lowered("op_gated_mlp_over_b");
+    let dplan = DimPlan::analyze(&source.graph, &source.dims).unwrap_or_else(|e| panic!("{e}"));
+    let plan = kernels::op_gated_mlp_over_b::PROGRAM.plan().unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = Vec::new();
+    for b in [1, 2, 3, 5, 8, 16, 17, 31, 33, 48, 63, 64] {
+        let specs = plan.inputs_at(&[b]);
+        let host = random_inputs(&specs, seed + b as u64, |_| -1.0..1.0);
+        let up = |i: usize| {
+            let v: Vec<f16> = host[i].data.iter().map(|&x| f16::from_f32(x)).collect();
+            gpu.upload(&v, &specs[i].shape).unwrap_or_else(|e| panic!("B = {b}: {e}"))
+        };
+        let (x, w1, w2) = (up(0), up(1), up(2));
+        let y = kernels::op_gated_mlp_over_b(&gpu, &x, &w1, &w2).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        assert_eq!(y.shape(), &[b, 512], "B = {b}: the output follows B");
+        let got: Vec<f32> = gpu.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
+        let run = dplan.run_shapes(&source.graph, &[b]).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        let want = evaluate_at(&source.graph, &mirage::reference::F32, &host, &run).unwrap_or_else(|e| panic!("{e}"));
+        let model = ErrorModel::new(DType::F16, 256);
+        let c = compare(&got, &want[0].data, &want[0].shape, model).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        println!("B = {b:2}: {c}");
+        if let Err(e) = c.check(&format!("B = {b}")) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    // Out of range: an error naming B and the parameter, before any launch.
+    let x = gpu.upload(&vec![f16::from_f32(0.0); 65 * 256], &[65, 256]).expect("upload");
+    let w = gpu.upload(&vec![f16::from_f32(0.0); 256 * 512], &[256, 512]).expect("upload");
+    let e = kernels::op_gated_mlp_over_b(&gpu, &x, &w, &w).expect_err("B = 65").to_string();
+    assert!(e.contains("parameter `x`") && e.contains("B in 1..=64") && e.contains("B = 65"), "{e}");
 }

@@ -114,7 +114,9 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
     for (file, p) in &jobs {
         let name = format!("{}::{}", file.display(), path_of(p));
         bar.set_message(format!("{verb} {}", path_of(p)));
-        let line = match superoptimize(&p.graph, &cfg, Some(&cache)) {
+        // A program's runtime-sized dims are part of its key, as in the build.
+        let sized = SearchConfig { dims: p.dims.clone(), ..cfg.clone() };
+        let line = match superoptimize(&p.graph, &sized, Some(&cache)) {
             Ok(r) if r.from_cache => {
                 format!("ok       {name}: cached µGraph verified ({:.2} µs)", r.best.cost.total_us)
             }

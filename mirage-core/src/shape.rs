@@ -24,6 +24,10 @@ pub const MAX_RANK: usize = 4;
 /// that no shape rule, stride or offset computation can overflow.
 pub const MAX_ELEMENTS: usize = 1 << 48;
 
+/// The largest upper bound a runtime-sized dim (`#[mugraph(dims(B = 1..=64))]`) may declare:
+/// sizes fit an `int` kernel parameter with room for tile arithmetic.
+pub const MAX_DIM_VAR: usize = 1 << 20;
+
 /// A shape rule was broken: the rule, with the sizes that broke it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShapeError(pub String);

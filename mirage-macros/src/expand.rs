@@ -145,8 +145,8 @@ fn into_method(dtype: DType) -> Ident {
 
 fn describe(ty: &TensorType, strides: Option<&[usize]>) -> String {
     match strides {
-        Some(s) => format!("`{} {:?}`, strides `{s:?}`", ty.dtype, ty.shape),
-        None => format!("`{} {:?}`", ty.dtype, ty.shape),
+        Some(s) if !ty.is_sized() => format!("`{} {:?}`, strides `{s:?}`", ty.dtype, ty.shape),
+        _ => format!("`{} {}`", ty.dtype, ty.fmt_dims()),
     }
 }
 
@@ -216,11 +216,20 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
     for p in &program.params {
         doc.push_str(&format!("- `{}`: {}\n", p.name, describe(&p.ty, Some(&p.strides))));
     }
+    if !program.dims.is_empty() {
+        let ranges: Vec<String> = program.dims.iter().map(|d| format!("`{}` in {}..={}", d.name, d.lo, d.hi)).collect();
+        doc.push_str(&format!(
+            "\nRuntime-sized dims (read from the tensors: every use of one must have the same size, in its range; row-major): {}.\n",
+            ranges.join(", ")
+        ));
+    }
     doc.push_str("\nReturns ");
     doc.push_str(&outputs.iter().map(|t| describe(t, None)).collect::<Vec<_>>().join(", "));
     doc.push_str(
         " (row-major).\n\n# Errors\n\nA tensor whose element type, shape or strides differ from the signature's \
-         (the error names the parameter, what it needs and what was given), or an error of the CUDA driver.",
+         (the error names the parameter, what it needs and what was given), a runtime-sized dim out of its range or \
+         of different sizes in two parameters (the error names the dim, the parameter and the sizes), or an error of \
+         the CUDA driver.",
     );
     let doc_on = format!(
         "Runs the `#[mugraph]` program `{name_str}` on `stream`; asynchronous like any launch (see [`{name_str}`]).\n\n\
@@ -346,6 +355,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sized_launcher_documents_its_dims() {
+        let item: ItemFn = syn::parse_quote! {
+            pub fn rows(x: Tensor<f16, B, 64>, w: Tensor<f16, 64, 32>) -> Tensor<f16, B, 32> {
+                x.matmul(w)
+            }
+        };
+        let dims = crate::syntax::parse_attr_args(quote!(dims(B = 1..=64))).expect("dims");
+        let program = crate::syntax::parse(&item, dims).expect("valid");
+        assert_eq!(program.params[0].ty.shape, vec![64, 64], "built at the upper bound");
+        assert_eq!(program.output_types()[0].to_string(), "Tensor<f16, B, 32>");
+        let hash = program.fingerprint_hash();
+        let out = expand_ready(&program, &item, &hash, &artifact_stem("rows", &hash)).to_string();
+        assert!(out.contains("`f16 [B, 64]`") && out.contains("`B` in 1..=64"), "{out}");
+        assert!(out.contains("out of its range"), "{out}");
+    }
+
+    #[test]
     fn expansion_shape() {
         let item: ItemFn = syn::parse_quote! {
             /// Gated MLP.
@@ -354,7 +380,7 @@ mod tests {
                 (y, y.sum(1))
             }
         };
-        let program = crate::syntax::parse(&item);
+        let program = crate::syntax::parse(&item, Vec::new());
         // Mixed element types are rejected by the checker; build a valid one instead.
         assert!(program.is_err());
         let item: ItemFn = syn::parse_quote! {
@@ -364,7 +390,7 @@ mod tests {
                 (y, y.sum(1))
             }
         };
-        let program = crate::syntax::parse(&item).expect("valid");
+        let program = crate::syntax::parse(&item, Vec::new()).expect("valid");
         let hash = program.fingerprint_hash();
         let out = expand_ready(&program, &item, &hash, &artifact_stem("gated_mlp", &hash)).to_string();
         assert!(out.contains("pub fn gated_mlp (mirage_gpu : & :: mirage :: Gpu , gpu : & :: mirage :: DeviceTensor < :: mirage :: half :: f16 >"), "{out}");

@@ -28,9 +28,11 @@ mod syntax;
 
 /// Marks a tensor function to be superoptimized into a fused CUDA kernel at build time.
 ///
-/// The function's parameters are `name: Tensor<T, D0, ...>` (T one of f16, bf16, f32; 1 to 4
-/// integer-literal dims, optionally `#[strides(...)]`), its body `let` bindings and one result
-/// expression over the language's functions and `+ - * /`. Errors point at the offending tokens.
+/// The function's parameters are `name: Tensor<T, D0, ...>` (T one of f16, bf16, f32, i32; 1 to
+/// 4 dims, optionally `#[strides(...)]`), its body `let` bindings and one result expression over
+/// the language's functions and `+ - * /`. A dim is an integer literal or a runtime-sized dim
+/// declared by the attribute, `#[mugraph(dims(B = 1..=64))]`: the launcher then takes any size
+/// in the range. Errors point at the offending tokens.
 #[proc_macro_attribute]
 pub fn mugraph(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = match syn::parse::<syn::Item>(item) {
@@ -41,7 +43,7 @@ pub fn mugraph(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
         Err(err) => return err.to_compile_error().into(),
     };
-    let checked = syntax::parse_attr_args(attr.into()).and_then(|()| syntax::parse(&item));
+    let checked = syntax::parse_attr_args(attr.into()).and_then(|dims| syntax::parse(&item, dims));
     match checked {
         Ok(program) => {
             let out_dir = std::env::var_os("OUT_DIR").map(std::path::PathBuf::from);

@@ -57,6 +57,7 @@ use rayon::prelude::*;
 use crate::cache::Cache;
 use crate::codegen::{self, CodegenError, KernelOptions};
 use crate::cost::Arch;
+use crate::dims::{DimPlan, Dims};
 use crate::ir::{KernelGraph, KernelOp};
 use crate::lower::{self, LowerError};
 use crate::nvcc::{self, NvccError};
@@ -125,6 +126,21 @@ pub enum BuildError {
         /// The function.
         at: Box<FnLocation>,
         /// What went wrong.
+        source: Box<SearchError>,
+    },
+
+    /// A program with runtime-sized dims has no µGraph that serves every size of its ranges
+    /// (none verifies over them, or code generation cannot write any at runtime sizes): there is
+    /// no static fallback, which would only run at the upper bounds.
+    #[error(
+        "mirage: {at}: no µGraph serves the runtime-sized dims {ranges} (the program is not built at a fixed size instead): {source}"
+    )]
+    Dims {
+        /// The function.
+        at: Box<FnLocation>,
+        /// The declared ranges, as written.
+        ranges: String,
+        /// Why the search found none.
         source: Box<SearchError>,
     },
 
@@ -597,6 +613,15 @@ impl Builder {
             cuda: artifact_dir.join(format!("{stem}.cu")),
         };
         let record_path = artifact_dir.join(format!("{stem}.build.json"));
+        // Runtime-sized dims: the search chooses a µGraph for every size of the ranges (they are
+        // part of its cache key) and code generation takes the sizes at launch.
+        let sized_cfg;
+        let search_cfg = if program.dims.is_static() {
+            search_cfg
+        } else {
+            sized_cfg = SearchConfig { dims: program.dims.clone(), ..search_cfg.clone() };
+            &sized_cfg
+        };
         let cache_key = search_cfg.cache_key(&program.graph);
         let record_key = || self.record_key(shared, program, &cache_key);
         if tune_mode == tune::TuneMode::Off
@@ -622,7 +647,13 @@ impl Builder {
         }
         let function = qualified(&program.module_path, &program.name);
         let _running = progress.start(&function, &format!("{}:{line}:{column}", file.display()), search_cfg.budget);
-        let tuned = self.tune(&program.name, &program.graph, search_cfg, cache, tune_mode, nvcc_opts);
+        let tuned = if program.dims.is_static() {
+            self.tune(&program.name, &program.graph, search_cfg, cache, tune_mode, nvcc_opts)
+        } else if tune_mode != tune::TuneMode::Off {
+            Ok("note: not tuned: tuning does not measure programs with runtime-sized dims yet\n".to_string())
+        } else {
+            Ok(String::new())
+        };
         let tuned = tuned.map_err(|source| BuildError::Tune { at: at(), source: Box::new(source) })?;
         let (chosen, search_report, plan_report, searched, from_cache) = match search::superoptimize(
             &program.graph,
@@ -637,10 +668,20 @@ impl Builder {
                 if let Some(outcome) = result.stats.budget_outcome(&result.best) {
                     report += &format!("note: {outcome}\n");
                 }
+                report += &sized_note(&program.dims, &result.best.graph);
                 (result.best.graph.clone(), report, result.summary(), true, result.from_cache)
             }
             Err(source @ (SearchError::Offline { .. } | SearchError::Verify(_) | SearchError::Eval(_))) => {
                 return Err(BuildError::Search { at: at(), source: Box::new(source) });
+            }
+            // A program with runtime-sized dims has no fallback: its own kernel graph is built at
+            // the upper bounds only.
+            Err(source) if !program.dims.is_static() => {
+                return Err(BuildError::Dims {
+                    at: at(),
+                    ranges: search::ranges::fmt_vars(&program.dims),
+                    source: Box::new(source),
+                });
             }
             Err(e) => {
                 let ops: Vec<String> = program
@@ -661,7 +702,8 @@ impl Builder {
         let mugraph =
             codegen::default_blocks::lower_to_blocks(&chosen).map_err(|e| codegen_err(CodegenError::Ir(e)))?;
         let kernel_prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let mut generated = codegen::generate(&mugraph, &kernel_prefix, &self.kernel_options).map_err(codegen_err)?;
+        let mut generated = codegen::generate_sized(&mugraph, &program.dims, &kernel_prefix, &self.kernel_options)
+            .map_err(codegen_err)?;
         generated.plan.name = program.name.clone();
         generated.plan.fingerprint = program.fingerprint_hash.clone();
         generated.plan.input_names = program.params.iter().map(|p| p.name.clone()).collect();
@@ -728,6 +770,27 @@ impl Builder {
             }
         }
     }
+}
+
+/// The report's line for a program with runtime-sized dims: the ranges and the sizes the chosen
+/// µGraph was verified at (besides the upper bounds); empty for a static program.
+fn sized_note(dims: &Dims, chosen: &KernelGraph) -> String {
+    if dims.is_static() {
+        return String::new();
+    }
+    let plan = codegen::default_blocks::lower_to_blocks(chosen).and_then(|g| DimPlan::analyze(&g, dims));
+    let at = match plan {
+        Ok(plan) => search::ranges::range_sizes(dims, &plan)
+            .iter()
+            .map(|s| search::ranges::fmt_sizes(dims, s))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => format!("sizes that could not be listed ({e})"),
+    };
+    format!(
+        "note: runtime-sized dims {}: searched and built at the upper bounds, verified at those and at {at}; the kernels take the sizes at launch\n",
+        search::ranges::fmt_vars(dims)
+    )
 }
 
 impl Builder {

@@ -15,8 +15,8 @@ use std::fmt;
 use crate::eval::{BlockRun, RunShapes};
 use crate::ir::{AccKind, BlockGraph, BlockOp, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
 
-/// The largest upper bound a dimension variable may declare.
-pub const MAX_DIM_VAR: usize = 1 << 20;
+/// The largest upper bound a dimension variable may declare (the DSL checks it too).
+pub use mirage_core::shape::MAX_DIM_VAR;
 
 /// A dimension variable: a name and the range of sizes it takes at run time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

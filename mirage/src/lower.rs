@@ -34,6 +34,7 @@ use std::path::Path;
 
 use proc_macro2::Span;
 
+use crate::dims::{DimVar, Dims};
 use crate::ir::{IrError, KernelGraph, TensorDesc, TensorRef};
 
 #[path = "../../mirage-macros/src/syntax/mod.rs"]
@@ -53,8 +54,11 @@ pub struct Program {
     pub outputs: Vec<TensorDesc>,
     /// Whether the function returns a tuple (even of one tensor).
     pub tuple_result: bool,
-    /// The kernel graph.
+    /// The kernel graph (with runtime-sized dims: at their upper bounds, the compile size).
     pub graph: KernelGraph,
+    /// The runtime-sized dims of `#[mugraph(dims(...))]` and the input dims they size (static:
+    /// none).
+    pub dims: Dims,
     /// The canonical text of the checked program ([`syntax::Program::fingerprint`]): the macro
     /// computes the same text from its tokens.
     pub fingerprint: String,
@@ -132,8 +136,24 @@ pub fn lower_checked(program: &syntax::Program) -> Result<KernelGraph, syn::Erro
     Ok(graph)
 }
 
-fn lower_in(item: &syn::ItemFn, module_path: Vec<String>) -> Result<Program, syn::Error> {
-    let checked = syntax::parse(item)?;
+/// The runtime-sized dims of a checked program: the declared ranges, and per parameter per dim
+/// the variable sizing it.
+pub fn program_dims(program: &syntax::Program) -> Dims {
+    if program.dims.is_empty() {
+        return Dims::default();
+    }
+    Dims {
+        vars: program.dims.iter().map(|d| DimVar { name: d.name.to_string(), lo: d.lo, hi: d.hi }).collect(),
+        inputs: program
+            .params
+            .iter()
+            .map(|p| (0..p.ty.rank()).map(|d| p.ty.var(d).map(|v| v.index)).collect())
+            .collect(),
+    }
+}
+
+fn lower_in(item: &syn::ItemFn, dims: Vec<syntax::DimDecl>, module_path: Vec<String>) -> Result<Program, syn::Error> {
+    let checked = syntax::parse(item, dims)?;
     let graph = lower_checked(&checked)?;
     let params = checked
         .params
@@ -151,14 +171,20 @@ fn lower_in(item: &syn::ItemFn, module_path: Vec<String>) -> Result<Program, syn
         outputs,
         tuple_result: checked.tuple_result,
         graph,
+        dims: program_dims(&checked),
         fingerprint: checked.fingerprint(),
         fingerprint_hash: checked.fingerprint_hash(),
     })
 }
 
-/// Parses, checks and lowers one `#[mugraph]` function (its attributes are not looked at).
+/// Parses, checks and lowers one `#[mugraph]` function (the runtime-sized dims of its
+/// `#[mugraph(dims(...))]` attribute, if it has one).
 pub fn lower(item: &syn::ItemFn) -> Result<Program, syn::Error> {
-    lower_in(item, Vec::new())
+    let dims = match item.attrs.iter().find(|a| is_mugraph_attr(a)) {
+        Some(attr) => attr_args(attr)?,
+        None => Vec::new(),
+    };
+    lower_in(item, dims, Vec::new())
 }
 
 /// Whether `attr` is `#[mugraph]` or `#[mirage::mugraph]` (with or without arguments).
@@ -169,13 +195,15 @@ pub fn is_mugraph_attr(attr: &syn::Attribute) -> bool {
         || matches!(names.as_slice(), [c, m] if (c == "mirage" || c == "mirage_macros") && m == "mugraph")
 }
 
-fn attr_args(attr: &syn::Attribute) -> Result<(), syn::Error> {
+/// The runtime-sized dims an attribute declares.
+fn attr_args(attr: &syn::Attribute) -> Result<Vec<syntax::DimDecl>, syn::Error> {
     match &attr.meta {
-        syn::Meta::Path(_) => Ok(()),
+        syn::Meta::Path(_) => Ok(Vec::new()),
         syn::Meta::List(list) => syntax::parse_attr_args(list.tokens.clone()),
-        syn::Meta::NameValue(nv) => {
-            Err(syn::Error::new_spanned(nv, "#[mugraph] takes no arguments: write `#[mugraph]`"))
-        }
+        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(
+            nv,
+            "#[mugraph] takes no value: write `#[mugraph]` or `#[mugraph(dims(B = 1..=64))]`",
+        )),
     }
 }
 
@@ -186,7 +214,7 @@ fn collect(items: &[syn::Item], module_path: &mut Vec<String>, out: &mut Vec<Pro
         match item {
             syn::Item::Fn(f) => {
                 if let Some(attr) = f.attrs.iter().find(|a| is_mugraph_attr(a)) {
-                    match attr_args(attr).and_then(|_| lower_in(f, module_path.clone())) {
+                    match attr_args(attr).and_then(|dims| lower_in(f, dims, module_path.clone())) {
                         Ok(program) => out.push(program),
                         Err(e) => errors.push(e),
                     }

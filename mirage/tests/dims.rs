@@ -11,6 +11,7 @@ use mirage::eval::evaluate_at;
 use mirage::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+use mirage::codegen::{CodegenError, KernelOptions, generate_sized, sized_support};
 use mirage::reference::{F32, HostTensor, max_scaled_error};
 use mirage::search::ranges::RangeCheck;
 use mirage::search::{SearchConfig, superoptimize};
@@ -264,12 +265,16 @@ fn a_reduction_over_b_that_padding_pollutes_is_rejected_with_the_reason() -> Tes
     let polluted = looped_over_b(Some(mirage::ir::UnaryOp::Exp), AccKind::Sum, false)?;
     let why = range.check(&polluted).expect_err("rejected over the range");
     assert!(why.contains("differs at B = "), "{why}");
+    // A plain sum computes the program at every size, but its for-loop walks B: code generation
+    // refuses it (checked after the values, so the polluted sum above is reported as wrong).
     let clean = reduced_over_b(None, false)?;
     let plain = looped_over_b(None, AccKind::Sum, false)?;
-    RangeCheckCase::new(&clean, &dims).check(&plain).map_err(|e| format!("a plain sum passes: {e}"))?;
+    let why = RangeCheckCase::new(&clean, &dims).check(&plain).expect_err("no code for a loop over B");
+    assert!(why.starts_with("has no code at runtime sizes") && why.contains("for-loop walks"), "{why}");
     // Every candidate tiles B, so the search finds nothing, and says why.
     let e = superoptimize(&p, &over_b_config(dims), None).expect_err("nothing verifies over B").to_string();
-    assert!(e.contains("not over the declared ranges") && e.contains("masked reductions"), "{e}");
+    assert!(e.contains("over the declared ranges (B = 1..=64)") && e.contains("masked reductions"), "{e}");
+    assert!(e.contains("reduce_sum(0) (%2) over B"), "{e}");
     assert!(e.contains("differs at B = "), "{e}");
     Ok(())
 }
@@ -289,4 +294,32 @@ impl<'a> RangeCheckCase<'a> {
         let mut check = RangeCheck::new(self.program, &self.cfg).map_err(|e| e.to_string())?;
         check.check(candidate, true).map_err(|e| e.to_string())?
     }
+}
+
+#[test]
+fn a_candidate_code_generation_refuses_at_runtime_sizes_gives_way_to_the_next() -> TestResult {
+    // Σ_B x over x[B, 4096] f32: at B = 64 the cheapest µGraph loads its [64, 32] tiles with a
+    // strided copy that cannot be cut row by row at a runtime B, which code generation refuses;
+    // the search over B takes another candidate, which it can write.
+    let mut p = KernelGraph::new();
+    let x = p.input(&[64, 4096], DType::F32)?;
+    let y = p.reduce_sum(x, 0)?;
+    p.output(y, None)?;
+    let dims = over_b(1, 2);
+    let fixed = superoptimize(&p, &over_b_config(Dims::default()), None)?;
+    let refused = sized_support(&fixed.best.graph, &dims, &KernelOptions::default())
+        .expect_err("the static choice has no code at runtime sizes");
+    assert!(matches!(refused, CodegenError::Unsupported(_)), "{refused}");
+    assert!(refused.to_string().contains("cannot be predicated by row"), "{refused}");
+    let sized = superoptimize(&p, &over_b_config(dims.clone()), None)?;
+    sized_support(&sized.best.graph, &dims, &KernelOptions::default())?;
+    assert_ne!(sized.best.hash, fixed.best.hash);
+    agrees_at(&p, &sized.best.graph, &dims, &SIZES)?;
+    // generate_sized agrees: it writes the sized choice and refuses the static one.
+    generate_sized(&sized.best.graph, &dims, "sum_b", &KernelOptions::default())?;
+    assert!(generate_sized(&fixed.best.graph, &dims, "sum_b", &KernelOptions::default()).is_err());
+    // The range check says why it passed over the static choice.
+    let why = RangeCheckCase::new(&p, &dims).check(&fixed.best.graph).expect_err("refused");
+    assert!(why.starts_with("has no code at runtime sizes"), "{why}");
+    Ok(())
 }

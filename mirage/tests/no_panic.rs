@@ -235,7 +235,7 @@ fn check_dsl(text: &str) -> Result<(), String> {
                         return Err("an attribute error without a message".into());
                     }
                 }
-                if let Err(e) = syntax::parse(f)
+                if let Err(e) = syntax::parse(f, Vec::new())
                     && e.to_string().is_empty()
                 {
                     return Err("a checker error without a message".into());

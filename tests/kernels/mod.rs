@@ -237,3 +237,14 @@ pub fn op_down_residual_r16(
 ) -> Tensor<bf16, 16, 2048> {
     x + (silu(a) * b).matmul(w)
 }
+
+/// The gated MLP over a batch chosen at launch: `silu(x @ w1) * (x @ w2)` for any `B` in
+/// 1..=64 rows (built once, at 64; the kernels take `B` as a parameter).
+#[mugraph(dims(B = 1..=64))]
+pub fn op_gated_mlp_over_b(
+    x: Tensor<f16, B, 256>,
+    w1: Tensor<f16, 256, 512>,
+    w2: Tensor<f16, 256, 512>,
+) -> Tensor<f16, B, 512> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}

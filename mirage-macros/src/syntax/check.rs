@@ -33,20 +33,20 @@
 //! - Every parameter and every `let` binding must be used; a name may be shadowed by a later
 //!   `let`, as in Rust.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::Span;
 use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{Error, Expr, FnArg, ItemFn, Lit, Pat, Result, ReturnType, Stmt, Type, UnOp};
 
 use mirage_core::ops::{BinaryDsl, Dsl};
 use mirage_core::shape::{
-    argmax_shape, broadcast_shape, check_rms_norm_weight, concat_shape, gather_shape, matmul_shape, rope_shape,
-    row_major_strides,
+    ShapeError, argmax_shape, broadcast_shape, check_rms_norm_weight, concat_shape, gather_shape, matmul_shape,
+    rope_shape, row_major_strides,
 };
 use mirage_core::{BinaryOp, DType, RopeLayout, Scalar, UnaryOp};
 
 use super::program::{Op, Param, Program, Value, ValueId};
-use super::ty::{TensorType, int_literal, parse_strides, parse_tensor_type, parse_usize};
+use super::ty::{DimDecl, DimRef, TensorType, int_literal, parse_strides, parse_tensor_type, parse_usize};
 
 /// One function of the language: its name and how it is called. Each is also a method on its
 /// first operand: `matmul(x, w)` is `x.matmul(w)`.
@@ -114,18 +114,10 @@ fn function_list() -> String {
 const EXPRESSIONS: &str = "a #[mugraph] body is built from parameters, `let`-bound names, float literals, \
 `+ - * /` (between tensors, or a tensor and a float), unary `-`, parentheses, and calls of the language's functions";
 
-/// Checks the arguments of the `#[mugraph]` attribute itself: it takes none.
-pub fn parse_attr_args(args: TokenStream) -> Result<()> {
-    if args.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::new_spanned(args, "#[mugraph] takes no arguments: write `#[mugraph]`"))
-    }
-}
-
-/// Parses and checks a `#[mugraph]` function (its attributes other than the parameters'
-/// `#[strides]` are ignored).
-pub fn parse(item: &ItemFn) -> Result<Program> {
+/// Parses and checks a `#[mugraph]` function whose attribute declared the runtime-sized `dims`
+/// ([`super::parse_attr_args`]; its attributes other than the parameters' `#[strides]` are
+/// ignored).
+pub fn parse(item: &ItemFn, dims: Vec<DimDecl>) -> Result<Program> {
     let sig = &item.sig;
     if let Some(t) = &sig.constness {
         return Err(Error::new_spanned(
@@ -158,10 +150,11 @@ pub fn parse(item: &ItemFn) -> Result<Program> {
         return Err(Error::new_spanned(v, "variadic parameters are not supported"));
     }
 
-    let mut cx = Checker::default();
+    let mut cx = Checker { dims, ..Checker::default() };
     for arg in &sig.inputs {
         cx.param(arg)?;
     }
+    cx.check_dims_used()?;
     if cx.params.is_empty() {
         return Err(Error::new_spanned(
             &sig.ident,
@@ -169,7 +162,7 @@ pub fn parse(item: &ItemFn) -> Result<Program> {
         ));
     }
 
-    let (declared, tuple_result) = return_types(sig)?;
+    let (declared, tuple_result) = return_types(sig, &cx.dims)?;
 
     let stmts = &item.block.stmts;
     let Some((last, lets)) = stmts.split_last() else {
@@ -194,11 +187,19 @@ pub fn parse(item: &ItemFn) -> Result<Program> {
     let outputs = cx.result(result, &declared, tuple_result)?;
     cx.check_all_used()?;
     let (values, outputs) = prune(cx.values, outputs);
-    Ok(Program { name: sig.ident.clone(), vis: item.vis.clone(), params: cx.params, values, outputs, tuple_result })
+    Ok(Program {
+        name: sig.ident.clone(),
+        vis: item.vis.clone(),
+        params: cx.params,
+        values,
+        outputs,
+        tuple_result,
+        dims: cx.dims,
+    })
 }
 
 /// The declared result types and whether they form a tuple.
-fn return_types(sig: &syn::Signature) -> Result<(Vec<(TensorType, Span)>, bool)> {
+fn return_types(sig: &syn::Signature, dims: &[DimDecl]) -> Result<(Vec<(TensorType, Span)>, bool)> {
     let missing = "a #[mugraph] function must declare its result: `-> Tensor<T, D0, ...>` or a tuple of them";
     match &sig.output {
         ReturnType::Default => Err(Error::new(sig.paren_token.span.close(), missing)),
@@ -206,10 +207,10 @@ fn return_types(sig: &syn::Signature) -> Result<(Vec<(TensorType, Span)>, bool)>
             Type::Tuple(t) if t.elems.is_empty() => Err(Error::new_spanned(ty, missing)),
             Type::Tuple(t) => {
                 let types =
-                    t.elems.iter().map(|e| Ok((parse_tensor_type(e)?, e.span()))).collect::<Result<Vec<_>>>()?;
+                    t.elems.iter().map(|e| Ok((parse_tensor_type(e, dims)?, e.span()))).collect::<Result<Vec<_>>>()?;
                 Ok((types, true))
             }
-            other => Ok((vec![(parse_tensor_type(other)?, other.span())], false)),
+            other => Ok((vec![(parse_tensor_type(other, dims)?, other.span())], false)),
         },
     }
 }
@@ -262,7 +263,24 @@ struct Checker {
     params: Vec<Param>,
     values: Vec<Value>,
     scope: Vec<Binding>,
+    dims: Vec<DimDecl>,
 }
+
+/// The size a runtime-sized dim takes when shape rules are checked symbolically
+/// ([`Checker::shaped`]): an odd multiple of 2^21, above every upper bound (2^20 at most), so a
+/// variable never equals a literal it could equal at its upper bound, two variables never equal
+/// each other, and a sum of two such sizes (an even multiple) is never taken for a variable.
+fn probe(index: usize) -> usize {
+    (2 * index + 3) << 21
+}
+
+/// The shape with every runtime-sized dim at its [`probe`] size.
+fn probe_shape(ty: &TensorType) -> Vec<usize> {
+    (0..ty.rank()).map(|d| ty.var(d).map_or(ty.shape[d], |v| probe(v.index))).collect()
+}
+
+/// What a shape rule says when it holds at the compile sizes but not symbolically.
+const SYMBOLIC: &str = "a runtime-sized dim meets only itself (never a literal, even one equal to its upper bound, nor another runtime-sized dim)";
 
 impl Checker {
     /// Adds a value; every operand must be a float tensor except the ids of `gather`.
@@ -296,7 +314,7 @@ impl Checker {
             FnArg::Typed(pt) => pt,
         };
         let name = plain_ident(&pt.pat, "a parameter")?;
-        let ty = parse_tensor_type(&pt.ty)?;
+        let ty = parse_tensor_type(&pt.ty, &self.dims)?;
         let mut strides = None;
         for attr in &pt.attrs {
             if !attr.path().is_ident("strides") {
@@ -308,7 +326,20 @@ impl Checker {
             if strides.is_some() {
                 return Err(Error::new_spanned(attr, "`#[strides]` is given twice for this parameter"));
             }
+            if ty.is_sized() {
+                return Err(Error::new_spanned(
+                    attr,
+                    format!(
+                        "`{name}: {ty}` has a runtime-sized dim: its strides follow the size, so it is row-major (remove `#[strides]`)"
+                    ),
+                ));
+            }
             strides = Some(parse_strides(attr, &ty)?);
+        }
+        if let Some(d) = self.dims.iter().find(|d| d.name == *name) {
+            let mut e = Error::new_spanned(name, format!("the parameter `{name}` has the name of a runtime-sized dim"));
+            e.combine(Error::new_spanned(&d.name, "declared here: give one of them another name"));
+            return Err(e);
         }
         if let Some(prev) = self.scope.iter().find(|b| b.name == *name) {
             let mut e = Error::new_spanned(name, format!("the parameter `{name}` is declared twice"));
@@ -345,7 +376,7 @@ impl Checker {
         }
         let value = self.tensor(&init.expr, &format!("the value of `{name}`"))?;
         if let Some(ann) = annotation {
-            let declared = parse_tensor_type(ann)?;
+            let declared = parse_tensor_type(ann, &self.dims)?;
             let found = self.ty(value);
             if declared != *found {
                 return Err(Error::new_spanned(
@@ -395,6 +426,68 @@ impl Checker {
             outputs.push(v);
         }
         Ok(outputs)
+    }
+
+    /// Every declared dim sizes a dim of some parameter (the launcher reads its size there).
+    fn check_dims_used(&self) -> Result<()> {
+        for (i, d) in self.dims.iter().enumerate() {
+            if !self.params.iter().any(|p| p.ty.vars.iter().flatten().any(|v| v.index == i)) {
+                return Err(Error::new_spanned(
+                    &d.name,
+                    format!(
+                        "the dim `{}` is declared but no parameter uses it: the launcher reads its size from a parameter's shape",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The result type of shape rule `rule` over `operands`: checked at the compile sizes and
+    /// symbolically (every runtime-sized dim at its [`probe`] size); a result dim is sized by a
+    /// variable where it is the variable's probe size (and its upper bound at the compile sizes).
+    /// `err` makes the error from what the rule says.
+    fn shaped(
+        &self,
+        dtype: DType,
+        operands: &[ValueId],
+        rule: impl Fn(&[&[usize]]) -> std::result::Result<Vec<usize>, ShapeError>,
+        err: impl Fn(String) -> Error,
+    ) -> Result<TensorType> {
+        let compile: Vec<&[usize]> = operands.iter().map(|&v| self.ty(v).shape.as_slice()).collect();
+        let shape = rule(&compile).map_err(|rule| err(rule.to_string()))?;
+        if operands.iter().all(|&v| !self.ty(v).is_sized()) {
+            return Ok(TensorType::fixed(dtype, shape));
+        }
+        let probes: Vec<Vec<usize>> = operands.iter().map(|&v| probe_shape(self.ty(v))).collect();
+        let probes: Vec<&[usize]> = probes.iter().map(Vec::as_slice).collect();
+        let symbolic = rule(&probes).map_err(|_| err(SYMBOLIC.to_string()))?;
+        let mut vars = Vec::with_capacity(shape.len());
+        for (d, (&c, &p)) in shape.iter().zip(&symbolic).enumerate() {
+            if c == p {
+                vars.push(None);
+                continue;
+            }
+            let Some((index, decl)) = self.dims.iter().enumerate().find(|(i, x)| probe(*i) == p && x.hi == c) else {
+                return Err(err(format!(
+                    "dim {d} of the result would depend on a runtime-sized dim other than by being it (e.g. a concatenation along it), which is not supported"
+                )));
+            };
+            vars.push(Some(DimRef { index, name: decl.name.to_string() }));
+        }
+        Ok(TensorType::with_vars(dtype, shape, vars))
+    }
+
+    /// [`Checker::shaped`] for a rule with no result (it only checks).
+    fn checked(
+        &self,
+        operands: &[ValueId],
+        rule: impl Fn(&[&[usize]]) -> std::result::Result<(), ShapeError>,
+        err: impl Fn(String) -> Error,
+    ) -> Result<()> {
+        let dtype = self.ty(operands[0]).dtype;
+        self.shaped(dtype, operands, |s| rule(s).map(|()| vec![1]), err).map(|_| ())
     }
 
     fn check_all_used(&self) -> Result<()> {
@@ -521,9 +614,12 @@ impl Checker {
         let (ta, tb) = (self.ty(a), self.ty(b));
         let op = format!("`{symbol}`");
         same_dtype(&op, ta, tb, at)?;
-        let shape = broadcast_shape(&ta.shape, &tb.shape)
-            .map_err(|rule| Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}")))?;
-        let ty = TensorType { dtype: ta.dtype, shape };
+        let ty = self.shaped(
+            ta.dtype,
+            &[a, b],
+            |s| broadcast_shape(s[0], s[1]),
+            |rule| Error::new_spanned(at, format!("shape mismatch in {op}: `{ta}` and `{tb}`: {rule}")),
+        )?;
         self.push(Op::Binary(f), vec![a, b], ty, span_of(at))
     }
 
@@ -532,8 +628,7 @@ impl Checker {
         let ty = self.ty(x).clone();
         let last = ty.rank() - 1;
         let n = ty.shape[last];
-        let mut row = ty.clone();
-        row.shape[last] = 1;
+        let row = reduced(&ty, last);
         let sum = self.push(Op::ReduceSum { dim: last }, vec![x], row.clone(), span)?;
         let mean =
             self.push(Op::Unary(UnaryOp::MulScalar { c: Scalar((1.0 / n as f64) as f32) }), vec![sum], row, span)?;
@@ -696,25 +791,25 @@ impl Checker {
                 let b = self.tensor(args[1], "the second operand of `matmul`")?;
                 let (ta, tb) = (self.ty(first), self.ty(b));
                 same_dtype("`matmul`", ta, tb, at)?;
-                let shape = matmul_shape(&ta.shape, &tb.shape).map_err(|rule| {
-                    Error::new_spanned(at, format!("shape mismatch in `matmul`: `{ta}` x `{tb}`: {rule}"))
-                })?;
-                let ty = TensorType { dtype: ta.dtype, shape };
+                let ty = self.shaped(
+                    ta.dtype,
+                    &[first, b],
+                    |s| matmul_shape(s[0], s[1]),
+                    |rule| Error::new_spanned(at, format!("shape mismatch in `matmul`: `{ta}` x `{tb}`: {rule}")),
+                )?;
                 self.push(Op::Matmul, vec![first, b], ty, span)?
             }
             "sum" | "reduce_sum" | "max" | "reduce_max" | "softmax" => {
                 let dim = self.dim(args[1], fname, first)?;
-                let mut ty = self.ty(first).clone();
+                let ty = reduced(self.ty(first), dim);
                 if fname == "softmax" {
                     let out_ty = self.ty(first).clone();
-                    ty.shape[dim] = 1;
                     let m = self.push(Op::ReduceMax { dim }, vec![first], ty.clone(), span)?;
                     let shifted = self.push(Op::Binary(BinaryOp::Sub), vec![first, m], out_ty.clone(), span)?;
                     let e = self.unary(UnaryOp::Exp, shifted, span)?;
                     let s = self.push(Op::ReduceSum { dim }, vec![e], ty.clone(), span)?;
                     self.push(Op::Binary(BinaryOp::Div), vec![e, s], out_ty, span)?
                 } else {
-                    ty.shape[dim] = 1;
                     let op = if fname.ends_with("sum") { Op::ReduceSum { dim } } else { Op::ReduceMax { dim } };
                     self.push(op, vec![first], ty, span)?
                 }
@@ -745,12 +840,16 @@ impl Checker {
                 let eps = check_eps(eps, args.get(2).copied().unwrap_or(at))?;
                 let (tx, tw) = (self.ty(first), self.ty(w));
                 same_dtype("`rms_norm_weighted`", tx, tw, at)?;
-                if let Err(rule) = check_rms_norm_weight(&tx.shape, &tw.shape) {
-                    return Err(Error::new_spanned(
-                        args[1],
-                        format!("shape mismatch in `rms_norm_weighted`: x is `{tx}`, the weight is `{tw}`; {rule}"),
-                    ));
-                }
+                self.checked(
+                    &[first, w],
+                    |s| check_rms_norm_weight(s[0], s[1]),
+                    |rule| {
+                        Error::new_spanned(
+                            args[1],
+                            format!("shape mismatch in `rms_norm_weighted`: x is `{tx}`, the weight is `{tw}`; {rule}"),
+                        )
+                    },
+                )?;
                 let ty = tx.clone();
                 self.push(Op::RmsNorm { eps }, vec![first, w], ty, span)?
             }
@@ -759,32 +858,50 @@ impl Checker {
                 let dim = self.dim(args[2], fname, first)?;
                 let (ta, tb) = (self.ty(first), self.ty(b));
                 same_dtype("`concat`", ta, tb, at)?;
-                let shape = concat_shape(&ta.shape, &tb.shape, dim).map_err(|rule| {
-                    Error::new_spanned(
-                        at,
-                        format!("shape mismatch in `concat`: `{ta}` and `{tb}` along dim {dim}: {rule}"),
-                    )
-                })?;
-                let ty = TensorType { dtype: ta.dtype, shape };
+                let ty = self.shaped(
+                    ta.dtype,
+                    &[first, b],
+                    |s| concat_shape(s[0], s[1], dim),
+                    |rule| {
+                        Error::new_spanned(
+                            at,
+                            format!("shape mismatch in `concat`: `{ta}` and `{tb}` along dim {dim}: {rule}"),
+                        )
+                    },
+                )?;
                 self.push(Op::Concat { dim }, vec![first, b], ty, span)?
             }
             "layer_norm" | "layer_norm_weighted" => {
                 let weighted = fname == "layer_norm_weighted";
                 let eps_at = if weighted { 3 } else { 1 };
+                let tx = self.ty(first);
+                if let Some(v) = tx.var(tx.rank() - 1) {
+                    return Err(Error::new_spanned(
+                        at,
+                        format!(
+                            "`{fname}` of `{tx}` normalizes its last dim, which is the runtime-sized `{}`: its mean divides by the size, which the build fixes; only a fixed last dim is supported",
+                            v.name
+                        ),
+                    ));
+                }
                 let params = if weighted {
                     let w = self.tensor(args[1], "the weight of `layer_norm_weighted`")?;
                     let b = self.tensor(args[2], "the bias of `layer_norm_weighted`")?;
                     for (p, what, at) in [(w, "weight", args[1]), (b, "bias", args[2])] {
                         let (tx, tp) = (self.ty(first), self.ty(p));
                         same_dtype("`layer_norm_weighted`", tx, tp, at)?;
-                        if let Err(rule) = check_rms_norm_weight(&tx.shape, &tp.shape) {
-                            return Err(Error::new_spanned(
-                                at,
-                                format!(
-                                    "shape mismatch in `layer_norm_weighted`: x is `{tx}`, the {what} is `{tp}`; {rule}"
-                                ),
-                            ));
-                        }
+                        self.checked(
+                            &[first, p],
+                            |s| check_rms_norm_weight(s[0], s[1]),
+                            |rule| {
+                                Error::new_spanned(
+                                    at,
+                                    format!(
+                                        "shape mismatch in `layer_norm_weighted`: x is `{tx}`, the {what} is `{tp}`; {rule}"
+                                    ),
+                                )
+                            },
+                        )?;
                     }
                     Some((w, b))
                 } else {
@@ -804,13 +921,23 @@ impl Checker {
                 let (tx, tc, ts) = (self.ty(first), self.ty(cos), self.ty(sin));
                 same_dtype(&format!("`{fname}`"), tx, tc, at)?;
                 same_dtype(&format!("`{fname}`"), tx, ts, at)?;
-                let shape = rope_shape(&tx.shape, &tc.shape, &ts.shape).map_err(|rule| {
-                    Error::new_spanned(
+                if tx.var(tx.rank() - 1).is_some() || tc.var(tc.rank() - 1).is_some() {
+                    return Err(Error::new_spanned(
                         at,
-                        format!("shape mismatch in `{fname}`: x is `{tx}`, cos `{tc}`, sin `{ts}`: {rule}"),
-                    )
-                })?;
-                let ty = TensorType { dtype: tx.dtype, shape };
+                        format!("`{fname}` of `{tx}` with cos `{tc}`: the last dim (the heads) must be fixed"),
+                    ));
+                }
+                let ty = self.shaped(
+                    tx.dtype,
+                    &[first, cos, sin],
+                    |s| rope_shape(s[0], s[1], s[2]),
+                    |rule| {
+                        Error::new_spanned(
+                            at,
+                            format!("shape mismatch in `{fname}`: x is `{tx}`, cos `{tc}`, sin `{ts}`: {rule}"),
+                        )
+                    },
+                )?;
                 self.push(Op::Rope { layout }, vec![first, cos, sin], ty, span)?
             }
             "gather" => {
@@ -822,21 +949,36 @@ impl Checker {
                         format!("the ids of `gather` must be `Tensor<i32, ...>`, found `{ti}`"),
                     ));
                 }
-                let shape = gather_shape(&tt.shape, &ti.shape).map_err(|rule| {
-                    Error::new_spanned(
-                        at,
-                        format!("shape mismatch in `gather`: the table is `{tt}`, the ids `{ti}`: {rule}"),
-                    )
-                })?;
-                let ty = TensorType { dtype: tt.dtype, shape };
+                if tt.is_sized() {
+                    return Err(Error::new_spanned(
+                        args[0],
+                        format!(
+                            "the table of `gather` is `{tt}`: a table has fixed dims (the ids may be runtime-sized)"
+                        ),
+                    ));
+                }
+                let ty = self.shaped(
+                    tt.dtype,
+                    &[first, ids],
+                    |s| gather_shape(s[0], s[1]),
+                    |rule| {
+                        Error::new_spanned(
+                            at,
+                            format!("shape mismatch in `gather`: the table is `{tt}`, the ids `{ti}`: {rule}"),
+                        )
+                    },
+                )?;
                 self.push(Op::Gather, vec![first, ids], ty, span)?
             }
             "argmax" => {
                 let dim = self.dim(args[1], fname, first)?;
                 let tx = self.ty(first);
-                let shape = argmax_shape(&tx.shape, dim)
-                    .map_err(|rule| Error::new_spanned(at, format!("`argmax` of `{tx}` along dim {dim}: {rule}")))?;
-                let ty = TensorType { dtype: DType::I32, shape };
+                let ty = self.shaped(
+                    DType::I32,
+                    &[first],
+                    |s| argmax_shape(s[0], dim),
+                    |rule| Error::new_spanned(at, format!("`argmax` of `{tx}` along dim {dim}: {rule}")),
+                )?;
                 self.push(Op::Argmax { dim }, vec![first], ty, span)?
             }
             "pow" => match self.expr(args[1])? {
@@ -951,6 +1093,14 @@ fn same_dtype(op: &str, a: &TensorType, b: &TensorType, at: &dyn ToTokens) -> Re
         ));
     }
     Ok(())
+}
+
+/// `ty` reduced over `dim` (kept with size 1, no longer runtime-sized).
+fn reduced(ty: &TensorType, dim: usize) -> TensorType {
+    let mut shape = ty.shape.clone();
+    shape[dim] = 1;
+    let vars = (0..ty.rank()).map(|d| if d == dim { None } else { ty.var(d).cloned() }).collect();
+    TensorType::with_vars(ty.dtype, shape, vars)
 }
 
 /// Keeps the values that reach an output (and every parameter), renumbered in order.

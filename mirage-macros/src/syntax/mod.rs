@@ -5,6 +5,10 @@
 //! the operator table, whose unary rows with [`mirage_core::ops::Dsl::Function`] are the
 //! language's one-argument functions).
 //!
+//! A `DIM` is a runtime-sized dim declared in the attribute ([`dims`]): the program is checked and
+//! built at its upper bound, and every shape rule is also checked symbolically (a variable meets
+//! only itself: never a literal, even one equal to its upper bound, nor another variable).
+//!
 //! [`parse`] turns a `#[mugraph]` function into a checked [`Program`]: the parameters with their
 //! element types, shapes and strides, and the body as a DAG of typed [`Value`]s in evaluation
 //! order (parameters first), every shape and element type computed. Every user error is a
@@ -13,9 +17,10 @@
 //! The grammar:
 //!
 //! ```text
+//! attr    := "#[mugraph]" | "#[mugraph(dims(" (NAME "=" INT "..=" INT),+ "))]"
 //! fn      := attrs vis "fn" NAME "(" param,* ")" "->" ret "{" let* result "}"
 //! param   := ["#[strides(" INT,+ ")]"] NAME ":" tensor
-//! tensor  := "Tensor<" ("f16" | "bf16" | "f32" | "i32") ("," INT){1,4} ">"
+//! tensor  := "Tensor<" ("f16" | "bf16" | "f32" | "i32") ("," (INT | DIM)){1,4} ">"
 //! ret     := tensor | "(" tensor,+ ")"
 //! let     := "let" NAME [":" tensor] "=" expr ";"
 //! result  := expr | "(" expr,+ ")"
@@ -27,9 +32,11 @@
 //! [`check`] for the rules of scalars and broadcasting.
 
 pub mod check;
+pub mod dims;
 pub mod program;
 pub mod ty;
 
-pub use check::{functions, parse, parse_attr_args};
+pub use check::{functions, parse};
+pub use dims::parse_attr_args;
 pub use program::{Op, Param, Program, Value, ValueId};
-pub use ty::TensorType;
+pub use ty::{DimDecl, DimRef, TensorType};

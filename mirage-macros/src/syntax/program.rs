@@ -6,7 +6,7 @@ use mirage_core::shape::fmt_shape;
 use mirage_core::{BinaryOp, RopeLayout, UnaryOp};
 use proc_macro2::{Ident, Span};
 
-use super::ty::TensorType;
+use super::ty::{DimDecl, TensorType};
 
 /// Index of a [`Value`] in [`Program::values`].
 pub type ValueId = usize;
@@ -116,6 +116,9 @@ pub struct Program {
     pub outputs: Vec<ValueId>,
     /// Whether the return type is a tuple (even of one tensor).
     pub tuple_result: bool,
+    /// The runtime-sized dims of `#[mugraph(dims(...))]`, in declaration order (the types'
+    /// [`super::DimRef`]s index them); empty for a program of fixed shapes.
+    pub dims: Vec<DimDecl>,
 }
 
 /// The version of the fingerprint's text format; bumped when the rendering changes.
@@ -127,8 +130,8 @@ impl Program {
         self.outputs.iter().filter_map(|&v| self.values.get(v).map(|v| &v.ty)).collect()
     }
 
-    /// A canonical text rendering of the checked program: the function's name, the parameters
-    /// (names, types, strides) and every value in evaluation order with its operands and type.
+    /// A canonical text rendering of the checked program: the function's name, the declared
+    /// runtime-sized dims with their ranges, the parameters (names, types, strides) and every value in evaluation order with its operands and type.
     /// It does not depend on spans, formatting, comments or the names of `let` bindings, so the
     /// macro and the build script agree on "this exact program".
     pub fn fingerprint(&self) -> String {
@@ -136,12 +139,18 @@ impl Program {
         // Writing to a String cannot fail.
         let _ = writeln!(s, "mugraph-dsl v{FINGERPRINT_VERSION}");
         let _ = writeln!(s, "fn {}", self.name);
+        // A program of fixed shapes renders as before runtime-sized dims existed (its artifacts
+        // keep their names); one with them names the dims and their ranges.
+        for d in &self.dims {
+            let _ = writeln!(s, "dim {} = {}..={}", d.name, d.lo, d.hi);
+        }
+        let shape = |t: &TensorType| if t.is_sized() { t.fmt_dims() } else { fmt_shape(&t.shape) };
         for p in &self.params {
-            let _ = writeln!(s, "param {}: {} {} strides {:?}", p.name, p.ty.dtype, fmt_shape(&p.ty.shape), p.strides);
+            let _ = writeln!(s, "param {}: {} {} strides {:?}", p.name, p.ty.dtype, shape(&p.ty), p.strides);
         }
         for (i, v) in self.values.iter().enumerate() {
             let args = v.args.iter().map(|a| format!("%{a}")).collect::<Vec<_>>().join(", ");
-            let _ = writeln!(s, "%{i} = {}({args}): {} {}", v.op, v.ty.dtype, fmt_shape(&v.ty.shape));
+            let _ = writeln!(s, "%{i} = {}({args}): {} {}", v.op, v.ty.dtype, shape(&v.ty));
         }
         let outs = self.outputs.iter().map(|o| format!("%{o}")).collect::<Vec<_>>().join(", ");
         if self.tuple_result {

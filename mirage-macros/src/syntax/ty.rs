@@ -9,36 +9,97 @@ use syn::punctuated::Punctuated;
 use syn::{Error, Expr, GenericArgument, Lit, LitInt, PathArguments, Result, Token, Type};
 
 /// The static type of a tensor: element type and shape (rank 1..=4, every dim at least 1).
+/// A dim sized at run time by a declared variable (`Tensor<f16, B, 4096>`) has its upper bound
+/// in `shape` (the compile size) and the variable in `vars`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     /// Element type.
     pub dtype: DType,
-    /// Extent of each dim.
+    /// Extent of each dim (a runtime-sized dim at its upper bound).
     pub shape: Vec<usize>,
+    /// Per dim, the runtime-sized dim sizing it (an index into the program's declared
+    /// [`DimDecl`]s, with its name); empty when none does.
+    pub vars: Vec<Option<DimRef>>,
+}
+
+/// A use of a declared runtime-sized dim in a type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DimRef {
+    /// Its index among the declared dims.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+}
+
+/// A runtime-sized dim declared by `#[mugraph(dims(B = 1..=64))]`.
+#[derive(Clone, Debug)]
+pub struct DimDecl {
+    /// Its name, as written.
+    pub name: proc_macro2::Ident,
+    /// The smallest size.
+    pub lo: usize,
+    /// The largest size: the compile size.
+    pub hi: usize,
 }
 
 impl TensorType {
+    /// A type with literal dims only.
+    pub fn fixed(dtype: DType, shape: Vec<usize>) -> Self {
+        TensorType { dtype, shape, vars: Vec::new() }
+    }
+
+    /// A type with the given per-dim variables (stored empty when there is none).
+    pub fn with_vars(dtype: DType, shape: Vec<usize>, vars: Vec<Option<DimRef>>) -> Self {
+        let vars = if vars.iter().any(Option::is_some) { vars } else { Vec::new() };
+        TensorType { dtype, shape, vars }
+    }
+
     /// The rank (number of dims).
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+
+    /// The variable sizing dim `d`, if any.
+    pub fn var(&self, d: usize) -> Option<&DimRef> {
+        self.vars.get(d).and_then(Option::as_ref)
+    }
+
+    /// Whether a declared variable sizes some dim.
+    pub fn is_sized(&self) -> bool {
+        !self.vars.is_empty()
+    }
+
+    /// The dims as written: `[B, 4096]`.
+    pub fn fmt_dims(&self) -> String {
+        let dims: Vec<String> = (0..self.rank())
+            .map(|d| match self.var(d) {
+                Some(v) => v.name.clone(),
+                None => self.shape[d].to_string(),
+            })
+            .collect();
+        format!("[{}]", dims.join(", "))
+    }
 }
 
 impl fmt::Display for TensorType {
-    /// Renders the type as it is written: `Tensor<f16, 8, 4096>`.
+    /// Renders the type as it is written: `Tensor<f16, 8, 4096>`, `Tensor<f16, B, 4096>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor<{}", self.dtype)?;
-        for d in &self.shape {
-            write!(f, ", {d}")?;
+        for d in 0..self.rank() {
+            match self.var(d) {
+                Some(v) => write!(f, ", {}", v.name)?,
+                None => write!(f, ", {}", self.shape[d])?,
+            }
         }
         f.write_str(">")
     }
 }
 
-const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32, i32 and 1 to 4 integer-literal dims, e.g. `Tensor<f16, 8, 4096>`";
+const TENSOR_FORM: &str = "expected `Tensor<T, D0, D1, ...>` with T one of f16, bf16, f32, i32 and 1 to 4 dims (integer literals, or names declared with `#[mugraph(dims(B = 1..=64))]`), e.g. `Tensor<f16, 8, 4096>`";
 
-/// Parses `Tensor<T, D0, ...>` (the path may be qualified, e.g. `mirage::Tensor<...>`).
-pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
+/// Parses `Tensor<T, D0, ...>` (the path may be qualified, e.g. `mirage::Tensor<...>`); a dim
+/// may name one of the declared runtime-sized `dims`.
+pub fn parse_tensor_type(ty: &Type, dims: &[DimDecl]) -> Result<TensorType> {
     let ty = strip_type_groups(ty);
     let path = match ty {
         Type::Path(p) if p.qself.is_none() => &p.path,
@@ -72,8 +133,11 @@ pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
     };
     let dtype = parse_dtype(first)?;
     let mut shape = Vec::new();
+    let mut vars = Vec::new();
     for arg in iter {
-        shape.push(parse_dim(arg)?);
+        let (n, var) = parse_dim(arg, dims)?;
+        shape.push(n);
+        vars.push(var);
     }
     if shape.is_empty() {
         return Err(Error::new_spanned(
@@ -90,7 +154,7 @@ pub fn parse_tensor_type(ty: &Type) -> Result<TensorType> {
     if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
         return Err(Error::new_spanned(args, "the number of elements of this tensor overflows usize"));
     }
-    Ok(TensorType { dtype, shape })
+    Ok(TensorType::with_vars(dtype, shape, vars))
 }
 
 fn strip_type_groups(ty: &Type) -> &Type {
@@ -126,7 +190,28 @@ fn parse_dtype(arg: &GenericArgument) -> Result<DType> {
     }
 }
 
-fn parse_dim(arg: &GenericArgument) -> Result<usize> {
+/// A dim: an integer literal, or the name of a declared runtime-sized dim (given at its upper
+/// bound, with the variable).
+fn parse_dim(arg: &GenericArgument, dims: &[DimDecl]) -> Result<(usize, Option<DimRef>)> {
+    if let GenericArgument::Type(Type::Path(p)) = arg
+        && p.qself.is_none()
+        && let Some(name) = p.path.get_ident()
+    {
+        let Some((index, d)) = dims.iter().enumerate().find(|(_, d)| d.name == *name) else {
+            let declared = if dims.is_empty() {
+                "none is declared".to_string()
+            } else {
+                format!("declared: {}", dims.iter().map(|d| format!("`{}`", d.name)).collect::<Vec<_>>().join(", "))
+            };
+            return Err(Error::new_spanned(
+                name,
+                format!(
+                    "unknown dim `{name}`: a dim is an integer literal or a runtime-sized dim declared with `#[mugraph(dims({name} = 1..=64))]` ({declared})"
+                ),
+            ));
+        };
+        return Ok((d.hi, Some(DimRef { index, name: name.to_string() })));
+    }
     let lit = match arg {
         GenericArgument::Const(e) => int_literal(e),
         _ => None,
@@ -134,14 +219,17 @@ fn parse_dim(arg: &GenericArgument) -> Result<usize> {
     let Some(lit) = lit else {
         return Err(Error::new_spanned(
             arg,
-            format!("dims must be integer literals (the macro needs every shape), found `{}`", quote::quote!(#arg)),
+            format!(
+                "dims must be integer literals or declared dim names (the macro needs every shape), found `{}`",
+                quote::quote!(#arg)
+            ),
         ));
     };
     let dim = parse_usize(lit, "dim")?;
     if dim == 0 {
         return Err(Error::new_spanned(lit, "a dim must be at least 1"));
     }
-    Ok(dim)
+    Ok((dim, None))
 }
 
 /// The integer literal `e` is, looking through parentheses, braces of one expression and groups.

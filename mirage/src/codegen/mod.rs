@@ -54,22 +54,8 @@ pub fn generate_sized(
     name: &str,
     opts: &KernelOptions,
 ) -> Result<GeneratedProgram, CodegenError> {
-    let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
-    let sized = if dims.is_static() { None } else { Some(DimPlan::analyze(&graph, dims).map_err(CodegenError::Ir)?) };
+    let (graph, sized) = sized_graph(graph, dims)?;
     let marks = |t: TensorRef| sized.as_ref().map(|p| plan_marks(p.extents(t))).unwrap_or_default();
-    if let Some(p) = &sized {
-        for (i, node) in graph.nodes().iter().enumerate() {
-            for port in 0..node.outputs.len() {
-                let m = plan_marks(p.extents(TensorRef { node: i, port }));
-                if m.iter().skip(1).any(Option::is_some) {
-                    return Err(CodegenError::Unsupported(format!(
-                        "a runtime-sized dim other than dim 0 (tensor %{i}.{port}: {}): strides would depend on the size",
-                        crate::dims::fmt_extents(p.extents(TensorRef { node: i, port }), dims)
-                    )));
-                }
-            }
-        }
-    }
     let inputs: Vec<_> = graph.inputs().into_iter().cloned().collect();
     let mut outputs = Vec::new();
     let mut output_of: std::collections::HashMap<TensorRef, usize> = Default::default();
@@ -104,16 +90,7 @@ pub fn generate_sized(
             KernelOp::Custom { block } => {
                 let kname = format!("{name}_k{}", kernels.len());
                 let kdims = sized.as_ref().and_then(|p| p.kernel(i)).cloned().unwrap_or_default();
-                let slot = |t: TensorRef| -> Option<usize> {
-                    let v = marks(t).first().copied().flatten()?;
-                    kdims.vars.iter().position(|&w| w == v)
-                };
-                let sizes = KernelSizes {
-                    params: kdims.vars.iter().map(|&v| size_param(v)).collect(),
-                    inputs: node.inputs.iter().map(|&t| slot(t)).collect(),
-                    outputs: (0..node.outputs.len()).map(|port| slot(TensorRef { node: i, port })).collect(),
-                };
-                let kopts = KernelOptions { sizes, ..opts.clone() };
+                let kopts = KernelOptions { sizes: kernel_sizes(sized.as_ref(), &graph, i), ..opts.clone() };
                 let src = generate_kernel(block, &kname, &kopts)?;
                 kernels_source.push_str(&src.code);
                 kernels_source.push('\n');
@@ -175,6 +152,61 @@ pub fn generate_sized(
         output_dims: if dims.is_static() { Vec::new() } else { output_marks },
     };
     Ok(GeneratedProgram { source, kernels_source, plan })
+}
+
+/// The µGraph code generation writes (kernel-level operators lowered to their default block
+/// graphs) and, for a program with runtime-sized dims, how the variables follow through it;
+/// a runtime-sized dim other than dim 0 is [`CodegenError::Unsupported`] (strides would depend
+/// on the size).
+fn sized_graph(graph: &KernelGraph, dims: &Dims) -> Result<(KernelGraph, Option<DimPlan>), CodegenError> {
+    let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
+    let sized = if dims.is_static() { None } else { Some(DimPlan::analyze(&graph, dims).map_err(CodegenError::Ir)?) };
+    if let Some(p) = &sized {
+        for (i, node) in graph.nodes().iter().enumerate() {
+            for port in 0..node.outputs.len() {
+                let m = plan_marks(p.extents(TensorRef { node: i, port }));
+                if m.iter().skip(1).any(Option::is_some) {
+                    return Err(CodegenError::Unsupported(format!(
+                        "a runtime-sized dim other than dim 0 (tensor %{i}.{port}: {}): strides would depend on the size",
+                        crate::dims::fmt_extents(p.extents(TensorRef { node: i, port }), dims)
+                    )));
+                }
+            }
+        }
+    }
+    Ok((graph, sized))
+}
+
+/// The runtime sizes custom kernel `node` of `graph` takes (none without a plan).
+fn kernel_sizes(sized: Option<&DimPlan>, graph: &KernelGraph, node: usize) -> KernelSizes {
+    let Some(plan) = sized else { return KernelSizes::default() };
+    let kdims = plan.kernel(node).cloned().unwrap_or_default();
+    let slot = |t: TensorRef| -> Option<usize> {
+        let v = plan_marks(plan.extents(t)).first().copied().flatten()?;
+        kdims.vars.iter().position(|&w| w == v)
+    };
+    let n = &graph.nodes()[node];
+    KernelSizes {
+        params: kdims.vars.iter().map(|&v| size_param(v)).collect(),
+        inputs: n.inputs.iter().map(|&t| slot(t)).collect(),
+        outputs: (0..n.outputs.len()).map(|port| slot(TensorRef { node, port })).collect(),
+    }
+}
+
+/// Whether [`generate_sized`] can write `graph` (built at the upper bounds of `dims`): the checks
+/// it makes before writing code (runtime-sized dims at dim 0 only, no for-loop walking one, copies
+/// that can be predicated row by row, tiles that fit the shared memory), without writing any.
+/// The search applies it to every candidate of a program with runtime-sized dims
+/// ([`crate::search::ranges`]), so that it never chooses a µGraph code generation refuses.
+pub fn sized_support(graph: &KernelGraph, dims: &Dims, opts: &KernelOptions) -> Result<(), CodegenError> {
+    let (graph, sized) = sized_graph(graph, dims)?;
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if let KernelOp::Custom { block } = &node.op {
+            let kopts = KernelOptions { sizes: kernel_sizes(sized.as_ref(), &graph, i), ..opts.clone() };
+            kernel::check_kernel(block, &format!("k{i}"), &kopts)?;
+        }
+    }
+    Ok(())
 }
 
 /// Why code could not be generated.

@@ -631,13 +631,7 @@ fn search(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>
     }
     stats.verify_time = vstart.elapsed();
     let Some(b) = best else {
-        let why = match range_rejected.first() {
-            Some(first) => format!(
-                "; {} of them computed the program at the compile size but not over the declared ranges (a padded tile polluting a reduction: masked reductions over a runtime-sized dim are not implemented), e.g. {first}",
-                range_rejected.len()
-            ),
-            None => String::new(),
-        };
+        let why = over_ranges.rejections();
         return Err(SearchError::NotFound(format!(
             "{} candidates, the {tried} cheapest were rejected by verification{why}",
             cands.len()

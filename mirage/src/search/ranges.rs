@@ -15,9 +15,10 @@ use std::collections::HashMap;
 
 use super::{SearchConfig, SearchError, float_check_at};
 use crate::codegen::default_blocks::lower_to_blocks;
-use crate::dims::{DimPlan, Dims};
+use crate::codegen::{KernelOptions, sized_support};
+use crate::dims::{DimPlan, Dims, Extent};
 use crate::fingerprint::{FingerprintContext, Verdict};
-use crate::ir::KernelGraph;
+use crate::ir::{KernelGraph, KernelOp};
 
 /// The size vectors (one size per variable) a candidate of `plan` is verified at besides the
 /// compile size: each variable through its [`Dims::verification_sizes`] with the others at their
@@ -56,6 +57,30 @@ pub struct RangeCheck<'a> {
     /// The program's plan (`None` for a static program: nothing to check).
     plan: Option<DimPlan>,
     contexts: HashMap<Vec<usize>, FingerprintContext>,
+    /// The first reason of each kind a candidate was rejected for, with the count.
+    rejected: Vec<(Rejection, usize, String)>,
+}
+
+/// Why a candidate does not serve the declared ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rejection {
+    /// Its tiles cannot follow the variables (a grid axis splitting a variable in one tensor and a
+    /// fixed dim in another, ...).
+    Geometry,
+    /// Code generation cannot write it at runtime sizes ([`sized_support`]).
+    Codegen,
+    /// It computes something else at another size (padding polluting a reduction).
+    Values,
+}
+
+impl Rejection {
+    fn describe(self) -> &'static str {
+        match self {
+            Rejection::Geometry => "cannot follow the runtime-sized dims through their tiles",
+            Rejection::Codegen => "have no code at runtime sizes",
+            Rejection::Values => "compute the program at the compile size but not at other sizes",
+        }
+    }
 }
 
 impl<'a> RangeCheck<'a> {
@@ -66,11 +91,45 @@ impl<'a> RangeCheck<'a> {
         } else {
             Some(DimPlan::analyze(program, &cfg.dims).map_err(|e| SearchError::Program(e.to_string()))?)
         };
-        Ok(RangeCheck { program, cfg, plan, contexts: HashMap::new() })
+        Ok(RangeCheck { program, cfg, plan, contexts: HashMap::new(), rejected: Vec::new() })
     }
 
-    /// Whether `candidate` computes the program at every size of [`range_sizes`]: fingerprints,
-    /// and with `float` the f32 float check. The inner error says why not (the sizes and the
+    /// Records a rejection of kind `kind`; returns `why`.
+    fn reject(&mut self, kind: Rejection, why: String) -> String {
+        match self.rejected.iter_mut().find(|r| r.0 == kind) {
+            Some(r) => r.1 += 1,
+            None => self.rejected.push((kind, 1, why.clone())),
+        }
+        why
+    }
+
+    /// Why the candidates [`RangeCheck::check`] rejected were rejected, for the search's error
+    /// when none is left (empty when it rejected none): the count of each kind of reason with
+    /// its first example, and, when the program reduces over a runtime-sized dim, that masked
+    /// reductions are not implemented yet.
+    pub fn rejections(&self) -> String {
+        if self.rejected.is_empty() {
+            return String::new();
+        }
+        let kinds: Vec<String> = self
+            .rejected
+            .iter()
+            .map(|(kind, n, first)| format!("{n} {} (e.g. one {first})", kind.describe()))
+            .collect();
+        let mut out = format!("; over the declared ranges ({}): {}", fmt_vars(&self.cfg.dims), kinds.join("; "));
+        if let Some(plan) = &self.plan
+            && let Some(r) = reduction_over_a_variable(self.program, plan)
+        {
+            out.push_str(&format!(
+                "; the program reduces over a runtime-sized dim ({r}): masked reductions over a runtime-sized dim are not implemented yet, so only µGraphs whose padding adds nothing to the reduction serve it"
+            ));
+        }
+        out
+    }
+
+    /// Whether `candidate` computes the program at every size of [`range_sizes`] (fingerprints,
+    /// and with `float` the f32 float check) and code generation can write it for runtime sizes
+    /// ([`sized_support`]). The inner error says why not (the sizes and the
     /// difference, or why the candidate cannot run at other sizes at all).
     pub fn check(&mut self, candidate: &KernelGraph, float: bool) -> Result<Result<(), String>, SearchError> {
         let Some(plan) = &self.plan else { return Ok(Ok(())) };
@@ -83,7 +142,7 @@ impl<'a> RangeCheck<'a> {
         let candidate = &lowered;
         let cplan = match DimPlan::analyze(candidate, dims) {
             Ok(p) => p,
-            Err(e) => return Ok(Err(format!("cannot run at other sizes: {e}"))),
+            Err(e) => return Ok(Err(self.reject(Rejection::Geometry, format!("cannot run at other sizes: {e}")))),
         };
         for sizes in range_sizes(dims, &cplan) {
             let at = || fmt_sizes(dims, &sizes);
@@ -96,12 +155,46 @@ impl<'a> RangeCheck<'a> {
                 }
             };
             if let Verdict::NotEquivalent { witness } = ctx.check_at(candidate, &crun)? {
-                return Ok(Err(format!("differs at {}: {witness}", at())));
+                let why = format!("differs at {}: {witness}", at());
+                return Ok(Err(self.reject(Rejection::Values, why)));
             }
             if float && let Err(msg) = float_check_at(self.program, candidate, Some((&prun, &crun)))? {
-                return Ok(Err(format!("fails the float check at {}: {msg}", at())));
+                let why = format!("fails the float check at {}: {msg}", at());
+                return Ok(Err(self.reject(Rejection::Values, why)));
             }
+        }
+        // What code generation refuses at runtime sizes is no candidate either: the same check
+        // `generate_sized` makes, so the two cannot disagree (after the values, so that a wrong
+        // candidate is reported as wrong).
+        if let Err(e) = sized_support(candidate, dims, &KernelOptions::default()) {
+            return Ok(Err(self.reject(Rejection::Codegen, format!("has no code at runtime sizes: {e}"))));
         }
         Ok(Ok(()))
     }
+}
+
+/// The declared ranges as in messages: `B = 1..=64, S = 1..=32768`.
+pub fn fmt_vars(dims: &Dims) -> String {
+    dims.vars.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The first operator of `program` that reduces over a runtime-sized dim (a sum, maximum, argmax
+/// or RMS norm along it, or a matmul contracting it), described as `reduce_sum (%3) over B`.
+pub fn reduction_over_a_variable(program: &KernelGraph, plan: &DimPlan) -> Option<String> {
+    let var = |e: Extent| match e {
+        Extent::Var(v) => plan.dims().vars.get(v).map(|d| d.name.clone()),
+        Extent::Fixed(_) => None,
+    };
+    program.nodes().iter().enumerate().find_map(|(i, node)| {
+        let arg = |k: usize| node.inputs.get(k).map(|&t| plan.extents(t)).unwrap_or(&[]);
+        let over = match &node.op {
+            KernelOp::ReduceSum { dim } | KernelOp::ReduceMax { dim } | KernelOp::Argmax { dim } => {
+                arg(0).get(*dim).copied().and_then(var)
+            }
+            KernelOp::RmsNorm { .. } => arg(0).last().copied().and_then(var),
+            KernelOp::Matmul => arg(0).last().copied().and_then(var),
+            _ => None,
+        }?;
+        Some(format!("{} (%{i}) over {over}", node.op.name()))
+    })
 }

@@ -117,6 +117,13 @@ pub fn generate_task_body(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> 
     generate_with(bg, name, opts, emit::emit_task_body)
 }
 
+/// The checks [`generate_kernel`] makes before writing code: the kernel plans within
+/// `opts.max_smem_bytes` and can run at the runtime sizes of `opts.sizes`.
+pub fn check_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<(), CodegenError> {
+    let plan = plan_kernel(bg, name, opts)?;
+    check_sizes(&plan, name, &opts.sizes)
+}
+
 /// Plans `bg` and writes its CUDA with `emit`.
 fn generate_with(
     bg: &BlockGraph,

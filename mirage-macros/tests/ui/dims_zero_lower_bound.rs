@@ -1,0 +1,8 @@
+use mirage_macros::mugraph;
+
+#[mugraph(dims(B = 0..=8))]
+fn f(x: Tensor<f16, B, 64>) -> Tensor<f16, B, 64> {
+    exp(x)
+}
+
+fn main() {}
