@@ -4,8 +4,9 @@
 //! kernels of every golden µGraph (`mirage/goldens/`) for the GPU golden test (`tests/golden_gpu.rs`);
 //! and builds the `#[mugraph]` functions of the examples (`examples/kernels/mod.rs`), of the
 //! tests (`tests/kernels/mod.rs`) and, with `MIRAGE_GENERALITY=1`, of the bench's generality set
-//! (`benches/kernels/generality.rs`; likewise `MIRAGE_CORPUS=1` and `MIRAGE_ATTENTION=1` for its
-//! corpus and decode-attention group) with `mirage::build::compile`, exactly as a user's build.rs
+//! (`benches/kernels/generality.rs`; likewise `MIRAGE_CORPUS=1`, `MIRAGE_ATTENTION=1` and
+//! `MIRAGE_DIMS_BENCH=1` for its corpus, decode-attention and runtime-sized-dims groups) with
+//! `mirage::build::compile`, exactly as a user's build.rs
 //! does; and builds the megakernels of the test-mode graphs and overhead measurements
 //! (`mirage::mpk::testmode`) for `tests/mpk_gpu.rs` and `examples/mpk_toy.rs`.
 
@@ -26,58 +27,36 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set to `1` to build the bench's generality set (`benches/kernels/generality.rs`, 37 programs
-/// with weights of up to 136 M elements): verifying their cached µGraphs at real shapes takes
-/// minutes of CPU time per build, so CI builds without it and the GPU bench's pack sets it.
-const GENERALITY_ENV: &str = "MIRAGE_GENERALITY";
+/// The bench's optional program groups: (environment variable, kernels file, cfg it sets for
+/// `benches/gpu.rs`, what it is). Each is built only when its variable is `1`: verifying (or
+/// searching) these programs at real shapes takes minutes of CPU time per build, so CI builds
+/// without them and the GPU bench's pack sets the ones it runs.
+const BENCH_GROUPS: [(&str, &str, &str, &str); 4] = [
+    // 37 programs with weights of up to 136 M elements.
+    ("MIRAGE_GENERALITY", "benches/kernels/generality.rs", "mirage_generality", "the generality set"),
+    // 36 programs people write: decode-time layer pieces with norms and residuals.
+    ("MIRAGE_CORPUS", "benches/kernels/corpus.rs", "mirage_corpus", "the corpus"),
+    // Decode attention: K and V of 4096 keys, 32 heads.
+    ("MIRAGE_ATTENTION", "benches/kernels/attention.rs", "mirage_attention", "the decode-attention group"),
+    // The gated MLP over B = 1..=64 and fixed builds beside it (4096², the bench's shape).
+    ("MIRAGE_DIMS_BENCH", "benches/kernels/dims.rs", "mirage_dims_bench", "the runtime-sized dims group"),
+];
 
-/// Set to `1` to build the bench's corpus (`benches/kernels/corpus.rs`, 36 programs people write:
-/// decode-time layer pieces with norms and residuals, weights of up to 136 M elements): their
-/// searches take up to minutes each on a small machine, so only the GPU bench's pack sets it.
-const CORPUS_ENV: &str = "MIRAGE_CORPUS";
-
-/// Set to `1` to build the bench's decode-attention group (`benches/kernels/attention.rs`: K and
-/// V of 4096 keys, 32 heads): verifying their µGraphs at these shapes takes a while per build, so
-/// only the GPU bench's pack sets it.
-const ATTENTION_ENV: &str = "MIRAGE_ATTENTION";
-
-/// The `#[mugraph]` functions of the examples and tests (and, with `MIRAGE_GENERALITY=1`, of the
-/// bench's generality set, announced to the bench by the `mirage_generality` cfg):
-/// `mirage::build::compile`, the user's path.
+/// The `#[mugraph]` functions of the examples and tests (and of the bench groups switched on in
+/// [`BENCH_GROUPS`], each announced to the bench by its cfg): `mirage::build::compile`, the
+/// user's path.
 fn mugraph_kernels() -> Result<(), String> {
-    println!("cargo::rustc-check-cfg=cfg(mirage_generality)");
-    println!("cargo::rustc-check-cfg=cfg(mirage_corpus)");
-    println!("cargo::rustc-check-cfg=cfg(mirage_attention)");
-    println!("cargo:rerun-if-env-changed={ATTENTION_ENV}");
-    println!("cargo:rerun-if-env-changed={GENERALITY_ENV}");
-    println!("cargo:rerun-if-env-changed={CORPUS_ENV}");
     let mut files = vec!["examples/kernels/mod.rs", "tests/kernels/mod.rs"];
-    match std::env::var(GENERALITY_ENV).as_deref().map(str::trim) {
-        Ok("1") => {
-            files.push("benches/kernels/generality.rs");
-            // The bench's `dims` group (the gated MLP over B = 1..=64 and fixed builds beside it).
-            files.push("benches/kernels/dims.rs");
-            println!("cargo:rustc-cfg=mirage_generality");
-        }
-        Ok("" | "0") | Err(_) => {}
-        Ok(other) => return Err(format!("{GENERALITY_ENV}={other:?}: expected 1 (build the generality set) or 0")),
-    }
-    match std::env::var(CORPUS_ENV).as_deref().map(str::trim) {
-        Ok("1") => {
-            files.push("benches/kernels/corpus.rs");
-            println!("cargo:rustc-cfg=mirage_corpus");
-        }
-        Ok("" | "0") | Err(_) => {}
-        Ok(other) => return Err(format!("{CORPUS_ENV}={other:?}: expected 1 (build the corpus) or 0")),
-    }
-    match std::env::var(ATTENTION_ENV).as_deref().map(str::trim) {
-        Ok("1") => {
-            files.push("benches/kernels/attention.rs");
-            println!("cargo:rustc-cfg=mirage_attention");
-        }
-        Ok("" | "0") | Err(_) => {}
-        Ok(other) => {
-            return Err(format!("{ATTENTION_ENV}={other:?}: expected 1 (build the decode-attention group) or 0"));
+    for (env, file, cfg, what) in BENCH_GROUPS {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        println!("cargo:rerun-if-env-changed={env}");
+        match std::env::var(env).as_deref().map(str::trim) {
+            Ok("1") => {
+                files.push(file);
+                println!("cargo:rustc-cfg={cfg}");
+            }
+            Ok("" | "0") | Err(_) => {}
+            Ok(other) => return Err(format!("{env}={other:?}: expected 1 (build {what}) or 0")),
         }
     }
     mirage::build::compile(files).map(|_| ()).map_err(|e| e.to_string())

@@ -31,7 +31,7 @@ mod common;
 #[cfg(mirage_corpus)]
 #[path = "kernels/corpus.rs"]
 mod corpus;
-#[cfg(mirage_generality)]
+#[cfg(mirage_dims_bench)]
 #[path = "kernels/dims.rs"]
 mod dims;
 #[cfg(mirage_generality)]
@@ -405,18 +405,18 @@ fn main() -> Result<(), Box<dyn Error>> {
 
 /// The programs of the `dims` group (`benches/kernels/dims.rs`): the gated MLP over `B` and its
 /// fixed builds at 17 and 64 rows.
-#[cfg(mirage_generality)]
+#[cfg(mirage_dims_bench)]
 fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
     Some([&dims::gated_mlp_over_b::PROGRAM, &dims::gated_mlp_bs17::PROGRAM, &dims::gated_mlp_bs64::PROGRAM])
 }
 
-/// Without `MIRAGE_GENERALITY=1` at build time the `dims` group is not built: no rows.
-#[cfg(not(mirage_generality))]
+/// Without `MIRAGE_DIMS_BENCH=1` at build time the `dims` group is not built: no rows.
+#[cfg(not(mirage_dims_bench))]
 fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
     None
 }
 
-/// The `dims` group (case name `dims`; built with the generality set, `MIRAGE_GENERALITY=1`):
+/// The `dims` group (case name `dims`; built with `MIRAGE_DIMS_BENCH=1`):
 /// the gated MLP built once for `B` in 1..=64 (`benches/kernels/dims.rs`) next to fixed-shape
 /// builds at B = 1, 8 (the examples' `gated_mlp_bs1`/`bs8`), 17 and 64, on the same inputs, timed
 /// the same way (CUDA events, L2 flushed, median of `iters` launches); the variable build's

@@ -1,9 +1,8 @@
 //! The runtime-sized-dims rows of the GPU bench (`benches/gpu.rs`, group `dims`): the benchmark's
 //! gated MLP (f16, 4096 × 4096 weights) built once for any batch `B` in 1..=64, and fixed-shape
 //! builds of it at 17 and 64 rows (the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the
-//! fixed builds at 1 and 8). Built by the root build.rs with the generality set
-//! (`MIRAGE_GENERALITY=1`): verifying the B-sized µGraph over its range at these shapes takes
-//! minutes of CPU time.
+//! fixed builds at 1 and 8). Built by the root build.rs with `MIRAGE_DIMS_BENCH=1`: verifying the
+//! B-sized µGraph over its range at these shapes takes minutes of CPU time.
 // The bench uses the programs through their modules.
 #![allow(dead_code)]
 
