@@ -13,7 +13,11 @@
 //! conditioning propagates at these inputs (Monte Carlo arithmetic on the chosen µGraph,
 //! `mirage::testing::rounding`). A mismatch prints the program, its input seed, the worst
 //! elements with their indices, values and tolerances, and what the device's storage rounding
-//! alone gives there (`run_stored`), and fails the test. The seed is printed and
+//! alone gives there (`run_stored`), and fails the test. Inputs come from
+//! `mirage::testing::inputs::finite_reference`: where the reference is not finite on the first
+//! draw, later draws (narrower ranges) are taken; a program with no finite reference on any draw
+//! is printed and counted apart, and more than `MAX_WITHOUT_FINITE_REFERENCE` of them fail the
+//! test. The seed is printed and
 //! `MIRAGE_TEST_SEED` replays it; `MIRAGE_RANDOM_LIMIT=N` runs the first `N` programs only (the
 //! sanitizer stage of the run script).
 //!
@@ -24,10 +28,9 @@ use std::path::PathBuf;
 use mirage::codegen::plan::LaunchPlan;
 use mirage::ir::{KernelGraph, TensorDesc};
 use mirage::lower::lower_source;
-use mirage::reference::run;
 use mirage::testing::compare::{ErrorModel, compare_with_spread, reduction_len, worst_elements};
-use mirage::testing::inputs::{graph_inputs, seed};
-use mirage::testing::random::INPUT_RANGE;
+use mirage::testing::inputs::{finite_reference, seed};
+use mirage::testing::random::{INPUT_RANGE, MAX_WITHOUT_FINITE_REFERENCE};
 use mirage::testing::rounding::{rounding_spread, run_stored};
 use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 
@@ -77,6 +80,9 @@ fn random_programs_match_the_reference_on_the_gpu() {
         }
     };
     let (mut failures, mut outputs, mut ran) = (Vec::new(), 0, 0);
+    // Programs compared on redrawn inputs (their reference was not finite on the first draw), and
+    // programs without a finite reference on any draw (counted apart, not compared).
+    let (mut redrawn, mut no_finite) = (Vec::new(), Vec::new());
     let mut worst: std::collections::BTreeMap<&'static str, (f64, String)> = Default::default();
     for program in programs.iter().take(limit) {
         let name = program.name.as_str();
@@ -93,8 +99,25 @@ fn random_programs_match_the_reference_on_the_gpu() {
             .unwrap_or_else(|e| panic!("{name}.mugraph.json: {e}"));
         let mugraph = KernelGraph::from_json(&mugraph_json).unwrap_or_else(|e| panic!("{name}.mugraph.json: {e}"));
         let input_seed = seed ^ ran as u64;
-        let host = graph_inputs(&program.graph, input_seed, |_| INPUT_RANGE);
-        let want = run(&program.graph, &host).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+        let reference = finite_reference(&program.graph, input_seed, |_| INPUT_RANGE)
+            .unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+        let (host, want, draw) = match reference {
+            Ok(r) => {
+                if r.attempt > 0 {
+                    redrawn.push(format!("{name} (draw {}, ranges ×{})", r.attempt, r.scale));
+                }
+                (r.inputs, r.outputs, r.attempt)
+            }
+            Err(why) => {
+                println!(
+                    "NO FINITE REFERENCE {name} (inputs: seed {input_seed} = MIRAGE_TEST_SEED {seed} ^ program {ran}): {why}\n  program:\n{}",
+                    function_source(&source, name)
+                );
+                no_finite.push(format!("{name}: {why}"));
+                ran += 1;
+                continue;
+            }
+        };
         let spread = rounding_spread(&mugraph, &host, &want).unwrap_or_else(|e| panic!("{name}: rounding spread: {e}"));
         let dev: Vec<AnyTensor> = program
             .params
@@ -123,7 +146,7 @@ fn random_programs_match_the_reference_on_the_gpu() {
             if !c.passed() {
                 let stored = run_stored(&mugraph, &host).map(|mut s| s.swap_remove(i));
                 let mut report = format!(
-                    "MISMATCH {name} output {i} (inputs: seed {input_seed} = MIRAGE_TEST_SEED {seed} ^ program {ran}): {c}\n  worst elements (index: got, want, |error|, allowed = atol + rtol·|want| + λ·spread, spread; storage-rounded µGraph):"
+                    "MISMATCH {name} output {i} (inputs: seed {input_seed} = MIRAGE_TEST_SEED {seed} ^ program {ran}, draw {draw} of finite_reference): {c}\n  worst elements (index: got, want, |error|, allowed = atol + rtol·|want| + λ·spread, spread; storage-rounded µGraph):"
                 );
                 for e in worst_elements(&got, &w.data, &w.shape, &c, &spread[i], 8) {
                     let flat = e.index.iter().zip(&w.shape).fold(0, |f, (&x, &n)| f * n + x);
@@ -156,6 +179,19 @@ fn random_programs_match_the_reference_on_the_gpu() {
     for (dtype, (ratio, what)) in &worst {
         println!("  {dtype}: {ratio:.3} — {what}");
     }
+    println!(
+        "random: {} compared on redrawn inputs{}; {} without a finite reference on any draw (at most {MAX_WITHOUT_FINITE_REFERENCE} allowed){}",
+        redrawn.len(),
+        if redrawn.is_empty() { String::new() } else { format!(" ({})", redrawn.join(", ")) },
+        no_finite.len(),
+        if no_finite.is_empty() { String::new() } else { format!(": {}", no_finite.join("; ")) }
+    );
     assert_eq!(ran, limit.min(programs.len()));
+    assert!(
+        no_finite.len() <= MAX_WITHOUT_FINITE_REFERENCE,
+        "{} programs have no finite reference on any draw of inputs:\n{}",
+        no_finite.len(),
+        no_finite.join("\n")
+    );
     assert!(failures.is_empty(), "{} outputs mismatch:\n{}", failures.len(), failures.join("\n"));
 }

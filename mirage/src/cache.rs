@@ -68,6 +68,16 @@ pub struct CachedCandidate {
     pub measured_us: Option<f64>,
 }
 
+/// An operator a partitioned search kept as its own library kernel (not fused), and why: the
+/// search expressed no µGraph of it, or the budget ran out before its turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnfusedOperator {
+    /// The operator: `` `name` (%node) `` of the program.
+    pub operator: String,
+    /// Why it was not fused.
+    pub why: String,
+}
+
 /// One cache file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CacheEntry {
@@ -95,6 +105,11 @@ pub struct CacheEntry {
     pub top: Vec<CachedCandidate>,
     /// When the entry was written (seconds since the Unix epoch).
     pub created_unix_s: u64,
+    /// The operators the µGraph keeps as their own library kernels because the search that
+    /// found it did not fuse them, with why (a cache hit reports them again). Entries written
+    /// before this field existed read as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfused: Vec<UnfusedOperator>,
 }
 
 impl CacheEntry {
@@ -121,6 +136,7 @@ impl CacheEntry {
             device: None,
             top,
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            unfused: Vec::new(),
         })
     }
 

@@ -15,6 +15,11 @@ use std::time::Duration;
 use mirage::lower::lower_source;
 use mirage::search::{SearchConfig, describe, float_check, superoptimize};
 
+/// The operators a result keeps unfused, with why.
+fn unfused(r: &mirage::search::SearchResult) -> String {
+    r.stats.unfused.iter().map(|u| format!("{} ({})", u.operator, u.why)).collect::<Vec<_>>().join(", ")
+}
+
 #[test]
 #[ignore = "slow: 36 searches of up to 60 s each, and verification at real shapes of weights up to 136 M elements"]
 fn corpus_programs_are_superoptimized() {
@@ -30,7 +35,7 @@ fn corpus_programs_are_superoptimized() {
             Ok(r) => {
                 let fused = r.stats.unfused.is_empty();
                 let how = if !fused {
-                    format!("partly: {} unfused", r.stats.unfused.join(", "))
+                    format!("partly: {} unfused", unfused(&r))
                 } else if r.notes.iter().any(|n| n.starts_with("no µGraph of the whole program")) {
                     "yes (in parts)".to_string()
                 } else {
@@ -49,7 +54,7 @@ fn corpus_programs_are_superoptimized() {
                     failures.push(format!("{}: float check: {e}", p.name));
                 }
                 if !fused {
-                    failures.push(format!("{}: not fused: {}", p.name, r.stats.unfused.join(", ")));
+                    failures.push(format!("{}: not fused: {}", p.name, unfused(&r)));
                 }
             }
             Err(e) => {

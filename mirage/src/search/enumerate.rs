@@ -35,6 +35,7 @@
 //! operators are recognized by an order-independent key and skipped.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -46,8 +47,8 @@ use crate::codegen::default_blocks::default_block_graph;
 use crate::cost::{KernelCost, SmemMode, estimate_block_with, lower_bound_us};
 use crate::fingerprint::mix64;
 use crate::ir::{
-    AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Phase, RopeLayout, Scalar, TensorDesc,
-    TensorRef, TileDesc, UnaryOp, infer_kernel_op,
+    AccKind, BinaryOp, BlockGraph, BlockOp, CanonicalHash, GridMap, KernelGraph, KernelOp, Phase, RopeLayout, Scalar,
+    TensorDesc, TensorRef, TileDesc, UnaryOp, infer_kernel_op,
 };
 
 /// A dimension class id.
@@ -509,6 +510,16 @@ struct BlockResult {
     outputs: Vec<(E, Vec<Option<Class>>)>,
     classes: Vec<ClassInfo>,
     cost: KernelCost,
+    /// The block graph's canonical hash (the tie-breaker of the orders below), computed once when
+    /// first needed: it serializes and hashes the whole block graph, and a sort that computed it
+    /// in every comparison of tied costs spent more time there than in the enumeration.
+    hash: OnceLock<CanonicalHash>,
+}
+
+impl BlockResult {
+    fn hash(&self) -> &CanonicalHash {
+        self.hash.get_or_init(|| self.block.canonical_hash())
+    }
 }
 
 /// A block-graph configuration: grid, which class each grid axis splits, loop class and range
@@ -822,7 +833,7 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
     for r in results {
         let sig = format!("{:?}|{:?}", r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>(), r.block.output_descs());
         match best.get(&sig) {
-            Some(b) if (b.cost.us, b.block.canonical_hash()) <= (r.cost.us, r.block.canonical_hash()) => {}
+            Some(b) if (b.cost.us, b.hash()) <= (r.cost.us, r.hash()) => {}
             _ => {
                 best.insert(sig, r);
             }
@@ -831,9 +842,7 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
     let mut v: Vec<(usize, BlockResult)> =
         best.into_values().map(|r| (coverage(run, &r.outputs.iter().map(|(e, _)| e).collect::<Vec<_>>()), r)).collect();
     let score = |c: usize, r: &BlockResult| r.cost.us / c.max(1) as f64;
-    v.sort_by(|(ca, a), (cb, b)| {
-        score(*ca, a).total_cmp(&score(*cb, b)).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
-    });
+    v.sort_by(|(ca, a), (cb, b)| score(*ca, a).total_cmp(&score(*cb, b)).then_with(|| a.hash().cmp(b.hash())));
     v.truncate(keep);
     v.into_iter().map(|(_, r)| r).collect()
 }
@@ -1046,9 +1055,7 @@ fn block_search(run: &Run<'_>, s: &KState, set: &[usize], targets: Option<&[(E, 
             out
         })
         .collect();
-    results.sort_by(|a, b| {
-        a.cost.us.total_cmp(&b.cost.us).then_with(|| a.block.canonical_hash().cmp(&b.block.canonical_hash()))
-    });
+    results.sort_by(|a, b| a.cost.us.total_cmp(&b.cost.us).then_with(|| a.hash().cmp(b.hash())));
     results
 }
 
@@ -1594,7 +1601,7 @@ fn close(
                     || outputs.iter().all(|(_, cls)| !cls.iter().flatten().any(|cl| split.contains(cl)));
                 let cost = estimate_block_with(&bg, &run.cfg.arch, SmemMode::Estimated);
                 if partial && cost.us.is_finite() {
-                    out.push(BlockResult { block: bg, outputs, classes, cost });
+                    out.push(BlockResult { block: bg, outputs, classes, cost, hash: OnceLock::new() });
                 }
             }
         }

@@ -12,15 +12,19 @@
 //! a residual, or one too large for the budget) is cut at matmul boundaries, each part searched
 //! as a program of its own (grown greedily operator by operator where a part is not solved
 //! whole), and the parts' µGraphs composed into one µGraph over the program's inputs, which the
-//! caller verifies against the whole program. Only an operator no search expresses even alone
-//! stays its own library kernel, and the search's notes name it with the reason.
+//! caller verifies against the whole program. Every search draws from what is left of the one
+//! budget of the whole search ([`super::budget`]). Only an operator no search expresses even
+//! alone, or that the budget does not reach, stays its own library kernel, and the search's notes
+//! name it with the reason.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use crate::ir::{KernelGraph, KernelOp, TensorRef};
 
+use super::budget::Budget;
 use super::enumerate::analyze;
-use super::{Pruner, SearchConfig, SearchStats};
+use super::{Pruner, SearchConfig, SearchStats, UnfusedOperator};
 
 /// A program with some inputs read through copies, and how to undo it.
 #[derive(Clone, Debug)]
@@ -163,8 +167,11 @@ pub(crate) struct Parts {
     pub stats: SearchStats,
     /// One line per part, and one per operator kept as its own library kernel.
     pub notes: Vec<String>,
-    /// The operators kept as library kernels because no search expressed them (`name (%node)`).
-    pub unfused: Vec<String>,
+    /// The operators kept as library kernels, each with why: no search expressed it, or the
+    /// budget ran out before it was searched.
+    pub unfused: Vec<UnfusedOperator>,
+    /// The fused parts composed (runs of operators searched as one program).
+    pub fused: usize,
 }
 
 /// The program's operators (node indices) in parts at matmul boundaries: an operator's part is
@@ -268,99 +275,172 @@ fn labels(program: &KernelGraph, ops: &[usize]) -> String {
     ops.iter().map(|&i| format!("`{}` (%{i})", program.nodes()[i].op.name())).collect::<Vec<_>>().join(", ")
 }
 
-/// Searches a program no single search found a µGraph for, in parts: the program is cut at
-/// matmul boundaries ([`matmul_parts`]); a part the search does not solve whole is grown
-/// greedily, operator by operator in program order, into the longest runs it does solve; an
-/// operator no search expresses even alone is kept as its own library kernel (and named in
-/// [`Parts::unfused`]). Each part's search has the budget of `cfg` (a part is much smaller than
-/// the program, and its search usually ends well within it). The composed µGraph
-/// is returned unverified: the caller verifies it against the whole program. `None` when it
-/// fuses nothing (as many kernels as the program has operators: the program as written).
-pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Option<&dyn Pruner>) -> Option<Parts> {
-    let mut stats = SearchStats { budget: cfg.budget, max_states: cfg.max_states, ..SearchStats::default() };
-    let mut notes = Vec::new();
-    let mut unfused = Vec::new();
-    // Solved runs of operators, in program order, with their µGraphs.
-    let mut solved: Vec<(Vec<usize>, KernelGraph)> = Vec::new();
-    let attempt = |ops: &[usize], stats: &mut SearchStats| -> Result<KernelGraph, String> {
-        let Some((sub, _, _)) = sub_program(program, ops) else {
-            return Err("its operators do not form a program".into());
-        };
-        let part_cfg = SearchConfig { partition: false, ..cfg.clone() };
-        match super::search(&sub, &part_cfg, pruner) {
-            Ok(r) => {
-                stats.states += r.stats.states;
-                stats.pruned += r.stats.pruned;
-                stats.bounded += r.stats.bounded;
-                stats.candidates += r.stats.candidates;
-                stats.verified += r.stats.verified;
-                stats.rejected += r.stats.rejected;
-                stats.search_time += r.stats.search_time;
-                stats.verify_time += r.stats.verify_time;
-                stats.timed_out |= r.stats.timed_out;
-                Ok(r.best.graph)
-            }
-            Err(e) => Err(e.to_string()),
+/// Why a part's search gave no µGraph.
+enum Miss {
+    /// The search ran and found nothing (its error).
+    NotFound(String),
+    /// Its share of the budget was empty: not searched.
+    OutOfBudget,
+}
+
+/// The searches of a partitioned search: what they draw from and what they did.
+struct Searches<'a> {
+    program: &'a KernelGraph,
+    cfg: &'a SearchConfig,
+    pruner: Option<&'a dyn Pruner>,
+    /// What is left of the whole search's budget.
+    budget: Budget,
+    stats: SearchStats,
+    notes: Vec<String>,
+    unfused: Vec<UnfusedOperator>,
+    /// Runs of operators, in program order, with their µGraphs (fused, or one library kernel).
+    solved: Vec<(Vec<usize>, KernelGraph)>,
+    fused: usize,
+}
+
+impl Searches<'_> {
+    /// One search of operators `ops` under `share` (a portion of `part`, itself a portion of the
+    /// budget); its states are charged to both.
+    fn attempt(&mut self, ops: &[usize], share: Budget, part: &mut Budget) -> Result<KernelGraph, Miss> {
+        if share.spent() {
+            self.stats.timed_out = true;
+            return Err(Miss::OutOfBudget);
         }
-    };
-    let parts = matmul_parts(program);
-    for part in &parts {
-        if let Ok(g) = attempt(part, &mut stats) {
-            notes.push(format!(
-                "part {}: {} kernel(s) for {}",
-                solved.len() + 1,
-                g.num_kernels(),
-                labels(program, part)
-            ));
-            solved.push((part.clone(), g));
-            continue;
+        let Some((sub, _, _)) = sub_program(self.program, ops) else {
+            return Err(Miss::NotFound("its operators do not form a program".into()));
+        };
+        let part_cfg = SearchConfig { partition: false, ..share.limit(self.cfg) };
+        let mut visited = 0;
+        let started = Instant::now();
+        let r = super::search(&sub, &part_cfg, self.pruner, &mut visited);
+        let took = started.elapsed();
+        part.charge(visited);
+        self.budget.charge(visited);
+        self.stats.states += visited;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.stats.search_time += took;
+                return Err(Miss::NotFound(e.to_string()));
+            }
+        };
+        let s = &mut self.stats;
+        s.pruned += r.stats.pruned;
+        s.bounded += r.stats.bounded;
+        s.candidates += r.stats.candidates;
+        s.verified += r.stats.verified;
+        s.rejected += r.stats.rejected;
+        s.search_time += took.saturating_sub(r.stats.verify_time);
+        s.verify_time += r.stats.verify_time;
+        s.timed_out |= r.stats.timed_out;
+        Ok(r.best.graph)
+    }
+
+    /// Records the fused run `ops` and its µGraph.
+    fn fused(&mut self, ops: Vec<usize>, g: KernelGraph) {
+        self.fused += 1;
+        let n = self.solved.len() + 1;
+        self.notes.push(format!("part {n}: {} kernel(s) for {}", g.num_kernels(), labels(self.program, &ops)));
+        self.solved.push((ops, g));
+    }
+
+    /// Keeps operator `op` as its own library kernel.
+    fn unfused(&mut self, op: usize, miss: Miss) -> Option<()> {
+        let (sub, _, _) = sub_program(self.program, &[op])?;
+        let operator = labels(self.program, &[op]);
+        let why = match miss {
+            Miss::NotFound(e) => format!("the search expresses no µGraph of it alone ({e})"),
+            Miss::OutOfBudget => {
+                format!("not searched: the search {} ran out before its turn", self.stats.budget_text())
+            }
+        };
+        let n = self.solved.len() + 1;
+        self.notes.push(format!("part {n}: {operator} kept as its own library kernel (not fused): {why}"));
+        self.unfused.push(UnfusedOperator { operator, why });
+        self.solved.push((vec![op], sub));
+        Some(())
+    }
+
+    /// Searches `part` (operators in program order) whole (unless `searched`: the part is the
+    /// whole program, whose search found nothing), then grown operator by operator, with
+    /// `part_budget`.
+    fn part(&mut self, part: &[usize], mut part_budget: Budget, searched: bool) -> Option<()> {
+        let whole = if part.len() > 1 { part_budget.portion(1, 3) } else { part_budget };
+        match if searched { Err(Miss::NotFound(String::new())) } else { self.attempt(part, whole, &mut part_budget) } {
+            Ok(g) => {
+                self.fused(part.to_vec(), g);
+                return Some(());
+            }
+            // A part of one operator was just searched alone.
+            Err(miss) if part.len() == 1 && !searched => return self.unfused(part[0], miss),
+            Err(_) => {}
         }
         let mut run: Vec<usize> = Vec::new();
         let mut best: Option<KernelGraph> = None;
-        for &op in part {
-            let mut longer = run.clone();
-            longer.push(op);
-            if let Ok(g) = attempt(&longer, &mut stats) {
-                run = longer;
-                best = Some(g);
-                continue;
+        for (k, &op) in part.iter().enumerate() {
+            let left = (part.len() - k) as u64;
+            if !run.is_empty() {
+                let mut longer = run.clone();
+                longer.push(op);
+                if let Ok(g) = self.attempt(&longer, part_budget.portion(1, left + 1), &mut part_budget) {
+                    run = longer;
+                    best = Some(g);
+                    continue;
+                }
+                if let Some(g) = best.take() {
+                    self.fused(std::mem::take(&mut run), g);
+                }
             }
-            if let Some(g) = best.take() {
-                notes.push(format!(
-                    "part {}: {} kernel(s) for {}",
-                    solved.len() + 1,
-                    g.num_kernels(),
-                    labels(program, &run)
-                ));
-                solved.push((std::mem::take(&mut run), g));
-            }
-            match attempt(&[op], &mut stats) {
+            match self.attempt(&[op], part_budget.portion(1, left), &mut part_budget) {
                 Ok(g) => {
                     run = vec![op];
                     best = Some(g);
                 }
-                Err(why) => {
-                    let (sub, _, _) = sub_program(program, &[op])?;
-                    let label = labels(program, &[op]);
-                    notes.push(format!(
-                        "part {}: {label} kept as its own library kernel (not fused): the search expresses no µGraph of it alone ({why})",
-                        solved.len() + 1
-                    ));
-                    unfused.push(label);
-                    solved.push((vec![op], sub));
-                }
+                Err(miss) => self.unfused(op, miss)?,
             }
         }
         if let Some(g) = best {
-            notes.push(format!(
-                "part {}: {} kernel(s) for {}",
-                solved.len() + 1,
-                g.num_kernels(),
-                labels(program, &run)
-            ));
-            solved.push((run, g));
+            self.fused(run, g);
         }
+        Some(())
     }
+}
+
+/// Searches a program no single search found a µGraph for, in parts: the program is cut at
+/// matmul boundaries ([`matmul_parts`]); a part the search does not solve whole is grown
+/// greedily, operator by operator in program order, into the longest runs it does solve; an
+/// operator no search expresses even alone, or that the budget does not reach, is kept as its
+/// own library kernel (and named in [`Parts::unfused`] with why). Every search draws from
+/// `budget`, what is left of the whole search's budget, by the rule of [`super::budget`]. The
+/// composed µGraph is returned unverified: the caller verifies it against the whole program.
+/// `None` when it fuses nothing (as many kernels as the program has operators: the program as
+/// written).
+pub(crate) fn search_parts(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    pruner: Option<&dyn Pruner>,
+    budget: Budget,
+) -> Option<Parts> {
+    let mut s = Searches {
+        program,
+        cfg,
+        pruner,
+        budget,
+        stats: SearchStats { budget: cfg.budget, max_states: cfg.max_states, ..SearchStats::default() },
+        notes: Vec::new(),
+        unfused: Vec::new(),
+        solved: Vec::new(),
+        fused: 0,
+    };
+    let parts = matmul_parts(program);
+    let sizes: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
+    for (i, part) in parts.iter().enumerate() {
+        // This part's share: in proportion to its size among the parts still to search.
+        let share = s.budget.portion(sizes[i], sizes[i..].iter().sum());
+        // One part is the whole program, already searched.
+        s.part(part, share, parts.len() == 1)?;
+    }
+    let Searches { stats, notes, unfused, solved, fused, .. } = s;
     // Nothing fused (every part one operator in one kernel): the program as written, which is
     // what the caller's error leads to anyway.
     let operators =
@@ -386,5 +466,5 @@ pub(crate) fn search_parts(program: &KernelGraph, cfg: &SearchConfig, pruner: Op
             g.output(*val.get(&n.inputs[0])?, strides.clone()).ok()?;
         }
     }
-    Some(Parts { graph: g, stats, notes, unfused })
+    Some(Parts { graph: g, stats, notes, unfused, fused })
 }

@@ -3,6 +3,10 @@
 //! GPU sees), the seed of a randomized run, and the input ranges of the golden and coverage
 //! programs.
 //!
+//! A test that compares with the f32 reference draws its inputs through [`finite_reference`]: a
+//! program whose reference is not finite on the inputs drawn (an overflow, a division by a sum
+//! that cancels) gets new ones, in a narrower range, a bounded number of times.
+//!
 //! A randomized run takes its seed from [`seed`]: `MIRAGE_TEST_SEED` when it is set (to replay a
 //! run), a fresh one otherwise; the seed is printed either way.
 
@@ -12,8 +16,10 @@ use mirage_runtime::{DType, TensorDesc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::eval::EvalError;
+use crate::fingerprint::mix64;
 use crate::ir::KernelGraph;
-use crate::reference::HostTensor;
+use crate::reference::{HostTensor, run};
 
 /// The environment variable that replays a randomized run with a given seed.
 pub const SEED_VAR: &str = "MIRAGE_TEST_SEED";
@@ -92,6 +98,64 @@ pub fn random_inputs(specs: &[TensorDesc], seed: u64, range: impl Fn(usize) -> R
 pub fn graph_inputs(graph: &KernelGraph, seed: u64, range: impl Fn(usize) -> Range<f32>) -> Vec<HostTensor> {
     let specs: Vec<TensorDesc> = graph.inputs().into_iter().cloned().collect();
     random_inputs(&specs, seed, range)
+}
+
+/// Draws of inputs [`finite_reference`] makes before it gives up.
+pub const FINITE_ATTEMPTS: u32 = 8;
+
+/// Inputs on which a program's f32 reference is finite, and that reference.
+#[derive(Clone, Debug)]
+pub struct FiniteReference {
+    /// The inputs.
+    pub inputs: Vec<HostTensor>,
+    /// The program's outputs on them (every element finite).
+    pub outputs: Vec<HostTensor>,
+    /// The draw that gave them: 0 is [`graph_inputs`] with the seed and ranges given.
+    pub attempt: u32,
+    /// The factor the ranges were scaled by at that draw (1 at the first).
+    pub scale: f32,
+}
+
+/// Inputs of `graph` (as [`graph_inputs`] draws them) on which its f32 reference is finite, with
+/// the reference's outputs. The first draw is `graph_inputs(graph, seed, range)`; while some
+/// output element is not finite, another is drawn ([`FINITE_ATTEMPTS`] in all), from a seed
+/// mixed with the attempt and with every range scaled by `2^-⌈k/2⌉` at attempt `k` (new values
+/// first, then narrower ones, as the tuner shrinks its inputs until they stay in range).
+///
+/// The outer `Result` is a failure to run the reference; the inner one `Err` says, when no draw
+/// gave a finite reference, how many elements the last one left not finite.
+///
+/// # Panics
+/// When a range is empty.
+pub fn finite_reference(
+    graph: &KernelGraph,
+    seed: u64,
+    range: impl Fn(usize) -> Range<f32>,
+) -> Result<Result<FiniteReference, String>, EvalError> {
+    let mut last = String::new();
+    for attempt in 0..FINITE_ATTEMPTS {
+        let scale = 0.5f32.powi(attempt.div_ceil(2) as i32);
+        let draw_seed = if attempt == 0 { seed } else { mix64(seed ^ u64::from(attempt).rotate_left(40)) };
+        let inputs = graph_inputs(graph, draw_seed, |i| {
+            let r = range(i);
+            r.start * scale..r.end * scale
+        });
+        let outputs = run(graph, &inputs)?;
+        let bad: Vec<(usize, usize)> = outputs
+            .iter()
+            .enumerate()
+            .map(|(o, t)| (o, t.data.iter().filter(|v| !v.is_finite()).count()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if bad.is_empty() {
+            return Ok(Ok(FiniteReference { inputs, outputs, attempt, scale }));
+        }
+        last = bad.iter().map(|(o, n)| format!("output {o}: {n} elements")).collect::<Vec<_>>().join(", ");
+    }
+    Ok(Err(format!(
+        "the f32 reference is not finite on any of {FINITE_ATTEMPTS} draws of inputs (ranges scaled down to {}×; the last draw: {last} not finite)",
+        0.5f32.powi((FINITE_ATTEMPTS - 1).div_ceil(2) as i32)
+    )))
 }
 
 /// The range of input `input` of golden program `case` (a [`GoldenCase`] name).

@@ -5,13 +5,16 @@
 //! A mutant is compared with the *program* the µGraph was found for, not with the µGraph: the
 //! question the verifier answers is "does this graph compute the program?". Some edits keep the
 //! meaning (swapping the operands of `+`, re-tiling with another for-loop range, an accumulator
-//! over one iteration); the reference decides, and the verifier must accept exactly those.
+//! over one iteration); the reference decides (in `f32`, and in `f64` where `f32` finds no
+//! difference: [`classify`]), and the verifier must accept exactly those.
 
 use std::fmt;
 use std::ops::Range;
 
+use crate::eval::Tensor;
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Scalar, TensorRef, UnaryOp};
 use crate::reference::{HostTensor, max_scaled_error, run};
+use crate::testing::rounding::run_f64;
 
 /// A mutation kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -464,19 +467,74 @@ pub fn scaled_error(want: &[HostTensor], got: &[HostTensor]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// Classifies a mutant against the program's outputs `want` on `inputs`.
-pub fn classify(mutant: &Result<KernelGraph, String>, inputs: &[HostTensor], want: &[HostTensor]) -> Class {
+/// Largest difference, relative to the output's largest magnitude, of two graphs' `f64` values
+/// ([`run_f64`]) that is rounding; above it the graphs compute different functions. `f64`
+/// rounding leaves about `1e-16` per operation, `1e-13` after long reductions; the differences
+/// `f32` cannot see are far above (`rms_norm(rms_norm(x))` with eps `1e-6` and rows of mean
+/// square about 1/3 differs from `rms_norm(x)` by about `1.5e-6`).
+pub const EXACT_RTOL: f64 = 1e-10;
+
+/// The largest difference of `got` from `want` relative to each output's largest magnitude
+/// (infinite for another count or shape, or a NaN where `want` has none).
+fn f64_difference(want: &[Tensor<f64>], got: &[Tensor<f64>]) -> f64 {
+    if want.len() != got.len() {
+        return f64::INFINITY;
+    }
+    want.iter()
+        .zip(got)
+        .map(|(w, g)| {
+            if w.shape != g.shape {
+                return f64::INFINITY;
+            }
+            let scale = w.data.iter().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs()));
+            w.data
+                .iter()
+                .zip(&g.data)
+                .map(|(&a, &b)| match (a.is_finite(), b.is_finite()) {
+                    (true, true) => (a - b).abs() / scale.max(f64::MIN_POSITIVE),
+                    _ if a.to_bits() == b.to_bits() => 0.0,
+                    _ => f64::INFINITY,
+                })
+                .fold(0.0, f64::max)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Classifies a mutant of a µGraph of `program` by the program's outputs `want` on `inputs`.
+///
+/// The f32 reference decides first ([`scaled_error`] within tolerance: equivalent; above
+/// [`CLEAR_MISMATCH`]: not). Its tolerance hides differences below `f32`'s resolution that are
+/// real in exact arithmetic, so a mutant it finds equivalent is checked again in `f64`
+/// ([`run_f64`], program and mutant): a difference above [`EXACT_RTOL`] of the output's
+/// magnitude makes it not equivalent. (With eps > 0, `rms_norm(rms_norm(x))` is not
+/// `rms_norm(x)`: the normalized row's mean square is `ms / (ms + eps)`, not 1. With eps = 0 it
+/// is, exactly, and stays equivalent.)
+pub fn classify(
+    program: &KernelGraph,
+    mutant: &Result<KernelGraph, String>,
+    inputs: &[HostTensor],
+    want: &[HostTensor],
+) -> Class {
     let g = match mutant {
         Ok(g) => g,
         Err(e) => return Class::Invalid(e.clone()),
     };
-    match run(g, inputs) {
-        Ok(got) => match scaled_error(want, &got) {
-            e if e <= 1.0 => Class::Equivalent,
-            e if e > CLEAR_MISMATCH => Class::NotEquivalent,
-            e => Class::Unclear(format!("scaled error {e}")),
+    let got = match run(g, inputs) {
+        Ok(got) => got,
+        Err(e) => return Class::Unclear(format!("the reference cannot run it: {e}")),
+    };
+    match scaled_error(want, &got) {
+        e if e <= 1.0 => {}
+        e if e > CLEAR_MISMATCH => return Class::NotEquivalent,
+        e => return Class::Unclear(format!("scaled error {e}")),
+    }
+    let exact = run_f64(program, inputs).and_then(|w| Ok((w, run_f64(g, inputs)?)));
+    match exact {
+        Ok((w, m)) => match f64_difference(&w, &m) {
+            d if d <= EXACT_RTOL => Class::Equivalent,
+            _ => Class::NotEquivalent,
         },
-        Err(e) => Class::Unclear(format!("the reference cannot run it: {e}")),
+        Err(e) => Class::Unclear(format!("the f64 evaluation cannot run it: {e}")),
     }
 }
 

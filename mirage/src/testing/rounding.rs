@@ -185,11 +185,18 @@ fn unary_f64(op: &UnaryOp, x: f64) -> f64 {
 /// comparisons, maxima, counts and constants exact.
 struct Perturbed {
     trial: u64,
+    /// No perturbation at all: `f64` arithmetic ([`run_f64`]).
+    exact: bool,
 }
 
 impl Perturbed {
     fn key(&self, op: u64, a: f64, b: f64) -> u64 {
         mix(self.trial.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ op) ^ mix(a.to_bits()) ^ b.to_bits().rotate_left(17)
+    }
+
+    /// `r` perturbed by up to `ulps` with the key of (`op`, `a`, `b`); `r` itself when exact.
+    fn round(&self, r: f64, ulps: f64, op: u64, a: f64, b: f64) -> f64 {
+        if self.exact { r } else { perturb(r, ulps, self.key(op, a, b)) }
     }
 }
 
@@ -208,20 +215,20 @@ impl Domain for Perturbed {
         f64::from(c)
     }
     fn add(&self, a: f64, b: f64) -> f64 {
-        perturb(a + b, 1.0, self.key(1, a, b))
+        self.round(a + b, 1.0, 1, a, b)
     }
     fn sub(&self, a: f64, b: f64) -> f64 {
-        perturb(a - b, 1.0, self.key(2, a, b))
+        self.round(a - b, 1.0, 2, a, b)
     }
     fn mul(&self, a: f64, b: f64) -> f64 {
-        perturb(a * b, 1.0, self.key(3, a, b))
+        self.round(a * b, 1.0, 3, a, b)
     }
     fn div(&self, a: f64, b: f64) -> f64 {
-        perturb(a / b, 2.0, self.key(4, a, b))
+        self.round(a / b, 2.0, 4, a, b)
     }
     fn pow(&self, a: f64, b: f64) -> f64 {
         let r = a.powf(b);
-        perturb(r, 2.0 + 1.2 * r.ln().abs(), self.key(5, a, b))
+        self.round(r, 2.0 + 1.2 * r.ln().abs(), 5, a, b)
     }
     fn max(&self, a: f64, b: f64) -> f64 {
         a.max(b)
@@ -232,7 +239,7 @@ impl Domain for Perturbed {
             UnaryOp::Square | UnaryOp::MulScalar { .. } | UnaryOp::AddScalar { .. } => 1.0,
             _ => 2.0 + 1.2 * a.abs(),
         };
-        perturb(unary_f64(op, a), ulps, self.key(6, a, 0.0))
+        self.round(unary_f64(op, a), ulps, 6, a, 0.0)
     }
     fn index(&self, v: f64) -> Option<usize> {
         (v >= 0.0 && v.fract() == 0.0 && v < 2_147_483_648.0).then_some(v as usize)
@@ -248,6 +255,18 @@ impl Domain for Perturbed {
     }
 }
 
+/// `graph` on `inputs` in `f64` arithmetic with nothing rounded to `f32` or to the tensors'
+/// element types: the graph's values in exact arithmetic up to `f64`'s rounding (relative
+/// `1e-16` per operation), for telling apart graphs whose difference is below `f32`'s resolution
+/// ([`crate::testing::mutants::classify`]).
+pub fn run_f64(graph: &KernelGraph, inputs: &[HostTensor]) -> Result<Vec<Tensor<f64>>, EvalError> {
+    let wide: Vec<Tensor<f64>> = inputs
+        .iter()
+        .map(|t| Tensor { shape: t.shape.clone(), data: t.data.iter().map(|&v| f64::from(v)).collect() })
+        .collect();
+    evaluate(graph, &Perturbed { trial: 0, exact: true }, &wide)
+}
+
 /// One Monte Carlo trial of [`rounding_spread`]: `graph` on `inputs` in `f64` with every
 /// arithmetic result and every stored f16/bf16 element perturbed by the errors of trial `trial`.
 pub fn perturbed_run(
@@ -259,7 +278,7 @@ pub fn perturbed_run(
         .iter()
         .map(|t| Tensor { shape: t.shape.clone(), data: t.data.iter().map(|&v| f64::from(v)).collect() })
         .collect();
-    run_nodes(graph, &wide, &Perturbed { trial }, |node, dtype, t| {
+    run_nodes(graph, &wide, &Perturbed { trial, exact: false }, |node, dtype, t| {
         if dtype == DType::F32 {
             return;
         }
