@@ -4,8 +4,9 @@
 //! The rule ([`SearchConfig::budget`], [`SearchConfig::max_states`]):
 //!
 //! - with partitioning on, the search of the whole program gets [`WHOLE_SHARE`] (a third) of the
-//!   budget (its retry that lets the final kernel re-read inputs runs in what is left of that
-//!   share);
+//!   budget to find a µGraph: if it has found none by then it stops (its retry that lets the
+//!   final kernel re-read inputs runs in what is left of that share); if it has found one, it
+//!   goes on to the whole budget, as without partitioning, and no part is searched;
 //! - the rest is shared by the parts in proportion to their size (operators): each part, when its
 //!   turn comes, gets `left · n / m` of what is left, `n` its operators and `m` those of it and of
 //!   the parts after it, so what a part does not use passes to the ones after it;
@@ -26,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use super::SearchConfig;
 
-/// The share of the budget the search of the whole program gets when partitioning is on
-/// (numerator, denominator).
+/// The share of the budget the search of the whole program gets to find a first µGraph when
+/// partitioning is on (numerator, denominator).
 pub const WHOLE_SHARE: (u64, u64) = (1, 3);
 
 /// What is left of a search's budget: a deadline and a number of states (`u64::MAX`: no state

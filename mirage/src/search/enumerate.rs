@@ -387,6 +387,11 @@ pub(crate) struct Run<'a> {
     pub cfg: &'a SearchConfig,
     pub pruner: &'a dyn Pruner,
     pub deadline: Instant,
+    /// Where the run gives up if it has not found a complete µGraph by then (a time and a number
+    /// of states; `None`: never before the deadline). The whole-program search of a partitioned
+    /// search stops there when it is fruitless, leaving the rest of the budget to the parts, and
+    /// goes on to the deadline when it has found something ([`super::budget`]).
+    pub give_up: Option<(Instant, u64)>,
     pub states: AtomicU64,
     pub pruned: AtomicU64,
     pub timed_out: AtomicBool,
@@ -448,7 +453,10 @@ impl Run<'_> {
         if self.timed_out.load(Ordering::Relaxed) {
             return true;
         }
-        if Instant::now() >= self.deadline || self.states.load(Ordering::Relaxed) >= self.cfg.max_states {
+        let now = Instant::now();
+        let states = self.states.load(Ordering::Relaxed);
+        let fruitless = self.give_up.is_some_and(|(t, s)| (now >= t || states >= s) && self.best().is_infinite());
+        if now >= self.deadline || states >= self.cfg.max_states || fruitless {
             self.timed_out.store(true, Ordering::Relaxed);
             return true;
         }

@@ -512,6 +512,17 @@ pub fn candidates(
     cfg: &SearchConfig,
     pruner: Option<&dyn Pruner>,
 ) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
+    candidates_until(program, cfg, pruner, None)
+}
+
+/// [`candidates`], giving up at `give_up` (a budget from now) if no complete µGraph has been found
+/// by then; with one found, the search goes on to `cfg`'s own limits.
+fn candidates_until(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    pruner: Option<&dyn Pruner>,
+    give_up: Option<budget::Budget>,
+) -> Result<(Vec<Candidate>, SearchStats), SearchError> {
     let start = Instant::now();
     // An input read in conflicting roles (a residual's `x`) is searched as one copy per role.
     let split = partition::split_reads(program);
@@ -532,6 +543,7 @@ pub fn candidates(
         cfg,
         pruner,
         deadline: start + cfg.budget,
+        give_up: give_up.map(|b| (Instant::now() + b.time_left(), b.states_left())),
         states: AtomicU64::new(0),
         pruned: AtomicU64::new(0),
         timed_out: AtomicBool::new(false),
@@ -582,15 +594,15 @@ fn search(
     visited: &mut u64,
 ) -> Result<SearchResult, SearchError> {
     let mut budget = budget::Budget::of(cfg);
-    // With partitioning on, the whole program gets its share of the budget and the parts the
-    // rest (the rule of [`budget`]).
-    let whole_cfg = if cfg.partition {
+    // With partitioning on, the whole program gets its share of the budget to find something
+    // (the rule of [`budget`]): a search that has found nothing by then stops and leaves the
+    // rest to the parts; one that has found a µGraph goes on to the whole budget, as without
+    // partitioning.
+    let share = cfg.partition.then(|| {
         let (num, den) = budget::WHOLE_SHARE;
-        budget.portion(num, den).limit(cfg)
-    } else {
-        cfg.clone()
-    };
-    let (mut cands, mut stats) = candidates(program, &whole_cfg, pruner)?;
+        budget.portion(num, den)
+    });
+    let (mut cands, mut stats) = candidates_until(program, cfg, pruner, share)?;
     *visited = stats.states;
     let mut notes = Vec::new();
     if cands.is_empty() && !cfg.reread_inputs && !stats.timed_out {
@@ -599,11 +611,15 @@ fn search(
         // different forms from one input: q and k rotated, v plain).
         let wider = SearchConfig {
             reread_inputs: true,
-            budget: whole_cfg.budget.saturating_sub(stats.search_time),
-            max_states: whole_cfg.max_states.saturating_sub(stats.states),
+            budget: cfg.budget.saturating_sub(stats.search_time),
+            max_states: cfg.max_states.saturating_sub(stats.states),
             ..cfg.clone()
         };
-        let (again, more) = candidates(program, &wider, pruner)?;
+        let mut left = share;
+        if let Some(l) = &mut left {
+            l.charge(stats.states);
+        }
+        let (again, more) = candidates_until(program, &wider, pruner, left)?;
         notes.push(format!(
             "no µGraph reads each input in one kernel ({} states); searched again letting the final kernel re-read inputs: {} states, {} candidates",
             stats.states, more.states, more.candidates
