@@ -51,7 +51,8 @@ fn programs() -> Vec<(String, KernelGraph)> {
     out
 }
 
-/// The µGraph of every entry of the workspace's search cache, named by its program hash.
+/// The µGraph of every entry of the workspace's search cache, named by its program hash, its
+/// architecture and its search version.
 fn cached_graphs() -> Vec<(String, KernelGraph)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".mirage");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -67,7 +68,12 @@ fn cached_graphs() -> Vec<(String, KernelGraph)> {
             let entry: CacheEntry =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not a cache entry: {e}", path.display()));
             let graph = entry.graph().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            (format!("cache/{}-{}", &entry.program_hash[..16], entry.arch), graph)
+            // The file name after the program hash: the architecture and the search version (a
+            // program with runtime-sized dims has its own, so it never shares a name with the
+            // static program of the same compile size).
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            let tail = stem.strip_prefix(entry.program_hash.as_str()).unwrap_or(stem).trim_start_matches('-');
+            (format!("cache/{}-{tail}", &entry.program_hash[..16]), graph)
         })
         .collect()
 }
