@@ -90,16 +90,18 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// A case of the generality set: its program run through the executor (any element types).
-#[cfg(mirage_generality)]
-macro_rules! general {
-    ($name:ident, [$($scale:expr),+]) => {
+/// A case of one of the bench's optional groups (`generality::name`, `corpus::name`,
+/// `attention::name`): its program run through the executor (any element types), its inputs drawn
+/// in `[-scale, scale)` per input.
+#[allow(unused_macros)] // every group that uses it is behind its build switch
+macro_rules! executor_case {
+    ($group:ident :: $name:ident, [$($scale:expr),+]) => {
         common::Case {
             name: stringify!($name),
-            program: &generality::$name::PROGRAM,
+            program: &$group::$name::PROGRAM,
             launch: |gpu, inputs| {
                 let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
-                generality::$name::PROGRAM.run(gpu.stream(), &args)
+                $group::$name::PROGRAM.run(gpu.stream(), &args)
             },
             scales: &[$($scale),+],
         }
@@ -113,9 +115,9 @@ macro_rules! general {
 macro_rules! model_cases {
     ($out:ident; $($qkv:ident, $gateup:ident, $down:ident);+ $(;)?) => {
         $(
-            $out.push(general!($qkv, [1.0, 0.02]));
-            $out.push(general!($gateup, [1.0, 0.02, 0.02]));
-            $out.push(general!($down, [1.0, 1.0, 0.02]));
+            $out.push(executor_case!(generality::$qkv, [1.0, 0.02]));
+            $out.push(executor_case!(generality::$gateup, [1.0, 0.02, 0.02]));
+            $out.push(executor_case!(generality::$down, [1.0, 1.0, 0.02]));
         )+
     };
 }
@@ -139,7 +141,7 @@ fn generality_cases() -> Vec<common::Case> {
         qwen7b_qkv_r1_f16, qwen7b_gateup_r1_f16, qwen7b_down_r1_f16;
         qwen7b_qkv_r16_f16, qwen7b_gateup_r16_f16, qwen7b_down_r16_f16;
     );
-    v.push(general!(llama1b_gateup_r8_f32, [1.0, 0.02, 0.02]));
+    v.push(executor_case!(generality::llama1b_gateup_r8_f32, [1.0, 0.02, 0.02]));
     v
 }
 
@@ -149,22 +151,6 @@ fn generality_cases() -> Vec<common::Case> {
     Vec::new()
 }
 
-/// A case of the corpus: its program run through the executor.
-#[cfg(mirage_corpus)]
-macro_rules! corpus_case {
-    ($name:ident, [$($scale:expr),+]) => {
-        common::Case {
-            name: stringify!($name),
-            program: &corpus::$name::PROGRAM,
-            launch: |gpu, inputs| {
-                let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
-                corpus::$name::PROGRAM.run(gpu.stream(), &args)
-            },
-            scales: &[$($scale),+],
-        }
-    };
-}
-
 /// Declares the corpus cases of one model at one row count: norm + QKV, attention output +
 /// residual, norm + gated MLP, down + residual, MLP block, final norm + LM head (activations and
 /// gains in [-1, 1), weights in [-0.02, 0.02), as torch_baselines.py scales them).
@@ -172,12 +158,12 @@ macro_rules! corpus_case {
 macro_rules! corpus_model {
     ($out:ident; $($qkv:ident, $o:ident, $gated:ident, $down:ident, $block:ident, $lm:ident);+ $(;)?) => {
         $(
-            $out.push(corpus_case!($qkv, [1.0, 1.0, 0.02]));
-            $out.push(corpus_case!($o, [1.0, 1.0, 0.02]));
-            $out.push(corpus_case!($gated, [1.0, 1.0, 0.02, 0.02]));
-            $out.push(corpus_case!($down, [1.0, 1.0, 1.0, 0.02]));
-            $out.push(corpus_case!($block, [1.0, 1.0, 0.02, 0.02, 0.02]));
-            $out.push(corpus_case!($lm, [1.0, 1.0, 0.02]));
+            $out.push(executor_case!(corpus::$qkv, [1.0, 1.0, 0.02]));
+            $out.push(executor_case!(corpus::$o, [1.0, 1.0, 0.02]));
+            $out.push(executor_case!(corpus::$gated, [1.0, 1.0, 0.02, 0.02]));
+            $out.push(executor_case!(corpus::$down, [1.0, 1.0, 1.0, 0.02]));
+            $out.push(executor_case!(corpus::$block, [1.0, 1.0, 0.02, 0.02, 0.02]));
+            $out.push(executor_case!(corpus::$lm, [1.0, 1.0, 0.02]));
         )+
     };
 }
@@ -211,33 +197,17 @@ fn corpus_cases() -> Vec<common::Case> {
     Vec::new()
 }
 
-/// A case of the decode-attention group: its program run through the executor.
-#[cfg(mirage_attention)]
-macro_rules! attention_case {
-    ($name:ident) => {
-        common::Case {
-            name: stringify!($name),
-            program: &attention::$name::PROGRAM,
-            launch: |gpu, inputs| {
-                let args: Vec<mirage::TensorArg<'_>> = inputs.iter().map(mirage::AnyTensor::as_arg).collect();
-                attention::$name::PROGRAM.run(gpu.stream(), &args)
-            },
-            // Q and K uniform in [-1.7, 1.7) (variance ≈ 1, as torch_baselines.py's randn): the
-            // scaled logits have a standard deviation of about 1; V in [-1, 1).
-            scales: &[1.7, 1.7, 1.0],
-        }
-    };
-}
-
 /// The decode-attention group (`benches/kernels/attention.rs`): one decode step with the safe
 /// softmax, 32 heads × 1 row in bf16 and f16, and grouped-query (8 KV heads × 4); built when the
 /// package was built with `MIRAGE_ATTENTION=1`.
 #[cfg(mirage_attention)]
 fn attention_cases() -> Vec<common::Case> {
+    // Q and K uniform in [-1.7, 1.7) (variance ≈ 1, as torch_baselines.py's randn): the scaled
+    // logits have a standard deviation of about 1; V in [-1, 1).
     vec![
-        attention_case!(attn_decode_h32_n4096_d128_bf16),
-        attention_case!(attn_decode_h32_n4096_d128_f16),
-        attention_case!(attn_gqa_kv8_g4_n4096_d128_bf16),
+        executor_case!(attention::attn_decode_h32_n4096_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_decode_h32_n4096_d128_f16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g4_n4096_d128_bf16, [1.7, 1.7, 1.0]),
     ]
 }
 
