@@ -141,6 +141,9 @@ pub mod cache;
 #[cfg(feature = "build")]
 pub mod mpk;
 
+#[cfg(feature = "build")]
+pub mod model;
+
 // Tools.
 
 // Pictures of µGraphs (Graphviz DOT and SVG).

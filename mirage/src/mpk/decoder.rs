@@ -43,6 +43,9 @@ pub struct DecoderConfig {
     pub capacity: usize,
     /// RMSNorm epsilon.
     pub eps: f32,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3; inputs `l{i}.q_norm`/`l{i}.k_norm
+    /// [1, head_dim]`). Not built yet: [`decoder_step`] refuses it.
+    pub qk_norm: bool,
     /// Element type of weights and activations.
     pub dtype: DType,
 }
@@ -61,6 +64,7 @@ impl DecoderConfig {
             intermediate: 512,
             capacity: 128,
             eps: 1e-5,
+            qk_norm: false,
             dtype: DType::Bf16,
         }
     }
@@ -86,6 +90,13 @@ fn ir(graph: &str, op: &str) -> impl Fn(crate::ir::IrError) -> GraphError {
 /// The step graph `name` of one decode step of a decoder of shape `cfg`.
 pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphError> {
     let mut g = StepGraph::new(name)?;
+    if cfg.qk_norm {
+        return Err(GraphError::Operand {
+            graph: name.into(),
+            op: "q_norm".into(),
+            reason: "per-head q/k RMSNorm (Qwen3) is not supported by the decoder step yet".into(),
+        });
+    }
     let (h, dt) = (cfg.hidden, cfg.dtype);
     let (qw, kvw) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
     let pos = g.param("pos")?;

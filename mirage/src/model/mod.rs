@@ -1,0 +1,148 @@
+//! Llama-family models: their configuration (the fields of a Hugging Face `config.json` that
+//! decide a decode step), the configurations of the models the benchmarks use, and the mapping
+//! to the megakernel's [`DecoderConfig`](crate::mpk::decoder::DecoderConfig).
+//!
+//! Loading weights from checkpoints and the model's own CPU reference come next (issue 18).
+
+use crate::ir::DType;
+use crate::mpk::decoder::DecoderConfig;
+
+/// Llama 3's RoPE frequency scaling (`rope_scaling` with `rope_type = "llama3"`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// `factor`: how much longer the extended context is.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max_positions: usize,
+}
+
+/// The shape and numerics of a Llama-family decoder (Llama 2/3, Qwen2, Qwen3, Mistral).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// A name for messages and artifacts (`llama-3.2-1b`).
+    pub name: String,
+    /// `vocab_size`.
+    pub vocab: usize,
+    /// `hidden_size`.
+    pub hidden: usize,
+    /// `num_hidden_layers`.
+    pub layers: usize,
+    /// `num_attention_heads`.
+    pub heads: usize,
+    /// `num_key_value_heads`.
+    pub kv_heads: usize,
+    /// `head_dim` (`hidden_size / num_attention_heads` where the config has none).
+    pub head_dim: usize,
+    /// `intermediate_size`.
+    pub intermediate: usize,
+    /// `rms_norm_eps`.
+    pub eps: f32,
+    /// `rope_theta`.
+    pub rope_theta: f64,
+    /// `rope_scaling` of type `llama3`, if any.
+    pub rope_scaling: Option<RopeScaling>,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// `tie_word_embeddings`: the LM head is the embedding matrix.
+    pub tie_embeddings: bool,
+}
+
+impl ModelConfig {
+    /// The names [`ModelConfig::preset`] knows.
+    pub const PRESETS: [&'static str; 3] = ["llama-3.2-1b", "qwen3-0.6b", "llama-3.1-8b"];
+
+    /// The configuration of a published model by name (one of [`ModelConfig::PRESETS`]), for
+    /// random weights at real shapes; `None` for other names.
+    pub fn preset(name: &str) -> Option<ModelConfig> {
+        let llama3 = |factor| {
+            Some(RopeScaling { factor, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_positions: 8192 })
+        };
+        let c = match name {
+            "llama-3.2-1b" => ModelConfig {
+                name: name.into(),
+                vocab: 128_256,
+                hidden: 2048,
+                layers: 16,
+                heads: 32,
+                kv_heads: 8,
+                head_dim: 64,
+                intermediate: 8192,
+                eps: 1e-5,
+                rope_theta: 500_000.0,
+                rope_scaling: llama3(32.0),
+                qk_norm: false,
+                tie_embeddings: true,
+            },
+            "qwen3-0.6b" => ModelConfig {
+                name: name.into(),
+                vocab: 151_936,
+                hidden: 1024,
+                layers: 28,
+                heads: 16,
+                kv_heads: 8,
+                head_dim: 128,
+                intermediate: 3072,
+                eps: 1e-6,
+                rope_theta: 1_000_000.0,
+                rope_scaling: None,
+                qk_norm: true,
+                tie_embeddings: true,
+            },
+            "llama-3.1-8b" => ModelConfig {
+                name: name.into(),
+                vocab: 128_256,
+                hidden: 4096,
+                layers: 32,
+                heads: 32,
+                kv_heads: 8,
+                head_dim: 128,
+                intermediate: 14_336,
+                eps: 1e-5,
+                rope_theta: 500_000.0,
+                rope_scaling: llama3(8.0),
+                qk_norm: false,
+                tie_embeddings: false,
+            },
+            _ => return None,
+        };
+        Some(c)
+    }
+
+    /// The megakernel decoder of this model with a KV cache of `capacity` positions, in `dtype`.
+    pub fn decoder_config(&self, capacity: usize, dtype: DType) -> DecoderConfig {
+        DecoderConfig {
+            vocab: self.vocab,
+            hidden: self.hidden,
+            layers: self.layers,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            intermediate: self.intermediate,
+            capacity,
+            eps: self.eps,
+            qk_norm: self.qk_norm,
+            dtype,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_known_and_consistent() {
+        for name in ModelConfig::PRESETS {
+            let c = ModelConfig::preset(name).expect("a preset");
+            assert_eq!(c.name, name);
+            assert_eq!(c.heads % c.kv_heads, 0, "{name}");
+            let d = c.decoder_config(512, DType::Bf16);
+            assert_eq!((d.hidden, d.layers, d.capacity, d.qk_norm), (c.hidden, c.layers, 512, c.qk_norm));
+        }
+        assert!(ModelConfig::preset("gpt-2").is_none());
+    }
+}
