@@ -1,11 +1,124 @@
 //! Llama-family models: their configuration (the fields of a Hugging Face `config.json` that
-//! decide a decode step), the configurations of the models the benchmarks use, and the mapping
-//! to the megakernel's [`DecoderConfig`](crate::mpk::decoder::DecoderConfig).
+//! decide a decode step), the configurations of the models the benchmarks use, the mapping to the
+//! megakernel's [`DecoderConfig`](crate::mpk::decoder::DecoderConfig), and their weights.
 //!
-//! Loading weights from checkpoints and the model's own CPU reference come next (issue 18).
+//! - [`ModelConfig::from_dir`] / [`ModelConfig::from_json`] read a `config.json` (`llama`,
+//!   `mistral`, `qwen2`, `qwen3`); every missing or inconsistent field is an error naming the
+//!   field and the file. [`ModelConfig::inv_freq`] gives RoPE's frequencies with Llama 3's
+//!   scaling.
+//! - [`Checkpoint::open`] memory-maps a checkpoint directory (`model.safetensors` or the sharded
+//!   `model.safetensors.index.json`), checks every tensor the decoder needs against the config,
+//!   and [`Checkpoint::weights`] streams them one at a time under the decoder's names
+//!   (`embed`, `l{i}.wq`, ...; projections transposed from Hugging Face's `[out, in]` to the
+//!   decoder's `[in, out]`), converted to the decoder's element type.
+//! - [`random_weights`] streams the same tensors with random values at real shapes (scaled as
+//!   `benches/py/decode_baseline.py` does), generated in parallel from a counter-based
+//!   generator; [`write_checkpoint`] writes them as a Hugging Face checkpoint directory, which
+//!   PyTorch (`decode_baseline.py --weights DIR`) loads too.
+//! - [`reference::Reference`] is the model's own CPU decode step (f32 math, KV caches), written
+//!   from the configuration alone, independent of the megakernel's step graph, to check it.
+
+mod checkpoint;
+mod config;
+mod random;
+pub mod reference;
+mod rope;
+mod weights;
+
+use std::path::PathBuf;
+
+pub use checkpoint::Checkpoint;
+pub use random::{WriteOptions, random_weights, write_checkpoint, write_checkpoint_with};
+pub use weights::{Weight, WeightData, WeightSpec, weight_layout};
 
 use crate::ir::DType;
 use crate::mpk::decoder::DecoderConfig;
+
+/// Why a model configuration, checkpoint or reference step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A field of `config.json` is missing, malformed, inconsistent or unsupported.
+    #[error("{file}: field `{field}`: {reason}")]
+    Config {
+        /// The file.
+        file: PathBuf,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory holds neither `model.safetensors` nor `model.safetensors.index.json`.
+    #[error("{dir}: no weights (neither model.safetensors nor model.safetensors.index.json)")]
+    NoWeights {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file is not a valid safetensors file (or shard index).
+    #[error("{file}: not a valid {what}: {reason}")]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// What the file should be.
+        what: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor the model needs is in none of the files.
+    #[error("tensor `{name}` is missing (searched {files})")]
+    Missing {
+        /// The tensor's Hugging Face name.
+        name: String,
+        /// The files searched.
+        files: String,
+    },
+    /// A tensor's shape is not what the configuration implies.
+    #[error("tensor `{name}` in {file}: expected shape {expected:?}, found {found:?}")]
+    Shape {
+        /// The tensor's Hugging Face name.
+        name: String,
+        /// Its file.
+        file: PathBuf,
+        /// The shape the configuration implies.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// A tensor's element type is not bf16, f16 or f32.
+    #[error("tensor `{name}` in {file}: element type {dtype} is not supported (bf16, f16 and f32 are)")]
+    Dtype {
+        /// The tensor's Hugging Face name.
+        name: String,
+        /// Its file.
+        file: PathBuf,
+        /// The element type in the file.
+        dtype: String,
+    },
+    /// The checkpoint has bias tensors (Qwen2's q/k/v projections have them).
+    #[error(
+        "tensor `{name}` in {file}: the decoder has no bias yet (checkpoints with attention or MLP biases, such as Qwen2's, are not supported)"
+    )]
+    Bias {
+        /// The bias tensor's name.
+        name: String,
+        /// Its file.
+        file: PathBuf,
+    },
+    /// The decoder's element type is not bf16, f16 or f32.
+    #[error("weights can be converted to bf16, f16 or f32, not {0}")]
+    TargetDtype(DType),
+    /// A CPU reference step was asked for something out of range.
+    #[error("reference step: {0}")]
+    Step(String),
+}
 
 /// Llama 3's RoPE frequency scaling (`rope_scaling` with `rope_type = "llama3"`).
 #[derive(Clone, Debug, PartialEq)]

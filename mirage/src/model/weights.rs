@@ -1,0 +1,256 @@
+//! The tensors of a model as the megakernel decoder takes them: their names and shapes under the
+//! decoder's names (see [`crate::mpk::decoder`]), the Hugging Face tensor each comes from, and
+//! the conversion of a Hugging Face tensor (`[out, in]`, any float type) into the decoder's
+//! (`[in, out]`, the decoder's element type).
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::{ModelConfig, ModelError};
+use crate::ir::DType;
+
+/// How a tensor is initialised with random values (as `benches/py/decode_baseline.py` does).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// Normal values scaled by `1 / sqrt(fan_in)`.
+    Normal {
+        /// The scale's fan-in (1 for the embedding, whose values are unit normal).
+        fan_in: usize,
+    },
+    /// All ones (norm weights).
+    Ones,
+}
+
+/// One tensor of the decoder and where it comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightSpec {
+    /// The decoder's name (`l0.wq`).
+    pub name: String,
+    /// The decoder's shape (`[in, out]` for projections, `[1, n]` for norms).
+    pub shape: Vec<usize>,
+    /// The Hugging Face tensor (`model.layers.0.self_attn.q_proj.weight`).
+    pub hf_name: String,
+    /// Its shape in a checkpoint (`[out, in]`, `[n]`).
+    pub hf_shape: Vec<usize>,
+    /// Whether the decoder's tensor is the checkpoint's transposed.
+    pub transposed: bool,
+    /// Random initialisation of the checkpoint's tensor (the embedding's for a tied head).
+    pub init: Init,
+}
+
+/// The decoder's tensors of `cfg` in the decoder graph's order: `embed`, per layer `attn_norm`,
+/// `wq`, `wk`, `wv`, `wo`, `mlp_norm`, `wg`, `wu`, `wd` (then `q_norm`, `k_norm` with q/k
+/// norm), `final_norm`, `lm_head` (the embedding, transposed, when tied).
+pub fn weight_layout(cfg: &ModelConfig) -> Vec<WeightSpec> {
+    let (h, qw, kvw, i) = (cfg.hidden, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.intermediate);
+    let linear = |name: String, hf: String, fan_in: usize, out: usize| WeightSpec {
+        name,
+        shape: vec![fan_in, out],
+        hf_name: hf,
+        hf_shape: vec![out, fan_in],
+        transposed: true,
+        init: Init::Normal { fan_in },
+    };
+    let norm = |name: String, hf: String, n: usize| WeightSpec {
+        name,
+        shape: vec![1, n],
+        hf_name: hf,
+        hf_shape: vec![n],
+        transposed: false,
+        init: Init::Ones,
+    };
+    let embed_hf = "model.embed_tokens.weight".to_owned();
+    let mut v = vec![WeightSpec {
+        name: "embed".into(),
+        shape: vec![cfg.vocab, h],
+        hf_name: embed_hf.clone(),
+        hf_shape: vec![cfg.vocab, h],
+        transposed: false,
+        init: Init::Normal { fan_in: 1 },
+    }];
+    for l in 0..cfg.layers {
+        let d = |s: &str| format!("l{l}.{s}");
+        let hf = |s: &str| format!("model.layers.{l}.{s}.weight");
+        v.push(norm(d("attn_norm"), hf("input_layernorm"), h));
+        v.push(linear(d("wq"), hf("self_attn.q_proj"), h, qw));
+        v.push(linear(d("wk"), hf("self_attn.k_proj"), h, kvw));
+        v.push(linear(d("wv"), hf("self_attn.v_proj"), h, kvw));
+        v.push(linear(d("wo"), hf("self_attn.o_proj"), qw, h));
+        v.push(norm(d("mlp_norm"), hf("post_attention_layernorm"), h));
+        v.push(linear(d("wg"), hf("mlp.gate_proj"), h, i));
+        v.push(linear(d("wu"), hf("mlp.up_proj"), h, i));
+        v.push(linear(d("wd"), hf("mlp.down_proj"), i, h));
+        if cfg.qk_norm {
+            v.push(norm(d("q_norm"), hf("self_attn.q_norm"), cfg.head_dim));
+            v.push(norm(d("k_norm"), hf("self_attn.k_norm"), cfg.head_dim));
+        }
+    }
+    v.push(norm("final_norm".into(), "model.norm.weight".into(), h));
+    if cfg.tie_embeddings {
+        v.push(WeightSpec { init: Init::Normal { fan_in: 1 }, ..linear("lm_head".into(), embed_hf, h, cfg.vocab) });
+    } else {
+        v.push(linear("lm_head".into(), "lm_head.weight".into(), h, cfg.vocab));
+    }
+    v
+}
+
+/// A tensor's values in one of the decoder's element types.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WeightData {
+    /// bfloat16 values.
+    Bf16(Vec<bf16>),
+    /// IEEE half values.
+    F16(Vec<f16>),
+    /// f32 values.
+    F32(Vec<f32>),
+}
+
+impl WeightData {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            WeightData::Bf16(_) => DType::Bf16,
+            WeightData::F16(_) => DType::F16,
+            WeightData::F32(_) => DType::F32,
+        }
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            WeightData::Bf16(v) => v.len(),
+            WeightData::F16(v) => v.len(),
+            WeightData::F32(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values as f32 (exact).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            WeightData::Bf16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
+            WeightData::F16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
+            WeightData::F32(v) => v.clone(),
+        }
+    }
+}
+
+/// One tensor of the decoder: its name, shape and values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Weight {
+    /// The decoder's name (`l0.wq`).
+    pub name: String,
+    /// The decoder's shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: WeightData,
+}
+
+/// Elements per parallel piece of work.
+const PIECE: usize = 1 << 16;
+
+/// The decoder's tensor of `spec` in `dtype`, from the checkpoint's element `k` (row-major in
+/// `spec.hf_shape`) given by `src(k)`: transposed where the spec says, each value rounded to
+/// nearest even where `dtype` is narrower than the source.
+pub fn convert(spec: &WeightSpec, dtype: DType, src: impl Fn(usize) -> f32 + Sync) -> Result<Weight, ModelError> {
+    let data = match dtype {
+        DType::Bf16 => WeightData::Bf16(gather(spec, &src, bf16::from_f32)),
+        DType::F16 => WeightData::F16(gather(spec, &src, f16::from_f32)),
+        DType::F32 => WeightData::F32(gather(spec, &src, |x| x)),
+        other => return Err(ModelError::TargetDtype(other)),
+    };
+    Ok(Weight { name: spec.name.clone(), shape: spec.shape.clone(), data })
+}
+
+/// The destination's values in parallel: copied in order, or transposed from `[rows, cols]` to
+/// `[cols, rows]` a band of destination rows at a time (each band reads the source's rows in
+/// short contiguous runs).
+fn gather<T: Send + Copy + Default>(
+    spec: &WeightSpec,
+    src: &(impl Fn(usize) -> f32 + Sync),
+    to: impl Fn(f32) -> T + Sync,
+) -> Vec<T> {
+    let n: usize = spec.hf_shape.iter().product();
+    let mut out = vec![T::default(); n];
+    if !spec.transposed || n == 0 {
+        out.par_chunks_mut(PIECE).enumerate().for_each(|(c, chunk)| {
+            let base = c * PIECE;
+            chunk.iter_mut().enumerate().for_each(|(k, o)| *o = to(src(base + k)));
+        });
+        return out;
+    }
+    let (rows, cols) = (spec.hf_shape[0], spec.hf_shape[1]);
+    const BAND: usize = 16;
+    out.par_chunks_mut(BAND * rows).enumerate().for_each(|(b, band)| {
+        let c0 = b * BAND;
+        let width = band.len() / rows;
+        for r in 0..rows {
+            for dc in 0..width {
+                band[dc * rows + r] = to(src(r * cols + c0 + dc));
+            }
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projections_are_transposed_and_rounded_to_nearest_even() {
+        let spec = WeightSpec {
+            name: "w".into(),
+            shape: vec![3, 2],
+            hf_name: "w".into(),
+            hf_shape: vec![2, 3],
+            transposed: true,
+            init: Init::Ones,
+        };
+        // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 (even: 1),
+        // 1 + 3·2^-8 a tie between 1 + 2^-7 and 1 + 2^-6 (even: 1 + 2^-6).
+        let src = [1.0 + 2f32.powi(-8), 2.0, 3.0, 4.0, 1.0 + 3.0 * 2f32.powi(-8), 6.0];
+        let w = convert(&spec, DType::Bf16, |k| src[k]).expect("converted");
+        assert_eq!(w.shape, vec![3, 2]);
+        assert_eq!(w.data.to_f32(), vec![1.0, 4.0, 2.0, 1.0 + 2f32.powi(-6), 3.0, 6.0]);
+        let w = convert(&spec, DType::F32, |k| src[k]).expect("converted");
+        assert_eq!(w.data.to_f32(), vec![src[0], src[3], src[1], src[4], src[2], src[5]]);
+        assert!(matches!(convert(&spec, DType::I32, |k| src[k]), Err(ModelError::TargetDtype(DType::I32))));
+    }
+
+    #[test]
+    fn a_large_transpose_matches_the_definition() {
+        let (rows, cols) = (37, 1000);
+        let spec = WeightSpec {
+            name: "w".into(),
+            shape: vec![cols, rows],
+            hf_name: "w".into(),
+            hf_shape: vec![rows, cols],
+            transposed: true,
+            init: Init::Ones,
+        };
+        let w = convert(&spec, DType::F32, |k| k as f32).expect("converted").data.to_f32();
+        for c in 0..cols {
+            for r in 0..rows {
+                assert_eq!(w[c * rows + r], (r * cols + c) as f32);
+            }
+        }
+    }
+
+    #[test]
+    fn the_layout_is_the_decoder_graphs_inputs() {
+        let cfg = ModelConfig::preset("llama-3.2-1b").expect("a preset");
+        let cfg = ModelConfig { layers: 2, vocab: 1024, ..cfg };
+        let g = crate::mpk::decoder::decoder_step("m", &cfg.decoder_config(16, DType::Bf16)).expect("a graph");
+        let graph: Vec<(String, Vec<usize>)> = crate::mpk::decoder::weight_names(&g);
+        let ours: Vec<(String, Vec<usize>)> = weight_layout(&cfg).into_iter().map(|s| (s.name, s.shape)).collect();
+        let (mut a, mut b) = (graph.clone(), ours.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+    }
+}
