@@ -358,3 +358,38 @@ fn random_weights_at_real_scale() -> R {
     );
     Ok(())
 }
+
+/// The model's reference on a checkpoint, as JSON for `benches/py/decode_baseline.py --compare`:
+/// `MIRAGE_CHECKPOINT` is the directory (where it has no `config.json`, the random checkpoint of
+/// preset `MIRAGE_MODEL`, default llama-3.2-1b, seed 0, is written there first); greedy decoding
+/// of `MIRAGE_STEPS` (32) steps from token `MIRAGE_FIRST` (1), the logits of the first
+/// `MIRAGE_DUMP` (4) steps; written to `MIRAGE_OUT` (default `reference.json` in the directory).
+#[test]
+#[ignore = "needs MIRAGE_CHECKPOINT and a large machine for real models"]
+fn reference_tokens_of_a_checkpoint() -> R {
+    let dir = std::env::var("MIRAGE_CHECKPOINT").map_err(|_| "set MIRAGE_CHECKPOINT to a checkpoint directory")?;
+    let dir = std::path::PathBuf::from(dir);
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (steps, first, dump) = (env("MIRAGE_STEPS", 32), env("MIRAGE_FIRST", 1), env("MIRAGE_DUMP", 4));
+    if !dir.join("config.json").is_file() {
+        let name = std::env::var("MIRAGE_MODEL").unwrap_or_else(|_| "llama-3.2-1b".into());
+        let cfg = ModelConfig::preset(&name).ok_or("no such preset")?;
+        let start = std::time::Instant::now();
+        write_checkpoint(&dir, &cfg, 0)?;
+        println!("wrote {name} to {} in {:.1} s", dir.display(), start.elapsed().as_secs_f64());
+    }
+    let ckpt = Checkpoint::open(&dir)?;
+    let start = std::time::Instant::now();
+    let mut model = Reference::new(ckpt.config(), ckpt.weights(DType::F32), steps)?;
+    println!("loaded in {:.1} s", start.elapsed().as_secs_f64());
+    let start = std::time::Instant::now();
+    let out = model.generate(first, steps)?;
+    println!("{steps} steps in {:.1} s", start.elapsed().as_secs_f64());
+    let tokens: Vec<usize> = out.iter().map(|s| s.next).collect();
+    let logits: Vec<&Vec<f32>> = out.iter().take(dump).map(|s| &s.logits).collect();
+    let json = serde_json::json!({ "model": ckpt.config().name, "first": first, "tokens": tokens, "logits": logits });
+    let file = std::env::var("MIRAGE_OUT").map(std::path::PathBuf::from).unwrap_or_else(|_| dir.join("reference.json"));
+    std::fs::write(&file, json.to_string())?;
+    println!("tokens {tokens:?} -> {}", file.display());
+    Ok(())
+}

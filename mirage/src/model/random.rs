@@ -93,6 +93,8 @@ pub fn write_checkpoint(dir: impl AsRef<Path>, cfg: &ModelConfig, seed: u64) -> 
 /// A checkpoint tensor whose bytes are generated when written (one tensor in memory at a time).
 struct Lazy {
     spec: WeightSpec,
+    /// The checkpoint's shape (`spec.hf_shape`).
+    shape: Vec<usize>,
     seed: u64,
     dtype: Dtype,
 }
@@ -103,7 +105,7 @@ impl View for Lazy {
     }
 
     fn shape(&self) -> &[usize] {
-        &self.spec.hf_shape
+        &self.shape
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
@@ -117,7 +119,7 @@ impl View for Lazy {
     }
 
     fn data_len(&self) -> usize {
-        self.spec.hf_shape.iter().product::<usize>() * (self.dtype.bitsize() / 8)
+        self.shape.iter().product::<usize>() * (self.dtype.bitsize() / 8)
     }
 }
 
@@ -146,7 +148,7 @@ pub fn write_checkpoint_with(
     let mut tensors: Vec<Lazy> = Vec::new();
     for spec in weight_layout(cfg) {
         if !tensors.iter().any(|t| t.spec.hf_name == spec.hf_name) {
-            tensors.push(Lazy { spec, seed, dtype });
+            tensors.push(Lazy { shape: spec.hf_shape.clone(), spec, seed, dtype });
         }
     }
     let mut shards: Vec<Vec<Lazy>> = vec![Vec::new()];
