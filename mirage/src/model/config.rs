@@ -134,6 +134,19 @@ fn parse(json: &str, file: &Path, name: Option<String>) -> Result<ModelConfig, M
     if head_dim == 0 || !head_dim.is_multiple_of(2) {
         return Err(f.error("head_dim", format!("must be even and positive for RoPE, found {head_dim}")));
     }
+    // The largest tensors' element counts must be addressable (f32 bytes included).
+    let products = [
+        ("vocab_size", vec![vocab, hidden]),
+        ("num_attention_heads", vec![heads, head_dim, hidden]),
+        ("intermediate_size", vec![intermediate, hidden]),
+    ];
+    for (field, factors) in products {
+        let fits =
+            factors.iter().try_fold(4usize, |acc, &x| acc.checked_mul(x)).is_some_and(|b| b <= isize::MAX as usize);
+        if !fits {
+            return Err(f.error(field, format!("the tensor of shape {factors:?} is too large to address")));
+        }
+    }
     let eps = f.f64_opt("rms_norm_eps")?.unwrap_or(1e-6);
     if !(eps > 0.0 && eps.is_finite()) {
         return Err(f.error("rms_norm_eps", format!("must be positive, found {eps}")));
@@ -340,6 +353,11 @@ mod tests {
             ("rope_scaling", r#"{"rope_type": "yarn", "factor": 4.0}"#, "RoPE scaling of type `yarn` is not supported"),
             ("rope_scaling", r#"{"type": "llama3", "factor": 8.0}"#, "field `rope_scaling.low_freq_factor`: missing"),
             ("num_hidden_layers", "\"16\"", "field `num_hidden_layers`: expected a non-negative integer"),
+            (
+                "vocab_size",
+                "4611686018427387904",
+                "field `vocab_size`: the tensor of shape [4611686018427387904, 2048] is too large",
+            ),
         ];
         for (field, value, expected) in cases {
             let e = err(&with(LLAMA_3_2_1B, field, value));
