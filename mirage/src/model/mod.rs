@@ -1,6 +1,6 @@
 //! Llama-family models: their configuration (the fields of a Hugging Face `config.json` that
 //! decide a decode step), the configurations of the models the benchmarks use, the mapping to the
-//! megakernel's [`DecoderConfig`](crate::mpk::decoder::DecoderConfig), and their weights.
+//! megakernel's [`DecoderConfig`], and their weights.
 //!
 //! - [`ModelConfig::from_dir`] / [`ModelConfig::from_json`] read a `config.json` (`llama`,
 //!   `mistral`, `qwen2`, `qwen3`); every missing or inconsistent field is an error naming the
