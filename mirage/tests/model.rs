@@ -341,7 +341,7 @@ fn reference_steps_out_of_range_are_errors() -> R {
 
 /// Random weights of a real model, timed (the whole of Llama-3.2-1B: 1.5·10⁹ values).
 #[test]
-#[ignore = "generates 1.5e9 values: run on a machine with many cores (cargo test --release ... -- --ignored)"]
+#[ignore = "generates 1.5e9 values: run on a machine with many cores (-- --ignored --nocapture prints the rate)"]
 fn random_weights_at_real_scale() -> R {
     let name = std::env::var("MIRAGE_MODEL").unwrap_or_else(|_| "llama-3.2-1b".into());
     let cfg = ModelConfig::preset(&name).ok_or("no such preset")?;
