@@ -501,3 +501,18 @@ fn without_rescale(bg: &BlockGraph) -> Result<BlockGraph, IrError> {
     }
     Ok(out)
 }
+
+#[test]
+fn the_search_over_s_verifies_fused_attention_and_names_what_code_generation_lacks() -> TestResult {
+    // Over S = 1..=1024 the fused forms verify at every size (masked reductions), so the search
+    // is stopped by code generation alone, and says so: a build error, never a wrong kernel.
+    let src = attention_source(HEADS, DIM, "S", "(dims(S = 1..=1024))");
+    let p = lower_source(&src).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    let cfg = SearchConfig { budget: Duration::from_secs(120), max_states: 200_000, ..over_b_config(p.dims.clone()) };
+    let e = superoptimize(&p.graph, &cfg, None).expect_err("no code for masked reductions yet").to_string();
+    assert!(e.contains("over the declared ranges (S = 1..=1024)"), "{e}");
+    assert!(e.contains("have no code at runtime sizes") && e.contains("masked reduction"), "{e}");
+    assert!(e.contains("reduces over a runtime-sized dim") && e.contains("over S"), "{e}");
+    assert!(!e.contains("differs at S"), "no candidate differs from the program at another size: {e}");
+    Ok(())
+}
