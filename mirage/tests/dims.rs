@@ -336,14 +336,14 @@ fn a_candidate_code_generation_refuses_at_runtime_sizes_gives_way_to_the_next() 
     Ok(())
 }
 
-/// Safe-softmax decode attention in f32: `heads` heads of one query row, head dim `dim`, `keys`
-/// keys (a literal, or `S` declared as `1..=hi`).
-fn attention_source(heads: usize, dim: usize, keys: &str, decl: &str) -> String {
+/// Safe-softmax decode attention in f32: `heads` KV heads of `rows` query rows each (a GQA
+/// group when more than one), head dim `dim`, `keys` keys (a literal, or `S` declared by `decl`).
+fn gqa_source(heads: usize, rows: usize, dim: usize, keys: &str, decl: &str) -> String {
     let scale = 1.0 / (dim as f32).sqrt();
     format!(
         "#[mugraph{decl}]
-         fn attn(q: Tensor<f32, {heads}, 1, {dim}>, k: Tensor<f32, {heads}, {dim}, {keys}>, v: Tensor<f32, {heads}, {keys}, {dim}>)
-             -> Tensor<f32, {heads}, 1, {dim}>
+         fn attn(q: Tensor<f32, {heads}, {rows}, {dim}>, k: Tensor<f32, {heads}, {dim}, {keys}>, v: Tensor<f32, {heads}, {keys}, {dim}>)
+             -> Tensor<f32, {heads}, {rows}, {dim}>
          {{
              let s = q.matmul(k) * {scale:?};
              softmax(s, 2).matmul(v)
@@ -351,20 +351,30 @@ fn attention_source(heads: usize, dim: usize, keys: &str, decl: &str) -> String 
     )
 }
 
+/// [`gqa_source`] with one query row per head.
+fn attention_source(heads: usize, dim: usize, keys: &str, decl: &str) -> String {
+    gqa_source(heads, 1, dim, keys, decl)
+}
+
 const HEADS: usize = 2;
 const DIM: usize = 8;
 const S_HI: usize = 8192;
 
-/// The attention program over `S = 1..=S_HI` (built at `S_HI`) and its dims.
-fn attention_over_s() -> (KernelGraph, Dims) {
-    let src = attention_source(HEADS, DIM, "S", &format!("(dims(S = 1..={S_HI}))"));
+/// The attention program of `rows` query rows per head over `S = 1..=S_HI` (built at `S_HI`)
+/// and its dims.
+fn gqa_over_s(rows: usize) -> (KernelGraph, Dims) {
+    let src = gqa_source(HEADS, rows, DIM, "S", &format!("(dims(S = 1..={S_HI}))"));
     let p = lower_source(&src).unwrap_or_else(|e| panic!("{e}")).remove(0);
     (p.graph, p.dims)
 }
 
-/// The static attention program of `n` keys.
-fn attention_at(n: usize) -> KernelGraph {
-    lower_source(&attention_source(HEADS, DIM, &n.to_string(), "")).unwrap_or_else(|e| panic!("{e}")).remove(0).graph
+fn attention_over_s() -> (KernelGraph, Dims) {
+    gqa_over_s(1)
+}
+
+/// The static attention program of `rows` query rows per head and `n` keys.
+fn gqa_at(rows: usize, n: usize) -> KernelGraph {
+    lower_source(&gqa_source(HEADS, rows, DIM, &n.to_string(), "")).unwrap_or_else(|e| panic!("{e}")).remove(0).graph
 }
 
 /// The fused attention µGraphs of the program over `S`: the online softmax (key tiles of 128)
@@ -380,11 +390,16 @@ fn attention_candidates(p: &KernelGraph) -> Vec<(&'static str, KernelGraph)> {
 /// The candidate run at `n` keys by the padded-tile rule against the static program of `n`
 /// keys, on the same inputs (scaled by `amp`: large scores test the maximum's subtraction).
 fn attention_agrees_at(candidate: &KernelGraph, dims: &Dims, n: usize, amp: f32) -> Result<(), String> {
+    gqa_agrees_at(1, candidate, dims, n, amp)
+}
+
+/// [`attention_agrees_at`] for `rows` query rows per head.
+fn gqa_agrees_at(rows: usize, candidate: &KernelGraph, dims: &Dims, n: usize, amp: f32) -> Result<(), String> {
     let plan = DimPlan::analyze(candidate, dims).map_err(|e| e.to_string())?;
     let run = plan.run_shapes(candidate, &[n]).map_err(|e| e.to_string())?;
     let x: Vec<HostTensor> = inputs(&run.inputs, n as u64).into_iter().map(|t| t.map(|v| v * amp)).collect();
     let got = evaluate_at(candidate, &F32, &x, &run).map_err(|e| e.to_string())?;
-    let want = mirage::eval::evaluate(&attention_at(n), &F32, &x).map_err(|e| e.to_string())?;
+    let want = mirage::eval::evaluate(&gqa_at(rows, n), &F32, &x).map_err(|e| e.to_string())?;
     if got[0].data.iter().any(|v| !v.is_finite()) {
         return Err(format!("S = {n}: a non-finite output"));
     }
@@ -402,6 +417,19 @@ fn attention_over_s_computes_the_static_program_at_the_named_sizes() -> TestResu
             for amp in [1.0, 16.0] {
                 attention_agrees_at(&g, &dims, n, amp).map_err(|e| format!("{name}: {e}"))?;
             }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn gqa_attention_over_s_computes_the_static_program_at_the_named_sizes() -> TestResult {
+    // Four query rows per KV head: the online softmax over all rows, and split-KV with one block
+    // per row (grid.z) and key range.
+    let (p, dims) = gqa_over_s(4);
+    for (name, g) in attention_candidates(&p) {
+        for n in [1, 3, 17, 255, 2049, 4097, 8192] {
+            gqa_agrees_at(4, &g, &dims, n, 16.0).map_err(|e| format!("GQA {name}: {e}"))?;
         }
     }
     Ok(())
