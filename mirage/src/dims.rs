@@ -13,7 +13,9 @@
 use std::fmt;
 
 use crate::eval::{BlockRun, RunShapes};
-use crate::ir::{AccKind, BlockGraph, BlockOp, IrError, KernelGraph, KernelOp, TensorRef, row_major_strides};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, IrError, KernelGraph, KernelOp, TensorRef, UnaryOp, row_major_strides,
+};
 
 /// The largest upper bound a dimension variable may declare (the DSL checks it too).
 pub use mirage_core::shape::MAX_DIM_VAR;
@@ -100,6 +102,27 @@ pub enum Extent {
     Fixed(usize),
     /// The size of a dimension variable (by index).
     Var(usize),
+    /// `ceil(n / slab) · tile` at size `n` of variable `var`: a dim along which a kernel's blocks
+    /// concatenate their `tile`-wide results while a grid axis splits `var` in parts of `slab`
+    /// (the partial results of split-KV attention, one per key range).
+    Blocks {
+        /// The variable the grid axis splits.
+        var: usize,
+        /// The part of the variable each block covers.
+        slab: usize,
+        /// The width each block writes.
+        tile: usize,
+    },
+}
+
+impl Extent {
+    /// The variable the extent follows, if any.
+    pub fn var(self) -> Option<usize> {
+        match self {
+            Extent::Fixed(_) => None,
+            Extent::Var(v) | Extent::Blocks { var: v, .. } => Some(v),
+        }
+    }
 }
 
 /// How a grid axis or the for-loop of a custom kernel covers a variable dim.
@@ -131,14 +154,20 @@ pub struct KernelDims {
     pub forloop: Option<Split>,
     /// The variables the kernel's tensors depend on (sorted).
     pub vars: Vec<usize>,
+    /// The in-block reductions over a padded dim whose padding, as code generation pads a tile
+    /// (zeros), is not the reduction's identity — a maximum, an argmax, an RMS count, or a sum
+    /// of something other than zeros there (`exp(0) = 1`): by the masked-reduction rule
+    /// ([`crate::eval::Valid`]) they skip the padding, which code has to do with masks. Each is
+    /// described as in messages (`reduce_max over S`).
+    pub masked: Vec<String>,
 }
 
-/// The extent of a tile dim inside a block: a literal, or a part of a variable dim (the tile
-/// keeps its compile-size extent; at run sizes part of it may be padding).
+/// The extent of a tile dim inside a block: a literal, or a part of a runtime-sized dim (the
+/// tile keeps its compile-size extent; at run sizes part of it may be padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TileExt {
     Fixed,
-    Part(usize),
+    Part(Extent),
 }
 
 /// The result of following the dimension variables through a kernel graph.
@@ -228,7 +257,7 @@ impl DimPlan {
                     vec![e]
                 }
                 KernelOp::Output { strides } => {
-                    if strides.is_some() && args[0].iter().any(|x| matches!(x, Extent::Var(_))) {
+                    if strides.is_some() && args[0].iter().any(|x| x.var().is_some()) {
                         return Err(err(
                             "output",
                             names(args[0]),
@@ -276,7 +305,7 @@ impl DimPlan {
                 KernelOp::Rope { .. } => {
                     let (x, c) = (args[0], args[1]);
                     let r = x.len();
-                    if matches!(x[r - 1], Extent::Var(_)) || matches!(c[r - 1], Extent::Var(_)) {
+                    if x[r - 1].var().is_some() || c[r - 1].var().is_some() {
                         return Err(err(&name, names(x), "rope's last dim (the heads) must be fixed"));
                     }
                     broadcast(&name, x, c, dims)?;
@@ -284,7 +313,7 @@ impl DimPlan {
                     vec![x.to_vec()]
                 }
                 KernelOp::Gather => {
-                    if args[0].iter().any(|x| matches!(x, Extent::Var(_))) {
+                    if args[0].iter().any(|x| x.var().is_some()) {
                         return Err(err(&name, names(args[0]), "a gather's table must have fixed dims"));
                     }
                     let mut o = args[1].to_vec();
@@ -383,6 +412,7 @@ pub fn extent_at(e: Extent, sizes: &[usize]) -> usize {
     match e {
         Extent::Fixed(n) => n,
         Extent::Var(v) => sizes[v],
+        Extent::Blocks { var, slab, tile } => sizes[var].div_ceil(slab) * tile,
     }
 }
 
@@ -392,10 +422,15 @@ pub fn fmt_extents(e: &[Extent], dims: &Dims) -> String {
         .iter()
         .map(|x| match x {
             Extent::Fixed(n) => n.to_string(),
-            Extent::Var(v) => dims.vars.get(*v).map_or_else(|| format!("#{v}"), |d| d.name.clone()),
+            Extent::Var(v) => var_name(*v, dims),
+            Extent::Blocks { var, slab, tile } => format!("ceil({}/{slab})*{tile}", var_name(*var, dims)),
         })
         .collect();
     format!("[{}]", names.join(", "))
+}
+
+fn var_name(v: usize, dims: &Dims) -> String {
+    dims.vars.get(v).map_or_else(|| format!("#{v}"), |d| d.name.clone())
 }
 
 impl fmt::Display for DimVar {
@@ -441,9 +476,28 @@ fn broadcast_exact(op: &str, a: &[Extent], b: &[Extent], skip: usize, dims: &Dim
     Ok(o)
 }
 
+/// Whether a unary operator maps 0 to 0 (zero padding stays zero through it).
+fn keeps_zero(op: &UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Square
+            | UnaryOp::Sqrt
+            | UnaryOp::Silu
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Relu
+            | UnaryOp::Neg
+            | UnaryOp::Tanh
+            | UnaryOp::MulScalar { .. }
+    )
+}
+
 /// Follows the variables through one block graph: the kernel's launch and its outputs' extents.
+/// Alongside, whether each tile's padding is zeros as code generation pads input tiles, and
+/// which reductions over a padded dim that does not make exact ([`KernelDims::masked`]).
 fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(KernelDims, Vec<Vec<Extent>>), IrError> {
     let grid = bg.grid();
+    let hi = dims.compile_sizes();
     let axes = ["x", "y", "z"];
     // Per axis: Some(Some(split)) = splits a variable, Some(None) = splits a fixed dim.
     let mut axis: [Option<Option<Split>>; 3] = [None; 3];
@@ -466,11 +520,38 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
             )),
         }
     };
+    // A dim a grid axis or the for-loop splits: a variable's (a split) or a fixed one (none).
+    let split_of = |e: Extent, part: usize, whole: usize, what: &str| -> Result<Option<Split>, IrError> {
+        match e {
+            Extent::Var(v) => Ok(Some(Split { var: v, part, whole })),
+            Extent::Fixed(_) => Ok(None),
+            Extent::Blocks { .. } => Err(err(
+                "custom",
+                what.to_string(),
+                format!("it splits {}, a dim of per-block parts: not supported", fmt_extents(&[e], dims)),
+            )),
+        }
+    };
     let mut tiles: Vec<Vec<Vec<TileExt>>> = Vec::with_capacity(bg.nodes().len());
+    // Per node, per port: whether the tile's padding (if any) is zeros.
+    let mut zeros: Vec<Vec<bool>> = Vec::with_capacity(bg.nodes().len());
+    let mut masked = Vec::new();
+    // Accumulators folding padding in: masked when the for-loop walks a runtime-sized dim.
+    let mut folded = Vec::new();
     let mut outputs = Vec::new();
     for node in bg.nodes() {
         let name = node.op.name();
         let t: Vec<&[TileExt]> = node.inputs.iter().map(|r| tiles[r.node][r.port].as_slice()).collect();
+        let z: Vec<bool> = node.inputs.iter().map(|r| zeros[r.node][r.port]).collect();
+        let padded = |x: &[TileExt]| x.iter().any(|e| matches!(e, TileExt::Part(_)));
+        // A reduction of operand `k` over `dim` that needs a mask unless `exact`.
+        let mut over = |k: usize, dim: usize, exact: bool| {
+            if let TileExt::Part(e) = t[k][dim]
+                && !exact
+            {
+                masked.push(format!("{name} over {}", fmt_extents(&[e], dims)));
+            }
+        };
         let same_tile = |a: &[TileExt], b: &[TileExt]| -> Result<(), IrError> {
             if a != b {
                 return Err(err(
@@ -502,36 +583,31 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
             o[d] = TileExt::Fixed;
             o
         };
-        let out: Vec<Vec<TileExt>> = match &node.op {
+        let (out, zero): (Vec<Vec<TileExt>>, Vec<bool>) = match &node.op {
             BlockOp::Input { input, imap, forloop_dim } => {
                 let e = args[*input];
                 let compiled = &bg.inputs()[*input].shape;
                 let mut slab = compiled.clone();
                 for a in 0..3 {
                     if let Some(d) = imap[a] {
-                        let s = match e[d] {
-                            Extent::Var(v) => Some(Split { var: v, part: compiled[d] / grid[a], whole: compiled[d] }),
-                            Extent::Fixed(_) => None,
-                        };
-                        bind(&mut axis[a], s, &format!("grid axis {}", axes[a]))?;
+                        let what = format!("grid axis {}", axes[a]);
+                        let s = split_of(e[d], compiled[d] / grid[a], compiled[d], &what)?;
+                        bind(&mut axis[a], s, &what)?;
                         slab[d] /= grid[a];
                     }
                 }
                 if let Some(f) = forloop_dim {
-                    let s = match e[*f] {
-                        Extent::Var(v) => Some(Split { var: v, part: slab[*f] / bg.forloop_range(), whole: slab[*f] }),
-                        Extent::Fixed(_) => None,
-                    };
+                    let s = split_of(e[*f], slab[*f] / bg.forloop_range(), slab[*f], "the for-loop")?;
                     bind(&mut forloop, s, "the for-loop")?;
                 }
-                vec![
-                    e.iter()
-                        .map(|x| match x {
-                            Extent::Var(v) => TileExt::Part(*v),
-                            Extent::Fixed(_) => TileExt::Fixed,
-                        })
-                        .collect(),
-                ]
+                let tile = e
+                    .iter()
+                    .map(|x| match x {
+                        Extent::Fixed(_) => TileExt::Fixed,
+                        e => TileExt::Part(*e),
+                    })
+                    .collect();
+                (vec![tile], vec![true])
             }
             BlockOp::Output { omap, .. } => {
                 let tile = t[0];
@@ -541,9 +617,12 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                     let along = (0..3).find(|&a| omap[a] == Some(d));
                     let by = along.and_then(|a| axis[a].flatten());
                     o[d] = match (x, along, by) {
-                        (TileExt::Part(v), _, Some(s)) if s.var == *v && s.part == ts[d] => Extent::Var(*v),
-                        (TileExt::Part(v), None, None) if dims.vars[*v].hi == ts[d] => Extent::Var(*v),
+                        (TileExt::Part(Extent::Var(v)), _, Some(s)) if s.var == *v && s.part == ts[d] => {
+                            Extent::Var(*v)
+                        }
+                        (TileExt::Part(e), None, None) if extent_at(*e, &hi) == ts[d] => *e,
                         (TileExt::Fixed, Some(a), None) => Extent::Fixed(ts[d] * grid[a]),
+                        (TileExt::Fixed, Some(_), Some(s)) => Extent::Blocks { var: s.var, slab: s.part, tile: ts[d] },
                         (TileExt::Fixed, None, None) => Extent::Fixed(ts[d]),
                         _ => {
                             return Err(err(
@@ -552,7 +631,8 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                                 format!(
                                     "dim {d} of the saved tile does not cover {} whole at every size",
                                     match x {
-                                        TileExt::Part(v) => format!("variable {}", dims.vars[*v].name),
+                                        TileExt::Part(e) =>
+                                            format!("the runtime-sized dim {}", fmt_extents(&[*e], dims)),
                                         TileExt::Fixed => "a fixed dim".to_string(),
                                     }
                                 ),
@@ -561,69 +641,118 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                     };
                 }
                 outputs.push(o);
-                vec![]
+                (vec![], vec![])
             }
             BlockOp::Matmul => {
                 let (a, b) = (t[0], t[1]);
                 let r = a.len();
                 same_tile(&a[r - 1..], &b[r - 2..r - 1])?;
+                over(0, r - 1, z[0] && z[1]);
                 let mut o = a.to_vec();
                 o[r - 1] = b[r - 1];
-                vec![o]
+                let zero = !padded(&o) || (z[0] && z[1]);
+                (vec![o], vec![zero])
             }
-            BlockOp::Unary { .. } | BlockOp::RmsNorm { .. } => vec![t[0].to_vec()],
-            BlockOp::Binary { .. } => {
-                vec![bcast(t[0], t[1], &shape(&node.inputs[0]), &shape(&node.inputs[1]))?]
+            BlockOp::Unary { op } => {
+                let zero = !padded(t[0]) || (z[0] && keeps_zero(op));
+                (vec![t[0].to_vec()], vec![zero])
             }
-            BlockOp::ReduceSum { dim }
-            | BlockOp::ReduceSumTo { dim, .. }
-            | BlockOp::ReduceMax { dim }
-            | BlockOp::Argmax { dim } => vec![reduced(*dim)],
-            BlockOp::RunningMax { dim } => vec![reduced(*dim), reduced(*dim)],
+            BlockOp::RmsNorm { .. } => {
+                over(0, t[0].len() - 1, false);
+                (vec![t[0].to_vec()], vec![z[0]])
+            }
+            BlockOp::Binary { op } => {
+                let o = bcast(t[0], t[1], &shape(&node.inputs[0]), &shape(&node.inputs[1]))?;
+                let zero = !padded(&o)
+                    || match op {
+                        // An unpadded operand's flag is true (no padding): its finite elements times zero
+                        // padding are zero.
+                        BinaryOp::Mul => z[0] && z[1],
+                        BinaryOp::Add | BinaryOp::Sub => z[0] && z[1] && t[0] == t[1],
+                        BinaryOp::Div | BinaryOp::Pow => false,
+                    };
+                (vec![o], vec![zero])
+            }
+            BlockOp::ReduceSum { dim } | BlockOp::ReduceSumTo { dim, .. } => {
+                over(0, *dim, z[0]);
+                (vec![reduced(*dim)], vec![z[0]])
+            }
+            BlockOp::ReduceMax { dim } => {
+                over(0, *dim, false);
+                (vec![reduced(*dim)], vec![z[0]])
+            }
+            BlockOp::Argmax { dim } => {
+                over(0, *dim, false);
+                let o = reduced(*dim);
+                let zero = !padded(&o);
+                (vec![o], vec![zero])
+            }
+            BlockOp::RunningMax { dim } => {
+                over(0, *dim, false);
+                let o = reduced(*dim);
+                let zero = !padded(&o);
+                (vec![o.clone(), o], vec![z[0], zero])
+            }
             BlockOp::Concat { dim } => {
                 if t[0][*dim] != TileExt::Fixed || t[1][*dim] != TileExt::Fixed {
                     return Err(err(&name, format!("{:?}", t[0]), "a concatenation along a runtime-sized dim"));
                 }
-                vec![t[0].to_vec()]
+                (vec![t[0].to_vec()], vec![z[0] && z[1]])
             }
             BlockOp::Rope { .. } => {
                 if t[0].last() != Some(&TileExt::Fixed) {
                     return Err(err(&name, format!("{:?}", t[0]), "rope's last dim (the heads) must be fixed"));
                 }
-                vec![t[0].to_vec()]
+                (vec![t[0].to_vec()], vec![z[0]])
             }
             BlockOp::Gather { table, .. } => {
-                if args[*table].iter().any(|x| matches!(x, Extent::Var(_))) {
+                if args[*table].iter().any(|x| x.var().is_some()) {
                     return Err(err(&name, "table", "a gather's table must have fixed dims"));
                 }
                 let mut o = t[0].to_vec();
                 o.push(TileExt::Fixed);
-                vec![o]
+                let zero = !padded(&o);
+                (vec![o], vec![zero])
             }
             BlockOp::Accum { acc } => {
                 let last = t[0].len() - 1;
+                // Across iterations each position folds in its elements: padding there is
+                // harmless unless the for-loop walks a runtime-sized dim (a position padded in one
+                // iteration holds a key in another), which is known once every input is read.
+                let needs = match acc {
+                    AccKind::Max => padded(t[0]),
+                    AccKind::Sum
+                    | AccKind::Rescale
+                    | AccKind::SumLast
+                    | AccKind::SumTo { .. }
+                    | AccKind::SumLastRescale => padded(t[0]) && !z[0],
+                    AccKind::RmsLast => {
+                        over(0, last, false);
+                        false
+                    }
+                };
+                if needs {
+                    folded.push(format!("{name} over a padded tile"));
+                }
                 match acc {
-                    AccKind::Sum | AccKind::Max | AccKind::Rescale => vec![t[0].to_vec()],
+                    AccKind::Sum | AccKind::Max | AccKind::Rescale => (vec![t[0].to_vec()], vec![z[0]]),
                     AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } | AccKind::SumLastRescale => {
-                        vec![reduced(last)]
+                        (vec![reduced(last)], vec![z[0]])
                     }
                 }
             }
         };
         tiles.push(out);
+        zeros.push(zero);
     }
-    let mut vars: Vec<usize> = args
-        .iter()
-        .flat_map(|e| e.iter())
-        .chain(outputs.iter().flatten())
-        .filter_map(|x| match x {
-            Extent::Var(v) => Some(*v),
-            Extent::Fixed(_) => None,
-        })
-        .collect();
+    let mut vars: Vec<usize> =
+        args.iter().flat_map(|e| e.iter()).chain(outputs.iter().flatten()).filter_map(|x| x.var()).collect();
     vars.sort_unstable();
     vars.dedup();
-    let k = KernelDims { grid: axis.map(Option::flatten), forloop: forloop.flatten(), vars };
+    if forloop.flatten().is_some() {
+        masked.extend(folded);
+    }
+    let k = KernelDims { grid: axis.map(Option::flatten), forloop: forloop.flatten(), vars, masked };
     Ok((k, outputs))
 }
 

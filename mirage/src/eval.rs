@@ -512,9 +512,11 @@ pub struct BlockRun {
 ///
 /// The padded-tile rule: a block graph keeps the tile sizes chosen at the compile size (the
 /// upper bound of every range); an input iterator's tile that reaches past a tensor's extent
-/// reads zeros there, in-block values are computed on the padded tile as they are (the
-/// accumulators and an `RmsLast` count included), and an output saver writes only the part of its
-/// tile inside the output's extent. Kernel-level operators compute on the tensors as they are.
+/// is padded there (zeros), element-wise operators compute on the padding as on any element,
+/// every reduction over a padded dim (a sum, maximum, argmax, a matmul's contraction, an RMS
+/// mean, a running maximum, an accumulator) takes the padding as its identity — the masked
+/// reductions of [`Valid`] — and an output saver writes only the part of its tile inside the
+/// output's extent. Kernel-level operators compute on the tensors as they are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunShapes {
     /// The shape of each program input, in order.
@@ -621,8 +623,16 @@ pub fn evaluate_block_tile<D: Domain>(
 /// Per-block loop-carried state of one node.
 enum Carry<V> {
     None,
-    Acc(Option<Tensor<V>>),
+    Acc(Option<AccState<V>>),
     RunningMax(Option<Tensor<V>>),
+}
+
+/// An accumulator's state: its value, the valid box of the value (see [`Valid`]), and for
+/// `RmsLast` the number of valid elements summed so far.
+struct AccState<V> {
+    value: Tensor<V>,
+    valid: Valid,
+    count: usize,
 }
 
 /// The output tiles of one block, each with its offset in the kernel's output.
@@ -680,7 +690,8 @@ fn gather_block<D: Domain>(
 
 /// Runs block `b` over `frange` loop iterations: returns, for each output saver in order, the
 /// offset and the tile it writes. Tiles keep their compile-size extents and offsets; an input
-/// tile reaching past its tensor reads zeros there.
+/// tile reaching past its tensor is padded there, and every reduction skips the padding (see
+/// [`Valid`]).
 fn run_block<D: Domain>(
     bg: &BlockGraph,
     ops: &Ops<'_, D>,
@@ -700,6 +711,8 @@ fn run_block<D: Domain>(
         })
         .collect();
     let mut values: Vec<Vec<Tensor<D::V>>> = vec![Vec::new(); nodes.len()];
+    // Per node, per port: the valid box of the value (the rest is padding).
+    let mut valid: Vec<Vec<Valid>> = vec![Vec::new(); nodes.len()];
     let get = |values: &Vec<Vec<Tensor<D::V>>>, t: &TensorRef| -> Tensor<D::V> { values[t.node][t.port].clone() };
     let in_loop = |i: usize| match nodes[i].op {
         BlockOp::Accum { .. } | BlockOp::Output { .. } => false,
@@ -710,30 +723,45 @@ fn run_block<D: Domain>(
         for (i, node) in nodes.iter().enumerate() {
             if let BlockOp::Accum { acc } = node.op {
                 let x = &values[node.inputs[0].node][node.inputs[0].port];
-                let folded = match acc {
-                    AccKind::Sum | AccKind::Max | AccKind::Rescale => x.clone(),
-                    AccKind::SumLast | AccKind::SumLastRescale => ops.reduce_sum(x, x.shape.len() - 1, 1),
-                    AccKind::RmsLast => ops.sum_squares_last(x),
-                    AccKind::SumTo { width } => ops.reduce_sum(x, x.shape.len() - 1, width),
+                let xv = &valid[node.inputs[0].node][node.inputs[0].port];
+                let last = x.shape.len() - 1;
+                let zeroed = || ops.fill_padding(x, xv, d.zero());
+                let (folded, fv) = match acc {
+                    AccKind::Sum | AccKind::Rescale => (zeroed().into_owned(), xv.clone()),
+                    AccKind::Max => (ops.fill_padding(x, xv, d.neg_infinity()).into_owned(), xv.clone()),
+                    AccKind::SumLast | AccKind::SumLastRescale => {
+                        (ops.reduce_sum(&zeroed(), last, 1), reduced_valid(xv, last, 1))
+                    }
+                    AccKind::RmsLast => (ops.sum_squares_last(&zeroed()), reduced_valid(xv, last, 1)),
+                    AccKind::SumTo { width } => {
+                        (ops.reduce_sum(&zeroed(), last, width), reduced_valid(xv, last, width))
+                    }
                 };
+                let count = xv.get(last).copied().unwrap_or(1);
                 let Carry::Acc(state) = &mut carry[i] else { continue };
                 *state = Some(match state.take() {
-                    None => folded,
-                    Some(prev) => match acc {
-                        AccKind::Max => ops.max(&prev, &folded),
-                        AccKind::Rescale | AccKind::SumLastRescale => {
-                            let r = &values[node.inputs[1].node][node.inputs[1].port];
-                            ops.binary(BinaryOp::Add, &ops.binary(BinaryOp::Mul, &prev, r), &folded)
-                        }
-                        _ => ops.binary(BinaryOp::Add, &prev, &folded),
-                    },
+                    None => AccState { value: folded, valid: fv, count },
+                    Some(prev) => {
+                        let value = match acc {
+                            AccKind::Max => ops.max(&prev.value, &folded),
+                            AccKind::Rescale | AccKind::SumLastRescale => {
+                                let r = &values[node.inputs[1].node][node.inputs[1].port];
+                                ops.binary(BinaryOp::Add, &ops.binary(BinaryOp::Mul, &prev.value, r), &folded)
+                            }
+                            _ => ops.binary(BinaryOp::Add, &prev.value, &folded),
+                        };
+                        // Only the loop dim's padding shrinks from one iteration to the next: the
+                        // union of the boxes is the larger box.
+                        let valid = prev.valid.iter().zip(&fv).map(|(&p, &f)| p.max(f)).collect();
+                        AccState { value, valid, count: prev.count + count }
+                    }
                 });
                 continue;
             }
             if !in_loop(i) {
                 continue;
             }
-            let produced = match &node.op {
+            let (produced, produced_valid) = match &node.op {
                 BlockOp::Input { input, imap, forloop_dim } => {
                     if forloop_dim.is_none() && it > 0 {
                         continue; // loaded once, before the loop
@@ -751,20 +779,19 @@ fn run_block<D: Domain>(
                     if let Some(f) = forloop_dim {
                         offset[*f] += it * tile[*f];
                     }
-                    vec![src.region_padded(&offset, tile, d.zero())]
+                    let v = (0..tile.len()).map(|k| tile[k].min(src.shape[k].saturating_sub(offset[k]))).collect();
+                    (vec![src.region_padded(&offset, tile, d.zero())], vec![v])
                 }
                 BlockOp::Gather { table, imap } => {
-                    vec![gather_block(
-                        ops,
-                        inputs[*table],
-                        imap,
-                        grid,
-                        b,
-                        &values[node.inputs[0].node][node.inputs[0].port],
-                    )]
+                    let ids = &values[node.inputs[0].node][node.inputs[0].port];
+                    let g = gather_block(ops, inputs[*table], imap, grid, b, ids);
+                    let v = gathered_valid(&valid[node.inputs[0].node][node.inputs[0].port], &g);
+                    (vec![g], vec![v])
                 }
                 BlockOp::RunningMax { dim } => {
-                    let cur = ops.reduce_max(&get(&values, &node.inputs[0]), *dim);
+                    let x = &values[node.inputs[0].node][node.inputs[0].port];
+                    let xv = &valid[node.inputs[0].node][node.inputs[0].port];
+                    let cur = ops.reduce_max(&ops.fill_padding(x, xv, d.neg_infinity()), *dim);
                     let Carry::RunningMax(prev) = &mut carry[i] else { continue };
                     let (m, diff) = match prev.take() {
                         None => (cur.clone(), cur.map(|_| d.neg_infinity())),
@@ -775,17 +802,20 @@ fn run_block<D: Domain>(
                         }
                     };
                     *prev = Some(m.clone());
-                    vec![m, diff]
+                    let v = reduced_valid(xv, *dim, 1);
+                    (vec![m, diff], vec![v.clone(), v])
                 }
                 op => {
                     let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
-                    match ops.common_block_op(op, &args) {
-                        Some(t) => vec![t],
+                    let arg_valid: Vec<&Valid> = node.inputs.iter().map(|t| &valid[t.node][t.port]).collect();
+                    match ops.masked_block_op(op, &args, &arg_valid) {
+                        Some((t, v)) => (vec![t], vec![v]),
                         None => continue,
                     }
                 }
             };
             values[i] = produced;
+            valid[i] = produced_valid;
         }
     }
     // After the loop: finish accumulators, run the epilogue, save outputs.
@@ -795,14 +825,13 @@ fn run_block<D: Domain>(
             BlockOp::Accum { acc } => {
                 let Carry::Acc(Some(state)) = &mut carry[i] else { continue };
                 let value = match acc {
-                    AccKind::RmsLast => {
-                        let last =
-                            nodes[node.inputs[0].node].outputs[node.inputs[0].port].shape.last().copied().unwrap_or(1);
-                        ops.rms_from_sum(state, frange * last, None)
-                    }
-                    _ => state.clone(),
+                    // The mean over the valid elements only (at least one: an empty mean is
+                    // padding, never saved).
+                    AccKind::RmsLast => ops.rms_from_sum(&state.value, state.count.max(1), None),
+                    _ => state.value.clone(),
                 };
                 values[i] = vec![value];
+                valid[i] = vec![state.valid.clone()];
             }
             BlockOp::Output { omap, .. } => {
                 let tile = get(&values, &node.inputs[0]);
@@ -816,16 +845,127 @@ fn run_block<D: Domain>(
             }
             BlockOp::Gather { table, imap } if !in_loop(i) => {
                 let ids = &values[node.inputs[0].node][node.inputs[0].port];
-                values[i] = vec![gather_block(ops, inputs[*table], imap, grid, b, ids)];
+                let g = gather_block(ops, inputs[*table], imap, grid, b, ids);
+                valid[i] = vec![gathered_valid(&valid[node.inputs[0].node][node.inputs[0].port], &g)];
+                values[i] = vec![g];
             }
             op if !in_loop(i) => {
                 let args: Vec<&Tensor<D::V>> = node.inputs.iter().map(|t| &values[t.node][t.port]).collect();
-                if let Some(t) = ops.common_block_op(op, &args) {
+                let arg_valid: Vec<&Valid> = node.inputs.iter().map(|t| &valid[t.node][t.port]).collect();
+                if let Some((t, v)) = ops.masked_block_op(op, &args, &arg_valid) {
                     values[i] = vec![t];
+                    valid[i] = vec![v];
                 }
             }
             _ => {}
         }
     }
     saved
+}
+
+/// The valid box of a tile: per dim, how many leading positions hold elements of the tensors
+/// (the rest is padding, where an input tile reached past a runtime-sized dim's extent). Padding
+/// is always a tail (tiles keep their compile-size offsets), so a box is exact.
+///
+/// The masked-reduction rule: element-wise operators compute on the padding as on any element
+/// (the result's box is the operands' common box), but every reduction — `ReduceSum`,
+/// `ReduceSumTo`, `ReduceMax`, `Argmax`, a matmul's contraction, `RmsNorm`'s mean, `RunningMax`
+/// and every accumulator — takes the padded elements as its identity (0 for sums and products'
+/// contraction, −∞ for maxima; a mean counts the valid elements only), so padding never
+/// reaches a result. A reduction's result is valid along the reduced dim: it is the reduction of
+/// the valid elements (the identity when there are none).
+pub type Valid = Vec<usize>;
+
+/// The box of a reduction of `dim` to `width` over a value of box `v`.
+fn reduced_valid(v: &[usize], dim: usize, width: usize) -> Valid {
+    let mut o = v.to_vec();
+    o[dim] = width;
+    o
+}
+
+/// The box of a gather's result: the ids' box and the whole gathered width.
+fn gathered_valid<V>(ids: &[usize], g: &Tensor<V>) -> Valid {
+    let mut o = ids.to_vec();
+    o.push(g.shape[g.shape.len() - 1]);
+    o
+}
+
+impl<D: Domain> Ops<'_, D> {
+    /// `x` with every element outside the box `v` replaced by `id` (borrowed when there is no
+    /// padding).
+    fn fill_padding<'t>(&self, x: &'t Tensor<D::V>, v: &[usize], id: D::V) -> Cow<'t, Tensor<D::V>> {
+        if v.iter().zip(&x.shape).all(|(a, b)| a >= b) {
+            return Cow::Borrowed(x);
+        }
+        let mut out = x.clone();
+        let mut idx = vec![0usize; x.shape.len()];
+        for e in out.data.iter_mut() {
+            if idx.iter().zip(v).any(|(i, n)| i >= n) {
+                *e = id;
+            }
+            advance(&mut idx, &x.shape);
+        }
+        Cow::Owned(out)
+    }
+
+    /// A block operator common to both levels by the masked-reduction rule (see [`Valid`]): the
+    /// result and its valid box.
+    fn masked_block_op(&self, op: &BlockOp, args: &[&Tensor<D::V>], v: &[&Valid]) -> Option<(Tensor<D::V>, Valid)> {
+        let d = self.0;
+        let zero = |k: usize| self.fill_padding(args[k], v[k], d.zero());
+        Some(match op {
+            BlockOp::Matmul => {
+                let (a, b) = (zero(0), zero(1));
+                let r = a.shape.len();
+                let mut o: Valid = v[0].clone();
+                o[r - 1] = v[1][r - 1];
+                for k in 0..r - 2 {
+                    o[k] = o[k].min(v[1][k]);
+                }
+                (self.matmul(&a, &b), o)
+            }
+            BlockOp::ReduceSum { dim } => (self.reduce_sum(&zero(0), *dim, 1), reduced_valid(v[0], *dim, 1)),
+            BlockOp::ReduceSumTo { dim, width } => {
+                (self.reduce_sum(&zero(0), *dim, *width), reduced_valid(v[0], *dim, *width))
+            }
+            BlockOp::ReduceMax { dim } => {
+                let x = self.fill_padding(args[0], v[0], d.neg_infinity());
+                (self.reduce_max(&x, *dim), reduced_valid(v[0], *dim, 1))
+            }
+            BlockOp::Argmax { dim } => {
+                let x = self.fill_padding(args[0], v[0], d.neg_infinity());
+                (self.argmax(&x, *dim), reduced_valid(v[0], *dim, 1))
+            }
+            BlockOp::RmsNorm { eps } => {
+                let x = args[0];
+                let n = v[0][x.shape.len() - 1].max(1);
+                let rms = self.rms_from_sum(&self.sum_squares_last(&zero(0)), n, Some(eps.0));
+                (self.binary(BinaryOp::Div, x, &rms), v[0].clone())
+            }
+            BlockOp::Concat { dim } => {
+                let t = self.concat(args[0], args[1], *dim);
+                let mut o: Valid = v[0].iter().zip(v[1].iter()).map(|(&a, &b)| a.min(b)).collect();
+                o[*dim] = if v[0][*dim] >= args[0].shape[*dim] { args[0].shape[*dim] + v[1][*dim] } else { v[0][*dim] };
+                (t, o)
+            }
+            BlockOp::Unary { .. } | BlockOp::Rope { .. } => (self.common_block_op(op, args)?, v[0].clone()),
+            BlockOp::Binary { .. } => {
+                let t = self.common_block_op(op, args)?;
+                let o = (0..t.shape.len())
+                    .map(|k| {
+                        (0..2)
+                            .map(|a| if args[a].shape[k] == t.shape[k] { v[a][k] } else { t.shape[k] })
+                            .min()
+                            .unwrap_or(t.shape[k])
+                    })
+                    .collect();
+                (t, o)
+            }
+            BlockOp::Input { .. }
+            | BlockOp::Output { .. }
+            | BlockOp::Gather { .. }
+            | BlockOp::RunningMax { .. }
+            | BlockOp::Accum { .. } => return None,
+        })
+    }
 }

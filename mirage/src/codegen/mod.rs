@@ -156,15 +156,32 @@ pub fn generate_sized(
 
 /// The µGraph code generation writes (kernel-level operators lowered to their default block
 /// graphs) and, for a program with runtime-sized dims, how the variables follow through it;
-/// a runtime-sized dim other than dim 0 is [`CodegenError::Unsupported`] (strides would depend
-/// on the size).
+/// a runtime-sized dim other than dim 0 (strides would depend on the size), a masked reduction
+/// ([`crate::dims::KernelDims::masked`]) and a tensor of per-block parts
+/// ([`crate::dims::Extent::Blocks`]) are [`CodegenError::Unsupported`].
 fn sized_graph(graph: &KernelGraph, dims: &Dims) -> Result<(KernelGraph, Option<DimPlan>), CodegenError> {
     let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
     let sized = if dims.is_static() { None } else { Some(DimPlan::analyze(&graph, dims).map_err(CodegenError::Ir)?) };
     if let Some(p) = &sized {
+        // Masked reductions (crate::eval::Valid) are not written yet: a kernel needing one would
+        // sum or compare its zero-filled padding.
+        for i in 0..graph.nodes().len() {
+            if let Some(what) = p.kernel(i).and_then(|k| k.masked.first()) {
+                return Err(CodegenError::Unsupported(format!(
+                    "a masked reduction over a runtime-sized dim (kernel k{i}: {what})"
+                )));
+            }
+        }
         for (i, node) in graph.nodes().iter().enumerate() {
             for port in 0..node.outputs.len() {
-                let m = plan_marks(p.extents(TensorRef { node: i, port }));
+                let e = p.extents(TensorRef { node: i, port });
+                if e.iter().any(|x| matches!(x, Extent::Blocks { .. })) {
+                    return Err(CodegenError::Unsupported(format!(
+                        "a tensor of per-block parts of a runtime-sized dim (tensor %{i}.{port}: {})",
+                        crate::dims::fmt_extents(e, dims)
+                    )));
+                }
+                let m = plan_marks(e);
                 if m.iter().skip(1).any(Option::is_some) {
                     return Err(CodegenError::Unsupported(format!(
                         "a runtime-sized dim other than dim 0 (tensor %{i}.{port}: {}): strides would depend on the size",
@@ -194,7 +211,8 @@ fn kernel_sizes(sized: Option<&DimPlan>, graph: &KernelGraph, node: usize) -> Ke
 }
 
 /// Whether [`generate_sized`] can write `graph` (built at the upper bounds of `dims`): the checks
-/// it makes before writing code (runtime-sized dims at dim 0 only, no for-loop walking one, copies
+/// it makes before writing code (runtime-sized dims at dim 0 only, no masked reduction, no
+/// tensor of per-block parts, no for-loop walking a runtime-sized dim, copies
 /// that can be predicated row by row, tiles that fit the shared memory), without writing any.
 /// The search applies it to every candidate of a program with runtime-sized dims
 /// ([`crate::search::ranges`]), so that it never chooses a µGraph code generation refuses.

@@ -6,10 +6,12 @@
 //! ([`crate::eval::RunShapes`]): [`RangeCheck::check`] runs the fingerprint check (and, when asked,
 //! the f32 float check) at several sizes of each range — both ends, 1, 3, 17, `hi - 1`, a
 //! prime, and one past a multiple of each tile the candidate splits the variable with
-//! ([`Dims::verification_sizes`]). This is what makes the padded-tile rule sound without masks:
-//! padding that pollutes a result (an `exp(0) = 1` summed, a max over padded zeros, an RMS over
-//! the padded count, an accumulator over padded iterations) changes an output at some size that
-//! is not a multiple of the tile, and the candidate is rejected; the search takes the next one.
+//! ([`Dims::verification_sizes`]). By the masked-reduction rule ([`crate::eval::Valid`]) padding
+//! never reaches a result, so what these sizes catch is a candidate whose geometry does not
+//! follow the sizes (a tail tile, a trip count, a part of a split that a program's value depends
+//! on). A candidate that computes the program everywhere must also be one code generation can
+//! write ([`sized_support`]): code zero-fills padding, so a reduction whose padding is not zeros
+//! summed needs a mask in code, which it refuses for now ([`crate::dims::KernelDims::masked`]).
 
 use std::collections::HashMap;
 
@@ -69,7 +71,7 @@ enum Rejection {
     Geometry,
     /// Code generation cannot write it at runtime sizes ([`sized_support`]).
     Codegen,
-    /// It computes something else at another size (padding polluting a reduction).
+    /// It computes something else at another size.
     Values,
 }
 
@@ -105,8 +107,8 @@ impl<'a> RangeCheck<'a> {
 
     /// Why the candidates [`RangeCheck::check`] rejected were rejected, for the search's error
     /// when none is left (empty when it rejected none): the count of each kind of reason with
-    /// its first example, and, when the program reduces over a runtime-sized dim, that masked
-    /// reductions are not implemented yet.
+    /// its first example, and, when the program reduces over a runtime-sized dim, that code
+    /// generation does not write masked reductions yet.
     pub fn rejections(&self) -> String {
         if self.rejected.is_empty() {
             return String::new();
@@ -121,7 +123,7 @@ impl<'a> RangeCheck<'a> {
             && let Some(r) = reduction_over_a_variable(self.program, plan)
         {
             out.push_str(&format!(
-                "; the program reduces over a runtime-sized dim ({r}): masked reductions over a runtime-sized dim are not implemented yet, so only µGraphs whose padding adds nothing to the reduction serve it"
+                "; the program reduces over a runtime-sized dim ({r}): code generation does not write a masked reduction yet, so only µGraphs whose zero-filled padding adds nothing to the reduction serve it"
             ));
         }
         out
@@ -181,10 +183,7 @@ pub fn fmt_vars(dims: &Dims) -> String {
 /// The first operator of `program` that reduces over a runtime-sized dim (a sum, maximum, argmax
 /// or RMS norm along it, or a matmul contracting it), described as `reduce_sum (%3) over B`.
 pub fn reduction_over_a_variable(program: &KernelGraph, plan: &DimPlan) -> Option<String> {
-    let var = |e: Extent| match e {
-        Extent::Var(v) => plan.dims().vars.get(v).map(|d| d.name.clone()),
-        Extent::Fixed(_) => None,
-    };
+    let var = |e: Extent| e.var().and_then(|v| plan.dims().vars.get(v)).map(|d| d.name.clone());
     program.nodes().iter().enumerate().find_map(|(i, node)| {
         let arg = |k: usize| node.inputs.get(k).map(|&t| plan.extents(t)).unwrap_or(&[]);
         let over = match &node.op {
