@@ -489,17 +489,9 @@ impl Builder {
                 // A program of several size buckets: each bucket is built as a program of its own
                 // (its sub-range of the dims, its graph at their upper bounds), the same way.
                 let names: Vec<String> = program.dims.vars.iter().map(|v| v.name.clone()).collect();
-                for (i, b) in program.buckets.iter().enumerate() {
-                    let bucket = lower::Program {
-                        graph: b.graph.clone(),
-                        dims: b.dims.clone(),
-                        buckets: Vec::new(),
-                        ..program.clone()
-                    };
-                    jobs.push((file.clone(), line_column, bucket, Some((i, b.ranges.clone())), names.clone()));
-                }
-                if program.buckets.is_empty() {
-                    jobs.push((file.clone(), line_column, program, None, names));
+                for (bucket, built) in program.builds() {
+                    let bucket = bucket.map(|i| (i, program.buckets[i].ranges.clone()));
+                    jobs.push((file.clone(), line_column, built, bucket, names.clone()));
                 }
             }
         }

@@ -70,6 +70,22 @@ pub struct Program {
     pub buckets: Vec<ProgramBucket>,
 }
 
+impl Program {
+    /// What is built for this function: itself (`None`), or one program per size bucket (its
+    /// index), each with the bucket's graph and dims and the function's name and fingerprint.
+    pub fn builds(&self) -> Vec<(Option<usize>, Program)> {
+        if self.buckets.is_empty() {
+            return vec![(None, self.clone())];
+        }
+        let bare = Program { buckets: Vec::new(), ..self.clone() };
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (Some(i), Program { graph: b.graph.clone(), dims: b.dims.clone(), ..bare.clone() }))
+            .collect()
+    }
+}
+
 /// One size bucket of a program: a sub-range of its dims and the kernel graph at its upper
 /// bounds.
 #[derive(Clone, Debug, PartialEq)]

@@ -31,14 +31,17 @@ pub const MAX_BUCKETS: usize = 16;
 /// The most buckets [`default_buckets`] gives one dim.
 pub const MAX_DEFAULT_BUCKETS: usize = 6;
 
-/// The default bucket upper bounds of a dim declared `lo..=hi`: the ladder 1, 8, 16, 64, 256, ...
-/// (times 4 after 16) below `hi`, at most [`MAX_DEFAULT_BUCKETS`] - 1 of them, then `hi`.
+/// The default bucket upper bounds of a dim declared `lo..=hi`: the ladder 1, 8, 16, 32, 64,
+/// then times 4 (256, 1024, ...) below `hi`, at most [`MAX_DEFAULT_BUCKETS`] - 1 of them, then
+/// `hi` (for `1..=64`: 1, 8, 16, 32, 64).
 ///
 /// Why these: a bucket's kernels run at its upper bound's cost, so its bounds belong where the
 /// cost of a fixed-size build steps. On the H200 (gated MLP, 4096 × 4096 weights) a fixed build
-/// costs about the same from 1 to 8 rows and steps up past 16 (a 16-row MMA tile), and decoding
-/// (one row) is the most common size, so it gets a bucket of its own (a fixed build: nothing
-/// padded). Past 16 the ladder grows by 4× so that a range up to 2^20 needs few searches.
+/// costs about the same from 1 to 8 rows (29.6 and 31.2 µs) and steps up past 16 (46.3 µs at 17,
+/// 77.0 at 64: row tiles of 16 and more); decoding (one row) is the most common size, so it gets
+/// a bucket of its own. Past 64 the ladder grows by 4× so that a long range needs few searches
+/// (each bucket is a search, a verification and an nvcc run: the build time grows with the
+/// count).
 pub fn default_buckets(lo: usize, hi: usize) -> Vec<usize> {
     let mut out = Vec::new();
     let mut b = 1usize;
@@ -48,7 +51,7 @@ pub fn default_buckets(lo: usize, hi: usize) -> Vec<usize> {
         }
         b = match b {
             1 => 8,
-            8 => 16,
+            8..=32 => b * 2,
             _ => b * 4,
         };
     }
