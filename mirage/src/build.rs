@@ -829,8 +829,10 @@ fn sized_note(dims: &Dims, chosen: &KernelGraph) -> String {
             .join("; "),
         Err(e) => format!("sizes that could not be listed ({e})"),
     };
+    // A one-size bucket (`B = 1..=1`) has no sizes besides its upper bound.
+    let at = if at.is_empty() { String::new() } else { format!(" and at {at}") };
     format!(
-        "note: runtime-sized dims {}: searched and built at the upper bounds, verified at those and at {at}; the kernels take the sizes at launch\n",
+        "note: runtime-sized dims {}: searched and built at the upper bounds, verified at those{at}; the kernels take the sizes at launch\n",
         search::ranges::fmt_vars(dims)
     )
 }
