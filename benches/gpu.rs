@@ -373,25 +373,31 @@ fn main() -> Result<(), Box<dyn Error>> {
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ").into()) }
 }
 
-/// The programs of the `dims` group (`benches/kernels/dims.rs`): the gated MLP over `B` and its
-/// fixed builds at 17 and 64 rows.
+/// The programs of the `dims` group (`benches/kernels/dims.rs`): the gated MLP over `B` built
+/// once and built as size buckets, and its fixed builds at 17 and 64 rows.
 #[cfg(mirage_dims_bench)]
-fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
-    Some([&dims::gated_mlp_over_b::PROGRAM, &dims::gated_mlp_bs17::PROGRAM, &dims::gated_mlp_bs64::PROGRAM])
+fn dims_programs() -> Option<[&'static mirage::Program; 4]> {
+    Some([
+        &dims::gated_mlp_over_b::PROGRAM,
+        &dims::gated_mlp_over_b_buckets::PROGRAM,
+        &dims::gated_mlp_bs17::PROGRAM,
+        &dims::gated_mlp_bs64::PROGRAM,
+    ])
 }
 
 /// Without `MIRAGE_DIMS_BENCH=1` at build time the `dims` group is not built: no rows.
 #[cfg(not(mirage_dims_bench))]
-fn dims_programs() -> Option<[&'static mirage::Program; 3]> {
+fn dims_programs() -> Option<[&'static mirage::Program; 4]> {
     None
 }
 
 /// The `dims` group (case name `dims`; built with `MIRAGE_DIMS_BENCH=1`):
-/// the gated MLP built once for `B` in 1..=64 (`benches/kernels/dims.rs`) next to fixed-shape
-/// builds at B = 1, 8 (the examples' `gated_mlp_bs1`/`bs8`), 17 and 64, on the same inputs, timed
-/// the same way (CUDA events, L2 flushed, median of `iters` launches); the variable build's
-/// output at each B is checked against the CPU reference first. A second table: B, variable µs,
-/// fixed µs, their ratio.
+/// the gated MLP for `B` in 1..=64 (`benches/kernels/dims.rs`) built once and built as the default
+/// size buckets, next to fixed-shape builds at B = 1, 8 (the examples' `gated_mlp_bs1`/`bs8`), 17
+/// and 64, on the same inputs, timed the same way (CUDA events, L2 flushed, median of `iters`
+/// launches; the bucketed program through its dispatcher); both variable builds' outputs at each
+/// B are checked against the CPU reference first. A second table: B, single-build µs, bucketed
+/// µs (and the bucket), fixed µs, the ratios.
 fn dims_group(
     gpu: &Gpu,
     iters: usize,
@@ -402,7 +408,7 @@ fn dims_group(
     use mirage::testing::compare::{ErrorModel, compare};
     use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
-    let Some([variable, bs17, bs64]) = dims_programs() else { return Ok(()) };
+    let Some([variable, bucketed, bs17, bs64]) = dims_programs() else { return Ok(()) };
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
     let source = lowered.iter().find(|p| p.name == "gated_mlp_over_b").ok_or("no #[mugraph] fn gated_mlp_over_b")?;
     let sized = mirage::dims::DimPlan::analyze(&source.graph, &source.dims)?;
@@ -413,9 +419,9 @@ fn dims_group(
     writeln!(table)?;
     writeln!(
         table,
-        "| gated MLP 4096², B | variable µs (B = 1..=64) | fixed µs | variable / fixed | worst element / tol. |"
+        "| gated MLP 4096², B | one build µs (B = 1..=64) | bucketed µs (bucket) | fixed µs | one build / fixed | bucketed / fixed | worst element / tol. |"
     )?;
-    writeln!(table, "|---:|---:|---:|---:|---:|")?;
+    writeln!(table, "|---:|---:|---:|---:|---:|---:|---:|")?;
     for (b, fixed) in fixed {
         let specs = vplan.inputs_at(&[b]);
         let scales = [1.0f32, 0.02, 0.02];
@@ -426,31 +432,52 @@ fn dims_group(
             .map(|(s, h)| AnyTensor::upload_f32(stream, s, &h.data))
             .collect::<Result<_, _>>()?;
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-        let got = variable.run(stream, &args)?[0].to_host_f32()?;
         let run = sized.run_shapes(&source.graph, &[b])?;
         let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
-        let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 4096))?;
-        if let Err(e) = c.check(&format!("gated_mlp_over_b at B = {b}")) {
-            failures.push(e);
+        let mut worst = 0.0f64;
+        let mut correct = true;
+        for (what, p) in [("gated_mlp_over_b", variable), ("gated_mlp_over_b_buckets", bucketed)] {
+            let got = p.run(stream, &args)?[0].to_host_f32()?;
+            let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 4096))?;
+            println!("{what} at B = {b:2}: {c}");
+            worst = worst.max(c.worst.as_ref().map_or(0.0, |e| e.ratio()));
+            if let Err(e) = c.check(&format!("{what} at B = {b}")) {
+                correct = false;
+                failures.push(e);
+            }
         }
-        // Outputs and buffers at this B, allocated once (zeros), then launches only.
-        let time = |p: &'static Program, sizes: &[usize]| -> Result<f64, Box<dyn Error>> {
-            let plan = p.plan()?;
-            let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
-                specs.iter().map(|s| AnyTensor::upload_f32(stream, s, &vec![0.0; s.num_elements()])).collect()
+        // Outputs and buffers at this B, allocated once (zeros), then launches only. `buffers_of`
+        // is the program whose plan's buffers `p` runs with (a bucketed program: the bucket's).
+        let time =
+            |p: &'static Program, buffers_of: &'static Program, sizes: &[usize]| -> Result<f64, Box<dyn Error>> {
+                let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
+                    specs.iter().map(|s| AnyTensor::upload_f32(stream, s, &vec![0.0; s.num_elements()])).collect()
+                };
+                let mut outs = zeros(p.plan()?.outputs_at(sizes))?;
+                let mut bufs = zeros(buffers_of.plan()?.buffers_at(sizes))?;
+                let stats =
+                    mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
+                Ok(stats.median_us)
             };
-            let mut outs = zeros(plan.outputs_at(sizes))?;
-            let mut bufs = zeros(plan.buffers_at(sizes))?;
-            let stats = mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
-            Ok(stats.median_us)
-        };
-        let (tv, tf) = (time(variable, &[b])?, time(fixed, &[])?);
-        let worst = c.worst.as_ref().map_or(0.0, |e| e.ratio());
-        writeln!(table, "| {b} | {tv:.1} | {tf:.1} | {:.3} | {worst:.2} |", tv / tf)?;
-        println!("gated_mlp_over_b at B = {b:2}: variable {tv:8.1} µs, fixed {tf:8.1} µs, ratio {:.3}; {c}", tv / tf);
+        let bucket = bucketed.bucket_of(&[b])?.ok_or("gated_mlp_over_b_buckets is not bucketed")?;
+        let bucket_program = &bucketed.buckets()[bucket];
+        let (lo, hi) = bucket_program.ranges[0];
+        let (tv, tb, tf) =
+            (time(variable, variable, &[b])?, time(bucketed, &bucket_program.program, &[b])?, time(fixed, fixed, &[])?);
+        writeln!(
+            table,
+            "| {b} | {tv:.1} | {tb:.1} ({lo}..={hi}) | {tf:.1} | {:.3} | {:.3} | {worst:.2} |",
+            tv / tf,
+            tb / tf
+        )?;
+        println!(
+            "gated_mlp_over_b at B = {b:2}: one build {tv:8.1} µs, bucketed {tb:8.1} µs (bucket {lo}..={hi}), fixed {tf:8.1} µs, ratios {:.3} / {:.3}",
+            tv / tf,
+            tb / tf
+        );
         rows.insert(
             format!("gated_mlp_over_b@{b}"),
-            json!({ "b": b, "variable_us": tv, "fixed_us": tf, "ratio": tv / tf, "worst_element_of_tolerance": worst, "correct": c.check("").is_ok() }),
+            json!({ "b": b, "variable_us": tv, "bucketed_us": tb, "bucket": [lo, hi], "fixed_us": tf, "ratio": tv / tf, "bucketed_ratio": tb / tf, "worst_element_of_tolerance": worst, "correct": correct }),
         );
     }
     Ok(())

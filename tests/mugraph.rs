@@ -438,6 +438,40 @@ fn a_sized_launcher_takes_any_size_in_its_range() {
     assert!(e.contains("parameter `w1`") && e.contains("[256, 512]"), "{e}");
 }
 
+/// Without a GPU: the bucketed launcher's dispatcher sends every `B` of 1..=64 to the bucket
+/// holding it (the default buckets 1, 2..=8, 9..=16, 17..=32, 33..=64), checks sizes against the
+/// declared range, and its plan describes the whole range.
+#[test]
+fn a_bucketed_launcher_dispatches_every_size_to_its_bucket() {
+    let p = &kernels::op_gated_mlp_over_b_buckets::PROGRAM;
+    let ranges: Vec<(usize, usize)> = p.buckets().iter().map(|b| b.ranges[0]).collect();
+    assert_eq!(ranges, vec![(1, 1), (2, 8), (9, 16), (17, 32), (33, 64)]);
+    let plan = p.plan().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((plan.dims[0].name.as_str(), plan.dims[0].lo, plan.dims[0].hi), ("B", 1, 64));
+    for b in 1..=64 {
+        let i = p.bucket_of(&[b]).unwrap_or_else(|e| panic!("B = {b}: {e}")).expect("bucketed");
+        assert!(ranges[i].0 <= b && b <= ranges[i].1, "B = {b} went to bucket {i} {:?}", ranges[i]);
+        let bucket_plan = p.buckets()[i].program.plan().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((bucket_plan.dims[0].lo, bucket_plan.dims[0].hi), ranges[i], "bucket {i}'s plan");
+        let at = [
+            TensorDesc::new(&[b, 256], DType::F16),
+            TensorDesc::new(&[256, 512], DType::F16),
+            TensorDesc::new(&[256, 512], DType::F16),
+        ];
+        p.check_inputs(&at).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+    }
+    let e = p.bucket_of(&[65]).expect_err("B = 65").to_string();
+    assert!(e.contains("B in 1..=64") && e.contains("B = 65"), "{e}");
+    assert_eq!(kernels::op_gated_mlp_over_b::PROGRAM.bucket_of(&[8]).expect("one build"), None);
+}
+
+type GatedMlp = fn(
+    &Gpu,
+    &DeviceTensor<f16>,
+    &DeviceTensor<f16>,
+    &DeviceTensor<f16>,
+) -> Result<DeviceTensor<f16>, mirage::RuntimeError>;
+
 /// With a GPU: the typed launcher of `op_gated_mlp_over_b` at 12 sizes of `B` (1, 3, 17, 63 and
 /// 64 among them) against the CPU reference of the program at that size (element by element,
 /// `mirage::testing::compare`), the output of `B` rows each time; `B = 65` is an error before
@@ -445,15 +479,47 @@ fn a_sized_launcher_takes_any_size_in_its_range() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_sized_launcher_matches_the_reference_at_twelve_sizes() {
+    sized_launcher_matches("op_gated_mlp_over_b", kernels::op_gated_mlp_over_b, &kernels::op_gated_mlp_over_b::PROGRAM);
+}
+
+/// With a GPU: the same for the bucketed launcher `op_gated_mlp_over_b_buckets`: the 12 sizes
+/// run in all five buckets (both ends of each among them).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_bucketed_launcher_matches_the_reference_at_twelve_sizes() {
+    let p = &kernels::op_gated_mlp_over_b_buckets::PROGRAM;
+    sized_launcher_matches("op_gated_mlp_over_b_buckets", kernels::op_gated_mlp_over_b_buckets, p);
+    // The `_into` form, one workspace for every bucket: the same output as the typed launcher.
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let stream = gpu.stream();
+    let mut workspace = p.workspace(stream).unwrap_or_else(|e| panic!("workspace: {e}"));
+    for b in [1, 8, 17, 64] {
+        let specs = p.plan().unwrap_or_else(|e| panic!("{e}")).inputs_at(&[b]);
+        let host = random_inputs(&specs, 7 + b as u64, |_| -1.0..1.0);
+        let up = |i: usize| {
+            let v: Vec<f16> = host[i].data.iter().map(|&x| f16::from_f32(x)).collect();
+            gpu.upload(&v, &specs[i].shape).unwrap_or_else(|e| panic!("B = {b}: {e}"))
+        };
+        let (x, w1, w2) = (up(0), up(1), up(2));
+        let want = kernels::op_gated_mlp_over_b_buckets(&gpu, &x, &w1, &w2).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        let mut y = stream.zeros::<f16>(&[b, 512]).unwrap_or_else(|e| panic!("alloc: {e}"));
+        kernels::op_gated_mlp_over_b_buckets_into(stream, &mut workspace, &x, &w1, &w2, &mut y)
+            .unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        let (got, want) = (gpu.download(&y).expect("download"), gpu.download(&want).expect("download"));
+        assert!(got == want, "B = {b}: the _into form differs from the typed launcher");
+    }
+}
+
+fn sized_launcher_matches(name: &str, launcher: GatedMlp, program: &'static mirage::Program) {
     use mirage::dims::DimPlan;
     use mirage::eval::evaluate_at;
     let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
     let seed = seed("a_sized_launcher_matches_the_reference_at_twelve_sizes").unwrap_or_else(|e| panic!("{e}"));
-    let source = lowered("op_gated_mlp_over_b");
+    let source = lowered(name);
     let dplan = DimPlan::analyze(&source.graph, &source.dims).unwrap_or_else(|e| panic!("{e}"));
-    let plan = kernels::op_gated_mlp_over_b::PROGRAM.plan().unwrap_or_else(|e| panic!("{e}"));
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
     let mut failures = Vec::new();
-    for b in [1, 2, 3, 5, 8, 16, 17, 31, 33, 48, 63, 64] {
+    for b in [1, 2, 3, 5, 8, 9, 16, 17, 32, 33, 63, 64] {
         let specs = plan.inputs_at(&[b]);
         let host = random_inputs(&specs, seed + b as u64, |_| -1.0..1.0);
         let up = |i: usize| {
@@ -461,15 +527,16 @@ fn a_sized_launcher_matches_the_reference_at_twelve_sizes() {
             gpu.upload(&v, &specs[i].shape).unwrap_or_else(|e| panic!("B = {b}: {e}"))
         };
         let (x, w1, w2) = (up(0), up(1), up(2));
-        let y = kernels::op_gated_mlp_over_b(&gpu, &x, &w1, &w2).unwrap_or_else(|e| panic!("B = {b}: {e}"));
+        let y = launcher(&gpu, &x, &w1, &w2).unwrap_or_else(|e| panic!("B = {b}: {e}"));
         assert_eq!(y.shape(), &[b, 512], "B = {b}: the output follows B");
         let got: Vec<f32> = gpu.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
         let run = dplan.run_shapes(&source.graph, &[b]).unwrap_or_else(|e| panic!("B = {b}: {e}"));
         let want = evaluate_at(&source.graph, &mirage::reference::F32, &host, &run).unwrap_or_else(|e| panic!("{e}"));
         let model = ErrorModel::new(DType::F16, 256);
         let c = compare(&got, &want[0].data, &want[0].shape, model).unwrap_or_else(|e| panic!("B = {b}: {e}"));
-        println!("B = {b:2}: {c}");
-        if let Err(e) = c.check(&format!("B = {b}")) {
+        let bucket = program.bucket_of(&[b]).unwrap_or_else(|e| panic!("{e}"));
+        println!("{name} B = {b:2} (bucket {bucket:?}): {c}");
+        if let Err(e) = c.check(&format!("{name} B = {b}")) {
             failures.push(e);
         }
     }
@@ -477,6 +544,6 @@ fn a_sized_launcher_matches_the_reference_at_twelve_sizes() {
     // Out of range: an error naming B and the parameter, before any launch.
     let x = gpu.upload(&vec![f16::from_f32(0.0); 65 * 256], &[65, 256]).expect("upload");
     let w = gpu.upload(&vec![f16::from_f32(0.0); 256 * 512], &[256, 512]).expect("upload");
-    let e = kernels::op_gated_mlp_over_b(&gpu, &x, &w, &w).expect_err("B = 65").to_string();
+    let e = launcher(&gpu, &x, &w, &w).expect_err("B = 65").to_string();
     assert!(e.contains("parameter `x`") && e.contains("B in 1..=64") && e.contains("B = 65"), "{e}");
 }

@@ -98,7 +98,13 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
                 CliError::new(format!("{}{hint}", e.message))
             })?,
         };
-        jobs.extend(programs.into_iter().map(|p| (f.clone(), p)));
+        // A program of several size buckets: one cache entry per bucket, as in the build.
+        for p in programs {
+            for (bucket, built) in p.builds() {
+                let label = bucket.map_or(String::new(), |i| format!(" bucket {i} {:?}", p.buckets[i].ranges));
+                jobs.push((f.clone(), built, label));
+            }
+        }
     }
     if jobs.is_empty() {
         return Err(CliError::new(format!("no .rs file with #[mugraph] functions in {}", package.display())));
@@ -111,20 +117,22 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
     );
     let bar = progress::steps(jobs.len(), verb);
     let mut failed = Vec::new();
-    for (file, p) in &jobs {
-        let name = format!("{}::{}", file.display(), path_of(p));
+    for (file, p, label) in &jobs {
+        let name = format!("{}::{}{label}", file.display(), path_of(p));
         bar.set_message(format!("{verb} {}", path_of(p)));
         // A program's runtime-sized dims are part of its key, as in the build.
         let sized = SearchConfig { dims: p.dims.clone(), ..cfg.clone() };
+        let started = std::time::Instant::now();
         let line = match superoptimize(&p.graph, &sized, Some(&cache)) {
             Ok(r) if r.from_cache => {
                 format!("ok       {name}: cached µGraph verified ({:.2} µs)", r.best.cost.total_us)
             }
             Ok(r) => format!(
-                "searched {name}: {} kernel(s), {:.2} µs, stored in {}",
+                "searched {name}: {} kernel(s), {:.2} µs, stored in {} ({:.1} s)",
                 r.best.graph.num_kernels(),
                 r.best.cost.total_us,
-                r.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string())
+                r.cache_path.as_ref().map_or("?".into(), |p| p.display().to_string()),
+                started.elapsed().as_secs_f64()
             ),
             Err(e) => {
                 failed.push(name.clone());

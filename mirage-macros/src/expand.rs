@@ -41,7 +41,7 @@ use syn::ItemFn;
 
 use mirage_core::{ARTIFACT_DIR, DType, artifact_stem};
 
-use crate::syntax::{Program, TensorType};
+use crate::syntax::{Program, TensorType, bucket_ranges, bucket_stem};
 
 /// Where the artifacts of a program stand.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,10 +59,15 @@ pub enum ArtifactState {
 }
 
 /// Looks for the artifacts of `name` with `fingerprint_hash` under `out_dir/mirage/`.
+#[cfg(test)]
 pub fn artifact_state(out_dir: Option<&Path>, name: &str, fingerprint_hash: &str) -> ArtifactState {
+    artifact_state_of(out_dir, name, fingerprint_hash, &artifact_stem(name, fingerprint_hash))
+}
+
+/// [`artifact_state`] of the artifacts named `stem` (one size bucket's: [`bucket_stem`]).
+pub fn artifact_state_of(out_dir: Option<&Path>, name: &str, fingerprint_hash: &str, stem: &str) -> ArtifactState {
     let Some(out_dir) = out_dir else { return ArtifactState::NoOutDir };
     let dir = out_dir.join(ARTIFACT_DIR);
-    let stem = artifact_stem(name, fingerprint_hash);
     match std::fs::read_to_string(dir.join(format!("{stem}.plan.json"))) {
         Ok(plan) => {
             let compact: String = plan.chars().filter(|c| !c.is_whitespace()).collect();
@@ -80,6 +85,8 @@ pub fn artifact_state(out_dir: Option<&Path>, name: &str, fingerprint_hash: &str
                 let file = e.file_name().to_string_lossy().into_owned();
                 file.strip_prefix(&prefix)
                     .and_then(|rest| rest.strip_suffix(".plan.json"))
+                    // A size bucket's plan: `<hash>-b<index>`.
+                    .map(|rest| rest.split_once("-b").map_or(rest, |(hash, _)| hash))
                     .is_some_and(|hash| hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()))
             });
             if other_version { ArtifactState::Stale } else { ArtifactState::NotBuilt }
@@ -157,9 +164,17 @@ pub fn expand(program: &Program, item: &ItemFn, source_file: &str, out_dir: Opti
     let name_str = name.to_string();
     let hash = program.fingerprint_hash();
     let stem = artifact_stem(&name_str, &hash);
-    let state = artifact_state(out_dir, &name_str, &hash);
-    if let Some(message) = artifact_error(&state, &name_str, &stem, source_file) {
-        return quote_spanned! {name.span()=> ::core::compile_error!(#message); };
+    let buckets = bucket_ranges(&program.dims);
+    let stems: Vec<String> = if buckets.len() > 1 {
+        (0..buckets.len()).map(|i| bucket_stem(&stem, i)).collect()
+    } else {
+        vec![stem.clone()]
+    };
+    for stem in &stems {
+        let state = artifact_state_of(out_dir, &name_str, &hash, stem);
+        if let Some(message) = artifact_error(&state, &name_str, stem, source_file) {
+            return quote_spanned! {name.span()=> ::core::compile_error!(#message); };
+        }
     }
     expand_ready(program, item, &hash, &stem)
 }
@@ -222,6 +237,18 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
             "\nRuntime-sized dims (read from the tensors: every use of one must have the same size, in its range; row-major): {}.\n",
             ranges.join(", ")
         ));
+        let buckets = bucket_ranges(&program.dims);
+        if buckets.len() > 1 {
+            let list: Vec<String> = buckets
+                .iter()
+                .map(|b| b.iter().map(|(lo, hi)| format!("{lo}..={hi}")).collect::<Vec<_>>().join(" × "))
+                .collect();
+            doc.push_str(&format!(
+                "\nBuilt as {} size buckets ({}), each specialized at its upper bound; a call runs the one holding its sizes.\n",
+                buckets.len(),
+                list.join(", ")
+            ));
+        }
     }
     doc.push_str("\nReturns ");
     doc.push_str(&outputs.iter().map(|t| describe(t, None)).collect::<Vec<_>>().join(", "));
@@ -249,8 +276,54 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
         "The compiled program of [`{name_str}`]: its cubin, launch plan and chosen µGraph, built by \
          `mirage::build::compile` as `$OUT_DIR/mirage/{stem}.*`."
     );
-    let artifact = |ext: &str| format!("/{ARTIFACT_DIR}/{stem}.{ext}");
-    let (cubin, plan, mugraph) = (artifact("cubin"), artifact("plan.json"), artifact("mugraph.json"));
+    let artifacts_of = |stem: &str| {
+        let artifact = |ext: &str| format!("/{ARTIFACT_DIR}/{stem}.{ext}");
+        let (cubin, plan, mugraph) = (artifact("cubin"), artifact("plan.json"), artifact("mugraph.json"));
+        quote! {
+            ::mirage::ProgramArtifacts {
+                name: #name_str,
+                fingerprint: #hash,
+                cubin: ::core::include_bytes!(::core::concat!(::core::env!("OUT_DIR"), #cubin)),
+                plan_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #plan)),
+                mugraph_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #mugraph)),
+            }
+        }
+    };
+    let buckets = bucket_ranges(&program.dims);
+    let program_static = if buckets.len() > 1 {
+        // Size buckets: each bucket's program, and the whole program dispatching to them. The
+        // whole program's plan is the last bucket's (its cubin is not used).
+        let n = buckets.len();
+        let last = bucket_stem(stem, n - 1);
+        let (plan, mugraph) =
+            (format!("/{ARTIFACT_DIR}/{last}.plan.json"), format!("/{ARTIFACT_DIR}/{last}.mugraph.json"));
+        let entries = buckets.iter().enumerate().map(|(i, ranges)| {
+            let artifacts = artifacts_of(&bucket_stem(stem, i));
+            let ranges = ranges.iter().map(|(lo, hi)| quote!((#lo, #hi)));
+            quote! { ::mirage::Bucket { ranges: &[#(#ranges),*], program: ::mirage::Program::new(#artifacts) } }
+        });
+        quote! {
+            #[doc = "The program: run it with `Program::run`, inspect its plan, µGraphs and size buckets (`Program::bucket_of`)."]
+            pub static PROGRAM: ::mirage::Program = ::mirage::Program::bucketed(
+                ::mirage::ProgramArtifacts {
+                    name: #name_str,
+                    fingerprint: #hash,
+                    cubin: &[],
+                    plan_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #plan)),
+                    mugraph_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #mugraph)),
+                },
+                &BUCKETS,
+            );
+            #[doc = "The size buckets of `PROGRAM`, in order."]
+            pub static BUCKETS: [::mirage::Bucket; #n] = [#(#entries),*];
+        }
+    } else {
+        let artifacts = artifacts_of(stem);
+        quote! {
+            #[doc = "The program: run it with `Program::run`, inspect its plan and µGraph."]
+            pub static PROGRAM: ::mirage::Program = ::mirage::Program::new(#artifacts);
+        }
+    };
     let outputs_var = Ident::new("outputs", Span::mixed_site());
 
     quote! {
@@ -288,14 +361,7 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
         #[doc = #doc_mod]
         #[allow(dead_code)]
         #vis mod #name {
-            #[doc = "The program: run it with `Program::run`, inspect its plan and µGraph."]
-            pub static PROGRAM: ::mirage::Program = ::mirage::Program::new(::mirage::ProgramArtifacts {
-                name: #name_str,
-                fingerprint: #hash,
-                cubin: ::core::include_bytes!(::core::concat!(::core::env!("OUT_DIR"), #cubin)),
-                plan_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #plan)),
-                mugraph_json: ::core::include_str!(::core::concat!(::core::env!("OUT_DIR"), #mugraph)),
-            });
+            #program_static
         }
     }
 }

@@ -80,7 +80,9 @@ pub use kernel::{
 };
 pub use mirage_core::{DType, TensorDesc};
 pub use plan::LaunchPlan;
-pub use program::{AnyTensor, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors, check_tensors_sized};
+pub use program::{
+    AnyTensor, Bucket, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors, check_tensors_sized,
+};
 pub use stream::{CapturedGraph, Stream, TimingEvent};
 pub use tensor::{DeviceTensor, Element, Layout};
 pub use timing::{L2Flush, MIN_L2_FLUSH_BYTES, TimingStats, l2_flush_bytes, time_median, time_median_with};

@@ -314,8 +314,30 @@ pub struct ProgramArtifacts {
     pub mugraph_json: &'static str,
 }
 
+/// One size bucket of a program with runtime-sized dims built as several specializations
+/// ([`Program::bucketed`]): the sub-range of every dim it covers and its own program, built at
+/// the sub-ranges' upper bounds.
+#[derive(Debug)]
+pub struct Bucket {
+    /// Per runtime-sized dim (in declaration order), the smallest and largest size it covers.
+    pub ranges: &'static [(usize, usize)],
+    /// The bucket's program (its plan's dims are these sub-ranges).
+    pub program: Program,
+}
+
+impl Bucket {
+    /// Whether every size of `sizes` (one per dim) lies in this bucket's range of its dim.
+    pub fn contains(&self, sizes: &[usize]) -> bool {
+        self.ranges.len() == sizes.len() && self.ranges.iter().zip(sizes).all(|(&(lo, hi), &n)| lo <= n && n <= hi)
+    }
+}
+
 /// A built program: a cubin and its launch plan, loaded on first use and run on any stream of
 /// the device it was first used on.
+///
+/// A program with runtime-sized dims may be built as size buckets ([`Program::bucketed`]): each
+/// call then reads the sizes from the tensors, checks them against the declared ranges (before
+/// any CUDA call) and runs the bucket holding them ([`Program::bucket_of`] tells which).
 ///
 /// Put it in a `static` (`Program::new` is a `const fn`): [`Program::run`] takes `&'static self`
 /// because the kernels it looks up borrow the program's module. Their names are interned once per
@@ -325,6 +347,7 @@ pub struct Program {
     module: Module,
     plan: OnceLock<Result<LaunchPlan, RuntimeError>>,
     kernels: OnceLock<Vec<Kernel<'static>>>,
+    buckets: &'static [Bucket],
 }
 
 impl std::fmt::Debug for Program {
@@ -344,7 +367,75 @@ impl Program {
             artifacts,
             plan: OnceLock::new(),
             kernels: OnceLock::new(),
+            buckets: &[],
         }
+    }
+
+    /// A program built as size buckets: `buckets` cover the declared ranges (disjoint, in
+    /// order; each a program of its own), and `artifacts` name the whole program and hold the
+    /// last bucket's plan and µGraph (its cubin is not used). [`Program::plan`] is that plan
+    /// with the declared ranges: it describes the inputs and outputs at the upper bounds, while
+    /// every launch runs the bucket holding the sizes found.
+    pub const fn bucketed(artifacts: ProgramArtifacts, buckets: &'static [Bucket]) -> Program {
+        Program {
+            module: Module::from_cubin(artifacts.name, artifacts.cubin),
+            artifacts,
+            plan: OnceLock::new(),
+            kernels: OnceLock::new(),
+            buckets,
+        }
+    }
+
+    /// The size buckets (empty for a program built once).
+    pub fn buckets(&self) -> &'static [Bucket] {
+        self.buckets
+    }
+
+    /// The bucket that runs at `sizes` (one per runtime-sized dim, in declaration order): its
+    /// index, or `None` for a program built once. Pure: no CUDA call. Fails for sizes outside
+    /// the declared ranges (the error names the dim and the range) or a plan that is invalid.
+    pub fn bucket_of(&self, sizes: &[usize]) -> Result<Option<usize>, RuntimeError> {
+        if self.buckets.is_empty() {
+            return Ok(None);
+        }
+        let plan = self.plan()?;
+        if sizes.len() != plan.dims.len() {
+            return Err(RuntimeError::Plan {
+                program: self.artifacts.name.to_owned(),
+                reason: format!(
+                    "expected {} sizes (one per runtime-sized dim), found {}",
+                    plan.dims.len(),
+                    sizes.len()
+                ),
+            });
+        }
+        for (d, &n) in plan.dims.iter().zip(sizes) {
+            if n < d.lo || n > d.hi {
+                return Err(RuntimeError::Plan {
+                    program: self.artifacts.name.to_owned(),
+                    reason: format!("expected {} in {}..={}, found {} = {n}", d.name, d.lo, d.hi, d.name),
+                });
+            }
+        }
+        match self.buckets.iter().position(|b| b.contains(sizes)) {
+            Some(i) => Ok(Some(i)),
+            None => Err(RuntimeError::Plan {
+                program: self.artifacts.name.to_owned(),
+                reason: format!(
+                    "no size bucket holds the sizes {sizes:?}: the buckets do not cover the declared ranges"
+                ),
+            }),
+        }
+    }
+
+    /// For a bucketed program, the bucket's program that runs the given inputs (their sizes
+    /// checked first); `None` for a program built once.
+    fn dispatch(&self, inputs: &[AnyView<'_>]) -> Result<Option<&'static Program>, RuntimeError> {
+        if self.buckets.is_empty() {
+            return Ok(None);
+        }
+        let sizes = self.check_views(self.plan()?, inputs)?;
+        Ok(self.bucket_of(&sizes)?.map(|i| &self.buckets[i].program))
     }
 
     /// A program from a cubin and an already parsed plan (e.g. one of several plans sharing a
@@ -361,9 +452,10 @@ impl Program {
         self.artifacts.name
     }
 
-    /// The number of CUDA contexts its module has been loaded on (once per context, on first use).
+    /// The number of CUDA contexts its module has been loaded on (once per context, on first use;
+    /// of a bucketed program: its buckets' modules, summed).
     pub fn loaded_contexts(&self) -> usize {
-        self.module.loaded_contexts()
+        self.module.loaded_contexts() + self.buckets.iter().map(|b| b.program.loaded_contexts()).sum::<usize>()
     }
 
     /// The program's build artifacts.
@@ -394,7 +486,7 @@ impl Program {
                     ),
                 });
             }
-            Ok(plan)
+            widen_to_buckets(plan, self.buckets).map_err(|reason| RuntimeError::Plan { program: self.artifacts.name.to_owned(), reason })
         });
         match parsed {
             Ok(plan) => Ok(plan),
@@ -419,6 +511,9 @@ impl Program {
 
     /// [`Program::run`] on borrowed views (of our tensors or of a caller's cudarc buffers).
     pub fn run_views(&'static self, stream: &Stream, inputs: &[AnyView<'_>]) -> Result<Vec<AnyTensor>, RuntimeError> {
+        if let Some(bucket) = self.dispatch(inputs)? {
+            return bucket.run_views(stream, inputs);
+        }
         let plan = self.plan()?;
         let sizes = self.check_views(plan, inputs)?;
         let mut outputs =
@@ -474,14 +569,30 @@ impl Program {
         self.plan()?.outputs.iter().map(|s| AnyTensor::alloc(stream, s)).collect()
     }
 
-    /// Uninitialised intermediate buffers of the plan, one tensor each (for [`Program::launch`]).
+    /// Uninitialised intermediate buffers of the plan, one tensor each (for [`Program::launch`];
+    /// of a bucketed program: of its last bucket, which [`Program::launch`] runs at its sizes).
     pub fn alloc_buffers(&self, stream: &Stream) -> Result<Vec<AnyTensor>, RuntimeError> {
+        if let Some(last) = self.buckets.last() {
+            return last.program.alloc_buffers(stream);
+        }
         self.plan()?.buffers.iter().map(|b| AnyTensor::alloc(stream, &b.desc)).collect()
     }
 
     /// Where the plan's intermediate buffers lie in a workspace, and the bytes it needs (pure).
+    /// For a bucketed program: the layout of the bucket that needs the most bytes, so that one
+    /// workspace serves every bucket.
     pub fn workspace_layout(&self) -> Result<WorkspaceLayout, RuntimeError> {
-        WorkspaceLayout::of(self.plan()?)
+        let mut largest: Option<WorkspaceLayout> = None;
+        for b in self.buckets {
+            let layout = b.program.workspace_layout()?;
+            if largest.as_ref().is_none_or(|l| layout.bytes > l.bytes) {
+                largest = Some(layout);
+            }
+        }
+        match largest {
+            Some(layout) => Ok(layout),
+            None => WorkspaceLayout::of(self.plan()?),
+        }
     }
 
     /// A workspace of exactly the size this program needs, on `stream`'s device.
@@ -501,6 +612,9 @@ impl Program {
         let plan = self.plan()?;
         let name = self.artifacts.name;
         let views: Vec<AnyView<'_>> = inputs.iter().map(TensorArg::view).collect();
+        if let Some(bucket) = self.dispatch(&views)? {
+            return bucket.launch(stream, inputs, outputs, buffers);
+        }
         let sizes = self.check_views(plan, &views)?;
         let buffer_descs: Vec<TensorDesc> = buffers.iter().map(AnyTensor::spec).collect();
         check_list(name, "buffer", &plan.buffers_at(&sizes), &buffer_descs)?;
@@ -529,6 +643,9 @@ impl Program {
         outputs: &mut [AnyViewMut<'_>],
         workspace: &mut Workspace,
     ) -> Result<(), RuntimeError> {
+        if let Some(bucket) = self.dispatch(inputs)? {
+            return bucket.launch_views(stream, inputs, outputs, workspace);
+        }
         let plan = self.plan()?;
         let name = self.artifacts.name;
         let sizes = self.check_views(plan, inputs)?;
@@ -615,6 +732,24 @@ impl Program {
                 .collect()
         })
     }
+}
+
+/// The plan of a bucketed program: its last bucket's, with every dim's range widened to the
+/// declared one (from the first bucket's lower bound). Unchanged without buckets.
+fn widen_to_buckets(mut plan: LaunchPlan, buckets: &[Bucket]) -> Result<LaunchPlan, String> {
+    let Some(last) = buckets.last() else { return Ok(plan) };
+    if plan.dims.len() != last.ranges.len() {
+        return Err(format!(
+            "expected the last bucket's plan to have {} runtime-sized dims, found {}",
+            last.ranges.len(),
+            plan.dims.len()
+        ));
+    }
+    for (i, d) in plan.dims.iter_mut().enumerate() {
+        d.lo = buckets.iter().filter_map(|b| b.ranges.get(i)).map(|r| r.0).min().unwrap_or(d.lo);
+        d.hi = buckets.iter().filter_map(|b| b.ranges.get(i)).map(|r| r.1).max().unwrap_or(d.hi);
+    }
+    Ok(plan)
 }
 
 fn plan_error_reason(e: &RuntimeError) -> String {

@@ -68,6 +68,10 @@ use crate::tune;
 /// `#[mugraph]` expansion, which looks for them).
 pub use mirage_core::{ARTIFACT_DIR, artifact_stem};
 
+/// The artifact stem of one size bucket of a program ([`lower::ProgramBucket`]), shared with the
+/// `#[mugraph]` expansion.
+pub use crate::lower::syntax::bucket_stem;
+
 /// Steps slower than this are reported with a `cargo:warning=` line.
 const SLOW_STEP: Duration = Duration::from_secs(1);
 
@@ -179,6 +183,19 @@ pub enum BuildError {
     },
 }
 
+/// A bucket's ranges as in messages: `B in 9..=16` (a single size: `B = 1`).
+fn fmt_bucket(names: &[String], ranges: &[(usize, usize)]) -> String {
+    let parts: Vec<String> = ranges
+        .iter()
+        .enumerate()
+        .map(|(i, &(lo, hi))| {
+            let name = names.get(i).map_or("dim", String::as_str);
+            if lo == hi { format!("{name} = {lo}") } else { format!("{name} in {lo}..={hi}") }
+        })
+        .collect();
+    parts.join(", ")
+}
+
 /// Where a `#[mugraph]` function is: `file:line:column: `module::name``.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FnLocation {
@@ -224,7 +241,12 @@ pub struct BuiltProgram {
     pub name: String,
     /// The program's fingerprint hash (the macro computes the same).
     pub fingerprint_hash: String,
-    /// The artifacts' file stem ([`artifact_stem`]).
+    /// For a program built as several size buckets: this bucket's index and, per dimension
+    /// variable, the `(lo, hi)` it covers (each bucket is a program of its own here).
+    pub bucket: Option<(usize, Vec<(usize, usize)>)>,
+    /// The names of the function's dimension variables, in declaration order.
+    pub dims_names: Vec<String>,
+    /// The artifacts' file stem ([`artifact_stem`]; with a bucket, [`bucket_stem`] of it).
     pub stem: String,
     /// The artifacts.
     pub paths: ArtifactPaths,
@@ -464,7 +486,13 @@ impl Builder {
                     .iter()
                     .find(|(m, n, _)| *m == program.module_path && *n == program.name)
                     .map_or((0, 0), |(_, _, lc)| *lc);
-                jobs.push((file.clone(), line_column, program));
+                // A program of several size buckets: each bucket is built as a program of its own
+                // (its sub-range of the dims, its graph at their upper bounds), the same way.
+                let names: Vec<String> = program.dims.vars.iter().map(|v| v.name.clone()).collect();
+                for (bucket, built) in program.builds() {
+                    let bucket = bucket.map(|i| (i, program.buckets[i].ranges.clone()));
+                    jobs.push((file.clone(), line_column, built, bucket, names.clone()));
+                }
             }
         }
         if started.elapsed() > SLOW_STEP {
@@ -506,7 +534,7 @@ impl Builder {
             scope.spawn(|| progress.heartbeat(&finished, started));
             let results = jobs
                 .par_iter()
-                .map(|(file, line_column, program)| {
+                .map(|(file, line_column, program, bucket, names)| {
                     let shared = Shared {
                         artifact_dir: &artifact_dir,
                         nvcc_opts: &nvcc_opts,
@@ -515,7 +543,7 @@ impl Builder {
                         cache: &cache,
                         progress: &progress,
                     };
-                    self.build_one(&shared, file, *line_column, program)
+                    self.build_one(&shared, file, *line_column, program, bucket.clone(), names.clone())
                 })
                 .collect();
             finished.store(true, Ordering::Relaxed);
@@ -541,10 +569,15 @@ impl Builder {
             for note in built.search_report.lines().filter(|l| l.starts_with("note: ")) {
                 self.say(&format!("cargo:warning=mirage: `{}`: {}", built.path(), &note[6..]));
             }
-            if built.elapsed > SLOW_STEP {
+            if built.elapsed > SLOW_STEP || built.bucket.is_some() {
                 self.say(&format!(
-                    "cargo:warning=mirage: built `{}` ({}, {} kernels, {}, {}) in {:.1} s",
+                    "cargo:warning=mirage: built `{}`{} ({}, {} kernels, {}, {}) in {:.1} s",
                     built.path(),
+                    built.bucket.as_ref().map_or(String::new(), |(i, ranges)| format!(
+                        " bucket {i} ({}; {})",
+                        fmt_bucket(&built.dims_names, ranges),
+                        built.search_report.lines().next().unwrap_or("").trim_end_matches(':')
+                    )),
                     built.file.display(),
                     built.plan.kernels.len(),
                     if built.reused {
@@ -593,6 +626,8 @@ impl Builder {
         file: &Path,
         (line, column): (usize, usize),
         program: &lower::Program,
+        bucket: Option<(usize, Vec<(usize, usize)>)>,
+        dims_names: Vec<String>,
     ) -> Result<BuiltProgram, BuildError> {
         let Shared { artifact_dir, nvcc_opts, search_cfg, tune_mode, cache, progress } = *shared;
         let started = Instant::now();
@@ -605,7 +640,10 @@ impl Builder {
             })
         };
         let codegen_err = |source: CodegenError| BuildError::Codegen { at: at(), source };
-        let stem = artifact_stem(&program.name, &program.fingerprint_hash);
+        let stem = match &bucket {
+            Some((i, _)) => bucket_stem(&artifact_stem(&program.name, &program.fingerprint_hash), *i),
+            None => artifact_stem(&program.name, &program.fingerprint_hash),
+        };
         let paths = ArtifactPaths {
             cubin: artifact_dir.join(format!("{stem}.cubin")),
             plan: artifact_dir.join(format!("{stem}.plan.json")),
@@ -633,6 +671,8 @@ impl Builder {
                 module_path: program.module_path.clone(),
                 name: program.name.clone(),
                 fingerprint_hash: program.fingerprint_hash.clone(),
+                bucket,
+                dims_names,
                 stem,
                 paths,
                 mugraph: reused.mugraph,
@@ -724,6 +764,8 @@ impl Builder {
             module_path: program.module_path.clone(),
             name: program.name.clone(),
             fingerprint_hash: program.fingerprint_hash.clone(),
+            bucket,
+            dims_names,
             stem,
             paths,
             mugraph,
@@ -787,8 +829,10 @@ fn sized_note(dims: &Dims, chosen: &KernelGraph) -> String {
             .join("; "),
         Err(e) => format!("sizes that could not be listed ({e})"),
     };
+    // A one-size bucket (`B = 1..=1`) has no sizes besides its upper bound.
+    let at = if at.is_empty() { String::new() } else { format!(" and at {at}") };
     format!(
-        "note: runtime-sized dims {}: searched and built at the upper bounds, verified at those and at {at}; the kernels take the sizes at launch\n",
+        "note: runtime-sized dims {}: searched and built at the upper bounds, verified at those{at}; the kernels take the sizes at launch\n",
         search::ranges::fmt_vars(dims)
     )
 }

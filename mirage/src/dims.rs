@@ -90,6 +90,43 @@ impl Dims {
     }
 }
 
+/// Size buckets: a runtime-sized program is built as a few specializations, each for a sub-range
+/// of its dims (a bucket), and its launcher runs the one holding the sizes found at launch.
+impl Dims {
+    /// The dims of the bucket covering `ranges` (one `(lo, hi)` per variable, inside the declared
+    /// ranges): the same variables over the sub-ranges, built at their upper bounds. A bucket of
+    /// one size keeps its variable (`B = 1..=1`): its launch plan still reads the size from the
+    /// tensors, which the dispatcher of a bucketed program needs.
+    pub fn bucket(&self, ranges: &[(usize, usize)]) -> Result<Dims, IrError> {
+        if ranges.len() != self.vars.len() {
+            return Err(IrError::rule(
+                "buckets",
+                format!("{} ranges", ranges.len()),
+                format!("the program declares {} dimension variables", self.vars.len()),
+            ));
+        }
+        for (v, &(lo, hi)) in self.vars.iter().zip(ranges) {
+            if lo > hi || lo < v.lo || hi > v.hi {
+                return Err(IrError::rule(
+                    "buckets",
+                    format!("{} in {lo}..={hi}", v.name),
+                    format!("a bucket is a non-empty part of the declared range {}..={}", v.lo, v.hi),
+                ));
+            }
+        }
+        let vars = self.vars.iter().zip(ranges).map(|(v, &(lo, hi))| DimVar { name: v.name.clone(), lo, hi }).collect();
+        Ok(Dims { vars, inputs: self.inputs.clone() })
+    }
+
+    /// The bucket of `buckets` (per bucket, one `(lo, hi)` per variable) holding `sizes`: the
+    /// first whose every range contains its size.
+    pub fn bucket_of(buckets: &[Vec<(usize, usize)>], sizes: &[usize]) -> Option<usize> {
+        buckets
+            .iter()
+            .position(|b| b.len() == sizes.len() && b.iter().zip(sizes).all(|(&(lo, hi), &n)| lo <= n && n <= hi))
+    }
+}
+
 fn largest_prime_at_most(n: usize) -> usize {
     let is_prime = |k: usize| k >= 2 && (2..).take_while(|d| d * d <= k).all(|d| !k.is_multiple_of(d));
     (2..=n).rev().find(|&k| is_prime(k)).unwrap_or(1)

@@ -64,6 +64,38 @@ pub struct Program {
     pub fingerprint: String,
     /// A short stable hash of `fingerprint` ([`syntax::Program::fingerprint_hash`]).
     pub fingerprint_hash: String,
+    /// The size buckets of a program with runtime-sized dims split into several (`buckets(...)`
+    /// or the default ladder), each lowered at its own upper bounds; empty when the program is
+    /// built once (no dims, or one bucket for the declared ranges).
+    pub buckets: Vec<ProgramBucket>,
+}
+
+impl Program {
+    /// What is built for this function: itself (`None`), or one program per size bucket (its
+    /// index), each with the bucket's graph and dims and the function's name and fingerprint.
+    pub fn builds(&self) -> Vec<(Option<usize>, Program)> {
+        if self.buckets.is_empty() {
+            return vec![(None, self.clone())];
+        }
+        let bare = Program { buckets: Vec::new(), ..self.clone() };
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (Some(i), Program { graph: b.graph.clone(), dims: b.dims.clone(), ..bare.clone() }))
+            .collect()
+    }
+}
+
+/// One size bucket of a program: a sub-range of its dims and the kernel graph at its upper
+/// bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramBucket {
+    /// Per variable, the `(lo, hi)` this bucket covers.
+    pub ranges: Vec<(usize, usize)>,
+    /// The kernel graph at the bucket's upper bounds.
+    pub graph: KernelGraph,
+    /// The bucket's dims ([`Dims::bucket`]).
+    pub dims: Dims,
 }
 
 /// A parameter of a lowered program.
@@ -153,8 +185,26 @@ pub fn program_dims(program: &syntax::Program) -> Dims {
 }
 
 fn lower_in(item: &syn::ItemFn, dims: Vec<syntax::DimDecl>, module_path: Vec<String>) -> Result<Program, syn::Error> {
-    let checked = syntax::parse(item, dims)?;
+    let bucket_ranges = syntax::bucket_ranges(&dims);
+    let checked = syntax::parse(item, dims.clone())?;
     let graph = lower_checked(&checked)?;
+    let program_dims = program_dims(&checked);
+    let mut buckets = Vec::new();
+    if bucket_ranges.len() > 1 {
+        for ranges in bucket_ranges {
+            // The same function checked and lowered with the dims at the bucket's upper bounds.
+            let sub: Vec<syntax::DimDecl> = dims
+                .iter()
+                .zip(&ranges)
+                .map(|(d, &(lo, hi))| syntax::DimDecl { name: d.name.clone(), lo, hi, buckets: vec![hi] })
+                .collect();
+            let bucket_graph = lower_checked(&syntax::parse(item, sub)?)?;
+            let bucket_dims = program_dims
+                .bucket(&ranges)
+                .map_err(|e| syn::Error::new(checked.name.span(), format!("size bucket {ranges:?}: {e}")))?;
+            buckets.push(ProgramBucket { ranges, graph: bucket_graph, dims: bucket_dims });
+        }
+    }
     let params = checked
         .params
         .iter()
@@ -171,9 +221,10 @@ fn lower_in(item: &syn::ItemFn, dims: Vec<syntax::DimDecl>, module_path: Vec<Str
         outputs,
         tuple_result: checked.tuple_result,
         graph,
-        dims: program_dims(&checked),
+        dims: program_dims,
         fingerprint: checked.fingerprint(),
         fingerprint_hash: checked.fingerprint_hash(),
+        buckets,
     })
 }
 

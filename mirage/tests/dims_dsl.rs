@@ -3,16 +3,20 @@
 //! sized kernels and a plan that takes the sizes at launch, and says in the report which sizes it
 //! verified; a program whose dims no µGraph serves is a build error naming the function and the
 //! reason (never a build at a fixed size). The launcher's checks run on the written plan without
-//! a GPU.
+//! a GPU. A program of several size buckets (`buckets(...)` or the default ladder) lowers, keys
+//! its cache entries, builds and dispatches per bucket.
 #![cfg(feature = "build")]
 
 use std::path::PathBuf;
 
 use mirage::build::{BuildError, Builder};
-use mirage::dims::{DimVar, Dims};
+use mirage::dims::{DimPlan, DimVar, Dims};
+use mirage::eval::evaluate_at;
 use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::lower::lower_source;
-use mirage_runtime::{LaunchPlan, RuntimeError, check_tensors_sized};
+use mirage::reference::{F32, HostTensor, max_scaled_error};
+use mirage::search::SearchConfig;
+use mirage_runtime::{Bucket, LaunchPlan, Program, ProgramArtifacts, RuntimeError, check_tensors_sized};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -79,11 +83,21 @@ fn builder(tag: &str, source: &str) -> (PathBuf, Builder) {
     (dir, b)
 }
 
+/// The tests that search and compile take this lock: run together on a loaded machine, their
+/// searches' wall-clock budgets would starve one another.
+static BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `GATED_MLP` built once for its whole range (one bucket).
+fn one_build(source: &str) -> String {
+    source.replace("(dims(B = 1..=64))", "(dims(B = 1..=64), buckets(B = [64]))")
+}
+
 /// Needs nvcc (`bash scripts/setup.sh` installs it).
 #[test]
 fn the_build_searches_over_the_range_and_writes_a_plan_sized_at_launch() -> TestResult {
     mirage::nvcc::find_nvcc()?;
-    let (dir, b) = builder("build", GATED_MLP);
+    let _one_at_a_time = BUILDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (dir, b) = builder("build", &one_build(GATED_MLP));
     let report = b.compile()?;
     let [built] = report.programs.as_slice() else { return Err("one program".into()) };
     assert!(built.searched, "{}", built.search_report);
@@ -147,7 +161,7 @@ fn a_program_no_micrograph_serves_over_its_range_is_a_build_error_with_the_reaso
     let src = r#"
 use mirage::prelude::*;
 
-#[mugraph(dims(B = 1..=64))]
+#[mugraph(dims(B = 1..=64), buckets(B = [64]))]
 fn exp_sum(x: Tensor<f32, B, 32>) -> Tensor<f32, 1, 32> {
     exp(x).sum(0)
 }
@@ -168,7 +182,7 @@ fn a_runtime_sized_dim_code_generation_cannot_serve_is_a_build_error() {
     let src = r#"
 use mirage::prelude::*;
 
-#[mugraph(dims(S = 1..=64))]
+#[mugraph(dims(S = 1..=64), buckets(S = [64]))]
 fn cols(x: Tensor<f32, 8, S>) -> Tensor<f32, 8, S> {
     exp(x)
 }
@@ -179,4 +193,215 @@ fn cols(x: Tensor<f32, 8, S>) -> Tensor<f32, 8, S> {
     assert!(matches!(e, BuildError::Dims { .. }), "{msg}");
     assert!(msg.contains("`cols`") && msg.contains("other than dim 0"), "{msg}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `GATED_MLP` at the literal size `b`.
+fn gated_mlp_at(b: usize) -> String {
+    GATED_MLP
+        .replace("(dims(B = 1..=64))", "")
+        .replace(", B,", &format!(", {b},"))
+        .replace("<f16, B,", &format!("<f16, {b},"))
+}
+
+#[test]
+fn a_program_is_lowered_as_its_default_buckets_each_at_its_upper_bound() -> TestResult {
+    let [p] = <[_; 1]>::try_from(lower_source(GATED_MLP)?).map_err(|v| format!("{} programs", v.len()))?;
+    let ranges: Vec<Vec<(usize, usize)>> = p.buckets.iter().map(|b| b.ranges.clone()).collect();
+    assert_eq!(ranges, vec![vec![(1, 1)], vec![(2, 8)], vec![(9, 16)], vec![(17, 32)], vec![(33, 64)]]);
+    for b in &p.buckets {
+        let (lo, hi) = b.ranges[0];
+        // The bucket's graph is the program written at its upper bound ...
+        let fixed = lower_source(&gated_mlp_at(hi))?;
+        assert_eq!(b.graph.canonical_hash(), fixed[0].graph.canonical_hash(), "bucket {lo}..={hi}");
+        // ... and its dims are the sub-range, sizing the same input dims.
+        assert_eq!(b.dims, Dims { vars: vec![DimVar { name: "B".into(), lo, hi }], inputs: p.dims.inputs.clone() });
+    }
+    // The bucket list is part of the program: one build for the range is another program, and so
+    // is another list; a list equal to the default is the same program.
+    assert!(p.fingerprint.contains("buckets B = [1, 8, 16, 32, 64]"), "{}", p.fingerprint);
+    let one = lower_source(&one_build(GATED_MLP))?;
+    assert!(one[0].buckets.is_empty() && !one[0].fingerprint.contains("buckets"), "{}", one[0].fingerprint);
+    let other = lower_source(&GATED_MLP.replace("(dims(B = 1..=64))", "(dims(B = 1..=64), buckets(B = [1, 16, 64]))"))?;
+    assert_eq!(other[0].buckets.len(), 3);
+    let explicit_default =
+        lower_source(&GATED_MLP.replace("(dims(B = 1..=64))", "(dims(B = 1..=64), buckets(B = [1, 8, 16, 32, 64]))"))?;
+    let hashes = [&p, &one[0], &other[0], &explicit_default[0]].map(|q| q.fingerprint_hash.clone());
+    assert_eq!(hashes[0], hashes[3]);
+    assert!(hashes[0] != hashes[1] && hashes[0] != hashes[2] && hashes[1] != hashes[2], "{hashes:?}");
+    Ok(())
+}
+
+#[test]
+fn the_default_ladder_and_the_product_of_two_dims() -> TestResult {
+    use mirage::lower::syntax::{MAX_BUCKETS, default_buckets};
+    assert_eq!(default_buckets(1, 64), vec![1, 8, 16, 32, 64]);
+    assert_eq!(default_buckets(1, 1), vec![1]);
+    assert_eq!(default_buckets(4, 12), vec![8, 12]);
+    assert_eq!(default_buckets(1, 1000), vec![1, 8, 16, 32, 64, 1000]);
+    assert_eq!(default_buckets(100, 5000), vec![256, 1024, 4096, 5000]);
+    assert_eq!(default_buckets(100, 200), vec![200]);
+    // Two dims: the product, the first dim outermost.
+    let two = r#"
+use mirage::prelude::*;
+
+#[mugraph(dims(B = 1..=16, C = 1..=8), buckets(B = [4, 16], C = [2, 8]))]
+fn f(x: Tensor<f32, B, 32>, y: Tensor<f32, C, 32>) -> Tensor<f32, B, 32> {
+    x + exp(y).sum(0)
+}
+"#;
+    let p = lower_source(two)?;
+    let ranges: Vec<Vec<(usize, usize)>> = p[0].buckets.iter().map(|b| b.ranges.clone()).collect();
+    assert_eq!(ranges, vec![vec![(1, 4), (1, 2)], vec![(1, 4), (3, 8)], vec![(5, 16), (1, 2)], vec![(5, 16), (3, 8)]]);
+    // Default ladders whose product is over the cap: the last dims fall back to one bucket.
+    let p = lower_source(
+        &two.replace(", buckets(B = [4, 16], C = [2, 8])", "")
+            .replace("1..=16", "1..=4096")
+            .replace("1..=8", "1..=4096"),
+    )?;
+    let per_dim: Vec<usize> = (0..2)
+        .map(|d| {
+            let mut his: Vec<usize> = p[0].buckets.iter().map(|b| b.ranges[d].1).collect();
+            his.dedup();
+            his.sort_unstable();
+            his.dedup();
+            his.len()
+        })
+        .collect();
+    assert_eq!(per_dim, vec![6, 1]);
+    assert!(p[0].buckets.len() <= MAX_BUCKETS);
+    Ok(())
+}
+
+#[test]
+fn each_bucket_keys_its_own_cache_entry_on_its_sub_range() -> TestResult {
+    let keys = |source: &str| -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        let p = lower_source(source)?;
+        Ok(p[0]
+            .buckets
+            .iter()
+            .map(|b| SearchConfig { dims: b.dims.clone(), ..SearchConfig::default() }.cache_key(&b.graph).file_name())
+            .collect())
+    };
+    let default = keys(GATED_MLP)?;
+    let mut unique = default.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 5, "{default:?}");
+    // The single build's entry is none of them.
+    let one = lower_source(&one_build(GATED_MLP))?;
+    let single =
+        SearchConfig { dims: one[0].dims.clone(), ..SearchConfig::default() }.cache_key(&one[0].graph).file_name();
+    assert!(!default.contains(&single));
+    // Another list: a bucket of another range is another entry; a bucket of the same range (and
+    // graph) is the same entry.
+    let other = keys(&GATED_MLP.replace("(dims(B = 1..=64))", "(dims(B = 1..=64), buckets(B = [1, 16, 64]))"))?;
+    assert_eq!(other[0], default[0], "1..=1 in both lists");
+    assert!(!default.contains(&other[1]), "2..=16: {other:?} vs {default:?}");
+    assert!(!default.contains(&other[2]), "17..=64: {other:?} vs {default:?}");
+    Ok(())
+}
+
+/// Deterministic inputs in [-1, 1) of the given shapes.
+fn host_inputs(shapes: &[Vec<usize>], seed: u64) -> Vec<HostTensor> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let n: usize = s.iter().product();
+            let data = (0..n)
+                .map(|i| {
+                    let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        ^ (seed + k as u64).wrapping_mul(0xBF58_476D);
+                    ((h >> 40) % 2048) as f32 / 1024.0 - 1.0
+                })
+                .collect();
+            HostTensor::new(s.clone(), data).expect("data fits the shape")
+        })
+        .collect()
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// Needs nvcc. Builds the default buckets: one program per bucket, each plan sized over its own
+/// sub-range; each bucket's µGraph agrees with the program on the CPU at sizes inside its
+/// sub-range; a program assembled from the written artifacts dispatches every size of the range
+/// to the bucket holding it, without a GPU.
+#[test]
+fn the_buckets_build_agree_on_the_cpu_and_dispatch_every_size() -> TestResult {
+    mirage::nvcc::find_nvcc()?;
+    let _one_at_a_time = BUILDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (dir, b) = builder("buckets", GATED_MLP);
+    let report = b.compile()?;
+    let program = &lower_source(GATED_MLP)?[0];
+    assert_eq!(report.programs.len(), 5);
+    let mut buckets = Vec::new();
+    for (i, built) in report.programs.iter().enumerate() {
+        let (index, ranges) = built.bucket.clone().ok_or("a bucket")?;
+        assert_eq!((index, &ranges), (i, &program.buckets[i].ranges));
+        assert!(built.stem.ends_with(&format!("-b{i}")), "{}", built.stem);
+        let plan = LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan)?)?;
+        let (lo, hi) = ranges[0];
+        assert_eq!((plan.dims.len(), plan.dims[0].lo, plan.dims[0].hi), (1, lo, hi));
+        assert_eq!(plan.inputs[0].shape, vec![hi, 64], "built at the bucket's upper bound");
+        // The CPU reference: the bucket's µGraph against the program at sizes of its sub-range.
+        let bucket = &program.buckets[i];
+        let dplan = DimPlan::analyze(&built.mugraph, &bucket.dims)?;
+        let reference = DimPlan::analyze(&bucket.graph, &bucket.dims)?;
+        let mut sizes = bucket.dims.verification_sizes(0, &dplan);
+        sizes.push((lo + hi) / 2);
+        for n in sizes {
+            let run = reference.run_shapes(&bucket.graph, &[n])?;
+            let x = host_inputs(&run.inputs, n as u64);
+            let want = evaluate_at(&bucket.graph, &F32, &x, &run)?;
+            let got = evaluate_at(&built.mugraph, &F32, &x, &dplan.run_shapes(&built.mugraph, &[n])?)?;
+            assert_eq!(got[0].shape, vec![n, 32]);
+            let e = max_scaled_error(&got[0], &want[0], 1e-4, 1e-4);
+            assert!(e.is_some_and(|e| e <= 1.0), "bucket {i}, B = {n}: scaled error {e:?}");
+        }
+        let artifacts = ProgramArtifacts {
+            name: "gated_mlp",
+            fingerprint: leak(program.fingerprint_hash.clone()),
+            cubin: Box::leak(std::fs::read(&built.paths.cubin)?.into_boxed_slice()),
+            plan_json: leak(std::fs::read_to_string(&built.paths.plan)?),
+            mugraph_json: leak(std::fs::read_to_string(&built.paths.mugraph)?),
+        };
+        buckets.push(Bucket { ranges: Box::leak(ranges.into_boxed_slice()), program: Program::new(artifacts) });
+    }
+    let buckets: &'static [Bucket] = Box::leak(buckets.into_boxed_slice());
+    let last = buckets.last().ok_or("buckets")?.program.artifacts();
+    let whole = Program::bucketed(ProgramArtifacts { cubin: &[], ..*last }, buckets);
+    // The whole program's plan has the declared range.
+    let plan = whole.plan()?;
+    assert_eq!((plan.dims[0].lo, plan.dims[0].hi), (1, 64));
+    let at = |b: usize| {
+        [
+            TensorDesc::new(&[b, 64], DType::F16),
+            TensorDesc::new(&[64, 32], DType::F16),
+            TensorDesc::new(&[64, 32], DType::F16),
+        ]
+    };
+    for n in 1..=64 {
+        let i = whole.bucket_of(&[n])?.ok_or("bucketed")?;
+        let (lo, hi) = buckets[i].ranges[0];
+        assert!(lo <= n && n <= hi, "B = {n} went to bucket {i} ({lo}..={hi})");
+        // The bucket's own checks accept the size; the whole program's too.
+        buckets[i].program.check_inputs(&at(n))?;
+        whole.check_inputs(&at(n))?;
+    }
+    let e = whole.bucket_of(&[65]).expect_err("B = 65").to_string();
+    assert!(e.contains("B in 1..=64") && e.contains("B = 65"), "{e}");
+    let e = whole.check_inputs(&at(65)).expect_err("B = 65").to_string();
+    assert!(e.contains("parameter `x`") && e.contains("B in 1..=64"), "{e}");
+    // A bucket alone refuses sizes outside its sub-range (no kernel runs past its upper bound).
+    let e = buckets[1].program.check_inputs(&at(9)).expect_err("B = 9 in 2..=8").to_string();
+    assert!(e.contains("B in 2..=8"), "{e}");
+    // One workspace serves every bucket.
+    let bytes = whole.workspace_layout()?.bytes;
+    for b in buckets {
+        assert!(b.program.workspace_layout()?.bytes <= bytes);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }

@@ -240,8 +240,19 @@ pub fn op_down_residual_r16(
 
 /// The gated MLP over a batch chosen at launch: `silu(x @ w1) * (x @ w2)` for any `B` in
 /// 1..=64 rows (built once, at 64; the kernels take `B` as a parameter).
-#[mugraph(dims(B = 1..=64))]
+#[mugraph(dims(B = 1..=64), buckets(B = [64]))]
 pub fn op_gated_mlp_over_b(
+    x: Tensor<f16, B, 256>,
+    w1: Tensor<f16, 256, 512>,
+    w2: Tensor<f16, 256, 512>,
+) -> Tensor<f16, B, 512> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// The same over `B` in 1..=64 built as the default size buckets (1, 2..=8, 9..=16, 17..=32,
+/// 33..=64, each at its upper bound): a call runs the bucket holding its `B`.
+#[mugraph(dims(B = 1..=64))]
+pub fn op_gated_mlp_over_b_buckets(
     x: Tensor<f16, B, 256>,
     w1: Tensor<f16, 256, 512>,
     w2: Tensor<f16, 256, 512>,

@@ -17,7 +17,8 @@
 //! The grammar:
 //!
 //! ```text
-//! attr    := "#[mugraph]" | "#[mugraph(dims(" (NAME "=" INT "..=" INT),+ "))]"
+//! attr    := "#[mugraph]" | "#[mugraph(dims(" (NAME "=" INT "..=" INT),+ ")"
+//!              ["," "buckets(" (NAME "=" "[" INT,+ "]"),+ ")"] ")]"
 //! fn      := attrs vis "fn" NAME "(" param,* ")" "->" ret "{" let* result "}"
 //! param   := ["#[strides(" INT,+ ")]"] NAME ":" tensor
 //! tensor  := "Tensor<" ("f16" | "bf16" | "f32" | "i32") ("," (INT | DIM)){1,4} ">"
@@ -37,6 +38,6 @@ pub mod program;
 pub mod ty;
 
 pub use check::{functions, parse};
-pub use dims::parse_attr_args;
+pub use dims::{MAX_BUCKETS, bucket_ranges, bucket_stem, default_buckets, parse_attr_args};
 pub use program::{Op, Param, Program, Value, ValueId};
 pub use ty::{DimDecl, DimRef, TensorType};

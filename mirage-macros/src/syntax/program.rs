@@ -131,7 +131,7 @@ impl Program {
     }
 
     /// A canonical text rendering of the checked program: the function's name, the declared
-    /// runtime-sized dims with their ranges, the parameters (names, types, strides) and every value in evaluation order with its operands and type.
+    /// runtime-sized dims with their ranges and size buckets, the parameters (names, types, strides) and every value in evaluation order with its operands and type.
     /// It does not depend on spans, formatting, comments or the names of `let` bindings, so the
     /// macro and the build script agree on "this exact program".
     pub fn fingerprint(&self) -> String {
@@ -143,6 +143,10 @@ impl Program {
         // keep their names); one with them names the dims and their ranges.
         for d in &self.dims {
             let _ = writeln!(s, "dim {} = {}..={}", d.name, d.lo, d.hi);
+            // One bucket (one build for the range) renders as before buckets existed.
+            if d.buckets.len() > 1 {
+                let _ = writeln!(s, "buckets {} = {:?}", d.name, d.buckets);
+            }
         }
         let shape = |t: &TensorType| if t.is_sized() { t.fmt_dims() } else { fmt_shape(&t.shape) };
         for p in &self.params {

@@ -40,6 +40,10 @@ pub struct DimDecl {
     pub lo: usize,
     /// The largest size: the compile size.
     pub hi: usize,
+    /// The upper bounds of its size buckets, ascending, the last one `hi`: bucket `i` covers
+    /// `buckets[i-1]+1..=buckets[i]` (the first from `lo`). Declared with `buckets(...)` or the
+    /// default ladder ([`super::dims::default_buckets`]).
+    pub buckets: Vec<usize>,
 }
 
 impl TensorType {
