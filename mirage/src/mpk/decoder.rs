@@ -4,8 +4,10 @@
 //! gated MLP (silu(x·Wg) · (x·Wu)) · Wd with its residual add; then the final norm, the LM head
 //! and argmax, which writes the next token back into the `token` state the next step embeds.
 //!
-//! Norms, projections, the MLP and residual adds are µGraphs (kernel graphs lowered to default
-//! block graphs); embedding, RoPE, the cache append, attention and argmax are built-in tasks.
+//! Norms are default block graphs; the projections are streamed block graphs built here (64
+//! weight columns per task, the residual add and `silu(gate) · up` in their epilogues);
+//! embedding, RoPE (with Qwen3's per-head q/k norm), the cache append, attention and argmax are
+//! built-in tasks.
 //! Batch 1: one token per step at position `pos` (a runtime parameter), attending to keys
 //! `0..=pos`.
 //!
