@@ -8,7 +8,9 @@
 //! `MIRAGE_DIMS_BENCH=1` for its corpus, decode-attention and runtime-sized-dims groups) with
 //! `mirage::build::compile`, exactly as a user's build.rs
 //! does; and builds the megakernels of the test-mode graphs and overhead measurements
-//! (`mirage::mpk::testmode`) for `tests/mpk_gpu.rs` and `examples/mpk_toy.rs`.
+//! (`mirage::mpk::testmode`) for `tests/mpk_gpu.rs` and `examples/mpk_toy.rs`, and the decode
+//! megakernels at real model widths (two layers always, for `tests/mpk_gpu.rs`; the whole
+//! benchmark models with `MIRAGE_DECODE=1`, for `examples/decode.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
         .and_then(|()| golden_artifacts())
         .and_then(|()| mugraph_kernels())
         .and_then(|()| megakernels())
+        .and_then(|()| decode_megakernels())
     {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -103,6 +106,61 @@ fn megakernels() -> Result<(), String> {
     }
     index.push_str("];\n");
     write_if_changed(&dest.join("index.rs"), index.as_bytes())
+}
+
+/// Positions the decode megakernels' KV caches hold: position 4096 and 64 tokens after it.
+const DECODE_CAPACITY: usize = 4096 + 64;
+
+/// The decode megakernels at the widths of the benchmark models (`mirage::model::ModelConfig::
+/// PRESETS`), named `decode_<preset>` (`.` and `-` as `_`): two-layer variants of Llama-3.2-1B
+/// and Qwen3-0.6B always (`tests/mpk_gpu.rs` checks them against the CPU), and with
+/// `MIRAGE_DECODE=1` the three whole models (`examples/decode.rs`; minutes of CPU time and
+/// nvcc, so CI builds without them). Listed in `$OUT_DIR/mpk/decode_index.rs` as
+/// `DECODE_MEGAKERNELS` with `DECODE_CAPACITY`.
+fn decode_megakernels() -> Result<(), String> {
+    use mirage::model::ModelConfig;
+    println!("cargo:rerun-if-env-changed=MIRAGE_DECODE");
+    let whole = match std::env::var("MIRAGE_DECODE").as_deref().map(str::trim) {
+        Ok("1") => true,
+        Ok("" | "0") | Err(_) => false,
+        Ok(other) => return Err(format!("MIRAGE_DECODE={other:?}: expected 1 (build the decode models) or 0")),
+    };
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    let dest = out_dir.join("mpk");
+    let opts = mirage::mpk::MpkOptions::default();
+    let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
+    let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
+    if whole {
+        for preset in ModelConfig::PRESETS {
+            let layers = ModelConfig::preset(preset).ok_or("a preset without a configuration")?.layers;
+            builds.push((preset.into(), layers));
+        }
+    }
+    let mut names = Vec::new();
+    for (preset, layers) in &builds {
+        let model = ModelConfig::preset(preset).ok_or("a preset without a configuration")?;
+        let mut cfg = model.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
+        cfg.layers = *layers;
+        let name = mirage::mpk::decoder::step_name(preset, (*layers != model.layers).then_some(*layers));
+        let g = mirage::mpk::decoder::decoder_step(&name, &cfg).map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
+        mirage::mpk::build(&g, &opts, &nvcc, &dest).map_err(|e| e.to_string())?;
+        if whole {
+            println!("cargo:warning=decode megakernel `{name}` built in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        names.push(name);
+    }
+    let mut index = format!(
+        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        names.len()
+    );
+    for n in &names {
+        index.push_str(&format!(
+            "    mirage::mpk::Megakernel::new(mirage::mpk::MegakernelArtifacts {{ name: \"{n}\", cubin: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/mpk/{n}.cubin\")), plan_json: include_str!(concat!(env!(\"OUT_DIR\"), \"/mpk/{n}.mpk.json\")) }}),\n"
+        ));
+    }
+    index.push_str("];\n");
+    write_if_changed(&dest.join("decode_index.rs"), index.as_bytes())
 }
 
 /// The same graph under another name (the resident kernel is named after its graph).

@@ -118,6 +118,24 @@ else
   fail "example mpk_toy: no binary $e (scripts/gpu-pack.sh packs the examples)"
 fi
 
+# Greedy decoding of the three benchmark models with random weights (examples/decode.rs; the
+# pack must be built with MIRAGE_DECODE=1, or the example says their megakernels are missing):
+# 64 tokens from positions 512 and 4096, ms/token and share of the copy bandwidth.
+: > "$out/decode.txt"
+e=.gpu/bin/example/decode
+if [ -x "$e" ]; then
+  for model in llama-3.2-1b qwen3-0.6b llama-3.1-8b; do
+    for pos in 512 4096; do
+      echo "== decode --random $model --tokens 64 --pos $pos" >> "$out/decode.txt"
+      timeout 300 "$e" --random "$model" --tokens 64 --pos "$pos" >> "$out/decode.txt" 2>&1 \
+        || fail "example decode --random $model --pos $pos (exit $?)"
+    done
+  done
+  note "decode: $(grep -E '^== decode|ms/token' "$out/decode.txt" | cut -c1-160 | tr '\n' ';')"
+else
+  fail "example decode: no binary $e (scripts/gpu-pack.sh packs the examples; MIRAGE_DECODE=1 builds its models)"
+fi
+
 # compute-sanitizer stage: each run is a packed test binary or example under one tool, with
 # --error-exitcode 1; a run fails on a non-zero exit, on any error or hazard in the tool's
 # summary, and on a timeout (MIRAGE_SANITIZER_LIMIT_S, since a run cut short did not check

@@ -1,6 +1,7 @@
 //! The persistent megakernel on the GPU: every test-mode graph (each decode operator alone, one
-//! decoder layer, the two-layer toy model over 64 steps) through the resident kernel, compared
-//! step by step with the CPU reference; several steps in one launch equal one launch per step;
+//! decoder layer, the two-layer toy model over 64 steps) and two-layer decoders at the widths of
+//! Llama-3.2-1B and Qwen3-0.6B (8 steps) through the resident kernel, compared step by step with
+//! the CPU reference; several steps in one launch equal one launch per step;
 //! device-side errors (a token id out of range, a wait that never completes) come back as errors;
 //! a timed run exports a Chrome/Perfetto trace; and the overhead measurements (dispatch cost per
 //! task, latency per dependency hop, waiting fraction) are printed.
@@ -18,12 +19,17 @@ use mirage::mpk::{Megakernel, MpkError, ParamValues, Session, StepGraph, TensorI
 use mirage_runtime::Gpu;
 
 include!(concat!(env!("OUT_DIR"), "/mpk/index.rs"));
+include!(concat!(env!("OUT_DIR"), "/mpk/decode_index.rs"));
 
 /// Test results: any error fails the test with its message.
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 fn megakernel(name: &str) -> &'static Megakernel {
-    MEGAKERNELS.iter().find(|m| m.name() == name).unwrap_or_else(|| panic!("no megakernel `{name}`"))
+    MEGAKERNELS
+        .iter()
+        .chain(&DECODE_MEGAKERNELS)
+        .find(|m| m.name() == name)
+        .unwrap_or_else(|| panic!("no megakernel `{name}`"))
 }
 
 fn gpu() -> Gpu {
@@ -104,6 +110,50 @@ fn every_test_graph_matches_the_cpu_step_by_step() -> R {
                 .unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
         }
         println!("{}: {} step(s) match the CPU reference", g.name(), case.steps);
+    }
+    Ok(())
+}
+
+/// The non-input tensors of the device (inputs as in `base`, which the step does not change).
+fn download_changed(s: &Session, g: &StepGraph, base: &HostTensors) -> HostTensors {
+    let mut host = base.clone();
+    for (i, t) in g.tensors().iter().enumerate().filter(|(_, t)| t.kind != TensorKind::Input) {
+        let v = s.download_f32(&t.name).unwrap_or_else(|e| panic!("{e}"));
+        host.set(TensorId(i), &v).unwrap_or_else(|e| panic!("{e}"));
+    }
+    host
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_layers_at_real_model_widths_match_the_cpu() -> R {
+    use mirage::model::ModelConfig;
+    use mirage::mpk::decoder::{decoder_step, step_name};
+    let gpu = gpu();
+    // Llama-3.2-1B's widths (vocabulary 128256, hidden 2048, 32 heads of 64 over 8) and
+    // Qwen3-0.6B's (q/k norm, 16 heads of 128 over hidden 1024), two layers each.
+    for preset in ["llama-3.2-1b", "qwen3-0.6b"] {
+        let mut cfg =
+            ModelConfig::preset(preset).ok_or("a preset")?.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
+        cfg.layers = 2;
+        let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
+        // 8 steps at positions 509..517 over caches of random keys and values
+        let case = TestCase { graph, steps: 8, pos0: 509 };
+        let g = &case.graph;
+        let init = case.init(5);
+        let mut s = session(&gpu, g.name());
+        upload_all(&mut s, g, &init);
+        let mut before = init;
+        for step in 0..case.steps {
+            poison_buffers(&mut s, g);
+            before = download_changed(&s, g, &before);
+            let p = step_params(&s, &case, step);
+            s.run(std::slice::from_ref(&p)).unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
+            let after = download_changed(&s, g, &before);
+            compare_step(g, &before, &after, p.values(), TOLERANCE)
+                .unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
+            println!("{} step {step}: token {} matches the CPU reference", g.name(), s.download_f32("token")?[0]);
+        }
     }
     Ok(())
 }

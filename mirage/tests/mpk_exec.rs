@@ -2,7 +2,8 @@
 //! The megakernel's task lists run on the CPU: every test-mode graph (each decode operator
 //! alone, one layer, the two-layer toy model) executed task by task in the schedule's order —
 //! the workers interleaved at random as the counters allow — gives exactly the whole-graph
-//! reference; the decoder graph matches an independent implementation of the model; a
+//! reference; the decoder graph (also with Qwen3's q/k norm) matches an independent
+//! implementation of the model; a
 //! missing wait and out-of-range runtime indices are caught.
 
 use mirage::ir::DType;
@@ -88,6 +89,11 @@ impl Direct<'_> {
             let p = |s: &str| format!("l{l}.{s}");
             let n = self.norm(&x, &p("attn_norm"));
             let (mut q, mut k, v) = (self.matvec(&n, &p("wq")), self.matvec(&n, &p("wk")), self.matvec(&n, &p("wv")));
+            if cfg.qk_norm {
+                // per head, before RoPE
+                q = q.chunks(d).flat_map(|head| self.norm(head, &p("q_norm"))).collect();
+                k = k.chunks(d).flat_map(|head| self.norm(head, &p("k_norm"))).collect();
+            }
             self.rope(&mut q, pos);
             self.rope(&mut k, pos);
             for g in 0..cfg.kv_heads {
@@ -127,8 +133,16 @@ impl Direct<'_> {
 
 #[test]
 fn the_decoder_graph_computes_the_model() -> R {
-    let cfg = DecoderConfig::toy();
-    let case = cases()?.into_iter().find(|c| c.graph.name() == "toy").ok_or("no such test case")?;
+    let toy = DecoderConfig::toy();
+    decoder_matches_the_model("toy", &toy)?;
+    // Qwen3's q/k norm, head_dim 128 over hidden 256 with 4 heads
+    let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..toy };
+    decoder_matches_the_model("layer_qk_norm", &qwen)
+}
+
+/// The test case `name` (a decoder of shape `cfg`) against [`Direct`] over 4 steps.
+fn decoder_matches_the_model(name: &str, cfg: &DecoderConfig) -> R {
+    let case = cases()?.into_iter().find(|c| c.graph.name() == name).ok_or("no such test case")?;
     let g = &case.graph;
     let mut host = case.init(7);
     let mut caches: Vec<(Vec<f32>, Vec<f32>)> = (0..cfg.layers)
@@ -142,16 +156,16 @@ fn the_decoder_graph_computes_the_model() -> R {
     let logits_id = g.tensor_named("logits.out").ok_or("no such tensor")?;
     for pos in 0..4 {
         let token = host.get(token_id)[0] as usize;
-        let direct = Direct { cfg: &cfg, g, host: &host }.step(token, pos, &mut caches);
+        let direct = Direct { cfg, g, host: &host }.step(token, pos, &mut caches);
         reference_step(g, &mut host, &[pos as i32])?;
         let logits = host.get(logits_id);
         let scale = direct.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let err = logits.iter().zip(&direct).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         // bf16 buffers between the kernels: about 3 significant digits at each of ~20 roundings.
-        assert!(err < 0.03 * scale, "step {pos}: logits differ by {err} (scale {scale})");
+        assert!(err < 0.03 * scale, "{name} step {pos}: logits differ by {err} (scale {scale})");
         let best = direct.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let chosen = host.get(token_id)[0] as usize;
-        assert!(direct[chosen] >= best - 0.03 * scale, "step {pos}: token {chosen} is not (near) the best");
+        assert!(direct[chosen] >= best - 0.03 * scale, "{name} step {pos}: token {chosen} is not (near) the best");
     }
     Ok(())
 }

@@ -333,10 +333,9 @@ fn table_overflows_are_build_errors() -> R {
 
     let g = decoder_step("toy", &DecoderConfig::toy())?;
     let small = |limits| MpkOptions { workers: 4, limits, ..MpkOptions::default() };
-    let e = compile(&g, &small(TableLimits { max_tasks: 100, ..TableLimits::default() }))
-        .expect_err("an error")
-        .to_string();
-    assert!(e.contains("tasks per step: the tables hold at most 100"), "{e}");
+    let e =
+        compile(&g, &small(TableLimits { max_tasks: 50, ..TableLimits::default() })).expect_err("an error").to_string();
+    assert!(e.contains("tasks per step: the tables hold at most 50"), "{e}");
     // Each tile of `b` reads 32 of the 64 one-row tiles of `a`: 32 per-task waits.
     let mut g2 = StepGraph::new("many_waits")?;
     let x = g2.input("x", &[64, 1], F32)?;

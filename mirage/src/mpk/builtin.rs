@@ -34,10 +34,15 @@ pub enum Builtin {
     /// `out[i + d/2] = x[i + d/2] cos + x[i] sin`, where head `h` of row `r` is
     /// `x[r, h·d .. (h+1)·d]` and `d = 2 · len(inv_freq)`. Inputs: `x [rows, heads·d]`,
     /// `inv_freq [d/2]` f32 (any RoPE scaling is computed into it). Output: like `x`. Tiles:
-    /// `heads × rows`.
+    /// `heads × rows`. With `norm`, each head is first RMS-normalized over its `d` elements
+    /// and multiplied by a gain (Qwen3's per-head q/k norm): `x[i] ← x[i] / √(mean(x²) + eps)
+    /// · gain[i]`, kept in f32 into the rotation; the gain `[1, d]` (the type of `x`) is a
+    /// third input.
     Rope {
         /// The position of row 0.
         pos: ParamExpr,
+        /// The per-head RMSNorm's epsilon, when the head is normalized first.
+        norm: Option<Scalar>,
     },
     /// `cache[h, pos + r, :] = k[r, h·d .. (h+1)·d]`. Input: `k [rows, kv_heads·d]`. Output:
     /// `cache [kv_heads, capacity, d]`, a state of `k`'s type. Tiles: `kv_heads`.
@@ -124,8 +129,8 @@ impl Builtin {
     /// Number of input operands.
     pub fn num_inputs(&self) -> usize {
         match self {
-            Builtin::Embedding { .. } | Builtin::Rope { .. } => 2,
-            Builtin::Attention { .. } => 3,
+            Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } => 2,
+            Builtin::Attention { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
             _ => 1,
         }
     }
@@ -133,7 +138,7 @@ impl Builtin {
     /// The runtime parameters it reads.
     pub fn params(&self) -> Vec<ParamExpr> {
         match self {
-            Builtin::Rope { pos } | Builtin::KvAppend { pos } => vec![*pos],
+            Builtin::Rope { pos, .. } | Builtin::KvAppend { pos } => vec![*pos],
             Builtin::Attention { keylen, .. } => vec![*keylen],
             _ => vec![],
         }
@@ -216,7 +221,7 @@ impl Builtin {
                 same(&TensorDesc::new(&[tokens.shape[0], hidden], table.dtype))?;
                 Ok([hidden / chunk, tokens.shape[0], 1])
             }
-            Builtin::Rope { .. } => {
+            Builtin::Rope { norm, .. } => {
                 let (x, inv) = (inputs[0], inputs[1]);
                 rank(x, 2, "x")?;
                 rank(inv, 1, "inv_freq")?;
@@ -225,6 +230,15 @@ impl Builtin {
                 expect(x.shape[1].is_multiple_of(d), || {
                     format!("x: expected rows of whole heads of {d} (2 × inv_freq), found {}", fmt(x))
                 })?;
+                if let Some(eps) = norm {
+                    let want = TensorDesc::new(&[1, d], x.dtype);
+                    expect(inputs[2].shape == want.shape && inputs[2].dtype == want.dtype, || {
+                        format!("gain: expected {} (one head), found {}", fmt(&want), fmt(inputs[2]))
+                    })?;
+                    expect(eps.0.is_finite() && eps.0 >= 0.0, || {
+                        format!("eps: expected a finite number >= 0, found {}", eps.0)
+                    })?;
+                }
                 same(x)?;
                 Ok([x.shape[1] / d, x.shape[0], 1])
             }
@@ -316,7 +330,9 @@ impl Builtin {
             Builtin::Rope { .. } => {
                 let d = 2 * inputs[1].1.shape[0];
                 let row = Region::at(inputs[0].0, vec![y, x * d], &[1, d]);
-                (vec![(row, false), (whole(inputs[1]), false)], vec![Region::at(out, vec![y, x * d], &[1, d])])
+                let mut reads = vec![(row, false), (whole(inputs[1]), false)];
+                reads.extend(inputs.get(2).map(|&gain| (whole(gain), true)));
+                (reads, vec![Region::at(out, vec![y, x * d], &[1, d])])
             }
             Builtin::KvAppend { .. } => {
                 let (kt, kd) = inputs[0];
@@ -361,6 +377,7 @@ impl Builtin {
         let warps = threads / 32;
         match self {
             Builtin::Attention { .. } => warps * (inputs[1].shape[2] + 2) * 4,
+            Builtin::Rope { norm: Some(_), .. } => warps * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
             _ => 0,
         }
@@ -400,11 +417,12 @@ impl Builtin {
                 dst.copy_from_slice(&table[row..row + hidden][cols]);
                 Ok(())
             }
-            Builtin::Rope { pos } => {
+            Builtin::Rope { pos, norm } => {
                 let (xs, xd) = inputs[0];
                 let inv = inputs[1].0;
                 let d = 2 * inv.len();
                 let at = y * xd.shape[1] + x * d;
+                let head = head_rms_norm(&xs[at..at + d], norm.map(|eps| (eps.0, inputs[2].0)));
                 let p = pos.eval(params) + y as i64;
                 if !(0..=i64::from(i32::MAX)).contains(&p) {
                     out[at..at + d].fill(0.0);
@@ -418,7 +436,7 @@ impl Builtin {
                 for i in 0..h {
                     let (s, c) = (p as f64 * f64::from(inv[i])).sin_cos();
                     let (s, c) = (s as f32, c as f32);
-                    let (a, b) = (xs[at + i], xs[at + i + h]);
+                    let (a, b) = (head[i], head[i + h]);
                     out[at + i] = a * c - b * s;
                     out[at + i + h] = b * c + a * s;
                 }
@@ -518,6 +536,20 @@ pub enum IndexSource {
     Param(usize),
 }
 
+/// One head `x` of a [`Builtin::Rope`] before its rotation: as it is, or with `(eps, gain)`
+/// RMS-normalized (sum of squares in f64, the scale `1 / √(mean + eps)` rounded to f32, then
+/// `x · scale · gain` in f32).
+pub fn head_rms_norm(x: &[f32], norm: Option<(f32, &[f32])>) -> Vec<f32> {
+    match norm {
+        None => x.to_vec(),
+        Some((eps, gain)) => {
+            let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            let scale = (1.0 / (ss / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+            x.iter().zip(gain).map(|(&v, &g)| v * scale * g).collect()
+        }
+    }
+}
+
 /// The largest value of `values` (NaN ignored) and its index plus `start` (the smallest among
 /// equals; the first index when every value is NaN or −∞).
 pub fn argmax(values: &[f32], start: usize) -> (f32, usize) {
@@ -573,7 +605,7 @@ mod tests {
 
     #[test]
     fn rope_rotates_pairs_by_position() {
-        let r = Builtin::Rope { pos: ParamExpr::of(ParamId(0)).plus(1) };
+        let r = Builtin::Rope { pos: ParamExpr::of(ParamId(0)).plus(1), norm: None };
         let xd = d(&[1, 4], DType::F32);
         let inv_d = d(&[2], DType::F32);
         let x = [1.0, 0.0, 0.0, 1.0];

@@ -239,10 +239,12 @@ __device__ void embedding(const Ctx& c, int cx, int row, const T* table, const f
 }
 
 // Rotary embedding of head `head` (elements head*d ..) of row `row` of x [rows, width] at
-// position pos0 + row (rotate-half layout, angles in double precision).
+// position pos0 + row (rotate-half layout, angles in double precision). With a gain (not null),
+// the head is first RMS-normalized over its d elements, x * rsqrt(mean(x^2) + eps) * gain, kept
+// in f32 into the rotation (Qwen3's q/k norm); `smem` holds one float per warp.
 template <typename T, int THREADS>
 __device__ void rope(const Ctx& c, int head, int row, const T* x, const float* inv_freq, T* out, int width, int d,
-                     long long pos0, unsigned source) {
+                     long long pos0, unsigned source, const T* gain, float eps, float* smem) {
   const long long pos = pos0 + row;
   const size_t at = (size_t)row * width + (size_t)head * d;
   const int h = d / 2;
@@ -251,11 +253,32 @@ __device__ void rope(const Ctx& c, int head, int row, const T* x, const float* i
     for (int i = threadIdx.x; i < d; i += THREADS) out[at + i] = mirage::from_f32<T>(0.0f);
     return;
   }
+  float scale = 1.0f;
+  if (gain != nullptr) {
+    constexpr int WARPS = THREADS / 32;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += THREADS) {
+      const float v = mirage::to_f32(load(x + at + i));
+      ss += v * v;
+    }
+    ss = mirage::warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) total += smem[w];
+    __syncthreads();
+    scale = (float)(1.0 / sqrt((double)total / d + (double)eps));
+  }
   for (int i = threadIdx.x; i < h; i += THREADS) {
     double s, co;
     sincos((double)pos * (double)load(inv_freq + i), &s, &co);
     const float cs = (float)co, sn = (float)s;
-    const float a = mirage::to_f32(load(x + at + i)), b = mirage::to_f32(load(x + at + i + h));
+    float a = mirage::to_f32(load(x + at + i)), b = mirage::to_f32(load(x + at + i + h));
+    if (gain != nullptr) {
+      a = a * scale * mirage::to_f32(load(gain + i));
+      b = b * scale * mirage::to_f32(load(gain + i + h));
+    }
     out[at + i] = mirage::from_f32<T>(a * cs - b * sn);
     out[at + i + h] = mirage::from_f32<T>(b * cs + a * sn);
   }

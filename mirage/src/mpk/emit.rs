@@ -219,10 +219,14 @@ fn builtin_call(g: &StepGraph, b: &Builtin, ins: &[TensorId], out: TensorId, thr
             d(ins[0]).shape[1],
             ins[1].0
         ),
-        Builtin::Rope { pos } => {
+        Builtin::Rope { pos, norm } => {
             let hd = 2 * d(ins[1]).shape[0];
+            let (gain, eps) = match norm {
+                Some(eps) => (ptr(g, ins[2], false), eps.0),
+                None => (format!("static_cast<const {}*>(nullptr)", ty(ins[0])), 0.0),
+            };
             format!(
-                "mpk::rope<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {hd}, {}, {}u);",
+                "mpk::rope<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {hd}, {}, {}u, {gain}, {eps:?}f, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, ins[1], false),

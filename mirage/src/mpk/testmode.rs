@@ -1,4 +1,5 @@
-//! Test mode: sub-graphs of a decoder step (one operator, one layer, the whole toy model) with
+//! Test mode: sub-graphs of a decoder step (one operator, one layer — also with Qwen3's q/k
+//! norm —, the whole toy model) with
 //! their data, runtime parameters per step and the comparison of a device step with the CPU
 //! reference; and the empty-task graphs that measure the megakernel's own overheads.
 //!
@@ -78,7 +79,8 @@ fn mugraph_case(name: &str, k: &KernelGraph, names: &[&str]) -> Result<StepGraph
     Ok(g)
 }
 
-/// Every operator kind a decoder step needs, alone; one decoder layer; the two-layer toy model.
+/// Every operator kind a decoder step needs, alone; one decoder layer (and one with q/k norm and
+/// a head dimension other than hidden / heads); the two-layer toy model.
 pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     let cfg = DecoderConfig::toy();
     let (h, dt, d) = (cfg.hidden, cfg.dtype, cfg.head_dim);
@@ -112,7 +114,16 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     let pos = g.param("pos")?;
     let x = g.input("x", &[1, cfg.heads * d], dt)?;
     let inv = g.input("inv_freq", &[d / 2], DType::F32)?;
-    g.builtin("rope", Builtin::Rope { pos: ParamExpr::of(pos) }, &[x, inv])?;
+    g.builtin("rope", Builtin::Rope { pos: ParamExpr::of(pos), norm: None }, &[x, inv])?;
+    out.push(case(g, 4, 5));
+
+    // Qwen3's per-head q/k RMSNorm fused into RoPE
+    let mut g = StepGraph::new("op_rope_norm")?;
+    let pos = g.param("pos")?;
+    let x = g.input("x", &[1, cfg.heads * d], dt)?;
+    let inv = g.input("inv_freq", &[d / 2], DType::F32)?;
+    let gain = g.input("q_norm", &[1, d], dt)?;
+    g.builtin("rope", Builtin::Rope { pos: ParamExpr::of(pos), norm: Some(Scalar(1e-6)) }, &[x, inv, gain])?;
     out.push(case(g, 4, 5));
 
     let mut g = StepGraph::new("op_kv_append")?;
@@ -150,6 +161,9 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     out.push(case(g, 2, 0));
 
     out.push(case(decoder_step("layer", &DecoderConfig { layers: 1, ..cfg.clone() })?, 4, 0));
+    // Qwen3's shape: q/k norm, and a head dimension that is not hidden / heads
+    let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..cfg.clone() };
+    out.push(case(decoder_step("layer_qk_norm", &qwen)?, 4, 0));
     out.push(case(decoder_step("toy", &cfg)?, 64, 0));
     Ok(out)
 }
