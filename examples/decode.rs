@@ -7,9 +7,11 @@
 //! ```
 //!
 //! - `--random NAME`: a model of `mirage::model::ModelConfig::PRESETS` with random weights at
-//!   its real shapes (normal · 1/√fan_in for projections, normal for the embedding, norms 1.0,
-//!   deterministic in `--seed`);
-//! - `--model DIR`: a Hugging Face checkpoint directory (not wired yet: an error says so);
+//!   its real shapes (`mirage::model::random_weights`: normal · 1/√fan_in for projections, normal
+//!   for the embedding, norms 1.0, deterministic in `--seed`);
+//! - `--model DIR`: a Hugging Face checkpoint directory (`config.json` + `*.safetensors`, read by
+//!   `mirage::model::Checkpoint`); its shapes must be those of a model (or a layer variant) the
+//!   build script built a megakernel for;
 //! - `--layers L`: the variant with `L` layers at the model's widths (the build script builds
 //!   two-layer variants of Llama-3.2-1B and Qwen3-0.6B always, the whole models only with
 //!   `MIRAGE_DECODE=1`);
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use half::bf16;
 use mirage::ir::DType;
-use mirage::model::{ModelConfig, RopeScaling};
+use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, random_weights};
 use mirage::mpk::decoder::{decoder_step, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
@@ -44,6 +46,7 @@ const NOMINAL_BANDWIDTH: f64 = 4.24e12;
 /// Command-line options.
 struct Args {
     preset: String,
+    model_dir: Option<std::path::PathBuf>,
     layers: Option<usize>,
     tokens: usize,
     pos: usize,
@@ -60,7 +63,8 @@ fn usage() -> String {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { preset: String::new(), layers: None, tokens: 32, pos: 0, token: 1, check: 0, seed: 0 };
+    let mut args =
+        Args { preset: String::new(), model_dir: None, layers: None, tokens: 32, pos: 0, token: 1, check: 0, seed: 0 };
     let mut it = std::env::args().skip(1);
     let num = |flag: &str, v: Option<String>| -> Result<usize, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;
@@ -70,10 +74,8 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--random" => args.preset = it.next().ok_or_else(|| format!("--random needs a name\n{}", usage()))?,
             "--model" => {
-                return Err(
-                    "--model DIR: loading Hugging Face checkpoints is not wired into this example yet; use --random NAME"
-                        .into(),
-                );
+                args.model_dir =
+                    Some(it.next().ok_or_else(|| format!("--model needs a directory\n{}", usage()))?.into())
             }
             "--layers" => args.layers = Some(num("--layers", it.next())?),
             "--tokens" => args.tokens = num("--tokens", it.next())?,
@@ -85,34 +87,48 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument `{other}`\n{}", usage())),
         }
     }
-    if args.preset.is_empty() {
-        return Err(usage());
+    if args.preset.is_empty() == args.model_dir.is_none() {
+        return Err(format!("give exactly one of --random NAME and --model DIR\n{}", usage()));
     }
     Ok(args)
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
-    let model = ModelConfig::preset(&args.preset).ok_or_else(|| {
-        format!("unknown model `{}`: expected one of {}", args.preset, ModelConfig::PRESETS.join(", "))
-    })?;
-    let layers = args.layers.filter(|&l| l != model.layers);
-    let name = step_name(&model.name, layers);
+    let checkpoint = match &args.model_dir {
+        Some(dir) => Some(Checkpoint::open(dir)?),
+        None => None,
+    };
+    // The preset whose megakernel serves the model, and the model itself.
+    let (preset, model) = match &checkpoint {
+        Some(c) => {
+            if args.layers.is_some() {
+                return Err("--layers applies to --random only (a checkpoint has its own layer count)".into());
+            }
+            (matching_preset(c.config())?, c.config().clone())
+        }
+        None => {
+            let mut m = ModelConfig::preset(&args.preset).ok_or_else(|| {
+                format!("unknown model `{}`: expected one of {}", args.preset, ModelConfig::PRESETS.join(", "))
+            })?;
+            let full = m.clone();
+            m.layers = args.layers.unwrap_or(m.layers);
+            (full, m)
+        }
+    };
+    let layers = Some(model.layers).filter(|&l| l != preset.layers);
+    let name = step_name(&preset.name, layers);
     let mk: &'static Megakernel = DECODE_MEGAKERNELS.iter().find(|m| m.name() == name).ok_or_else(|| {
         format!(
             "the megakernel `{name}` was not built: the root build script builds the whole models only with \
              MIRAGE_DECODE=1 (minutes of CPU time), e.g. `MIRAGE_DECODE=1 cargo run --release --example decode -- \
              --random {}`; built here: [{}]",
-            model.name,
+            preset.name,
             DECODE_MEGAKERNELS.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         )
     })?;
     let plan = mk.plan()?;
-    let cfg = {
-        let mut c = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
-        c.layers = layers.unwrap_or(model.layers);
-        c
-    };
+    let cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
     if args.tokens == 0 || args.pos + args.tokens > DECODE_CAPACITY {
         return Err(format!(
             "--pos {} --tokens {}: expected at least one token and pos + tokens <= {DECODE_CAPACITY} (the KV cache's capacity)",
@@ -157,7 +173,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut s = mk.session(gpu.stream())?;
     // The step graph (for the CPU reference) only when checking: at full size it takes seconds.
     let graph = if args.check > 0 { Some(decoder_step(&name, &cfg)?) } else { None };
-    let mut cpu = upload_random(&mut s, plan, &model, args.seed, graph.as_ref())?;
+    let weights: Box<dyn Iterator<Item = Result<Weight, mirage::model::ModelError>>> = match &checkpoint {
+        Some(c) => Box::new(c.weights(DType::Bf16)),
+        None => Box::new(random_weights(&model, args.seed, DType::Bf16)),
+    };
+    let mut cpu = upload_weights(&mut s, plan, &model, weights, graph.as_ref())?;
     if let (Some(g), Some(host)) = (&graph, cpu.as_mut()) {
         host.set(g.tensor_named("token").ok_or("no token tensor")?, &[args.token as f32])?;
     }
@@ -172,7 +192,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         Ok(())
     };
     init_states(&mut s)?;
-    eprintln!("weights generated and uploaded in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "weights {} and uploaded in {:.1} s",
+        if checkpoint.is_some() { "read" } else { "generated" },
+        started.elapsed().as_secs_f64()
+    );
 
     let pos = s.param("pos")?;
     let steps: Vec<ParamValues> = (0..args.tokens)
@@ -290,109 +314,71 @@ fn device_tensors(s: &Session, g: &mirage::mpk::StepGraph, base: &HostTensors) -
     Ok(host)
 }
 
-/// Uploads random weights at the plan's shapes: `[in, out]` projections normal · 1/√in, the
-/// embedding normal, norm gains 1.0, `inv_freq` the model's RoPE frequencies. With the step
-/// graph `g`, returns its host tensors holding them (the bf16 values the device holds; states
-/// zero) for the CPU reference.
-fn upload_random(
+/// The preset whose megakernel computes a model of `cfg`'s shapes and numerics (any layer count
+/// the build script built a variant for; RoPE frequencies and tied embeddings are the host's
+/// business, not the kernel's).
+fn matching_preset(cfg: &ModelConfig) -> Result<ModelConfig, Box<dyn Error>> {
+    let want = cfg.decoder_config(DECODE_CAPACITY, DType::Bf16);
+    ModelConfig::PRESETS
+        .iter()
+        .filter_map(|n| ModelConfig::preset(n))
+        .find(|p| {
+            let mut d = p.decoder_config(DECODE_CAPACITY, DType::Bf16);
+            d.layers = cfg.layers;
+            d == want
+        })
+        .ok_or_else(|| {
+            format!(
+                "the checkpoint's model ({cfg:?}) has the shapes of none of the models this example builds megakernels \
+                 for ({}): a megakernel is compiled for one model's shapes",
+                ModelConfig::PRESETS.join(", ")
+            )
+            .into()
+        })
+}
+
+/// Uploads the decoder's weights from `weights` (a checkpoint's or random ones, by the decoder's
+/// tensor names) and `inv_freq` (the model's RoPE frequencies), checking each against the plan's
+/// name, shape and type and that none is missing. With the step graph `g`, returns its host
+/// tensors holding them (the bf16 values the device holds; states zero) for the CPU reference.
+fn upload_weights(
     s: &mut Session,
     plan: &MpkPlan,
     model: &ModelConfig,
-    seed: u64,
+    weights: impl Iterator<Item = Result<Weight, mirage::model::ModelError>>,
     g: Option<&mirage::mpk::StepGraph>,
 ) -> Result<Option<HostTensors>, Box<dyn Error>> {
     let mut host = g.map(HostTensors::zeros);
-    for (i, t) in plan.tensors.iter().enumerate().filter(|(_, t)| t.kind == TensorKind::Input) {
-        let n = t.spec.num_elements();
-        let base = t.name.rsplit('.').next().unwrap_or(&t.name);
-        let values: Vec<f32> = if t.name == "inv_freq" {
-            let inv = inv_freq(model);
-            s.upload_f32(&t.name, &inv)?;
-            inv
-        } else {
-            if t.spec.dtype != DType::Bf16 {
-                return Err(format!("tensor `{}`: expected bf16 weights, found {}", t.name, t.spec.dtype).into());
-            }
-            let values: Vec<bf16> = if base.ends_with("norm") {
-                vec![bf16::ONE; n]
-            } else {
-                let scale = if t.name == "embed" { 1.0 } else { 1.0 / (t.spec.shape[0] as f32).sqrt() };
-                normal_bf16(n, seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), scale)
-            };
-            let h = s.tensor::<bf16>(&t.name)?;
-            s.upload(h, &values)?;
-            if host.is_none() {
-                continue;
-            }
-            values.iter().map(|v| v.to_f32()).collect()
+    let mut missing: std::collections::BTreeSet<&str> =
+        plan.tensors.iter().filter(|t| t.kind == TensorKind::Input).map(|t| t.name.as_str()).collect();
+    let index = |name: &str| plan.tensors.iter().position(|t| t.name == name);
+    let inv = model.inv_freq();
+    s.upload_f32("inv_freq", &inv)?;
+    missing.remove("inv_freq");
+    if let (Some(host), Some(i)) = (host.as_mut(), index("inv_freq")) {
+        host.set(TensorId(i), &inv)?;
+    }
+    for w in weights {
+        let w = w?;
+        let i = index(&w.name).ok_or_else(|| format!("weight `{}`: the megakernel has no such input", w.name))?;
+        let t = &plan.tensors[i];
+        if t.spec.shape != w.shape {
+            return Err(
+                format!("weight `{}`: shape {:?}, the megakernel expects {:?}", w.name, w.shape, t.spec.shape).into()
+            );
+        }
+        let WeightData::Bf16(values) = &w.data else {
+            return Err(format!("weight `{}`: {} values, the megakernel takes bf16", w.name, w.data.dtype()).into());
         };
+        let h = s.tensor::<bf16>(&w.name)?;
+        s.upload(h, values)?;
+        missing.remove(t.name.as_str());
         if let Some(host) = host.as_mut() {
-            // The plan lists the graph's tensors in its order.
-            host.set(TensorId(i), &values)?;
+            host.set(TensorId(i), &w.data.to_f32())?;
         }
     }
+    if !missing.is_empty() {
+        return Err(format!("weights missing for the megakernel's inputs: {missing:?}").into());
+    }
     Ok(host)
-}
-
-/// `n` values `scale · N(0, 1)` in bf16, deterministic in `seed`, generated on every core.
-fn normal_bf16(n: usize, seed: u64, scale: f32) -> Vec<bf16> {
-    let mut out = vec![bf16::ZERO; n];
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let chunk = n.div_ceil(threads).next_multiple_of(2).max(2);
-    std::thread::scope(|scope| {
-        for (c, part) in out.chunks_mut(chunk).enumerate() {
-            scope.spawn(move || {
-                let first = (c * chunk) as u64;
-                for (j, pair) in part.chunks_mut(2).enumerate() {
-                    // Box–Muller over two uniforms from a counter-based hash of the index.
-                    let k = first / 2 + j as u64;
-                    let u1 = ((mix(seed, 2 * k) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-                    let u2 = (mix(seed, 2 * k + 1) >> 11) as f64 / (1u64 << 53) as f64;
-                    let r = (-2.0 * u1.ln()).sqrt();
-                    let (s, co) = (std::f64::consts::TAU * u2).sin_cos();
-                    pair[0] = bf16::from_f32(scale * (r * co) as f32);
-                    if let Some(b) = pair.get_mut(1) {
-                        *b = bf16::from_f32(scale * (r * s) as f32);
-                    }
-                }
-            });
-        }
-    });
-    out
-}
-
-/// A 64-bit hash of `(seed, i)` (SplitMix64's finalizer).
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The model's RoPE inverse frequencies, with Llama 3's frequency scaling when it has one
-/// (wavelengths above `original_max_positions / low_freq_factor` divided by `factor`, below
-/// `original_max_positions / high_freq_factor` kept, interpolated between).
-fn inv_freq(model: &ModelConfig) -> Vec<f32> {
-    let d = model.head_dim;
-    (0..d / 2)
-        .map(|i| {
-            let f = model.rope_theta.powf(-2.0 * i as f64 / d as f64);
-            let Some(RopeScaling { factor, low_freq_factor, high_freq_factor, original_max_positions }) =
-                model.rope_scaling.clone()
-            else {
-                return f as f32;
-            };
-            let old = original_max_positions as f64;
-            let wavelen = std::f64::consts::TAU / f;
-            let scaled = if wavelen < old / high_freq_factor {
-                f
-            } else if wavelen > old / low_freq_factor {
-                f / factor
-            } else {
-                let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-                (1.0 - smooth) * f / factor + smooth * f
-            };
-            scaled as f32
-        })
-        .collect()
 }

@@ -299,7 +299,7 @@ fn the_reference_agrees_with_the_decoder_step_graph() -> R {
 }
 
 #[test]
-fn qwen3_decodes_on_the_reference_and_the_decoder_step_refuses_it_for_now() -> R {
+fn qwen3_decodes_on_the_reference_and_the_decoder_step_agrees() -> R {
     let cfg = tiny_qwen3();
     let dir = tempfile::tempdir()?;
     write_checkpoint(dir.path(), &cfg, 8)?;
@@ -318,9 +318,10 @@ fn qwen3_decodes_on_the_reference_and_the_decoder_step_refuses_it_for_now() -> R
     let changed = Reference::new(&cfg, other.into_iter().map(Ok), 16)?.generate(3, 2)?;
     assert_ne!(changed[1].logits, steps[1].logits);
 
-    let e = decoder_step("qwen3", &cfg.decoder_config(16, DType::Bf16)).expect_err("refused").to_string();
-    assert!(e.contains("per-head q/k RMSNorm (Qwen3) is not supported by the decoder step yet"), "{e}");
-    Ok(())
+    // The megakernel decoder (q/k norm fused into its RoPE task) computes the same model.
+    compare_with_decoder(&cfg, &weights, DType::F32, 6, 1e-4)?;
+    let weights = uneven_norms(collect(ckpt.weights(DType::Bf16))?);
+    compare_with_decoder(&cfg, &weights, DType::Bf16, 6, 0.03)
 }
 
 #[test]
