@@ -17,6 +17,7 @@
 #                                        (golden, coverage, random, #[mugraph] tests, examples);
 #                                        MIRAGE_SANITIZER=off skips the stage (said in the summary);
 #                                        MIRAGE_SANITIZER_BUDGET_S bounds the default stage (150)
+#                                        MIRAGE_DECODE_RUN=0 skips the decode example's models
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
@@ -123,7 +124,9 @@ fi
 # 64 tokens from positions 512 and 4096, ms/token and share of the copy bandwidth.
 : > "$out/decode.txt"
 e=.gpu/bin/example/decode
-if [ -x "$e" ]; then
+if [ "${MIRAGE_DECODE_RUN:-1}" = 0 ]; then
+  note "decode: skipped (MIRAGE_DECODE_RUN=0; run the example on its own)"
+elif [ -x "$e" ]; then
   for model in llama-3.2-1b qwen3-0.6b llama-3.1-8b; do
     for pos in 512 4096; do
       echo "== decode --random $model --tokens 64 --pos $pos" >> "$out/decode.txt"
