@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu,dims_gpu,codegen_compile)
+only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu,dims_gpu,codegen_compile,model)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done
@@ -47,7 +47,7 @@ rm -rf "$libdir"
 CARGO_TARGET_DIR="$root/target" MIRAGE_OFFLINE=1 cargo build --release --offline --manifest-path fixtures/quickstart/Cargo.toml
 cp target/release/quickstart .gpu/quickstart
 strip --strip-all .gpu/quickstart
-cp benches/py/torch_baselines.py benches/py/triton_fused.py .gpu/
+cp benches/py/torch_baselines.py benches/py/triton_fused.py benches/py/decode_baseline.py .gpu/
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- . ':!.gpu' || commit="$commit+uncommitted"
 echo "$commit" > .gpu/COMMIT
