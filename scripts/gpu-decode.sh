@@ -2,14 +2,15 @@
 # Whole-model decoding on the GPU machine, from a pack built with MIRAGE_DECODE=1
 # (`MIRAGE_DECODE=1 bash scripts/gpu-pack.sh`; the binaries unpacked under .gpu/bin):
 #  1. ours: examples/decode.rs with random weights, 64 tokens from positions 512 and 4096;
-#  2. PyTorch's best of the same run: .gpu/decode_baseline.py (eager, CUDA graph, torch.compile)
+#  3. PyTorch's best of the same run: .gpu/decode_baseline.py (eager, CUDA graph, torch.compile)
 #     at the same positions (its static cache sized past 4096 for the second);
-#  3. one random checkpoint per compared model (written by the `model` test binary, which also
+#  2. one random checkpoint per compared model (written by the `model` test binary, which also
 #     decodes it with the CPU reference `mirage::model::reference`) through PyTorch and through
 #     our megakernel: greedy tokens for 32 steps (and PyTorch's logits) against the reference.
 #
 #   bash scripts/gpu-decode.sh [MODEL ...]    OUT=dir (default benches/results/decode)
-#   MIRAGE_DECODE_COMPARE="llama-3.2-1b"      the models of step 3 (default: llama-3.2-1b qwen3-0.6b)
+#   MIRAGE_DECODE_COMPARE="llama-3.2-1b"      the models of step 2 (default: llama-3.2-1b qwen3-0.6b)
+#   MIRAGE_TORCH_LIMIT_S bounds each PyTorch run (300); MIRAGE_TORCH_4096=0 skips position 4096
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/decode}
@@ -29,12 +30,6 @@ for m in $models; do
     echo "== ours $m pos $pos"; grep -E "ms/token|waiting" "$f" | cut -c1-220
   done
 done
-echo "== PyTorch (decode_baseline.py)"
-python3 .gpu/decode_baseline.py $models --pos 512 --json "$out/torch-512.json" > "$out/torch-512.txt" 2>&1 \
-  || failed+=("PyTorch pos 512")
-DECODE_MAX_SEQ=4160 python3 .gpu/decode_baseline.py $models --pos 4096 --json "$out/torch-4096.json" \
-  > "$out/torch-4096.txt" 2>&1 || failed+=("PyTorch pos 4096")
-tail -4 "$out/torch-512.txt" "$out/torch-4096.txt"
 t=$(ls .gpu/bin/test/model* 2>/dev/null | head -1)
 for m in ${MIRAGE_DECODE_COMPARE-llama-3.2-1b qwen3-0.6b}; do
   [ -n "$t" ] || { failed+=("no model test binary"); break; }
@@ -58,6 +53,12 @@ PY
   cp "$d/reference.json" "$out/reference-$m.json" 2>/dev/null
   rm -rf "$d"
 done
+echo "== PyTorch (decode_baseline.py)"
+timeout ${MIRAGE_TORCH_LIMIT_S:-300} python3 .gpu/decode_baseline.py $models --pos 512 --json "$out/torch-512.json" > "$out/torch-512.txt" 2>&1 \
+  || failed+=("PyTorch pos 512")
+[ "${MIRAGE_TORCH_4096:-1}" = 0 ] || DECODE_MAX_SEQ=4160 timeout ${MIRAGE_TORCH_LIMIT_S:-300} python3 .gpu/decode_baseline.py $models --pos 4096 --json "$out/torch-4096.json" \
+  > "$out/torch-4096.txt" 2>&1 || failed+=("PyTorch pos 4096")
+tail -4 "$out/torch-512.txt" "$out/torch-4096.txt"
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'FAILED: %s\n' "${failed[@]}"
   exit 1
