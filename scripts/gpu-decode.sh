@@ -10,7 +10,7 @@
 #
 #   bash scripts/gpu-decode.sh [MODEL ...]    OUT=dir (default benches/results/decode)
 #   MIRAGE_DECODE_COMPARE="llama-3.2-1b"      the models of step 2 (default: llama-3.2-1b qwen3-0.6b)
-#   MIRAGE_TORCH_LIMIT_S bounds each PyTorch run (300); MIRAGE_TORCH_4096=0 skips position 4096
+#   MIRAGE_TORCH_LIMIT_S bounds each PyTorch run (420 s; the three models with torch.compile took 307 s); MIRAGE_TORCH_4096=0 skips position 4096
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/decode}
@@ -54,11 +54,11 @@ PY
   rm -rf "$d"
 done
 echo "== PyTorch (decode_baseline.py)"
-timeout ${MIRAGE_TORCH_LIMIT_S:-300} python3 .gpu/decode_baseline.py $models --pos 512 --json "$out/torch-512.json" > "$out/torch-512.txt" 2>&1 \
+timeout ${MIRAGE_TORCH_LIMIT_S:-420} python3 .gpu/decode_baseline.py $models --pos 512 --json "$out/torch-512.json" > "$out/torch-512.txt" 2>&1 \
   || failed+=("PyTorch pos 512")
-[ "${MIRAGE_TORCH_4096:-1}" = 0 ] || DECODE_MAX_SEQ=4160 timeout ${MIRAGE_TORCH_LIMIT_S:-300} python3 .gpu/decode_baseline.py $models --pos 4096 --json "$out/torch-4096.json" \
+[ "${MIRAGE_TORCH_4096:-1}" = 0 ] || DECODE_MAX_SEQ=4160 timeout ${MIRAGE_TORCH_LIMIT_S:-420} python3 .gpu/decode_baseline.py $models --pos 4096 --json "$out/torch-4096.json" \
   > "$out/torch-4096.txt" 2>&1 || failed+=("PyTorch pos 4096")
-tail -4 "$out/torch-512.txt" "$out/torch-4096.txt"
+tail -n 4 "$out/torch-512.txt" "$out/torch-4096.txt" 2>/dev/null
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'FAILED: %s\n' "${failed[@]}"
   exit 1
