@@ -227,7 +227,7 @@ fn streamed_block(
     Ok(b)
 }
 
-/// [`norm_projections`] with the projections as [`streamed_block`]s (one operator per weight;
+/// [`norm_projections`] with the projections as streamed blocks (`streamed_block`) (one operator per weight;
 /// the norm a default block graph).
 pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
@@ -243,7 +243,7 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
     Ok(k)
 }
 
-/// [`projection_residual`] as one [`streamed_block`]: `r + a · W` with the sum in f32.
+/// [`projection_residual`] as one streamed block (`streamed_block`): `r + a · W` with the sum in f32.
 pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
     let a = k.input(&[1, width], cfg.dtype)?;
