@@ -6,6 +6,9 @@
 //! cannot run at other sizes.
 #![cfg(feature = "build")]
 
+mod support;
+use support::inputs;
+
 use std::time::Duration;
 
 use mirage::dims::{DimPlan, DimVar, Dims};
@@ -25,25 +28,6 @@ fn over_b(inputs: usize, rank0: usize) -> Dims {
     marks[0] = vec![None; rank0];
     marks[0][0] = Some(0);
     Dims { vars: vec![DimVar { name: "B".into(), lo: 1, hi: 64 }], inputs: marks }
-}
-
-/// Deterministic inputs in [-1, 1) of the given shapes.
-fn inputs(shapes: &[Vec<usize>], seed: u64) -> Vec<HostTensor> {
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(k, s)| {
-            let n: usize = s.iter().product();
-            let data = (0..n)
-                .map(|i| {
-                    let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        ^ (seed + k as u64).wrapping_mul(0xBF58_476D);
-                    ((h >> 40) % 2048) as f32 / 1024.0 - 1.0
-                })
-                .collect();
-            HostTensor::new(s.clone(), data).expect("data fits the shape")
-        })
-        .collect()
 }
 
 /// Runs `graph` at `sizes` by the padded-tile rule.

@@ -7,6 +7,8 @@
 //! its cache entries, builds and dispatches per bucket.
 #![cfg(feature = "build")]
 
+mod support;
+
 use std::path::PathBuf;
 
 use mirage::build::{BuildError, Builder};
@@ -14,7 +16,7 @@ use mirage::dims::{DimPlan, DimVar, Dims};
 use mirage::eval::evaluate_at;
 use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::lower::lower_source;
-use mirage::reference::{F32, HostTensor, max_scaled_error};
+use mirage::reference::{F32, max_scaled_error};
 use mirage::search::SearchConfig;
 use mirage_runtime::{Bucket, LaunchPlan, Program, ProgramArtifacts, RuntimeError, check_tensors_sized};
 
@@ -301,25 +303,6 @@ fn each_bucket_keys_its_own_cache_entry_on_its_sub_range() -> TestResult {
     Ok(())
 }
 
-/// Deterministic inputs in [-1, 1) of the given shapes.
-fn host_inputs(shapes: &[Vec<usize>], seed: u64) -> Vec<HostTensor> {
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(k, s)| {
-            let n: usize = s.iter().product();
-            let data = (0..n)
-                .map(|i| {
-                    let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        ^ (seed + k as u64).wrapping_mul(0xBF58_476D);
-                    ((h >> 40) % 2048) as f32 / 1024.0 - 1.0
-                })
-                .collect();
-            HostTensor::new(s.clone(), data).expect("data fits the shape")
-        })
-        .collect()
-}
-
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
@@ -353,7 +336,7 @@ fn the_buckets_build_agree_on_the_cpu_and_dispatch_every_size() -> TestResult {
         sizes.push((lo + hi) / 2);
         for n in sizes {
             let run = reference.run_shapes(&bucket.graph, &[n])?;
-            let x = host_inputs(&run.inputs, n as u64);
+            let x = support::inputs(&run.inputs, n as u64);
             let want = evaluate_at(&bucket.graph, &F32, &x, &run)?;
             let got = evaluate_at(&built.mugraph, &F32, &x, &dplan.run_shapes(&built.mugraph, &[n])?)?;
             assert_eq!(got[0].shape, vec![n, 32]);
