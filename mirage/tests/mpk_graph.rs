@@ -298,7 +298,7 @@ fn operand_errors_name_the_operator() -> R {
     let q = g.input("q", &[1, 8 * 64], DType::F16)?;
     let kc = g.state("kc", &[3, 16, 64], DType::F16)?;
     let p = g.param("pos")?;
-    let attn = Builtin::Attention { keylen: ParamExpr::of(p), scale: Scalar(0.125) };
+    let attn = Builtin::AttentionPartial { keylen: ParamExpr::of(p), scale: Scalar(0.125), chunks: 4 };
     let e = graph_error(g.builtin("attn", attn, &[q, kc, kc]));
     assert!(e.contains("operator `attn`: kv_heads 3 must divide heads 8"), "{e}");
     let e = graph_error(g.input("x", &[2], F32));

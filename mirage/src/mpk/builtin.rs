@@ -1,6 +1,6 @@
 //! Built-in decode tasks: the few operators a decode step needs that µGraphs cannot express yet
-//! (a gather by token id, rotary embeddings at a runtime position, a KV-cache append, attention
-//! over a runtime key length, argmax), and an empty task for measuring the megakernel's own
+//! (a gather by token id, rotary embeddings at a runtime position, a KV-cache append, split-KV
+//! attention over a runtime key length, argmax), and an empty task for measuring the megakernel's own
 //! overheads. Each kind has its operand rules, its tile grid, the regions a tile reads and
 //! writes, a CPU reference of one tile (the ground truth of the tests) and a CUDA template in
 //! the megakernel's device header (`device.cuh`) that the resident kernel calls.
@@ -11,13 +11,18 @@
 
 use crate::ir::{DType, Scalar, TensorDesc};
 
-use super::graph::{ParamExpr, TensorId};
+use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 use super::region::Region;
 
 /// Largest vocabulary (exact integer ids in `f32`).
 pub const MAX_VOCAB: usize = 1 << 24;
-/// Largest head dimension of [`Builtin::Attention`] (held in registers, 32 lanes × 16).
-pub const MAX_HEAD_DIM: usize = 512;
+/// Largest row of a head in [`Builtin::AttentionPartial`]: `head_dim · element size` is a power
+/// of two from 16 to 512 bytes (a row is read in 16-byte vectors, at most 32 per row: head dims
+/// 8 to 256 in f16/bf16, 4 to 128 in f32).
+pub const MAX_HEAD_ROW_BYTES: usize = 512;
+/// Most query heads per KV head of [`Builtin::AttentionPartial`] (each thread keeps an
+/// accumulator per query head of its group in registers).
+pub const MAX_GROUP: usize = 16;
 
 /// A built-in task kind. Operands are listed as inputs then outputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,16 +55,31 @@ pub enum Builtin {
         /// The position of row 0.
         pos: ParamExpr,
     },
-    /// Attention of one query row over the first `keylen` cached keys, grouped-query:
-    /// head `h` reads KV head `h / (heads / kv_heads)`;
-    /// `out[h] = softmax(scale · q[h] · K[0..keylen]ᵀ) · V[0..keylen]` with head `h` at
-    /// `[h·d, (h+1)·d)`. Inputs: `q [1, heads·d]`, `k_cache`, `v_cache [kv_heads, capacity, d]`.
-    /// Output: like `q`. Tiles: `heads`.
-    Attention {
+    /// Split-KV (flash-decoding) attention of one query row over the first `keylen` cached keys,
+    /// first half: tile `(c, kvh)` takes key chunk `c` of KV head `kvh` — keys
+    /// [`chunk_range`]`(keylen, chunks, c)`, each chunk an equal share of the runtime key length
+    /// — for every query head `h = kvh · group + g` of the KV head's group (reading each K/V row
+    /// once) and writes the chunk's partial result `partial[kvh, c, g, :] = (o[0..d], m, l)` in
+    /// f32: with scores `s_j = scale · q[h] · K[j]` over the chunk, `m = max s_j`,
+    /// `l = Σ exp(s_j − m)`, `o = Σ exp(s_j − m) · V[j] / l`. An empty chunk writes the neutral
+    /// partial `(0, −∞, 0)`. Inputs: `q [1, heads·d]`, `k_cache`, `v_cache [kv_heads, capacity,
+    /// d]`. Output: `[kv_heads, chunks, group, d + 2]` f32. Tiles: `chunks × kv_heads`.
+    AttentionPartial {
         /// Number of keys (1..=capacity).
         keylen: ParamExpr,
         /// Multiplies the scores (usually `1/√d`).
         scale: Scalar,
+        /// Key chunks per KV head (static; see [`split_kv_chunks`]).
+        chunks: usize,
+    },
+    /// Split-KV attention, second half: head `h` merges the partials of its KV head's chunks,
+    /// `out[h] = Σ_c w_c · o_c / Σ_c w_c` with `w_c = l_c · exp(m_c − max m)` (empty chunks weigh
+    /// nothing; zeros when every chunk is empty, as after a key length out of range). Input: the
+    /// partials `[kv_heads, chunks, group, d + 2]` f32. Output: `[1, heads·d]` of `dtype`.
+    /// Tiles: `heads`.
+    AttentionCombine {
+        /// The output's element type (the query's).
+        dtype: DType,
     },
     /// First half of argmax over the last dim: each tile finds the largest value (smallest
     /// index among equals) of `chunk` columns. Input: `logits [rows, vocab]`. Output:
@@ -119,7 +139,8 @@ impl Builtin {
             Builtin::Embedding { .. } => "embedding",
             Builtin::Rope { .. } => "rope",
             Builtin::KvAppend { .. } => "kv_append",
-            Builtin::Attention { .. } => "attention",
+            Builtin::AttentionPartial { .. } => "attention_partial",
+            Builtin::AttentionCombine { .. } => "attention_combine",
             Builtin::ArgmaxPartial { .. } => "argmax_partial",
             Builtin::ArgmaxReduce => "argmax_reduce",
             Builtin::Nop { .. } => "nop",
@@ -130,7 +151,7 @@ impl Builtin {
     pub fn num_inputs(&self) -> usize {
         match self {
             Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } => 2,
-            Builtin::Attention { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
+            Builtin::AttentionPartial { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
             _ => 1,
         }
     }
@@ -139,7 +160,7 @@ impl Builtin {
     pub fn params(&self) -> Vec<ParamExpr> {
         match self {
             Builtin::Rope { pos, .. } | Builtin::KvAppend { pos } => vec![*pos],
-            Builtin::Attention { keylen, .. } => vec![*keylen],
+            Builtin::AttentionPartial { keylen, .. } => vec![*keylen],
             _ => vec![],
         }
     }
@@ -166,7 +187,18 @@ impl Builtin {
             Builtin::KvAppend { .. } => {
                 return Err("kv_append writes an existing state tensor (the cache): use add_builtin".into());
             }
-            Builtin::Attention { .. } => vec![d(&inputs[0].shape, inputs[0].dtype)],
+            Builtin::AttentionPartial { chunks, .. } => {
+                let (kvh, group, d) = attention_dims(inputs[0], inputs[1])?;
+                vec![TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32)]
+            }
+            Builtin::AttentionCombine { dtype } => {
+                rank(inputs[0], 4, "partials")?;
+                let s = &inputs[0].shape;
+                expect(s[3] > 2, || {
+                    format!("partials: expected [kv_heads, chunks, group, d + 2], found {}", fmt(inputs[0]))
+                })?;
+                vec![d(&[1, s[0] * s[2] * (s[3] - 2)], *dtype)]
+            }
             Builtin::ArgmaxPartial { chunk } => {
                 rank(inputs[0], 2, "logits")?;
                 expect(*chunk > 0 && inputs[0].shape[1].is_multiple_of(*chunk), || {
@@ -257,27 +289,29 @@ impl Builtin {
                 })?;
                 Ok([kvh, 1, 1])
             }
-            Builtin::Attention { scale, .. } => {
+            Builtin::AttentionPartial { scale, chunks, .. } => {
                 let (q, kc, vc) = (inputs[0], inputs[1], inputs[2]);
-                rank(q, 2, "q")?;
-                rank(kc, 3, "k_cache")?;
-                expect(q.shape[0] == 1, || format!("q: expected one query row [1, heads·d], found {}", fmt(q)))?;
                 expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
-                let (kvh, d) = (kc.shape[0], kc.shape[2]);
-                expect(kc.dtype == q.dtype && q.shape[1].is_multiple_of(d), || {
+                let (kvh, group, d) = attention_dims(q, kc)?;
+                let row = d * q.dtype.size_bytes();
+                expect(row.is_power_of_two() && (16..=MAX_HEAD_ROW_BYTES).contains(&row), || {
                     format!(
-                        "k_cache: expected {} [kv_heads, capacity, d] with d dividing {}, found {}",
-                        q.dtype,
-                        q.shape[1],
-                        fmt(kc)
+                        "head dim {d}: a head's row of {row} bytes must be a power of two from 16 to {MAX_HEAD_ROW_BYTES} bytes"
                     )
                 })?;
-                let heads = q.shape[1] / d;
-                expect(heads.is_multiple_of(kvh), || format!("kv_heads {kvh} must divide heads {heads}"))?;
-                expect(d <= MAX_HEAD_DIM, || format!("head dim at most {MAX_HEAD_DIM}, found {d}"))?;
+                expect(group <= MAX_GROUP, || format!("at most {MAX_GROUP} query heads per KV head, found {group}"))?;
+                expect(*chunks >= 1, || "chunks: expected at least one key chunk per KV head".to_string())?;
                 expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
-                same(q)?;
-                Ok([heads, 1, 1])
+                f32_typed(out, "partials")?;
+                same(&TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32))?;
+                Ok([*chunks, kvh, 1])
+            }
+            Builtin::AttentionCombine { .. } => {
+                let p = inputs[0];
+                f32_typed(p, "partials")?;
+                let want = self.output_descs(inputs)?;
+                same(&want[0])?;
+                Ok([p.shape[0] * p.shape[2], 1, 1])
             }
             Builtin::ArgmaxPartial { chunk } => {
                 let want = self.output_descs(inputs)?;
@@ -340,19 +374,23 @@ impl Builtin {
                 let read = Region::at(kt, vec![0, x * d], &[kd.shape[0], d]);
                 (vec![(read, false)], vec![Region::at(out, vec![x, 0, 0], &[1, od.shape[1], d])])
             }
-            Builtin::Attention { .. } => {
-                let (q, qd) = inputs[0];
-                let (kc, kd) = inputs[1];
-                let d = kd.shape[2];
-                let heads = qd.shape[1] / d;
-                let kvh = x / (heads / kd.shape[0]);
-                let cache = |t| Region::at(t, vec![kvh, 0, 0], &[1, kd.shape[1], d]);
+            Builtin::AttentionPartial { .. } => {
+                let (q, kc, vc) = (inputs[0].0, inputs[1], inputs[2].0);
+                let [_, _, group, d2] = od.shape[..] else { unreachable!("checked: rank 4") };
+                let d = d2 - 2;
+                let cache = |t| Region::at(t, vec![y, 0, 0], &[1, kc.1.shape[1], d]);
                 let reads = vec![
-                    (Region::at(q, vec![0, x * d], &[1, d]), false),
-                    (cache(kc), false),
-                    (cache(inputs[2].0), false),
+                    (Region::at(q, vec![0, y * group * d], &[1, group * d]), false),
+                    (cache(kc.0), false),
+                    (cache(vc), false),
                 ];
-                (reads, vec![Region::at(out, vec![0, x * d], &[1, d])])
+                (reads, vec![Region::at(out, vec![y, x, 0, 0], &[1, 1, group, d2])])
+            }
+            Builtin::AttentionCombine { .. } => {
+                let (p, pd) = inputs[0];
+                let [_, chunks, group, d2] = pd.shape[..] else { unreachable!("checked: rank 4") };
+                let read = Region::at(p, vec![x / group, 0, x % group, 0], &[1, chunks, 1, d2]);
+                (vec![(read, false)], vec![Region::at(out, vec![0, x * (d2 - 2)], &[1, d2 - 2])])
             }
             Builtin::ArgmaxPartial { chunk } => {
                 let read = Region::at(inputs[0].0, vec![y, x * chunk], &[1, *chunk]);
@@ -376,7 +414,12 @@ impl Builtin {
     pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc]) -> usize {
         let warps = threads / 32;
         match self {
-            Builtin::Attention { .. } => warps * (inputs[1].shape[2] + 2) * 4,
+            Builtin::AttentionPartial { .. } => {
+                let d = inputs[1].shape[2];
+                let group = inputs[0].shape[1] / d / inputs[1].shape[0];
+                // q, the scores of one key tile, (m, l, correction), the cross-warp reduction
+                group * (d + threads + 3 + warps * d) * 4
+            }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
             _ => 0,
@@ -461,36 +504,75 @@ impl Builtin {
                 }
                 Ok(())
             }
-            Builtin::Attention { keylen, scale } => {
-                let (q, qd) = inputs[0];
-                let (kc, kd) = inputs[1];
-                let vc = inputs[2].0;
-                let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
-                let heads = qd.shape[1] / d;
+            Builtin::AttentionPartial { keylen, scale, chunks } => {
+                let (q, kc, vc) = (inputs[0].0, inputs[1].0, inputs[2].0);
+                let cap = inputs[1].1.shape[1];
+                let [_, _, group, d2] = od.shape[..] else { unreachable!("checked: rank 4") };
+                let d = d2 - 2;
                 let l = keylen.eval(params);
-                let dst = x * d;
+                let dst = (y * chunks + x) * group * d2;
+                let partials = &mut out[dst..dst + group * d2];
+                let neutral = |p: &mut [f32]| {
+                    for row in p.chunks_mut(d2) {
+                        row[..d].fill(0.0);
+                        row[d] = f32::NEG_INFINITY;
+                        row[d + 1] = 0.0;
+                    }
+                };
                 if l < 1 || l > cap as i64 {
-                    out[dst..dst + d].fill(0.0);
+                    neutral(partials);
                     return Err(IndexError {
                         value: l,
                         bound: cap as i64 + 1,
                         source_name: names(IndexSource::Param(keylen.param.0)),
                     });
                 }
-                let g = x / (heads / kvh);
-                let qh = &q[x * d..(x + 1) * d];
-                let scores: Vec<f64> = (0..l as usize)
-                    .map(|j| {
-                        let kr = &kc[(g * cap + j) * d..(g * cap + j + 1) * d];
-                        f64::from(scale.0) * qh.iter().zip(kr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
+                let keys = chunk_range(l as usize, *chunks, x);
+                if keys.is_empty() {
+                    neutral(partials);
+                    return Ok(());
+                }
+                for (g, row) in partials.chunks_mut(d2).enumerate() {
+                    let h = y * group + g;
+                    let qh = &q[h * d..(h + 1) * d];
+                    let at = |j: usize| (y * cap + j) * d;
+                    let scores: Vec<f64> = keys
+                        .clone()
+                        .map(|j| {
+                            let kr = &kc[at(j)..at(j) + d];
+                            f64::from(scale.0)
+                                * qh.iter().zip(kr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
+                        })
+                        .collect();
+                    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for i in 0..d {
+                        let v: f64 = keys.clone().zip(&w).map(|(j, wj)| wj * f64::from(vc[at(j) + i])).sum();
+                        row[i] = (v / total) as f32;
+                    }
+                    row[d] = m as f32;
+                    row[d + 1] = total as f32;
+                }
+                Ok(())
+            }
+            Builtin::AttentionCombine { .. } => {
+                let (p, pd) = inputs[0];
+                let [_, chunks, group, d2] = pd.shape[..] else { unreachable!("checked: rank 4") };
+                let d = d2 - 2;
+                let (kvh, g) = (x / group, x % group);
+                let row = |c: usize| &p[((kvh * chunks + c) * group + g) * d2..][..d2];
+                let m = (0..chunks).map(|c| f64::from(row(c)[d])).fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = (0..chunks)
+                    .map(|c| {
+                        let r = row(c);
+                        if r[d] == f32::NEG_INFINITY { 0.0 } else { f64::from(r[d + 1]) * (f64::from(r[d]) - m).exp() }
                     })
                     .collect();
-                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                let total: f64 = w.iter().sum();
+                let total: f64 = weights.iter().sum();
                 for i in 0..d {
-                    let v: f64 = w.iter().enumerate().map(|(j, wj)| wj * f64::from(vc[(g * cap + j) * d + i])).sum();
-                    out[dst + i] = (v / total) as f32;
+                    let v: f64 = weights.iter().enumerate().map(|(c, w)| w * f64::from(row(c)[i])).sum();
+                    out[x * d + i] = if total > 0.0 { (v / total) as f32 } else { 0.0 };
                 }
                 Ok(())
             }
@@ -525,6 +607,93 @@ impl Builtin {
             }
         }
     }
+}
+
+/// `(kv_heads, group, d)` of attention operands `q [1, heads·d]` and a cache `[kv_heads,
+/// capacity, d]` of `q`'s type, `group = heads / kv_heads`.
+fn attention_dims(q: &TensorDesc, kc: &TensorDesc) -> Result<(usize, usize, usize), String> {
+    rank(q, 2, "q")?;
+    rank(kc, 3, "k_cache")?;
+    expect(q.shape[0] == 1, || format!("q: expected one query row [1, heads·d], found {}", fmt(q)))?;
+    let (kvh, d) = (kc.shape[0], kc.shape[2]);
+    expect(kc.dtype == q.dtype && d > 0 && kvh > 0 && q.shape[1].is_multiple_of(d), || {
+        format!(
+            "k_cache: expected {} [kv_heads, capacity, d] with d dividing {}, found {}",
+            q.dtype,
+            q.shape[1],
+            fmt(kc)
+        )
+    })?;
+    let heads = q.shape[1] / d;
+    expect(heads.is_multiple_of(kvh), || format!("kv_heads {kvh} must divide heads {heads}"))?;
+    Ok((kvh, heads / kvh, d))
+}
+
+/// The keys of chunk `c` of `chunks` over a key length `keylen`: chunks of `⌈keylen / chunks⌉`
+/// keys from key 0, the last ones shorter or empty.
+pub fn chunk_range(keylen: usize, chunks: usize, c: usize) -> std::ops::Range<usize> {
+    let per = keylen.div_ceil(chunks.max(1));
+    let lo = (c * per).min(keylen);
+    lo..(lo + per).min(keylen)
+}
+
+/// Key chunks per KV head of split-KV attention for `workers` workers: `kv_heads × chunks`
+/// tasks fill the workers once (at least one chunk).
+pub fn split_kv_chunks(kv_heads: usize, workers: usize) -> usize {
+    (workers / kv_heads.max(1)).max(1)
+}
+
+/// Adds split-KV attention of `q` over the first `keylen` keys of `k_cache`/`v_cache` (see
+/// [`Builtin::AttentionPartial`]) with [`split_kv_chunks`]`(kv_heads, workers)` chunks per KV
+/// head: operators `name` (the partials, buffer `{name}.out`) and `{name}_combine` (the result,
+/// buffer `{name}_combine.out`, like `q`), which it returns.
+pub fn split_kv_attention(
+    g: &mut StepGraph,
+    name: &str,
+    [q, k_cache, v_cache]: [TensorId; 3],
+    keylen: ParamExpr,
+    scale: Scalar,
+    workers: usize,
+) -> Result<TensorId, GraphError> {
+    let kv_heads = g.tensors().get(k_cache.0).map_or(1, |t| t.desc.shape[0]);
+    let dtype = g.tensors().get(q.0).map_or(DType::F32, |t| t.desc.dtype);
+    let chunks = split_kv_chunks(kv_heads, workers);
+    let partial = g.builtin(name, Builtin::AttentionPartial { keylen, scale, chunks }, &[q, k_cache, v_cache])?[0];
+    Ok(g.builtin(&format!("{name}_combine"), Builtin::AttentionCombine { dtype }, &[partial])?[0])
+}
+
+/// Grouped-query attention of one query row in f64, the ground truth of the split-KV tasks:
+/// head `h` of `q [heads·d]` over keys `0..keylen` of KV head `h / (heads / kv_heads)` of
+/// caches `[kv_heads, capacity, d]` (row-major values), `softmax(scale · q K^T) V`.
+pub fn reference_attention(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    [kv_heads, capacity, d]: [usize; 3],
+    keylen: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let heads = q.len() / d;
+    let group = heads / kv_heads;
+    let mut out = vec![0.0f32; heads * d];
+    for h in 0..heads {
+        let at = |j: usize| ((h / group) * capacity + j) * d;
+        let qh = &q[h * d..(h + 1) * d];
+        let s: Vec<f64> = (0..keylen)
+            .map(|j| {
+                f64::from(scale)
+                    * qh.iter().zip(&k_cache[at(j)..]).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
+            })
+            .collect();
+        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+        let total: f64 = w.iter().sum();
+        for i in 0..d {
+            let v: f64 = w.iter().enumerate().map(|(j, wj)| wj * f64::from(v_cache[at(j) + i])).sum();
+            out[h * d + i] = (v / total) as f32;
+        }
+    }
+    out
 }
 
 /// Where a runtime index came from (for error messages).
@@ -581,7 +750,7 @@ mod tests {
         assert!(bad.contains("expected bf16 [1, 256]"), "{bad}");
         let bad = Builtin::Embedding { chunk: 100 }.check(&[&table, &tokens], &[&d(&[1, 256], DType::Bf16)], 0);
         assert!(bad.expect_err("an operand error").contains("must divide hidden 256"));
-        let a = Builtin::Attention { keylen: ParamExpr::of(ParamId(0)), scale: Scalar(0.125) };
+        let a = Builtin::AttentionPartial { keylen: ParamExpr::of(ParamId(0)), scale: Scalar(0.125), chunks: 4 };
         let q = d(&[1, 8 * 64], DType::F16);
         let kc = d(&[3, 32, 64], DType::F16);
         assert!(
@@ -589,12 +758,202 @@ mod tests {
                 .expect_err("an operand error")
                 .contains("kv_heads 3 must divide heads 8")
         );
-        assert!(
-            a.check(&[&q, &d(&[2, 32, 64], DType::F16), &d(&[2, 32, 64], DType::F16)], &[&q], 0)
-                .expect_err("an operand error")
-                .contains("parameter #0")
-        );
-        assert_eq!(a.check(&[&q, &d(&[2, 32, 64], DType::F16), &d(&[2, 32, 64], DType::F16)], &[&q], 1), Ok([8, 1, 1]));
+        let kc = d(&[2, 32, 64], DType::F16);
+        let partials = d(&[2, 4, 4, 66], DType::F32);
+        assert!(a.check(&[&q, &kc, &kc], &[&partials], 0).expect_err("an operand error").contains("parameter #0"));
+        assert_eq!(a.check(&[&q, &kc, &kc], &[&partials], 1), Ok([4, 2, 1]));
+        assert_eq!(a.output_descs(&[&q, &kc, &kc]), Ok(vec![partials.clone()]));
+        let e = a.check(&[&q, &kc, &kc], &[&q], 1).expect_err("an operand error");
+        assert!(e.contains("partials: expected f32"), "{e}");
+        let q96 = d(&[1, 4 * 96], DType::F16);
+        let kc96 = d(&[2, 32, 96], DType::F16);
+        let e = a.check(&[&q96, &kc96, &kc96], &[&d(&[2, 4, 2, 98], DType::F32)], 1).expect_err("an operand error");
+        assert!(e.contains("head dim 96: a head's row of 192 bytes must be a power of two"), "{e}");
+        let q32 = d(&[1, 32 * 64], DType::F16);
+        let kc1 = d(&[1, 32, 64], DType::F16);
+        let e = a.check(&[&q32, &kc1, &kc1], &[&d(&[1, 4, 32, 66], DType::F32)], 1).expect_err("an operand error");
+        assert!(e.contains("at most 16 query heads per KV head, found 32"), "{e}");
+        let zero = Builtin::AttentionPartial { keylen: ParamExpr::of(ParamId(0)), scale: Scalar(0.125), chunks: 0 };
+        let e = zero.check(&[&q, &kc, &kc], &[&d(&[2, 0, 4, 66], DType::F32)], 1).expect_err("an operand error");
+        assert!(e.contains("at least one key chunk"), "{e}");
+        let c = Builtin::AttentionCombine { dtype: DType::F16 };
+        assert_eq!(c.check(&[&partials], &[&q], 0), Ok([8, 1, 1]));
+        let e = c.check(&[&partials], &[&d(&[1, 8 * 64], DType::Bf16)], 0).expect_err("an operand error");
+        assert!(e.contains("output: expected f16 [1, 512]"), "{e}");
+    }
+
+    /// A step graph of split-KV attention: `q [1, heads·d]`, caches `[kv_heads, cap, d]`,
+    /// `chunks` chunks; key length `pos + 1`. Returns it with (q, k_cache, v_cache, partials,
+    /// out).
+    fn split_kv_graph(
+        heads: usize,
+        kvh: usize,
+        dim: usize,
+        cap: usize,
+        chunks: usize,
+        dtype: DType,
+    ) -> (StepGraph, [TensorId; 5]) {
+        let mut g = StepGraph::new("split_kv").expect("a name");
+        let pos = g.param("pos").expect("a parameter");
+        let q = g.input("q", &[1, heads * dim], dtype).expect("q");
+        let kc = g.state("k_cache", &[kvh, cap, dim], dtype).expect("k_cache");
+        let vc = g.state("v_cache", &[kvh, cap, dim], dtype).expect("v_cache");
+        let scale = Scalar(1.0 / (dim as f32).sqrt());
+        let a = Builtin::AttentionPartial { keylen: ParamExpr::of(pos).plus(1), scale, chunks };
+        let p = g.builtin("attention", a, &[q, kc, vc]).expect("partials")[0];
+        let o = g.builtin("attention_combine", Builtin::AttentionCombine { dtype }, &[p]).expect("combine")[0];
+        (g, [q, kc, vc, p, o])
+    }
+
+    fn random_inputs(g: &StepGraph, ids: &[TensorId], seed: u64) -> crate::mpk::exec::HostTensors {
+        let mut rng = crate::mpk::exec::SplitMix(seed);
+        let mut host = crate::mpk::exec::HostTensors::zeros(g);
+        for &t in ids {
+            let n: usize = g.tensor(t).desc.shape.iter().product();
+            // q and K in ±2: scores of a few units, so the softmax is far from uniform
+            let v: Vec<f32> = (0..n).map(|_| rng.uniform(-2.0, 2.0)).collect();
+            host.set(t, &v).expect("sizes agree");
+        }
+        host
+    }
+
+    /// The key lengths a split into `chunks` must get right: 1, 2, 3, chunks − 1, chunks,
+    /// chunks + 1, a large odd length, the whole cache.
+    fn key_lengths(chunks: usize, cap: usize) -> Vec<usize> {
+        let mut l = vec![1, 2, 3, chunks.saturating_sub(1), chunks, chunks + 1, (cap * 3 / 4) | 1, cap];
+        l.retain(|&x| (1..=cap).contains(&x));
+        l.sort_unstable();
+        l.dedup();
+        l
+    }
+
+    #[test]
+    fn split_kv_matches_the_reference_attention() {
+        // (group, head dim, chunks) over two KV heads; the cache holds 300 keys.
+        for (group, dim, chunks) in [(1, 64, 4), (4, 64, 16), (8, 64, 5), (1, 128, 1), (4, 128, 7), (8, 128, 16)] {
+            let (kvh, cap) = (2, 300);
+            let (g, [q, kc, vc, p, o]) = split_kv_graph(kvh * group, kvh, dim, cap, chunks, DType::F32);
+            let mut host = random_inputs(&g, &[q, kc, vc], (group * 1000 + dim + chunks) as u64);
+            for l in key_lengths(chunks, cap) {
+                crate::mpk::exec::reference_step(&g, &mut host, &[l as i32 - 1]).expect("in range");
+                let want =
+                    reference_attention(host.get(q), host.get(kc), host.get(vc), [kvh, cap, dim], l, g_scale(dim));
+                let got = host.get(o);
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                        "group {group}, d {dim}, chunks {chunks}, keylen {l}: element {i}: {a} vs {b}"
+                    );
+                }
+                // the partials: empty chunks neutral, no NaN anywhere
+                let parts = host.get(p);
+                for h in 0..kvh {
+                    for c in 0..chunks {
+                        let empty = chunk_range(l, chunks, c).is_empty();
+                        for gi in 0..group {
+                            let row = &parts[((h * chunks + c) * group + gi) * (dim + 2)..][..dim + 2];
+                            assert!(row.iter().all(|v| !v.is_nan()), "a NaN in chunk {c} at keylen {l}");
+                            if empty {
+                                assert_eq!((row[dim], row[dim + 1]), (f32::NEG_INFINITY, 0.0));
+                                assert!(row[..dim].iter().all(|&v| v == 0.0));
+                            } else {
+                                assert!(
+                                    row[dim].is_finite() && row[dim + 1] >= 1.0,
+                                    "chunk {c} at keylen {l}: {row:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn g_scale(dim: usize) -> f32 {
+        1.0 / (dim as f32).sqrt()
+    }
+
+    #[test]
+    fn chunks_cover_the_keys_once() {
+        for chunks in [1, 3, 16] {
+            for l in 1..100 {
+                let covered: Vec<usize> = (0..chunks).flat_map(|c| chunk_range(l, chunks, c)).collect();
+                assert_eq!(covered, (0..l).collect::<Vec<_>>(), "keylen {l}, {chunks} chunks");
+            }
+        }
+        assert_eq!(split_kv_chunks(8, 132), 16);
+        assert_eq!(split_kv_chunks(200, 132), 1);
+    }
+
+    #[test]
+    fn a_key_length_out_of_range_is_an_index_error_and_zeros() {
+        let (g, [q, kc, vc, _, o]) = split_kv_graph(4, 2, 64, 16, 4, DType::Bf16);
+        let mut host = random_inputs(&g, &[q, kc, vc], 7);
+        for pos in [16, -1] {
+            let e = crate::mpk::exec::reference_step(&g, &mut host, &[pos]).expect_err("out of range").to_string();
+            assert!(e.contains(&format!("found {}", pos + 1)) && e.contains("expected 0 <= index < 17"), "{e}");
+        }
+        // the combine of all-neutral partials (what a device step leaves after the error) is 0
+        let c = Builtin::AttentionCombine { dtype: DType::Bf16 };
+        let pd = d(&[2, 4, 2, 66], DType::F32);
+        let mut partial = vec![0.0f32; 2 * 4 * 2 * 66];
+        for row in partial.chunks_mut(66) {
+            row[64] = f32::NEG_INFINITY;
+        }
+        let od = g.tensor(o).desc.clone();
+        let mut out = vec![f32::NAN; 4 * 64];
+        for h in 0..4 {
+            c.run_tile([h, 0, 0], &[(&partial, &pd)], (&mut out, &od), &[], &|_| String::new()).expect("no index");
+        }
+        assert!(out.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn split_kv_dependencies_are_exact() {
+        use crate::mpk::{MpkOptions, compile};
+        let (g, [q, kc, vc, _, o]) = split_kv_graph(8, 2, 64, 64, 5, DType::Bf16);
+        let c = compile(&g, &MpkOptions { workers: 6, ..MpkOptions::default() }).expect("compiles");
+        let op = |n: &str| g.op_named(n).expect("an operator");
+        let (part, comb) = (op("attention"), op("attention_combine"));
+        for (t, task) in c.tasks.iter().enumerate() {
+            if task.op == comb {
+                // head x waits for exactly the 5 chunks of its KV head x / 4
+                let want: Vec<usize> = (0..c.tasks.len())
+                    .filter(|&p| c.tasks[p].op == part && c.tasks[p].tile[1] == task.tile[0] / 4)
+                    .collect();
+                assert_eq!(c.deps[t], want, "combine[{}]", task.tile[0]);
+            }
+        }
+        // any order the counters allow gives the reference's result
+        let mut host = random_inputs(&g, &[q, kc, vc], 3);
+        let mut want = host.clone();
+        crate::mpk::exec::reference_step(&g, &mut want, &[40]).expect("in range");
+        for seed in 0..4 {
+            crate::mpk::exec::execute_step(&c, &mut host, &[40], seed).expect("runs");
+            assert_eq!(host.get(o), want.get(o), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn the_decoder_waits_for_the_combine_before_o_proj() {
+        use crate::mpk::decoder::{DecoderConfig, decoder_step};
+        use crate::mpk::{MpkOptions, compile};
+        let g = decoder_step("toy", &DecoderConfig { layers: 1, ..DecoderConfig::toy() }).expect("a step graph");
+        let c = compile(&g, &MpkOptions::default()).expect("compiles");
+        let op = |n: &str| g.op_named(n).expect("an operator");
+        let comb = op("l0.attention_combine");
+        let part = op("l0.attention");
+        let combs: Vec<usize> = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == comb).collect();
+        let parts = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == part).count();
+        // 2 KV heads: 66 chunks each fill the 132 workers
+        assert_eq!((combs.len(), parts), (4, 132));
+        let o_proj: Vec<usize> =
+            (0..c.tasks.len()).filter(|&t| g.ops()[c.tasks[t].op.0].name.starts_with("l0.o_proj")).collect();
+        assert!(!o_proj.is_empty());
+        for t in o_proj {
+            assert!(combs.iter().all(|k| c.deps[t].contains(k)), "o_proj task {t} must wait for every combine");
+            assert!(c.deps[t].iter().all(|&p| c.tasks[p].op != part), "o_proj waits for the combine, not the chunks");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
-use super::builtin::Builtin;
+use super::builtin::{Builtin, split_kv_attention};
 use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 
 /// The shape of a decoder.
@@ -131,8 +131,8 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         g.add_builtin(&p("append_k"), Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[k], &[k_cache])?;
         g.add_builtin(&p("append_v"), Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[v], &[v_cache])?;
         let scale = Scalar(1.0 / (cfg.head_dim as f32).sqrt());
-        let attn = Builtin::Attention { keylen: ParamExpr::of(pos).plus(1), scale };
-        let a = g.builtin(&p("attention"), attn, &[q, k_cache, v_cache])?[0];
+        let (keylen, workers) = (ParamExpr::of(pos).plus(1), super::MpkOptions::default().workers);
+        let a = split_kv_attention(&mut g, &p("attention"), [q, k_cache, v_cache], keylen, scale, workers)?;
         let o = streamed_projection_residual(cfg, qw).map_err(ir(name, &p("o_proj")))?;
         x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
         let mlp = streamed_gated_mlp(cfg).map_err(ir(name, &p("mlp")))?;

@@ -298,75 +298,208 @@ __device__ void kv_append(const Ctx& c, int kvh, const T* k, T* cache, int rows,
   }
 }
 
-// One query row of head `head` over keys 0..keylen-1 of its KV head: every warp walks keys
-// warp, warp + WARPS, ... with an online softmax (lanes hold D/32 elements of q and of the
-// accumulator), then the warps' partial results are merged through shared memory.
-// q and out are [1, heads*D]; the caches [kv_heads, cap, D].
-template <typename T, int THREADS, int D>
-__device__ void attention(const Ctx& c, int head, const T* q, const T* kc, const T* vc, T* out, int heads, int kv_heads,
-                          int cap, long long keylen, float scale, unsigned source, float* smem) {
+// 16 bytes of a row as floats (8 f16/bf16 or 4 f32 elements).
+template <typename T> struct Vec16 {
+  static constexpr int N = 16 / (int)sizeof(T);
+};
+__device__ __forceinline__ void unpack16(const uint4& u, float* f, const float*) {
+  f[0] = __uint_as_float(u.x);
+  f[1] = __uint_as_float(u.y);
+  f[2] = __uint_as_float(u.z);
+  f[3] = __uint_as_float(u.w);
+}
+__device__ __forceinline__ void unpack16(const uint4& u, float* f, const __nv_bfloat16*) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    f[2 * j] = __uint_as_float(w[j] << 16);
+    f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack16(const uint4& u, float* f, const __half*) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 v = __half22float2(__halves2half2(__ushort_as_half((unsigned short)(w[j] & 0xffffu)),
+                                                   __ushort_as_half((unsigned short)(w[j] >> 16))));
+    f[2 * j] = v.x;
+    f[2 * j + 1] = v.y;
+  }
+}
+
+// The keys [lo, hi) of chunk c of `chunks` over keylen keys (mirage::mpk::builtin::chunk_range).
+__device__ __forceinline__ void chunk_range(long long keylen, int chunks, int c, int& lo, int& hi) {
+  const long long per = (keylen + chunks - 1) / chunks;
+  const long long l = (long long)c * per < keylen ? (long long)c * per : keylen;
+  lo = (int)l;
+  hi = (int)(l + per < keylen ? l + per : keylen);
+}
+
+// Split-KV attention, first half: key chunk `chunk` of KV head `kvh` for the G query heads of its
+// group (q and the caches [kv_heads, cap, D]; partial [kv_heads, chunks, G, D + 2] f32 of
+// (o[D] / l, m, l)). Keys are walked in tiles of THREADS: (1) one key per thread, its K row read
+// in 16-byte vectors (all in flight), G dot products against q in shared memory; (2) per query
+// head a warp takes the tile's max and exp-sum (online softmax across tiles); (3) P·V with
+// threads over (key lane, 16-byte column slot), V rows read in 16-byte vectors, accumulators per
+// head in registers; then lanes, warps and the normalization. An empty chunk writes the neutral
+// partial (0, -inf, 0); a key length out of range writes it everywhere and reports ERR_INDEX.
+template <typename T, int THREADS, int D, int G>
+__device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, const T* kc, const T* vc,
+                                  float* partial, int chunks, int cap, long long keylen, float scale, unsigned source,
+                                  float* smem) {
   constexpr int WARPS = THREADS / 32;
-  constexpr int PER = (D + 31) / 32;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (keylen < 1 || keylen > cap) {
-    if (threadIdx.x == 0) report_index(c, keylen, (long long)cap + 1, source);
-    for (int i = threadIdx.x; i < D; i += THREADS) out[(size_t)head * D + i] = mirage::from_f32<T>(0.0f);
+  constexpr int VEC = Vec16<T>::N;
+  constexpr int SLOTS = D / VEC;        // 16-byte vectors per row
+  constexpr int KL = THREADS / SLOTS;   // key lanes of the P·V phase
+  static_assert(SLOTS >= 1 && SLOTS <= 32 && (SLOTS & (SLOTS - 1)) == 0, "a row is 1..32 16-byte vectors");
+  static_assert(THREADS % 32 == 0, "whole warps");
+  float* qs = smem;                     // [G][D]
+  float* sc = qs + G * D;               // [G][THREADS]
+  float* mrun = sc + G * THREADS;       // [G]
+  float* lrun = mrun + G;               // [G]
+  float* corr = lrun + G;               // [G]
+  float* red = corr + G;                // [WARPS][G][D]
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  float* out = partial + ((size_t)kvh * chunks + chunk) * G * (D + 2);
+  const bool ok = keylen >= 1 && keylen <= cap;
+  if (!ok && chunk == 0 && kvh == 0 && tid == 0) report_index(c, keylen, (long long)cap + 1, source);
+  int lo = 0, hi = 0;
+  if (ok) chunk_range(keylen, chunks, chunk, lo, hi);
+  if (hi <= lo) {
+    for (int e = tid; e < G * (D + 2); e += THREADS) {
+      const int i = e % (D + 2);
+      out[e] = i == D ? -INFINITY : 0.0f;
+    }
     return;
   }
-  const int kvh = head / (heads / kv_heads);
-  float qv[PER], acc[PER];
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = lane + 32 * j;
-    qv[j] = i < D ? mirage::to_f32(load(q + (size_t)head * D + i)) : 0.0f;
-    acc[j] = 0.0f;
+  for (int e = tid; e < G * D; e += THREADS) qs[e] = mirage::to_f32(load(q + (size_t)kvh * G * D + e));
+  if (tid < G) {
+    mrun[tid] = -INFINITY;
+    lrun[tid] = 0.0f;
   }
-  float m = -INFINITY, l = 0.0f;
-  for (int key = warp; key < keylen; key += WARPS) {
-    const T* kr = kc + ((size_t)kvh * cap + key) * D;
-    const T* vr = vc + ((size_t)kvh * cap + key) * D;
-    float s = 0.0f;
+  const int slot = tid % SLOTS, kl = tid / SLOTS;
+  float acc[G][VEC];
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = lane + 32 * j;
-      if (i < D) s += qv[j] * mirage::to_f32(load(kr + i));
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[g][e] = 0.0f;
+  const T* kbase = kc + ((size_t)kvh * cap) * D;
+  const T* vbase = vc + ((size_t)kvh * cap) * D;
+  __syncthreads();
+  for (int t0 = lo; t0 < hi; t0 += THREADS) {
+    const int n = hi - t0 < THREADS ? hi - t0 : THREADS;
+    // (1) scores: one key per thread.
+    if (tid < n) {
+      const uint4* kr = reinterpret_cast<const uint4*>(kbase + (size_t)(t0 + tid) * D);
+      uint4 raw[SLOTS];
+#pragma unroll
+      for (int v = 0; v < SLOTS; ++v) raw[v] = __ldcg(kr + v);
+      float s[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) s[g] = 0.0f;
+#pragma unroll
+      for (int v = 0; v < SLOTS; ++v) {
+        float f[VEC];
+        unpack16(raw[v], f, static_cast<const T*>(nullptr));
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) s[g] += qs[g * D + v * VEC + e] * f[e];
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) sc[g * THREADS + tid] = s[g] * scale;
     }
-    s = mirage::warp_sum(s) * scale;
-    const float mn = fmaxf(m, s);
-    const float corr = expf(m - mn), pe = expf(s - mn);
-    l = l * corr + pe;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = lane + 32 * j;
-      acc[j] = acc[j] * corr + (i < D ? pe * mirage::to_f32(load(vr + i)) : 0.0f);
+    __syncthreads();
+    // (2) online softmax per query head: a warp per head.
+    for (int g = warp; g < G; g += WARPS) {
+      float mx = -INFINITY;
+      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g * THREADS + j]);
+      mx = mirage::warp_max(mx);
+      const float mold = mrun[g];
+      const float mnew = fmaxf(mold, mx);
+      float sum = 0.0f;
+      for (int j = lane; j < n; j += 32) {
+        const float p = __expf(sc[g * THREADS + j] - mnew);
+        sc[g * THREADS + j] = p;
+        sum += p;
+      }
+      sum = mirage::warp_sum(sum);
+      if (lane == 0) {
+        const float cr = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
+        corr[g] = cr;
+        lrun[g] = lrun[g] * cr + sum;
+        mrun[g] = mnew;
+      }
     }
-    m = mn;
-  }
-  float* mine = smem + warp * (D + 2);
+    __syncthreads();
+    // (3) P·V: key lanes over the tile's keys, 16-byte column slots.
 #pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = lane + 32 * j;
-    if (i < D) mine[i] = acc[j];
+    for (int g = 0; g < G; ++g) {
+      const float cr = corr[g];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[g][e] *= cr;
+    }
+#pragma unroll 4
+    for (int k = kl; k < n; k += KL) {
+      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(vbase + (size_t)(t0 + k) * D) + slot);
+      float f[VEC];
+      unpack16(raw, f, static_cast<const T*>(nullptr));
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float p = sc[g * THREADS + k];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[g][e] += p * f[e];
+      }
+    }
+    __syncthreads();
   }
-  if (lane == 0) {
-    mine[D] = m;
-    mine[D + 1] = l;
+  // Sum the key lanes of a warp (lanes SLOTS apart), then the warps through shared memory.
+#pragma unroll
+  for (int o = 16; o >= SLOTS; o >>= 1)
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+  if (lane < SLOTS) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) red[(warp * G + g) * D + slot * VEC + e] = acc[g][e];
   }
   __syncthreads();
-  float mx = -INFINITY;
-  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, smem[w * (D + 2) + D]);
-  float total = 0.0f;
-  for (int w = 0; w < WARPS; ++w) {
-    const float mw = smem[w * (D + 2) + D];
-    total += mw == -INFINITY ? 0.0f : smem[w * (D + 2) + D + 1] * expf(mw - mx);
-  }
-  for (int i = threadIdx.x; i < D; i += THREADS) {
+  for (int e = tid; e < G * D; e += THREADS) {
+    const int g = e / D, i = e % D;
     float o = 0.0f;
-    for (int w = 0; w < WARPS; ++w) {
-      const float mw = smem[w * (D + 2) + D];
-      if (mw != -INFINITY) o += smem[w * (D + 2) + i] * expf(mw - mx);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) o += red[(w * G + g) * D + i];
+    out[g * (D + 2) + i] = o / lrun[g];
+    if (i == 0) {
+      out[g * (D + 2) + D] = mrun[g];
+      out[g * (D + 2) + D + 1] = lrun[g];
     }
-    out[(size_t)head * D + i] = mirage::from_f32<T>(o / total);
+  }
+  (void)KL;
+}
+
+// Split-KV attention, second half: query head `head` merges its KV head's chunks,
+// out = sum_c w_c o_c / sum_c w_c with w_c = l_c exp(m_c - max m) (empty chunks weigh nothing;
+// zeros when all are empty). partial [kv_heads, chunks, group, D + 2] f32; out [1, heads*D].
+template <typename T, int THREADS, int D>
+__device__ void attention_combine(int head, const float* partial, T* out, int group, int chunks) {
+  const size_t stride = (size_t)group * (D + 2);
+  const float* base = partial + ((size_t)(head / group) * chunks * group + head % group) * (D + 2);
+  float mx = -INFINITY;
+  for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, load(base + c * stride + D));
+  for (int i = threadIdx.x; i < D; i += THREADS) {
+    float num = 0.0f, den = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const float m = load(base + c * stride + D);
+      if (m == -INFINITY) continue;
+      const float w = load(base + c * stride + D + 1) * __expf(m - mx);
+      den += w;
+      num += w * load(base + c * stride + i);
+    }
+    out[(size_t)head * D + i] = mirage::from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
 }
 

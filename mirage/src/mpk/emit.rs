@@ -251,22 +251,33 @@ fn builtin_call(g: &StepGraph, b: &Builtin, ins: &[TensorId], out: TensorId, thr
                 param_source(pos)
             )
         }
-        Builtin::Attention { keylen, scale } => {
+        Builtin::AttentionPartial { keylen, scale, chunks } => {
             let kc = d(ins[1]);
             let hd = kc.shape[2];
+            let group = d(ins[0]).shape[1] / hd / kc.shape[0];
             format!(
-                "mpk::attention<{}, {threads}, {hd}>(ctx, task.x, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                "mpk::attention_partial<{}, {threads}, {hd}, {group}>(ctx, task.x, task.y, {}, {}, {}, {}, {chunks}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, ins[1], false),
                 ptr(g, ins[2], false),
                 ptr(g, out, true),
-                d(ins[0]).shape[1] / hd,
-                kc.shape[0],
                 kc.shape[1],
                 param(keylen),
                 scale.0,
                 param_source(keylen)
+            )
+        }
+        Builtin::AttentionCombine { .. } => {
+            let p = d(ins[0]);
+            format!(
+                "mpk::attention_combine<{}, {threads}, {}>(task.x, {}, {}, {}, {});",
+                ty(out),
+                p.shape[3] - 2,
+                ptr(g, ins[0], false),
+                ptr(g, out, true),
+                p.shape[2],
+                p.shape[1]
             )
         }
         Builtin::ArgmaxPartial { chunk } => {
