@@ -129,14 +129,27 @@ fn decode_tasks_depend_on_their_heads() -> R {
     let g = decoder_step("toy", &cfg)?;
     let c = compile(&g, &opts(8))?;
     let attn = tasks_of(&c, "l0.attention");
+    let combine = tasks_of(&c, "l0.attention_combine");
     let rope = tasks_of(&c, "l0.rope_q");
     let (ak, av) = (tasks_of(&c, "l0.append_k"), tasks_of(&c, "l0.append_v"));
-    assert_eq!((attn.len(), rope.len(), ak.len()), (cfg.heads, cfg.heads, cfg.kv_heads));
+    // split-KV: 132 / kv_heads chunks per KV head (the decoder fills an H200's workers)
+    let chunks = 132 / cfg.kv_heads;
+    assert_eq!(
+        (attn.len(), combine.len(), rope.len(), ak.len()),
+        (chunks * cfg.kv_heads, cfg.heads, cfg.heads, cfg.kv_heads)
+    );
     let group = cfg.heads / cfg.kv_heads;
-    for (h, &t) in attn.iter().enumerate() {
-        let mut want = vec![rope[h], ak[h / group], av[h / group]];
+    for &t in &attn {
+        // a chunk of KV head `kvh` reads the query heads of its group and its KV head's cache rows
+        let kvh = c.tasks[t].tile[1];
+        let mut want: Vec<usize> = rope[kvh * group..(kvh + 1) * group].to_vec();
+        want.extend([ak[kvh], av[kvh]]);
         want.sort();
-        assert_eq!(c.deps[t], want, "attention head {h}");
+        assert_eq!(c.deps[t], want, "attention chunk {:?}", c.tasks[t].tile);
+    }
+    for (h, &t) in combine.iter().enumerate() {
+        let want: Vec<usize> = attn.iter().copied().filter(|&p| c.tasks[p].tile[1] == h / group).collect();
+        assert_eq!(c.deps[t], want, "the combine of head {h} waits for its KV head's chunks");
     }
     // The next step's token is written after this step's embedding read it.
     let emb = tasks_of(&c, "embedding");
