@@ -87,6 +87,45 @@ pub struct TileCopy {
     pub total: usize,
     /// The instruction.
     pub method: CopyMethod,
+    /// On sm_90 and later, in a `__global__` kernel of static sizes: the tile's rows copied by
+    /// the bulk-copy engine instead (`cp.async.bulk`, one instruction per row, completion
+    /// counted in bytes on the stage's mbarrier); `None` for tiles it cannot or should not move.
+    pub bulk: Option<BulkRows>,
+}
+
+/// A pipelined tile copied row by row with `cp.async.bulk` (sm_90): every row a contiguous,
+/// 16-byte aligned run of `row_bytes` in device and shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkRows {
+    /// Rows (bulk copies) per tile.
+    pub rows: usize,
+    /// Bytes per row.
+    pub row_bytes: usize,
+}
+
+/// Shortest row the bulk path takes: shorter rows keep the 16-byte `cp.async` (one bulk
+/// instruction per 16 or 32 bytes buys nothing over it).
+pub const BULK_MIN_ROW_BYTES: usize = 64;
+
+/// Whether (and how) pipelined `tile`, cut into `units` of `vector`, can be copied by rows of
+/// `cp.async.bulk`: 16-byte vectors along a dim that is contiguous in shared memory too, rows of
+/// at least [`BULK_MIN_ROW_BYTES`], and every row start 16-byte aligned in shared memory (the
+/// device side is aligned by [`vector_copy`]'s rule for 16-byte vectors).
+fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize) -> Option<BulkRows> {
+    let c = vector.vec_dim?;
+    let row_bytes = tile.shape[c] * es;
+    let aligned = |x: usize| x.is_multiple_of(16);
+    let smem_rows_aligned =
+        (0..tile.shape.len()).all(|d| d == c || tile.shape[d] == 1 || aligned(tile.strides[d] * es));
+    let ok = tile.pipelined
+        && vector.vec * es == 16
+        && tile.strides[c] == 1
+        && row_bytes >= BULK_MIN_ROW_BYTES
+        && aligned(tile.offset)
+        && aligned(tile.bytes)
+        && smem_rows_aligned;
+    let total: usize = units.iter().product();
+    ok.then(|| BulkRows { rows: total / units[c], row_bytes })
 }
 
 /// The copy of every input iterator's tile.
@@ -140,7 +179,8 @@ fn tile_copy(kdesc: &TensorDesc, input: usize, tile: &Tile, vector: VectorCopy, 
             };
         }
     }
-    TileCopy { input, vec_dim, vec, units, total, method }
+    let bulk = bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes());
+    TileCopy { input, vec_dim, vec, units, total, method, bulk }
 }
 
 /// Which input tiles are copied when (input iterator nodes, in node order).
