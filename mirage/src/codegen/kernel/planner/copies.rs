@@ -246,6 +246,41 @@ mod tests {
         assert_eq!(vec_of(&[8, 2], DType::F16, &[8, 1]), (None, 1));
     }
 
+    fn tile(shape: &[usize], strides: &[usize], offset: usize, pipelined: bool) -> Tile {
+        let numel: usize = shape.iter().product();
+        Tile {
+            var: "t".into(),
+            ctype: "__half",
+            dtype: DType::F16,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            bytes: numel * 2,
+            pipelined,
+        }
+    }
+
+    #[test]
+    fn pipelined_tiles_of_long_aligned_rows_are_bulk_copied() {
+        let v16 = VectorCopy { vec_dim: Some(1), vec: 8 };
+        // The benchmark's gated MLP weight tile: 512 rows of 64 bytes.
+        let t = tile(&[512, 32], &[32, 1], 3072, true);
+        assert_eq!(bulk_rows(&t, v16, &[512, 4], 2), Some(BulkRows { rows: 512, row_bytes: 64 }));
+        // One 1 KiB row (an activation row walked by the loop).
+        let x = tile(&[1, 512], &[512, 1], 0, true);
+        assert_eq!(bulk_rows(&x, v16, &[1, 64], 2), Some(BulkRows { rows: 1, row_bytes: 1024 }));
+        // Not pipelined, rows of 32 bytes, 8-byte vectors, a padded row that breaks the
+        // alignment, a misaligned stage offset: cp.async.
+        assert_eq!(bulk_rows(&tile(&[512, 32], &[32, 1], 0, false), v16, &[512, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[512, 16], &[16, 1], 0, true), v16, &[512, 2], 2), None);
+        let v8 = VectorCopy { vec_dim: Some(1), vec: 4 };
+        assert_eq!(bulk_rows(&tile(&[64, 36], &[36, 1], 0, true), v8, &[64, 9], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[36, 1], 0, true), v16, &[64, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[32, 1], 8, true), v16, &[64, 4], 2), None);
+        // The contiguous dim is not contiguous in shared memory (a transposed layout).
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[1, 64], 0, true), v16, &[64, 4], 2), None);
+    }
+
     #[test]
     fn rows_of_every_block_start_aligned() {
         // Rows 24 bytes apart: a one-row tile moves by 24 bytes per block, so 16-byte vectors
