@@ -1,8 +1,9 @@
-//! Weight tiles through the bulk-copy engine (docs/DECISIONS.md, change 20): on sm_90 a
-//! `__global__` kernel of static sizes copies each pipelined tile whose rows are 16-byte vectors
-//! of at least 64 bytes with `cp.async.bulk` (one instruction per row, an mbarrier per stage), and
-//! keeps `cp.async` for everything else and for sm_80. Checked on a weight-bound program the
-//! benchmark does not contain, searched from scratch.
+//! Weight tiles through the bulk-copy engine (docs/DECISIONS.md, change 20), an option of code
+//! generation (`KernelOptions::bulk_copies`, off by default: slower on the H200 at the
+//! benchmark's row widths): on sm_90 a `__global__` kernel of static sizes copies each pipelined
+//! tile whose rows are 16-byte vectors of at least 64 bytes with `cp.async.bulk` (one
+//! instruction per row, an mbarrier per stage), and keeps `cp.async` for everything else and for
+//! sm_80. Checked on a weight-bound program the benchmark does not contain, searched from scratch.
 #![cfg(feature = "build")]
 
 use std::time::Duration;
@@ -66,18 +67,21 @@ fn an_untuned_weight_bound_shape_streams_its_weights_by_bulk_copies() {
     let kernels = blocks(&r.best.graph);
     assert_eq!(kernels.len(), 1, "one fused kernel: {}", r.best.cost);
     let bg = &kernels[0];
-    let plan = plan_kernel(bg, "k", &KernelOptions::default()).expect("plans");
+    // By default nothing is bulk-copied and no mbarrier is declared.
+    let default_plan = plan_kernel(bg, "k", &KernelOptions::default()).expect("plans");
+    assert!(default_plan.bulk_tiles().is_empty());
+    assert_eq!(default_plan.barrier_bytes(), 0);
+    let default_out = generate(&r.best.graph, "gated_r1", &KernelOptions::default()).expect("generates");
+    assert!(!default_out.kernels_source.contains("MIRAGE_BULK"), "{}", default_out.kernels_source);
+
+    let opts = KernelOptions { bulk_copies: true, ..KernelOptions::default() };
+    let plan = plan_kernel(bg, "k", &opts).expect("plans");
     // Both weights (inputs 1 and 2 of the program, read along the loop) are bulk-copied, in rows
     // of at least 64 bytes, and the stage's mbarrier expects exactly their bytes.
     let bulk = plan.bulk_tiles();
     let bulk_inputs: Vec<usize> = bulk.iter().map(|&i| plan.copies[i].as_ref().expect("copy").input).collect();
-    let weight_inputs: Vec<usize> = bg
-        .inputs()
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.shape == [2048, 2816])
-        .map(|(j, _)| j)
-        .collect();
+    let weight_inputs: Vec<usize> =
+        bg.inputs().iter().enumerate().filter(|(_, d)| d.shape == [2048, 2816]).map(|(j, _)| j).collect();
     assert_eq!(weight_inputs.len(), 2, "{bg:?}");
     for j in &weight_inputs {
         assert!(bulk_inputs.contains(j), "weight input {j} is bulk-copied: {bulk_inputs:?}");
@@ -94,7 +98,7 @@ fn an_untuned_weight_bound_shape_streams_its_weights_by_bulk_copies() {
     assert_eq!(plan.barrier_bytes(), 8 * plan.stages);
     assert!(plan.stages >= 2, "pipelined");
 
-    let out = generate(&r.best.graph, "gated_r1", &KernelOptions::default()).expect("generates");
+    let out = generate(&r.best.graph, "gated_r1", &opts).expect("generates");
     let (bulk_path, other_path) = paths(&out.kernels_source);
     assert!(bulk_path.contains("mirage::bulk_copy("), "{}", out.kernels_source);
     assert!(bulk_path.contains(&format!("mirage::mbar_expect_tx(&mbar[0], {expected})")), "{}", out.kernels_source);
@@ -104,7 +108,7 @@ fn an_untuned_weight_bound_shape_streams_its_weights_by_bulk_copies() {
     assert!(!other_path.contains("bulk_copy"));
 
     // A megakernel task body of the same block graph keeps cp.async (no mbarriers there).
-    let body = generate_task_body(bg, "task", &KernelOptions::default()).expect("task body");
+    let body = generate_task_body(bg, "task", &opts).expect("task body");
     assert!(!body.code.contains("MIRAGE_BULK") && !body.code.contains("bulk_copy"), "{}", body.code);
 
     // Both paths compile (ptxas checks the bulk-copy and mbarrier PTX for sm_90a).

@@ -87,9 +87,10 @@ pub struct TileCopy {
     pub total: usize,
     /// The instruction.
     pub method: CopyMethod,
-    /// On sm_90 and later, in a `__global__` kernel of static sizes: the tile's rows copied by
-    /// the bulk-copy engine instead (`cp.async.bulk`, one instruction per row, completion
-    /// counted in bytes on the stage's mbarrier); `None` for tiles it cannot or should not move.
+    /// With [`crate::codegen::KernelOptions::bulk_copies`], on sm_90 and later, in a `__global__`
+    /// kernel of static sizes: the tile's rows copied by the bulk-copy engine instead
+    /// (`cp.async.bulk`, one instruction per row, completion counted in bytes on the stage's
+    /// mbarrier); `None` for tiles it cannot move, and for every tile without the option.
     pub bulk: Option<BulkRows>,
 }
 
@@ -134,6 +135,7 @@ pub(super) fn plan_copies(
     tiles: &[Vec<Option<Tile>>],
     vectors: &[Option<VectorCopy>],
     threads: usize,
+    bulk_copies: bool,
 ) -> Vec<Option<TileCopy>> {
     bg.nodes()
         .iter()
@@ -142,7 +144,11 @@ pub(super) fn plan_copies(
             let BlockOp::Input { input, .. } = nd.op else { return None };
             let tile = tiles[i].first()?.as_ref()?;
             let vector = vectors[i]?;
-            Some(tile_copy(&bg.inputs()[input], input, tile, vector, threads))
+            let mut copy = tile_copy(&bg.inputs()[input], input, tile, vector, threads);
+            if !bulk_copies {
+                copy.bulk = None;
+            }
+            Some(copy)
         })
         .collect()
 }

@@ -103,7 +103,12 @@ impl<'g> KernelPlan<'g> {
     /// The pipelined input tiles whose rows the bulk-copy engine moves on sm_90 (in a kernel of
     /// static sizes; everywhere else they are copied like the others).
     pub fn bulk_tiles(&self) -> Vec<usize> {
-        self.loads.pipelined.iter().copied().filter(|&i| self.copies[i].as_ref().is_some_and(|c| c.bulk.is_some())).collect()
+        self.loads
+            .pipelined
+            .iter()
+            .copied()
+            .filter(|&i| self.copies[i].as_ref().is_some_and(|c| c.bulk.is_some()))
+            .collect()
     }
 
     /// Bytes of one stage moved by bulk copies (what its mbarrier expects).
@@ -122,8 +127,14 @@ impl<'g> KernelPlan<'g> {
 }
 
 /// Plans the kernel of `bg` with up to `max_stages` pipeline stages for the tiles walked by the
-/// for-loop (`bg` must be valid).
+/// for-loop (`bg` must be valid), without bulk copies.
 pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
+    plan_with(bg, max_stages, false)
+}
+
+/// [`plan`], marking the pipelined tiles whose rows qualify for the bulk-copy engine when
+/// `bulk_copies` is set ([`TileCopy::bulk`]).
+pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> KernelPlan<'_> {
     let threads = bg.threads();
     let warps = threads / 32;
     let registers = RegisterPlan::new(bg);
@@ -134,7 +145,7 @@ pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
         && bg.nodes().iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. }));
     let stages = if any_pipelined { max_stages } else { 1 };
     let placed = tiles::place(bg, &schedule, &registers, &groups, stages);
-    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads);
+    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk_copies);
     let loads = Loads::new(bg, &placed.tiles);
     let matmuls = mma::plan_matmuls(bg, &registers, &placed.tiles, warps);
     let reductions = reduce::plan_reductions(bg, &registers, &schedule, threads, warps);
