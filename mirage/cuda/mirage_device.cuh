@@ -46,6 +46,55 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ---- bulk copies (sm_90 and later) -------------------------------------------------------------
+// With the code generator's `bulk_copies` option (off by default), a pipelined weight tile's rows
+// are moved by the bulk-copy engine (`cp.async.bulk`, one instruction per row) and counted in
+// bytes on the stage's mbarrier, instead of by the threads' 16-byte `cp.async`. Generated kernels
+// use them under `#if MIRAGE_BULK`; other architectures keep `cp.async`. On the H200 rows of
+// 64-256 bytes moved this way were 1.3-1.8x slower than `cp.async` (docs/DECISIONS.md, change 20).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MIRAGE_BULK 1
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialized barriers visible to the bulk-copy engine (then a block barrier).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival that also expects `bytes` of bulk copies in the barrier's current phase.
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "MIRAGE_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@p bra.uni MIRAGE_DONE;\n"
+      "bra.uni MIRAGE_WAIT;\n"
+      "MIRAGE_DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Orders this thread's earlier shared-memory accesses (the previous use of a stage buffer,
+// behind a block barrier) before the bulk copies it issues next (the async proxy).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) to shared memory; completion
+// is counted on `bar`.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+#else
+#define MIRAGE_BULK 0
+#endif
+
 // ---- element-wise functions (f32) -------------------------------------------------------------
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

@@ -50,12 +50,17 @@ pub struct KernelOptions {
     pub max_stages: usize,
     /// The runtime sizes the kernel takes (none: a static kernel).
     pub sizes: KernelSizes,
+    /// Copy the pipelined tiles whose rows qualify with the bulk-copy engine on sm_90
+    /// (`cp.async.bulk` per row, an mbarrier per stage; [`KernelPlan::bulk_tiles`]). Off by
+    /// default: on the H200 it made the weight-bound benchmark kernels 1.3–1.8× slower than the
+    /// threads' 16-byte `cp.async` (rows of 64–256 bytes; docs/DECISIONS.md, change 20).
+    pub bulk_copies: bool,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
         // H100/H200: 227 KB of shared memory per block with opt-in.
-        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4, sizes: KernelSizes::default() }
+        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4, sizes: KernelSizes::default(), bulk_copies: false }
     }
 }
 
@@ -89,7 +94,7 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
-        let plan = planner::plan(bg, stages);
+        let plan = planner::plan_with(bg, stages, opts.bulk_copies);
         if plan.total_smem_bytes() <= opts.max_smem_bytes {
             return Ok(plan);
         }

@@ -111,6 +111,38 @@ impl Emitter<'_> {
         self.line(indent, "}");
     }
 
+    /// Copies input tile `i` of iteration `iter` into `buf` row by row with the bulk-copy engine
+    /// (`cp.async.bulk`, sm_90), completion counted on mbarrier `bar` (a C pointer expression):
+    /// one instruction per row, the threads striding over the rows.
+    pub(super) fn bulk_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str, bar: &str) {
+        let plan = self.plan;
+        let tile = plan.out_tile(i);
+        let copy = plan.copies[i].as_ref().expect("input copy planned");
+        let bulk = copy.bulk.expect("a bulk-copied tile");
+        let c = copy.vec_dim.expect("bulk rows run along the vector dim");
+        let kdesc = &self.bg().inputs()[copy.input];
+        let src = input_param(copy.input);
+        let boff = self.block_offset(i, iter);
+        let mut rows = copy.units.clone();
+        rows[c] = 1;
+        let idx = unflatten("v", &rows);
+        let mut gterms = Vec::new();
+        let mut sterms = Vec::new();
+        for d in 0..tile.shape.len() {
+            gterms.push(format!("(long long)({} + {})*{}", boff[d], idx[d], kdesc.strides[d]));
+            if tile.shape[d] > 1 && d != c {
+                sterms.push(format!("({})*{}", idx[d], tile.strides[d]));
+            }
+        }
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        let total = bulk.rows;
+        let bytes = bulk.row_bytes;
+        self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
+        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        self.line(indent + 1, &format!("mirage::bulk_copy({buf} + ({soff}), {src} + go, {bytes}u, {bar});"));
+        self.line(indent, "}");
+    }
+
     /// Closes the group of asynchronous copies issued since the last commit.
     pub(super) fn commit(&mut self, indent: usize) {
         self.line(indent, "mirage::cp_async_commit();");

@@ -58,12 +58,15 @@ fn preloaded_a(i: usize) -> String {
 struct Emitter<'a> {
     plan: &'a KernelPlan<'a>,
     sizes: &'a KernelSizes,
+    /// The plan's bulk-copied tiles ([`KernelPlan::bulk_tiles`]) when this function may use the
+    /// bulk-copy engine (a `__global__` kernel of static sizes); empty otherwise.
+    bulk: Vec<usize>,
     out: String,
 }
 
 impl<'a> Emitter<'a> {
     fn new(plan: &'a KernelPlan<'a>, sizes: &'a KernelSizes) -> Self {
-        Emitter { plan, sizes, out: String::new() }
+        Emitter { plan, sizes, bulk: Vec::new(), out: String::new() }
     }
 
     /// The size parameter bounding dim 0 of block-graph operand `j`, if it is runtime-sized.

@@ -48,6 +48,9 @@ enum Entry {
 
 fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry, sizes: &KernelSizes) -> Result<String, CodegenError> {
     let mut e = Emitter::new(plan, sizes);
+    if entry == Entry::Kernel && sizes.is_static() {
+        e.bulk = plan.bulk_tiles();
+    }
     e.signature(name, entry);
     e.declarations(entry);
     e.loads_before_the_loop();
@@ -109,6 +112,19 @@ impl Emitter<'_> {
             self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
         }
         self.line(1, &format!("(void)warp; (void)lane; (void){bx}; (void){by}; (void){bz};"));
+        if !self.bulk.is_empty() {
+            self.line(0, "#if MIRAGE_BULK");
+            self.line(1, &format!("__shared__ __align__(8) unsigned long long mbar[{}];", plan.stages));
+            self.line(
+                1,
+                &format!(
+                    "if (tid == 0) {{ for (int s = 0; s < {}; ++s) mirage::mbar_init(&mbar[s], 1); mirage::mbar_init_fence(); }}",
+                    plan.stages
+                ),
+            );
+            self.sync(1);
+            self.line(0, "#endif");
+        }
         for i in 0..plan.tiles.len() {
             if plan.schedule.alias[i].is_some() {
                 continue;
@@ -148,12 +164,40 @@ impl Emitter<'_> {
         self.line(1, &format!("// pipeline prologue: iterations 0..{}", s - 1));
         for st in 0..s - 1 {
             self.line(1, &format!("if ({st} < {frange}) {{"));
-            for &i in &plan.loads.pipelined {
-                let buf = stage_ptr(plan.out_tile(i), &st.to_string());
-                self.copy_tile(2, i, &st.to_string(), &buf);
-            }
+            self.copy_stage(2, &st.to_string(), &st.to_string());
             self.line(1, "}");
             self.commit(1);
+        }
+    }
+
+    /// The copies of the pipelined tiles of iteration `iter` into stage `stage` (C expressions):
+    /// the bulk-copied tiles through the bulk-copy engine on sm_90 (`#if MIRAGE_BULK`: one
+    /// arrival expecting the stage's bytes on its mbarrier, then one bulk copy per row) and by
+    /// `cp.async` elsewhere, then the other tiles by `cp.async`.
+    fn copy_stage(&mut self, indent: usize, iter: &str, stage: &str) {
+        let plan = self.plan;
+        let bulk = self.bulk.clone();
+        if !bulk.is_empty() {
+            self.line(0, "#if MIRAGE_BULK");
+            self.line(
+                indent,
+                &format!("if (tid == 0) mirage::mbar_expect_tx(&mbar[{stage}], {});", plan.bulk_stage_bytes()),
+            );
+            self.line(indent, "mirage::fence_proxy_async();");
+            for &i in &bulk {
+                let buf = stage_ptr(plan.out_tile(i), stage);
+                self.bulk_tile(indent, i, iter, &buf, &format!("&mbar[{stage}]"));
+            }
+            self.line(0, "#else");
+            for &i in &bulk {
+                let buf = stage_ptr(plan.out_tile(i), stage);
+                self.copy_tile(indent, i, iter, &buf);
+            }
+            self.line(0, "#endif");
+        }
+        for &i in plan.loads.pipelined.iter().filter(|i| !bulk.contains(i)) {
+            let buf = stage_ptr(plan.out_tile(i), stage);
+            self.copy_tile(indent, i, iter, &buf);
         }
     }
 
@@ -205,13 +249,15 @@ impl Emitter<'_> {
         self.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
         if !plan.loads.pipelined.is_empty() {
             self.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
-            for &i in &plan.loads.pipelined {
-                let buf = stage_ptr(plan.out_tile(i), &format!("nit % {s}"));
-                self.copy_tile(3, i, "nit", &buf);
-            }
+            self.copy_stage(3, "nit", &format!("nit % {s}"));
             self.line(2, "} }");
             self.commit(2);
             self.wait(2, s - 1);
+            if !self.bulk.is_empty() {
+                self.line(0, "#if MIRAGE_BULK");
+                self.line(2, &format!("mirage::mbar_wait(&mbar[it % {s}], (it / {s}) & 1);"));
+                self.line(0, "#endif");
+            }
         } else {
             self.wait(2, 0);
         }

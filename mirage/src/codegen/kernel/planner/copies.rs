@@ -87,6 +87,46 @@ pub struct TileCopy {
     pub total: usize,
     /// The instruction.
     pub method: CopyMethod,
+    /// With [`crate::codegen::KernelOptions::bulk_copies`], on sm_90 and later, in a `__global__`
+    /// kernel of static sizes: the tile's rows copied by the bulk-copy engine instead
+    /// (`cp.async.bulk`, one instruction per row, completion counted in bytes on the stage's
+    /// mbarrier); `None` for tiles it cannot move, and for every tile without the option.
+    pub bulk: Option<BulkRows>,
+}
+
+/// A pipelined tile copied row by row with `cp.async.bulk` (sm_90): every row a contiguous,
+/// 16-byte aligned run of `row_bytes` in device and shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkRows {
+    /// Rows (bulk copies) per tile.
+    pub rows: usize,
+    /// Bytes per row.
+    pub row_bytes: usize,
+}
+
+/// Shortest row the bulk path takes: shorter rows keep the 16-byte `cp.async` (one bulk
+/// instruction per 16 or 32 bytes buys nothing over it).
+pub const BULK_MIN_ROW_BYTES: usize = 64;
+
+/// Whether (and how) pipelined `tile`, cut into `units` of `vector`, can be copied by rows of
+/// `cp.async.bulk`: 16-byte vectors along a dim that is contiguous in shared memory too, rows of
+/// at least [`BULK_MIN_ROW_BYTES`], and every row start 16-byte aligned in shared memory (the
+/// device side is aligned by [`vector_copy`]'s rule for 16-byte vectors).
+fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize) -> Option<BulkRows> {
+    let c = vector.vec_dim?;
+    let row_bytes = tile.shape[c] * es;
+    let aligned = |x: usize| x.is_multiple_of(16);
+    let smem_rows_aligned =
+        (0..tile.shape.len()).all(|d| d == c || tile.shape[d] == 1 || aligned(tile.strides[d] * es));
+    let ok = tile.pipelined
+        && vector.vec * es == 16
+        && tile.strides[c] == 1
+        && row_bytes >= BULK_MIN_ROW_BYTES
+        && aligned(tile.offset)
+        && aligned(tile.bytes)
+        && smem_rows_aligned;
+    let total: usize = units.iter().product();
+    ok.then(|| BulkRows { rows: total / units[c], row_bytes })
 }
 
 /// The copy of every input iterator's tile.
@@ -95,6 +135,7 @@ pub(super) fn plan_copies(
     tiles: &[Vec<Option<Tile>>],
     vectors: &[Option<VectorCopy>],
     threads: usize,
+    bulk_copies: bool,
 ) -> Vec<Option<TileCopy>> {
     bg.nodes()
         .iter()
@@ -103,7 +144,11 @@ pub(super) fn plan_copies(
             let BlockOp::Input { input, .. } = nd.op else { return None };
             let tile = tiles[i].first()?.as_ref()?;
             let vector = vectors[i]?;
-            Some(tile_copy(&bg.inputs()[input], input, tile, vector, threads))
+            let mut copy = tile_copy(&bg.inputs()[input], input, tile, vector, threads);
+            if !bulk_copies {
+                copy.bulk = None;
+            }
+            Some(copy)
         })
         .collect()
 }
@@ -140,7 +185,8 @@ fn tile_copy(kdesc: &TensorDesc, input: usize, tile: &Tile, vector: VectorCopy, 
             };
         }
     }
-    TileCopy { input, vec_dim, vec, units, total, method }
+    let bulk = bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes());
+    TileCopy { input, vec_dim, vec, units, total, method, bulk }
 }
 
 /// Which input tiles are copied when (input iterator nodes, in node order).
@@ -204,6 +250,41 @@ mod tests {
         assert_eq!(vec_of(&[8, 5], DType::F32, &[4, 5]), (Some(1), 1));
         // the tile spans one element of the contiguous dim
         assert_eq!(vec_of(&[8, 2], DType::F16, &[8, 1]), (None, 1));
+    }
+
+    fn tile(shape: &[usize], strides: &[usize], offset: usize, pipelined: bool) -> Tile {
+        let numel: usize = shape.iter().product();
+        Tile {
+            var: "t".into(),
+            ctype: "__half",
+            dtype: DType::F16,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            bytes: numel * 2,
+            pipelined,
+        }
+    }
+
+    #[test]
+    fn pipelined_tiles_of_long_aligned_rows_are_bulk_copied() {
+        let v16 = VectorCopy { vec_dim: Some(1), vec: 8 };
+        // The benchmark's gated MLP weight tile: 512 rows of 64 bytes.
+        let t = tile(&[512, 32], &[32, 1], 3072, true);
+        assert_eq!(bulk_rows(&t, v16, &[512, 4], 2), Some(BulkRows { rows: 512, row_bytes: 64 }));
+        // One 1 KiB row (an activation row walked by the loop).
+        let x = tile(&[1, 512], &[512, 1], 0, true);
+        assert_eq!(bulk_rows(&x, v16, &[1, 64], 2), Some(BulkRows { rows: 1, row_bytes: 1024 }));
+        // Not pipelined, rows of 32 bytes, 8-byte vectors, a padded row that breaks the
+        // alignment, a misaligned stage offset: cp.async.
+        assert_eq!(bulk_rows(&tile(&[512, 32], &[32, 1], 0, false), v16, &[512, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[512, 16], &[16, 1], 0, true), v16, &[512, 2], 2), None);
+        let v8 = VectorCopy { vec_dim: Some(1), vec: 4 };
+        assert_eq!(bulk_rows(&tile(&[64, 36], &[36, 1], 0, true), v8, &[64, 9], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[36, 1], 0, true), v16, &[64, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[32, 1], 8, true), v16, &[64, 4], 2), None);
+        // The contiguous dim is not contiguous in shared memory (a transposed layout).
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[1, 64], 0, true), v16, &[64, 4], 2), None);
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod schedule;
 pub mod smem;
 mod tiles;
 
-pub use copies::{CopyMethod, Loads, TileCopy};
+pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
 pub use groups::ElementwiseGroups;
 pub use mma::{ASource, FmaMatmul, MatmulPlan, RowMatmul, RowOut, TiledMatmul, k_split};
 pub use reduce::{ReduceStrategy, Reduction, lanes_per_output};
@@ -94,15 +94,47 @@ impl<'g> KernelPlan<'g> {
         RowBands::of_register_value(self.bg, x).expect("register chains start at a matmul")
     }
 
-    /// Dynamic plus static shared memory, bytes: what must fit the per-block limit.
+    /// Dynamic plus static shared memory, bytes: what must fit the per-block limit (with the
+    /// stages' mbarriers of the bulk copies, which a kernel for sm_90 declares).
     pub fn total_smem_bytes(&self) -> usize {
-        self.smem_bytes + self.static_smem_bytes
+        self.smem_bytes + self.static_smem_bytes + self.barrier_bytes()
+    }
+
+    /// The pipelined input tiles whose rows the bulk-copy engine moves on sm_90 (in a kernel of
+    /// static sizes; everywhere else they are copied like the others).
+    pub fn bulk_tiles(&self) -> Vec<usize> {
+        self.loads
+            .pipelined
+            .iter()
+            .copied()
+            .filter(|&i| self.copies[i].as_ref().is_some_and(|c| c.bulk.is_some()))
+            .collect()
+    }
+
+    /// Bytes of one stage moved by bulk copies (what its mbarrier expects).
+    pub fn bulk_stage_bytes(&self) -> usize {
+        self.bulk_tiles()
+            .iter()
+            .filter_map(|&i| self.copies[i].as_ref().and_then(|c| c.bulk))
+            .map(|b| b.rows * b.row_bytes)
+            .sum()
+    }
+
+    /// Static shared memory of the stages' mbarriers (8 bytes each) when some tile is bulk-copied.
+    pub fn barrier_bytes(&self) -> usize {
+        if self.bulk_tiles().is_empty() { 0 } else { 8 * self.stages }
     }
 }
 
 /// Plans the kernel of `bg` with up to `max_stages` pipeline stages for the tiles walked by the
-/// for-loop (`bg` must be valid).
+/// for-loop (`bg` must be valid), without bulk copies.
 pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
+    plan_with(bg, max_stages, false)
+}
+
+/// [`plan`], marking the pipelined tiles whose rows qualify for the bulk-copy engine when
+/// `bulk_copies` is set ([`TileCopy::bulk`]).
+pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> KernelPlan<'_> {
     let threads = bg.threads();
     let warps = threads / 32;
     let registers = RegisterPlan::new(bg);
@@ -113,7 +145,7 @@ pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
         && bg.nodes().iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. }));
     let stages = if any_pipelined { max_stages } else { 1 };
     let placed = tiles::place(bg, &schedule, &registers, &groups, stages);
-    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads);
+    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk_copies);
     let loads = Loads::new(bg, &placed.tiles);
     let matmuls = mma::plan_matmuls(bg, &registers, &placed.tiles, warps);
     let reductions = reduce::plan_reductions(bg, &registers, &schedule, threads, warps);
