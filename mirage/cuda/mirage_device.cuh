@@ -51,7 +51,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // are moved by the bulk-copy engine (`cp.async.bulk`, one instruction per row) and counted in
 // bytes on the stage's mbarrier, instead of by the threads' 16-byte `cp.async`. Generated kernels
 // use them under `#if MIRAGE_BULK`; other architectures keep `cp.async`. On the H200 rows of
-// 64-256 bytes moved this way were 1.3-1.8x slower than `cp.async` (docs/DECISIONS.md, change 20).
+// 64-256 bytes moved this way were 1.3-1.8x slower than `cp.async` (docs/DECISIONS.md, change 21).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MIRAGE_BULK 1
 __device__ __forceinline__ unsigned smem_addr(const void* p) {

@@ -53,7 +53,7 @@ pub struct KernelOptions {
     /// Copy the pipelined tiles whose rows qualify with the bulk-copy engine on sm_90
     /// (`cp.async.bulk` per row, an mbarrier per stage; [`KernelPlan::bulk_tiles`]). Off by
     /// default: on the H200 it made the weight-bound benchmark kernels 1.3–1.8× slower than the
-    /// threads' 16-byte `cp.async` (rows of 64–256 bytes; docs/DECISIONS.md, change 20).
+    /// threads' 16-byte `cp.async` (rows of 64–256 bytes; docs/DECISIONS.md, change 21).
     pub bulk_copies: bool,
 }
 
