@@ -67,8 +67,17 @@ fn usage() -> String {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { preset: String::new(), model_dir: None, layers: None, tokens: 32, pos: 0, token: 1, check: 0, seed: 0, profile: false };
+    let mut args = Args {
+        preset: String::new(),
+        model_dir: None,
+        layers: None,
+        tokens: 32,
+        pos: 0,
+        token: 1,
+        check: 0,
+        seed: 0,
+        profile: false,
+    };
     let mut it = std::env::args().skip(1);
     let num = |flag: &str, v: Option<String>| -> Result<usize, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;

@@ -31,7 +31,12 @@ fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 /// A step graph running `plain` and `streamed` (two kernel graphs of the same inputs and
 /// outputs) side by side on the same inputs of `shapes`; the reference's outputs of both, per
 /// output.
-fn both(plain: &KernelGraph, streamed: &KernelGraph, shapes: &[Vec<usize>], dtype: DType) -> R<Vec<(Vec<f32>, Vec<f32>)>> {
+fn both(
+    plain: &KernelGraph,
+    streamed: &KernelGraph,
+    shapes: &[Vec<usize>],
+    dtype: DType,
+) -> R<Vec<(Vec<f32>, Vec<f32>)>> {
     let mut g = StepGraph::new("fold")?;
     let inputs: Vec<TensorId> =
         shapes.iter().enumerate().map(|(i, s)| g.input(&format!("in{i}"), s, dtype)).collect::<Result<_, _>>()?;
@@ -68,7 +73,8 @@ fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
 /// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden
 /// 512 with a gate/up of 8192 (64 columns) and a 2048-wide q (16 columns); hidden 1024 with
 /// 4096-wide outputs (32 columns).
-const CASES: [(usize, usize, &[usize]); 3] = [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096])];
+const CASES: [(usize, usize, &[usize]); 3] =
+    [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096])];
 
 #[test]
 fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
@@ -96,13 +102,15 @@ fn the_streamed_mlp_and_output_projection_equal_the_plain_graphs() -> R {
         let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
         for (hidden, inter, _) in CASES {
             let c = cfg(hidden, inter, dtype);
-            let shapes = [vec![1, hidden], vec![1, hidden], vec![hidden, inter], vec![hidden, inter], vec![inter, hidden]];
+            let shapes =
+                [vec![1, hidden], vec![1, hidden], vec![hidden, inter], vec![hidden, inter], vec![inter, hidden]];
             let outs = both(&gated_mlp(&c)?, &streamed_gated_mlp(&c)?, &shapes, dtype)?;
             let e = rel_err(&outs[0].1, &outs[0].0);
             assert!(e <= tol, "{dtype}, mlp {hidden}x{inter}: error {e} > {tol}");
             let width = 2 * hidden;
             let shapes = [vec![1, width], vec![width, hidden], vec![1, hidden]];
-            let outs = both(&projection_residual(&c, width)?, &streamed_projection_residual(&c, width)?, &shapes, dtype)?;
+            let outs =
+                both(&projection_residual(&c, width)?, &streamed_projection_residual(&c, width)?, &shapes, dtype)?;
             let e = rel_err(&outs[0].1, &outs[0].0);
             assert!(e <= tol, "{dtype}, o_proj {width}x{hidden}: error {e} > {tol}");
         }

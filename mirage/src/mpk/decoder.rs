@@ -322,7 +322,8 @@ pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir:
         b.binary(BinaryOp::Mul, s, accs[1])
     })?;
     let m = k.custom(&[x, w, wg, wu], gate_up)?[0];
-    let down = streamed_block(i, h, None, 1, 1, cfg.dtype, |b, accs, carried| b.binary(BinaryOp::Add, carried[0], accs[0]))?;
+    let down =
+        streamed_block(i, h, None, 1, 1, cfg.dtype, |b, accs, carried| b.binary(BinaryOp::Add, carried[0], accs[0]))?;
     let out = k.custom(&[m, wd, x], down)?[0];
     k.output(out, None)?;
     Ok(k)
