@@ -315,7 +315,10 @@ fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
         .collect();
     let mut kinds = profile(&names, &runs, plan.workers as usize);
     kinds.sort_by(|a, b| b.share.total_cmp(&a.share));
-    println!("profile per operator kind (each kind's operators of every layer together):");
+    println!(
+        "profile per operator kind (each kind's operators of every layer together; qkv.k0/k1/k2: the q, k, v \
+         projections, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
+    );
     println!(
         "  {:<20} {:>4} {:>6} {:>10} {:>10} {:>10} {:>7}",
         "kind", "ops", "tasks", "body µs", "wait µs", "span µs", "share"
