@@ -18,7 +18,10 @@
 //! - `--tokens N` (default 32) tokens from position `--pos P` (default 0; the cache holds
 //!   positions up to the build's capacity, 4160; the cache before `P` holds zeros);
 //! - `--token T` (default 1): the first token id; `--check K` (default 0): compare the first
-//!   `K` steps with the CPU reference (`mirage::mpk::exec::reference_step`; slow at full size).
+//!   `K` steps with the CPU reference (`mirage::mpk::exec::reference_step`; slow at full size);
+//! - `--profile`: after the timed run, a table per operator kind of a layer (and the head):
+//!   tasks, mean task body and wait, mean operator span and share of the workers' time
+//!   (`mirage::mpk::decoder::profile`, from the device timestamps).
 //!
 //! Prints the tokens, ms/token (median of one launch per token, and all tokens in one launch),
 //! the share of the copy bandwidth (bytes of weights and of the KV prefix per token / time /
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use mirage::ir::DType;
 use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, random_weights};
-use mirage::mpk::decoder::{decoder_step, step_name};
+use mirage::mpk::decoder::{TaskRun, decoder_step, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
 use mirage::mpk::{Megakernel, MpkPlan, ParamValues, Session, TensorId, TensorKind};
@@ -53,18 +56,28 @@ struct Args {
     token: u32,
     check: usize,
     seed: u64,
+    profile: bool,
 }
 
 fn usage() -> String {
     format!(
-        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S]\n  NAME: one of {}",
+        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S] [--profile]\n  NAME: one of {}",
         ModelConfig::PRESETS.join(", ")
     )
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { preset: String::new(), model_dir: None, layers: None, tokens: 32, pos: 0, token: 1, check: 0, seed: 0 };
+    let mut args = Args {
+        preset: String::new(),
+        model_dir: None,
+        layers: None,
+        tokens: 32,
+        pos: 0,
+        token: 1,
+        check: 0,
+        seed: 0,
+        profile: false,
+    };
     let mut it = std::env::args().skip(1);
     let num = |flag: &str, v: Option<String>| -> Result<usize, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;
@@ -83,6 +96,7 @@ fn parse_args() -> Result<Args, String> {
             "--token" => args.token = num("--token", it.next())? as u32,
             "--check" => args.check = num("--check", it.next())?,
             "--seed" => args.seed = num("--seed", it.next())? as u64,
+            "--profile" => args.profile = true,
             "-h" | "--help" => return Err(usage()),
             other => return Err(format!("unknown argument `{other}`\n{}", usage())),
         }
@@ -272,13 +286,57 @@ fn main() -> Result<(), Box<dyn Error>> {
     s.reset()?;
     init_states(&mut s)?;
     let timed = &steps[..steps.len().min(8)];
-    let stats = s.run_timed(timed)?.stats();
+    let timeline = s.run_timed(timed)?;
+    let stats = timeline.stats();
     println!(
         "timed run ({} steps, {:.3} ms/token with timestamps):\n{stats}",
         timed.len(),
         stats.span_ns as f64 / 1e6 / timed.len() as f64
     );
+    if args.profile {
+        print_profile(plan, &timeline);
+    }
     Ok(())
+}
+
+/// The timed run per operator kind (`mirage::mpk::decoder::profile`), largest share first.
+fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
+    let names: Vec<String> = plan.ops.iter().map(|o| o.name.clone()).collect();
+    let runs: Vec<TaskRun> = timeline
+        .tasks()
+        .iter()
+        .map(|t| TaskRun {
+            op: plan.tasks[t.task as usize].op as usize,
+            step: t.step,
+            start: t.start,
+            ready: t.ready,
+            end: t.end,
+        })
+        .collect();
+    let mut kinds = profile(&names, &runs, plan.workers as usize);
+    kinds.sort_by(|a, b| b.share.total_cmp(&a.share));
+    println!(
+        "profile per operator kind (each kind's operators of every layer together; qkv.k0/k1/k2: the q, k, v \
+         projections, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
+    );
+    println!(
+        "  {:<20} {:>4} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "kind", "ops", "tasks", "body µs", "wait µs", "span µs", "share"
+    );
+    for k in &kinds {
+        println!(
+            "  {:<20} {:>4} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>6.1}%",
+            k.kind,
+            k.ops,
+            k.tasks,
+            k.body_ns / 1e3,
+            k.wait_ns / 1e3,
+            k.span_ns / 1e3,
+            100.0 * k.share
+        );
+    }
+    let shares: f64 = kinds.iter().map(|k| k.share).sum();
+    println!("  {:<20} {:>52.1}%", "between tasks", 100.0 * (1.0 - shares).max(0.0));
 }
 
 /// The median of `v`.

@@ -1,4 +1,4 @@
-//! Weight tiles through the bulk-copy engine (docs/DECISIONS.md, change 20), an option of code
+//! Weight tiles through the bulk-copy engine (docs/DECISIONS.md, change 21), an option of code
 //! generation (`KernelOptions::bulk_copies`, off by default: slower on the H200 at the
 //! benchmark's row widths): on sm_90 a `__global__` kernel of static sizes copies each pipelined
 //! tile whose rows are 16-byte vectors of at least 64 bytes with `cp.async.bulk` (one

@@ -4,10 +4,11 @@
 //! gated MLP (silu(x·Wg) · (x·Wu)) · Wd with its residual add; then the final norm, the LM head
 //! and argmax, which writes the next token back into the `token` state the next step embeds.
 //!
-//! Norms are default block graphs; the projections are streamed block graphs built here (64
-//! weight columns per task, the residual add and `silu(gate) · up` in their epilogues);
-//! embedding, RoPE (with Qwen3's per-head q/k norm), the cache append, attention and argmax are
-//! built-in tasks.
+//! The projections are streamed block graphs built here ([`projection_tiling`]: 16 to 64
+//! weight columns per task, enough tasks for every worker where the width allows), each RMSNorm
+//! folded into the projections that consume it (no norm operator of its own), the residual add
+//! and `silu(gate) · up` in their epilogues; embedding, RoPE (with Qwen3's per-head q/k norm),
+//! the cache append, attention and argmax are built-in tasks.
 //! Batch 1: one token per step at position `pos` (a runtime parameter), attending to keys
 //! `0..=pos`.
 //!
@@ -173,27 +174,57 @@ pub fn norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Result<KernelG
     Ok(k)
 }
 
-/// Columns of one task of a streamed projection of `n` outputs: 64 (128-byte rows of a 16-bit
-/// weight) when they divide `n`, else 32, 16, or `n` whole.
-pub fn projection_cols(n: usize) -> usize {
-    [64, 32, 16].into_iter().find(|&c| n.is_multiple_of(c)).unwrap_or(n)
+/// Tasks a streamed projection aims at: about one for each of the H200's 132 workers, so that a
+/// short projection (o_proj, down, k and v) streams its weights on every SM at once.
+pub const PROJECTION_TASKS: usize = 128;
+
+/// How the tasks of a streamed projection `x [1, k] · W [k, n]` cut it: `cols` weight columns
+/// per task, the reduced dim walked by the for-loop in steps of `step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProjectionTiling {
+    /// Weight columns per task.
+    pub cols: usize,
+    /// Rows of the weight per loop iteration.
+    pub step: usize,
 }
 
-/// Loop step over the reduced dim `k` of a streamed projection: 128 when it divides `k`, else
-/// the largest divisor up to 128.
-fn projection_step(k: usize) -> usize {
-    (1..=k.min(128)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1)
+/// The tiling of a streamed projection of `k` inputs and `n` outputs: the widest of 64, 32 and
+/// 16 columns (128-, 64- or 32-byte row segments of a 16-bit weight) that dividing `n` still
+/// gives at least [`PROJECTION_TASKS`] tasks, else the narrowest that divides `n` (or `n`
+/// whole); and `128 · 64 / cols` rows per iteration (the largest divisor of `k` up to it), so
+/// that an iteration moves the same 16 KiB of each weight whatever the width (the mma planner
+/// splits a narrow tile's k-steps over the warps: every warp keeps 8 k-steps).
+pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
+    let widths = [64, 32, 16];
+    let cols = widths
+        .into_iter()
+        .find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS)
+        .or_else(|| widths.into_iter().rev().find(|&c| n.is_multiple_of(c)))
+        .unwrap_or(n);
+    let target = (128 * 64 / cols).max(1);
+    let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
+    ProjectionTiling { cols, step }
 }
 
 /// The block graph of a batch-1 projection `x [1, k] · W_j [k, n]` for each `W_j` (all of the
-/// same `n`), as weight streaming wants it: each block owns [`projection_cols`] columns of every
-/// `W_j` (whole 128-byte row segments) and walks `k` in the for-loop. `epilogue` combines the
-/// accumulators (one per weight, in f32) and the after-loop tiles of `extra` inputs into the
-/// saved tile; extra inputs are `[1, n]` operands split like the output, carried through the
-/// loop unchanged (an `acc_max` of the same tile, exact).
+/// same `n`), as weight streaming wants it: each block owns the [`projection_tiling`] columns
+/// of every `W_j` and walks `k` in the for-loop.
+///
+/// With `norm = Some(eps)` the projection is of `rms_norm(x, g)` for a gain `g [1, k]` (the
+/// second input): the loop multiplies `x ∘ g` into the weights and accumulates `Σ x²` over the
+/// same iterations (`acc_rms_last`), and the accumulators are divided by `sqrt(mean(x²) + eps)`
+/// after the loop — `rms_norm(x)·g·W = ((x∘g)·W) / sqrt(mean(x²) + eps)`, so no separate norm
+/// operator (and no dependency hop) precedes the projection.
+///
+/// `epilogue` combines the accumulators (one per weight, in f32, normalized when `norm` is
+/// given) and the after-loop tiles of `extra` inputs into the saved tile; extra inputs are
+/// `[1, n]` operands split like the output, carried through the loop unchanged (an `acc_max`
+/// of the same tile, exact).
+#[allow(clippy::too_many_arguments)]
 fn streamed_block(
     k: usize,
     n: usize,
+    norm: Option<Scalar>,
     weights: usize,
     extra: usize,
     dtype: DType,
@@ -203,41 +234,60 @@ fn streamed_block(
         &[crate::ir::TensorRef],
     ) -> Result<crate::ir::TensorRef, crate::ir::IrError>,
 ) -> Result<BlockGraph, crate::ir::IrError> {
-    let cols = projection_cols(n);
-    let step = projection_step(k);
-    let mut inputs = vec![TensorDesc::new(&[1, k], dtype)];
+    let ProjectionTiling { cols, step } = projection_tiling(k, n);
+    let gain = usize::from(norm.is_some());
+    let mut inputs = vec![TensorDesc::new(&[1, k], dtype); 1 + gain];
     inputs.extend((0..weights).map(|_| TensorDesc::new(&[k, n], dtype)));
     inputs.extend((0..extra).map(|_| TensorDesc::new(&[1, n], dtype)));
     let mut b = BlockGraph::new(inputs, [n / cols, 1, 1], 256, k / step)?;
     let split = [Some(1), None, None];
-    let x = b.input(0, [None; 3], Some(1))?;
+    let mut x = b.input(0, [None; 3], Some(1))?;
+    let rms = match norm {
+        Some(_) => {
+            let g = b.input(1, [None; 3], Some(1))?;
+            let rms = b.accum(AccKind::RmsLast, &[x])?;
+            x = b.binary(BinaryOp::Mul, x, g)?;
+            Some(rms)
+        }
+        None => None,
+    };
     let mut accs = Vec::new();
     for j in 0..weights {
-        let w = b.input(1 + j, split, Some(0))?;
+        let w = b.input(1 + gain + j, split, Some(0))?;
         let y = b.matmul(x, w)?;
         accs.push(b.accum(AccKind::Sum, &[y])?);
     }
     let mut carried = Vec::new();
     for j in 0..extra {
-        let r = b.input(1 + weights + j, split, None)?;
+        let r = b.input(1 + gain + weights + j, split, None)?;
         carried.push(b.accum(AccKind::Max, &[r])?);
+    }
+    if let (Some(rms), Some(eps)) = (rms, norm) {
+        // sqrt(mean(x²) + eps) from the root mean square.
+        let ms = b.unary(UnaryOp::Square, rms)?;
+        let ms = b.unary(UnaryOp::AddScalar { c: eps }, ms)?;
+        let den = b.unary(UnaryOp::Sqrt, ms)?;
+        for acc in &mut accs {
+            *acc = b.binary(BinaryOp::Div, *acc, den)?;
+        }
     }
     let out = epilogue(&mut b, &accs, &carried)?;
     b.output(out, split)?;
     Ok(b)
 }
 
-/// [`norm_projections`] with the projections as streamed blocks (`streamed_block`) (one operator per weight;
-/// the norm a default block graph).
+/// [`norm_projections`] as streamed blocks (`streamed_block`), one operator per weight, each
+/// with the norm folded in: inputs `x [1, hidden]`, `w [1, hidden]`, then one weight
+/// `[hidden, width_j]` per output.
 pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
     let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let weights: Vec<_> = widths.iter().map(|&n| k.input(&[cfg.hidden, n], cfg.dtype)).collect::<Result<_, _>>()?;
-    let n = k.rms_norm(x, cfg.eps, Some(w))?;
     for (&width, wj) in widths.iter().zip(weights) {
-        let block = streamed_block(cfg.hidden, width, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
-        let y = k.custom(&[n, wj], block)?[0];
+        let block =
+            streamed_block(cfg.hidden, width, Some(Scalar(cfg.eps)), 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+        let y = k.custom(&[x, w, wj], block)?[0];
         k.output(y, None)?;
     }
     Ok(k)
@@ -249,7 +299,7 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
     let a = k.input(&[1, width], cfg.dtype)?;
     let w = k.input(&[width, cfg.hidden], cfg.dtype)?;
     let r = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let block = streamed_block(width, cfg.hidden, 1, 1, cfg.dtype, |b, accs, carried| {
+    let block = streamed_block(width, cfg.hidden, None, 1, 1, cfg.dtype, |b, accs, carried| {
         b.binary(BinaryOp::Add, carried[0], accs[0])
     })?;
     let out = k.custom(&[a, w, r], block)?[0];
@@ -257,8 +307,8 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
     Ok(k)
 }
 
-/// [`gated_mlp`] with streamed blocks: the norm (a default block graph), then one operator for
-/// `silu(n · Wg) · (n · Wu)` (both weights' columns in one task) and one for `x + m · Wd`.
+/// [`gated_mlp`] with streamed blocks: one operator for `silu(n · Wg) · (n · Wu)` with the norm
+/// `n = rms_norm(x, w)` folded in (both weights' columns in one task), and one for `x + m · Wd`.
 pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError> {
     let (h, i) = (cfg.hidden, cfg.intermediate);
     let mut k = KernelGraph::new();
@@ -267,13 +317,13 @@ pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir:
     let wg = k.input(&[h, i], cfg.dtype)?;
     let wu = k.input(&[h, i], cfg.dtype)?;
     let wd = k.input(&[i, h], cfg.dtype)?;
-    let n = k.rms_norm(x, cfg.eps, Some(w))?;
-    let gate_up = streamed_block(h, i, 2, 0, cfg.dtype, |b, accs, _| {
+    let gate_up = streamed_block(h, i, Some(Scalar(cfg.eps)), 2, 0, cfg.dtype, |b, accs, _| {
         let s = b.unary(UnaryOp::Silu, accs[0])?;
         b.binary(BinaryOp::Mul, s, accs[1])
     })?;
-    let m = k.custom(&[n, wg, wu], gate_up)?[0];
-    let down = streamed_block(i, h, 1, 1, cfg.dtype, |b, accs, carried| b.binary(BinaryOp::Add, carried[0], accs[0]))?;
+    let m = k.custom(&[x, w, wg, wu], gate_up)?[0];
+    let down =
+        streamed_block(i, h, None, 1, 1, cfg.dtype, |b, accs, carried| b.binary(BinaryOp::Add, carried[0], accs[0]))?;
     let out = k.custom(&[m, wd, x], down)?[0];
     k.output(out, None)?;
     Ok(k)
@@ -312,6 +362,113 @@ pub fn gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError>
     Ok(k)
 }
 
+/// One task run of a timed step (device timestamps in nanoseconds): its operator (index into
+/// the step graph's operators), the step of the launch, and when it started (before its
+/// prefetch and dependency wait), was ready (dependencies met) and ended (body and signals
+/// done).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskRun {
+    /// The operator.
+    pub op: usize,
+    /// The step within the launch.
+    pub step: u32,
+    /// Before the prefetch and the dependency wait.
+    pub start: u64,
+    /// Dependencies met.
+    pub ready: u64,
+    /// Body and signals done.
+    pub end: u64,
+}
+
+/// Where a decode step's time goes for one operator kind ([`op_kind`]: the same operator of
+/// every layer together).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindProfile {
+    /// The kind (`qkv.k0`, `attention`, `logits.k0`).
+    pub kind: String,
+    /// Operators of this kind (one per layer, or one).
+    pub ops: usize,
+    /// Tasks of one operator.
+    pub tasks: usize,
+    /// Mean body time of a task (ready to end), ns.
+    pub body_ns: f64,
+    /// Mean wait of a task (start to ready: prefetch issue and dependency wait), ns.
+    pub wait_ns: f64,
+    /// Mean time from an operator's first task ready to its last task's end in a step, ns.
+    pub span_ns: f64,
+    /// The kind's tasks' time (wait and body) over the workers' time of the steps
+    /// (workers × Σ step spans): the shares of all kinds and the time between tasks make 1.
+    pub share: f64,
+}
+
+/// The kind of operator `name` of a decoder step: the name without its layer prefix `l{i}.`.
+pub fn op_kind(name: &str) -> &str {
+    match name.strip_prefix('l').and_then(|r| r.split_once('.')) {
+        Some((digits, rest)) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => name,
+    }
+}
+
+/// Per operator kind, from the task runs of a timed run of `workers` workers on a graph whose
+/// operators are named `op_names`: tasks, mean body and wait, mean operator span, and share of
+/// the workers' time; in the order of the kinds' first operators.
+pub fn profile(op_names: &[String], runs: &[TaskRun], workers: usize) -> Vec<KindProfile> {
+    use std::collections::BTreeMap;
+    // Each step's span, first start to last end.
+    let mut steps: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    // Per (op, step): first ready, last end, runs.
+    let mut per_op: BTreeMap<(usize, u32), (u64, u64)> = BTreeMap::new();
+    for r in runs {
+        let s = steps.entry(r.step).or_insert((r.start, r.end));
+        *s = (s.0.min(r.start), s.1.max(r.end));
+        let o = per_op.entry((r.op, r.step)).or_insert((r.ready, r.end));
+        *o = (o.0.min(r.ready), o.1.max(r.end));
+    }
+    let total: u64 = steps.values().map(|(a, b)| b.saturating_sub(*a)).sum();
+    let mut kinds: Vec<String> = Vec::new();
+    let kind_of: Vec<usize> = op_names
+        .iter()
+        .map(|n| {
+            let k = op_kind(n);
+            kinds.iter().position(|x| x == k).unwrap_or_else(|| {
+                kinds.push(k.to_owned());
+                kinds.len() - 1
+            })
+        })
+        .collect();
+    // Σ body, Σ wait, runs, Σ span, (op, step) pairs, operators seen.
+    let mut acc = vec![(0u64, 0u64, 0usize, 0u64, 0usize, std::collections::BTreeSet::new()); kinds.len()];
+    for r in runs {
+        let a = &mut acc[kind_of[r.op]];
+        a.0 += r.end.saturating_sub(r.ready);
+        a.1 += r.ready.saturating_sub(r.start);
+        a.2 += 1;
+        a.5.insert(r.op);
+    }
+    for (&(op, _), &(ready, end)) in &per_op {
+        let a = &mut acc[kind_of[op]];
+        a.3 += end.saturating_sub(ready);
+        a.4 += 1;
+    }
+    kinds
+        .into_iter()
+        .zip(acc)
+        .filter(|(_, a)| a.2 > 0)
+        .map(|(kind, (body, wait, n, span, pairs, ops))| {
+            let per = |v: u64, d: usize| v as f64 / d.max(1) as f64;
+            KindProfile {
+                kind,
+                ops: ops.len(),
+                tasks: n / pairs.max(1),
+                body_ns: per(body, n),
+                wait_ns: per(wait, n),
+                span_ns: per(span, pairs),
+                share: (body + wait) as f64 / (workers as f64 * total as f64).max(1.0),
+            }
+        })
+        .collect()
+}
+
 /// The names of a decoder step's weight inputs with their shapes, in graph order (what a
 /// checkpoint must provide, `token` and `inv_freq` excluded).
 pub fn weight_names(g: &StepGraph) -> Vec<(String, Vec<usize>)> {
@@ -329,4 +486,54 @@ pub fn tensor(g: &StepGraph, name: &str) -> Result<TensorId, GraphError> {
         tensor: name.into(),
         reason: "no such tensor".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_drop_the_layer_prefix_only() {
+        assert_eq!(op_kind("l12.qkv.k0"), "qkv.k0");
+        assert_eq!(op_kind("l0.attention"), "attention");
+        assert_eq!(op_kind("logits.k0"), "logits.k0");
+        assert_eq!(op_kind("lx.a"), "lx.a");
+        assert_eq!(op_kind("l.a"), "l.a");
+    }
+
+    #[test]
+    fn the_profile_sums_each_kind_over_layers_and_steps() {
+        let names: Vec<String> = ["embedding", "l0.proj", "l1.proj", "head"].map(String::from).to_vec();
+        let run = |op, step, start, ready, end| TaskRun { op, step, start, ready, end };
+        let runs = [
+            // step 0 spans 0..100, step 1 spans 200..260 (two workers).
+            run(0, 0, 0, 0, 10),
+            run(1, 0, 10, 20, 50),
+            run(1, 0, 0, 30, 40),
+            run(2, 0, 50, 50, 90),
+            run(2, 0, 40, 60, 70),
+            run(3, 0, 90, 95, 100),
+            run(0, 1, 200, 200, 210),
+            run(1, 1, 210, 210, 230),
+            run(1, 1, 200, 215, 225),
+            run(2, 1, 230, 230, 250),
+            run(2, 1, 225, 235, 240),
+            run(3, 1, 250, 250, 260),
+        ];
+        let p = profile(&names, &runs, 2);
+        let kinds: Vec<&str> = p.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(kinds, ["embedding", "proj", "head"]);
+        let proj = &p[1];
+        assert_eq!((proj.ops, proj.tasks), (2, 2));
+        // bodies 30+10+40+10 + 20+10+20+5 = 145 over 8 runs; waits 10+30+0+20 + 0+15+0+10 = 85.
+        assert!((proj.body_ns - 145.0 / 8.0).abs() < 1e-9, "{proj:?}");
+        assert!((proj.wait_ns - 85.0 / 8.0).abs() < 1e-9, "{proj:?}");
+        // spans: l0 step 0: 20..50, l1 step 0: 50..90, l0 step 1: 210..230, l1 step 1: 230..250.
+        assert!((proj.span_ns - (30.0 + 40.0 + 20.0 + 20.0) / 4.0).abs() < 1e-9, "{proj:?}");
+        // workers × (100 + 60) = 320.
+        assert!((proj.share - 230.0 / 320.0).abs() < 1e-9, "{proj:?}");
+        let shares: f64 = p.iter().map(|k| k.share).sum();
+        assert!((shares - (230.0 + 20.0 + 20.0) / 320.0).abs() < 1e-9, "{shares}");
+        assert_eq!((p[2].tasks, p[2].body_ns, p[2].wait_ns), (1, 7.5, 2.5));
+    }
 }

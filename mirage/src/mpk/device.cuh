@@ -180,8 +180,10 @@ __device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, uns
 
 // The worker loop of block blockIdx.x: for every step of the launch, wait for the step barrier
 // (all workers done with the previous step), then run the worker's tasks in order: stamp,
-// prefetch the task's weights into L2, wait for its counters, run its body, signal its
-// counters with release atomics after a block barrier, stamp. Stops at the first failed wait.
+// prefetch weights into L2 (the step's first task its own; every task the next task's of this
+// worker, so that a task's weights stream in while the one before it waits and runs), wait for
+// its counters, run its body, signal its counters with release atomics after a block barrier,
+// stamp. Stops at the first failed wait.
 template <int THREADS, class Dispatch>
 __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, unsigned char* smem) {
   const unsigned w = blockIdx.x, tid = threadIdx.x;
@@ -206,7 +208,11 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
       const Task next = t.tasks[id + 1];
       unsigned long long* ts = p.timestamps ? p.timestamps + ((size_t)i * t.num_tasks + id) * 3 : nullptr;
       if (ts && tid == 0) ts[0] = globaltimer();
-      prefetch<THREADS>(p, t.prefetch, task.prefetch_begin, next.prefetch_begin);
+      if (k == first) prefetch<THREADS>(p, t.prefetch, task.prefetch_begin, next.prefetch_begin);
+      if (k + 1 < last) {
+        const unsigned ahead = t.worker_list[k + 1];
+        prefetch<THREADS>(p, t.prefetch, t.tasks[ahead].prefetch_begin, t.tasks[ahead + 1].prefetch_begin);
+      }
       const Wait* waits = t.waits + task.wait_begin;
       if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
                          [&](unsigned j) { return waits[j].triggers * step; }, id, step))

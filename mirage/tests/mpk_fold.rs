@@ -1,0 +1,143 @@
+#![cfg(feature = "build")]
+//! The decoder's streamed projections against the plain kernel graphs they replace, on the CPU
+//! reference of the megakernel's step graph: the RMSNorm folded into the projections that
+//! consume it (`rms_norm(x)·g·W = ((x∘g)·W) / sqrt(mean(x²) + eps)`), the gated MLP with its
+//! norm folded, and the output projection with its residual, at tilings of 64, 32 and 16
+//! columns per task — within f32 rounding in f32 and within bf16 rounding in bf16. Also the
+//! tiling rule itself: enough tasks for every worker where the width allows.
+
+use mirage::ir::{DType, KernelGraph};
+use mirage::mpk::decoder::{
+    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, gated_mlp, norm_projections, projection_residual,
+    projection_tiling, streamed_gated_mlp, streamed_norm_projections, streamed_projection_residual,
+};
+use mirage::mpk::exec::{HostTensors, reference_step};
+use mirage::mpk::{MpkOptions, StepGraph, TensorId, compile};
+
+/// Test results: any error fails the test with its message.
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Deterministic values in `[-1, 1)` (a 64-bit LCG), `scale` times that.
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            scale * (((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+/// A step graph running `plain` and `streamed` (two kernel graphs of the same inputs and
+/// outputs) side by side on the same inputs of `shapes`; the reference's outputs of both, per
+/// output.
+fn both(
+    plain: &KernelGraph,
+    streamed: &KernelGraph,
+    shapes: &[Vec<usize>],
+    dtype: DType,
+) -> R<Vec<(Vec<f32>, Vec<f32>)>> {
+    let mut g = StepGraph::new("fold")?;
+    let inputs: Vec<TensorId> =
+        shapes.iter().enumerate().map(|(i, s)| g.input(&format!("in{i}"), s, dtype)).collect::<Result<_, _>>()?;
+    let a = g.mugraph("plain", plain, &inputs)?;
+    let b = g.mugraph("streamed", streamed, &inputs)?;
+    // The streamed operators compile as megakernel tasks (regions, dependencies, schedule).
+    compile(&g, &MpkOptions { workers: 8, ..MpkOptions::default() })?;
+    let mut host = HostTensors::zeros(&g);
+    for (i, (&t, s)) in inputs.iter().zip(shapes).enumerate() {
+        let n: usize = s.iter().product();
+        // x and gains near 1 in size, weights as 1/√fan_in.
+        let scale = if s[0] == 1 { 1.0 } else { 1.0 / (s[0] as f32).sqrt() };
+        let mut v = values(n, 17 + i as u64, scale);
+        if i == 1 && s[0] == 1 {
+            v.iter_mut().for_each(|g| *g += 1.0); // a gain around 1
+        }
+        host.set(t, &v)?;
+    }
+    reference_step(&g, &mut host, &[])?;
+    Ok(a.iter().zip(&b).map(|(&a, &b)| (host.get(a).to_vec(), host.get(b).to_vec())).collect())
+}
+
+/// The largest difference over the largest magnitude of `want`.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
+    DecoderConfig { hidden, intermediate, dtype, eps: 1e-5, ..DecoderConfig::toy() }
+}
+
+/// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden
+/// 512 with a gate/up of 8192 (64 columns) and a 2048-wide q (16 columns); hidden 1024 with
+/// 4096-wide outputs (32 columns).
+const CASES: [(usize, usize, &[usize]); 3] =
+    [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096])];
+
+#[test]
+fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
+    for dtype in [DType::F32, DType::Bf16] {
+        let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
+        for (hidden, _, widths) in CASES {
+            let c = cfg(hidden, 512, dtype);
+            let mut shapes = vec![vec![1, hidden], vec![1, hidden]];
+            shapes.extend(widths.iter().map(|&n| vec![hidden, n]));
+            let outs = both(&norm_projections(&c, widths)?, &streamed_norm_projections(&c, widths)?, &shapes, dtype)?;
+            assert_eq!(outs.len(), widths.len());
+            for (k, (plain, streamed)) in outs.iter().enumerate() {
+                let e = rel_err(streamed, plain);
+                assert!(e <= tol, "{dtype}, hidden {hidden}, output {k} of width {}: error {e} > {tol}", widths[k]);
+                assert!(plain.iter().any(|v| v.abs() > 0.1), "{dtype}: the outputs are not all small");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_streamed_mlp_and_output_projection_equal_the_plain_graphs() -> R {
+    for dtype in [DType::F32, DType::Bf16] {
+        let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
+        for (hidden, inter, _) in CASES {
+            let c = cfg(hidden, inter, dtype);
+            let shapes =
+                [vec![1, hidden], vec![1, hidden], vec![hidden, inter], vec![hidden, inter], vec![inter, hidden]];
+            let outs = both(&gated_mlp(&c)?, &streamed_gated_mlp(&c)?, &shapes, dtype)?;
+            let e = rel_err(&outs[0].1, &outs[0].0);
+            assert!(e <= tol, "{dtype}, mlp {hidden}x{inter}: error {e} > {tol}");
+            let width = 2 * hidden;
+            let shapes = [vec![1, width], vec![width, hidden], vec![1, hidden]];
+            let outs =
+                both(&projection_residual(&c, width)?, &streamed_projection_residual(&c, width)?, &shapes, dtype)?;
+            let e = rel_err(&outs[0].1, &outs[0].0);
+            assert!(e <= tol, "{dtype}, o_proj {width}x{hidden}: error {e} > {tol}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
+    let t = |cols, step| ProjectionTiling { cols, step };
+    // Llama-3.2-1B: q and o_proj/down (2048 outputs) at 16 columns, gate/up (8192) at 64, the
+    // head (128 256) at 64; 16 KiB of a bf16 weight per iteration at every width.
+    assert_eq!(projection_tiling(2048, 2048), t(16, 512));
+    assert_eq!(projection_tiling(8192, 2048), t(16, 512));
+    assert_eq!(projection_tiling(2048, 8192), t(64, 128));
+    assert_eq!(projection_tiling(2048, 128_256), t(64, 128));
+    // Llama-3.1-8B: 4096 outputs at 32 columns (128 tasks), down's 14 336 inputs in steps of 256.
+    assert_eq!(projection_tiling(14_336, 4096), t(32, 256));
+    // k and v at 1B (512 outputs): the narrowest, 32 tasks.
+    assert_eq!(projection_tiling(2048, 512), t(16, 512));
+    // Qwen3-0.6B's gate/up (3072) at 16 columns: 192 tasks; its down in steps of 512.
+    assert_eq!(projection_tiling(1024, 3072), t(16, 512));
+    assert_eq!(projection_tiling(3072, 1024), t(16, 512));
+    // Widths no tile divides: whole; reduced dims without a large divisor: the largest one.
+    assert_eq!(projection_tiling(100, 24), t(24, 100));
+    assert_eq!(projection_tiling(2 * 389, 64), t(16, 389));
+    for (k, n) in [(2048, 2048), (2048, 8192), (4096, 4096), (4096, 14_336)] {
+        assert!(n / projection_tiling(k, n).cols >= PROJECTION_TASKS, "{k}x{n}");
+    }
+}
