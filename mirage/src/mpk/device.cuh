@@ -430,6 +430,10 @@ __device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, 
         sum += p;
       }
       sum = mirage::warp_sum(sum);
+      // Every lane has read mrun[g] (mold) above; lane 0 overwrites it below. A shuffle orders
+      // execution but not shared-memory accesses: compute-sanitizer's racecheck reported this
+      // read/write pair as a hazard until the warp barrier was added.
+      __syncwarp();
       if (lane == 0) {
         const float cr = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
         corr[g] = cr;
