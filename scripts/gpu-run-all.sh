@@ -18,6 +18,7 @@
 #                                        MIRAGE_SANITIZER=off skips the stage (said in the summary);
 #                                        MIRAGE_SANITIZER_BUDGET_S bounds the default stage (150)
 #                                        MIRAGE_DECODE_RUN=0 skips the decode example's models
+#                                        MIRAGE_BENCH_RUN=0 skips the benchmark (said in the summary)
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
@@ -222,7 +223,12 @@ case "$sanitizer_mode" in
 esac
 note "sanitizer ($sanitizer_mode): $sanitizer_runs runs in $((SECONDS - sanitizer_start)) s$([ "${#sanitizer_skipped[@]}" -gt 0 ] && echo "; NOT RUN (stage budget ${sanitizer_budget} s spent): ${sanitizer_skipped[*]}")"
 
-OUT="$out" bash scripts/gpu-bench.sh > "$out/bench.txt" 2>&1 || fail "benchmark (scripts/gpu-bench.sh, log in $out/bench.txt)"
+if [ "${MIRAGE_BENCH_RUN:-1}" = 0 ]; then
+  note "benchmark: not run (MIRAGE_BENCH_RUN=0)"
+  : > "$out/bench.txt"
+else
+  OUT="$out" bash scripts/gpu-bench.sh > "$out/bench.txt" 2>&1 || fail "benchmark (scripts/gpu-bench.sh, log in $out/bench.txt)"
+fi
 echo "==== summary (exit status $status)"
 printf '%s' "$summary"
 grep -E '^gpu bench|^\| ' "$out/bench.txt"
