@@ -112,8 +112,15 @@ if [ -x "$e" ]; then
   { timeout 120 "$e" "$out/mpk_toy_trace.json" 64 || fail "example mpk_toy (exit $?)"; } >> "$out/mpk_toy.txt" 2>&1
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool mpk_toy (8 tokens)" >> "$out/mpk_toy.txt"
+    log=$(mktemp)
     MIRAGE_MPK_WATCHDOG_MS=600000 timeout "${MIRAGE_SANITIZER_LIMIT_S:-300}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$e" "$out/mpk_toy_sanitized.json" 8 >> "$out/mpk_toy.txt" 2>&1 || fail "compute-sanitizer --tool $tool mpk_toy (exit $?)"
+      "$e" "$out/mpk_toy_sanitized.json" 8 > "$log" 2>&1 || fail "compute-sanitizer --tool $tool mpk_toy (exit $?)"
+    cat "$log" >> "$out/mpk_toy.txt"
+    # Racecheck's hazards are warnings (exit 0): any reported hazard fails the run too.
+    if grep -qE '(ERROR|RACECHECK) SUMMARY: [1-9]' "$log"; then
+      fail "compute-sanitizer --tool $tool mpk_toy: $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)"
+    fi
+    rm -f "$log"
   done
   note "mpk_toy: $(grep -E 'tokens in one launch|ERROR SUMMARY|RACECHECK SUMMARY' "$out/mpk_toy.txt" | tr '\n' ';')"
 else
