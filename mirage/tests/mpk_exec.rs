@@ -217,6 +217,11 @@ fn the_step_comparison_accepts_near_ties_of_argmax_and_nothing_else() -> R {
     l[100] = 1.0;
     l[300] = 0.999; // a near-tie in another chunk
     l[7] = 0.5;
+    // a chunk of small logits (384..448, chunk 64): its near-tie is judged by the margin of the
+    // whole tensor's magnitude, as the logits themselves are compared
+    l[400] = 0.25;
+    l[401] = 0.234375; // 1/64 below (bf16 values)
+    l[402] = 0.1875;
     before.set(logits, &l)?;
     let mut after = before.clone();
     reference_step(g, &mut after, &[])?;
@@ -232,6 +237,16 @@ fn the_step_comparison_accepts_near_ties_of_argmax_and_nothing_else() -> R {
     let partial = g.tensor_named("argmax.out").ok_or("no such tensor")?;
     let mut p = after.get(partial).to_vec();
     after.set(token, &[100.0])?;
+    assert_eq!((p[12], p[13]), (0.25, 400.0));
+    let mut near = p.clone();
+    // 1/64 below: within 2e-2 of the largest logit, 1.0 (not of the chunk's own largest, 0.25)
+    (near[12], near[13]) = (0.234375, 401.0);
+    after.set(partial, &near)?;
+    compare_step(g, &before, &after, &[], 2e-2)?;
+    (near[12], near[13]) = (0.25, 402.0); // index 402's logit is 1/16 below
+    after.set(partial, &near)?;
+    let e = compare_step(g, &before, &after, &[], 2e-2).expect_err("a far choice in a small chunk");
+    assert!(e.contains("`argmax.out` element 13: the device chose index 402, the CPU 400"), "{e}");
     p[2] += 0.5;
     after.set(partial, &p)?;
     assert!(compare_step(g, &before, &after, &[], 2e-2).is_err());
