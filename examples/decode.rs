@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use mirage::ir::DType;
 use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, random_weights};
-use mirage::mpk::decoder::{TaskRun, decoder_step, profile, step_name};
+use mirage::mpk::decoder::{decoder_step, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
 use mirage::mpk::{Megakernel, MpkPlan, ParamValues, Session, TensorId, TensorKind};
@@ -302,18 +302,8 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// The timed run per operator kind (`mirage::mpk::decoder::profile`), largest share first.
 fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
     let names: Vec<String> = plan.ops.iter().map(|o| o.name.clone()).collect();
-    let runs: Vec<TaskRun> = timeline
-        .tasks()
-        .iter()
-        .map(|t| TaskRun {
-            op: plan.tasks[t.task as usize].op as usize,
-            step: t.step,
-            start: t.start,
-            ready: t.ready,
-            end: t.end,
-        })
-        .collect();
-    let mut kinds = profile(&names, &runs, plan.workers as usize);
+    let task_op: Vec<usize> = plan.tasks.iter().map(|t| t.op as usize).collect();
+    let mut kinds = profile(&names, &task_op, &timeline.tasks(), plan.workers as usize);
     kinds.sort_by(|a, b| b.share.total_cmp(&a.share));
     println!(
         "profile per operator kind (each kind's operators of every layer together; qkv.k0/k1/k2: the q, k, v \

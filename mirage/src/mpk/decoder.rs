@@ -23,6 +23,7 @@
 
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
+use super::TaskTimes;
 use super::builtin::{Builtin, split_kv_attention};
 use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 
@@ -362,24 +363,6 @@ pub fn gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError>
     Ok(k)
 }
 
-/// One task run of a timed step (device timestamps in nanoseconds): its operator (index into
-/// the step graph's operators), the step of the launch, and when it started (before its
-/// prefetch and dependency wait), was ready (dependencies met) and ended (body and signals
-/// done).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskRun {
-    /// The operator.
-    pub op: usize,
-    /// The step within the launch.
-    pub step: u32,
-    /// Before the prefetch and the dependency wait.
-    pub start: u64,
-    /// Dependencies met.
-    pub ready: u64,
-    /// Body and signals done.
-    pub end: u64,
-}
-
 /// Where a decode step's time goes for one operator kind ([`op_kind`]: the same operator of
 /// every layer together).
 #[derive(Clone, Debug, PartialEq)]
@@ -409,10 +392,11 @@ pub fn op_kind(name: &str) -> &str {
     }
 }
 
-/// Per operator kind, from the task runs of a timed run of `workers` workers on a graph whose
-/// operators are named `op_names`: tasks, mean body and wait, mean operator span, and share of
-/// the workers' time; in the order of the kinds' first operators.
-pub fn profile(op_names: &[String], runs: &[TaskRun], workers: usize) -> Vec<KindProfile> {
+/// Per operator kind, from the task times of a timed run (`Timeline::tasks`) of `workers`
+/// workers on a graph whose operators are named `op_names` and whose task `t` belongs to
+/// operator `task_op[t]`: tasks, mean body and wait, mean operator span, and share of the
+/// workers' time; in the order of the kinds' first operators.
+pub fn profile(op_names: &[String], task_op: &[usize], runs: &[TaskTimes], workers: usize) -> Vec<KindProfile> {
     use std::collections::BTreeMap;
     // Each step's span, first start to last end.
     let mut steps: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
@@ -421,7 +405,7 @@ pub fn profile(op_names: &[String], runs: &[TaskRun], workers: usize) -> Vec<Kin
     for r in runs {
         let s = steps.entry(r.step).or_insert((r.start, r.end));
         *s = (s.0.min(r.start), s.1.max(r.end));
-        let o = per_op.entry((r.op, r.step)).or_insert((r.ready, r.end));
+        let o = per_op.entry((task_op[r.task as usize], r.step)).or_insert((r.ready, r.end));
         *o = (o.0.min(r.ready), o.1.max(r.end));
     }
     let total: u64 = steps.values().map(|(a, b)| b.saturating_sub(*a)).sum();
@@ -439,11 +423,12 @@ pub fn profile(op_names: &[String], runs: &[TaskRun], workers: usize) -> Vec<Kin
     // Σ body, Σ wait, runs, Σ span, (op, step) pairs, operators seen.
     let mut acc = vec![(0u64, 0u64, 0usize, 0u64, 0usize, std::collections::BTreeSet::new()); kinds.len()];
     for r in runs {
-        let a = &mut acc[kind_of[r.op]];
-        a.0 += r.end.saturating_sub(r.ready);
-        a.1 += r.ready.saturating_sub(r.start);
+        let op = task_op[r.task as usize];
+        let a = &mut acc[kind_of[op]];
+        a.0 += r.busy_ns();
+        a.1 += r.wait_ns();
         a.2 += 1;
-        a.5.insert(r.op);
+        a.5.insert(op);
     }
     for (&(op, _), &(ready, end)) in &per_op {
         let a = &mut acc[kind_of[op]];
@@ -504,23 +489,25 @@ mod tests {
     #[test]
     fn the_profile_sums_each_kind_over_layers_and_steps() {
         let names: Vec<String> = ["embedding", "l0.proj", "l1.proj", "head"].map(String::from).to_vec();
-        let run = |op, step, start, ready, end| TaskRun { op, step, start, ready, end };
+        // tasks 1, 2 of operator 1 and 3, 4 of operator 2 (two workers)
+        let task_op = [0, 1, 1, 2, 2, 3];
+        let run = |task, step, start, ready, end| TaskTimes { task, step, worker: 0, start, ready, end };
         let runs = [
             // step 0 spans 0..100, step 1 spans 200..260 (two workers).
             run(0, 0, 0, 0, 10),
             run(1, 0, 10, 20, 50),
-            run(1, 0, 0, 30, 40),
-            run(2, 0, 50, 50, 90),
-            run(2, 0, 40, 60, 70),
-            run(3, 0, 90, 95, 100),
+            run(2, 0, 0, 30, 40),
+            run(3, 0, 50, 50, 90),
+            run(4, 0, 40, 60, 70),
+            run(5, 0, 90, 95, 100),
             run(0, 1, 200, 200, 210),
             run(1, 1, 210, 210, 230),
-            run(1, 1, 200, 215, 225),
-            run(2, 1, 230, 230, 250),
-            run(2, 1, 225, 235, 240),
-            run(3, 1, 250, 250, 260),
+            run(2, 1, 200, 215, 225),
+            run(3, 1, 230, 230, 250),
+            run(4, 1, 225, 235, 240),
+            run(5, 1, 250, 250, 260),
         ];
-        let p = profile(&names, &runs, 2);
+        let p = profile(&names, &task_op, &runs, 2);
         let kinds: Vec<&str> = p.iter().map(|k| k.kind.as_str()).collect();
         assert_eq!(kinds, ["embedding", "proj", "head"]);
         let proj = &p[1];

@@ -218,6 +218,12 @@ fn missing(graph: &str) -> GraphError {
     GraphError::Unsupported { graph: graph.into(), op: "-".into(), reason: "an operator just added is missing".into() }
 }
 
+/// The largest finite magnitude of `values` (an empty split-KV chunk's maximum is −∞), at
+/// least 1e-6: the scale a tolerance is relative to.
+fn magnitude<'a>(values: impl Iterator<Item = &'a f32>) -> f32 {
+    values.filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6)
+}
+
 /// Checks a device step against the CPU: `before` holds the device's tensors before the step
 /// (inputs and states), `after` after it. Runs [`reference_step`] from `before` and compares
 /// every buffer and state with `after`: within `tolerance` of each tensor's largest magnitude
@@ -257,17 +263,17 @@ pub fn compare_step(
         let (want, got) = (cpu.get(TensorId(i)), after.get(TensorId(i)));
         // the magnitude of the values (the (value, index) pairs of a partial argmax: the values)
         let is_value = |j: usize| !matches!(indices[i], Some((_, chunk)) if chunk > 0 && j % 2 == 1);
-        // (finite values: an empty split-KV chunk's maximum is −∞)
-        let scale = want
-            .iter()
-            .enumerate()
-            .filter(|(j, v)| is_value(*j) && v.is_finite())
-            .fold(0.0f32, |m, (_, v)| m.max(v.abs()));
-        let scale = scale.max(1e-6);
+        let scale = magnitude(want.iter().enumerate().filter(|(j, _)| is_value(*j)).map(|(_, v)| v));
+        // The logits an argmax chose among, their width, and the margin the logits' own
+        // comparison grants each logit (the tolerance of the whole logits tensor's magnitude): a
+        // device logit that passes it may reorder near-ties. A chunk's own magnitude was stricter
+        // than that, and failed a Qwen3-width step on the H200 where the logits all passed.
+        let chosen = indices[i].map(|(logits, chunk)| {
+            let l = cpu.get(logits);
+            (l, g.tensor(logits).desc.shape[1], chunk, magnitude(l.iter()))
+        });
         for (j, (&a, &b)) in got.iter().zip(want).enumerate() {
-            if let Some((logits, chunk)) = indices[i] {
-                let l = cpu.get(logits);
-                let width = g.tensor(logits).desc.shape[1];
+            if let Some((l, width, chunk, lscale)) = chosen {
                 // which candidates entry j chose among, if it is an index
                 let range = if chunk == 0 {
                     Some((j * width, (j + 1) * width))
@@ -280,11 +286,6 @@ pub fn compare_step(
                 if let Some((lo, hi)) = range {
                     let cand = &l[lo..hi];
                     let best = cand.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    // The margin the logits' own comparison grants each logit (the tolerance of
-                    // the whole logits tensor's magnitude): a device logit that passes it may
-                    // reorder near-ties. A chunk's own magnitude was stricter than that, and
-                    // failed a Qwen3-width step on the H200 where the logits all passed.
-                    let lscale = l.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6);
                     let col = (lo % width) as f32;
                     let k = a - col;
                     let ok =
