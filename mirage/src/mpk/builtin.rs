@@ -637,14 +637,20 @@ pub fn chunk_range(keylen: usize, chunks: usize, c: usize) -> std::ops::Range<us
     lo..(lo + per).min(keylen)
 }
 
-/// Key chunks per KV head of split-KV attention for `workers` workers: `kv_heads × chunks`
-/// tasks fill the workers once (at least one chunk).
-pub fn split_kv_chunks(kv_heads: usize, workers: usize) -> usize {
-    (workers / kv_heads.max(1)).max(1)
+/// The fewest keys a split-KV chunk has when the cache is full: below that a chunk's fixed cost
+/// (reading its query group, writing and combining its partial) outweighs the keys it reads
+/// (session 10: the toy's 128-key cache in 16 chunks of 8 keys decoded 20% slower than 2 of 64).
+pub const MIN_CHUNK_KEYS: usize = 64;
+
+/// Key chunks per KV head of split-KV attention over a cache of `capacity` keys for `workers`
+/// workers: as many as fill the workers once (`kv_heads × chunks` tasks), but no more than give
+/// every chunk [`MIN_CHUNK_KEYS`] keys of a full cache; at least one.
+pub fn split_kv_chunks(kv_heads: usize, capacity: usize, workers: usize) -> usize {
+    (workers / kv_heads.max(1)).min(capacity.div_ceil(MIN_CHUNK_KEYS)).max(1)
 }
 
 /// Adds split-KV attention of `q` over the first `keylen` keys of `k_cache`/`v_cache` (see
-/// [`Builtin::AttentionPartial`]) with [`split_kv_chunks`]`(kv_heads, workers)` chunks per KV
+/// [`Builtin::AttentionPartial`]) with [`split_kv_chunks`]`(kv_heads, capacity, workers)` chunks per KV
 /// head: operators `name` (the partials, buffer `{name}.out`) and `{name}_combine` (the result,
 /// buffer `{name}_combine.out`, like `q`), which it returns.
 pub fn split_kv_attention(
@@ -655,9 +661,11 @@ pub fn split_kv_attention(
     scale: Scalar,
     workers: usize,
 ) -> Result<TensorId, GraphError> {
-    let kv_heads = g.tensors().get(k_cache.0).map_or(1, |t| t.desc.shape[0]);
+    // A cache of the wrong rank is the builtin's error below; these are only the chunk count's.
+    let dim = |i: usize| g.tensors().get(k_cache.0).and_then(|t| t.desc.shape.get(i).copied()).unwrap_or(1);
+    let (kv_heads, capacity) = (dim(0), dim(1));
     let dtype = g.tensors().get(q.0).map_or(DType::F32, |t| t.desc.dtype);
-    let chunks = split_kv_chunks(kv_heads, workers);
+    let chunks = split_kv_chunks(kv_heads, capacity, workers);
     let partial = g.builtin(name, Builtin::AttentionPartial { keylen, scale, chunks }, &[q, k_cache, v_cache])?[0];
     Ok(g.builtin(&format!("{name}_combine"), Builtin::AttentionCombine { dtype }, &[partial])?[0])
 }
@@ -881,8 +889,13 @@ mod tests {
                 assert_eq!(covered, (0..l).collect::<Vec<_>>(), "keylen {l}, {chunks} chunks");
             }
         }
-        assert_eq!(split_kv_chunks(8, 132), 16);
-        assert_eq!(split_kv_chunks(200, 132), 1);
+        // The three models' caches (8 KV heads, thousands of keys) fill the 132 workers.
+        assert_eq!(split_kv_chunks(8, 4160, 132), 16);
+        assert_eq!(split_kv_chunks(200, 4160, 132), 1);
+        // The toy's 128-key cache: two chunks of 64 keys, not 16 of 8; a short cache one.
+        assert_eq!(split_kv_chunks(2, 128, 132), 2);
+        assert_eq!(split_kv_chunks(2, 129, 132), 3);
+        assert_eq!(split_kv_chunks(8, 10, 132), 1);
     }
 
     #[test]
@@ -945,8 +958,9 @@ mod tests {
         let part = op("l0.attention");
         let combs: Vec<usize> = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == comb).collect();
         let parts = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == part).count();
-        // 2 KV heads: 66 chunks each fill the 132 workers
-        assert_eq!((combs.len(), parts), (4, 132));
+        // 2 KV heads over a 128-key cache: 2 chunks of 64 keys each (MIN_CHUNK_KEYS), not the
+        // 66 each that would fill the 132 workers
+        assert_eq!((combs.len(), parts), (4, 4));
         let o_proj: Vec<usize> =
             (0..c.tasks.len()).filter(|&t| g.ops()[c.tasks[t].op.0].name.starts_with("l0.o_proj")).collect();
         assert!(!o_proj.is_empty());
