@@ -57,12 +57,15 @@ struct Args {
     check: usize,
     seed: u64,
     profile: bool,
+    prefetch_ahead: Option<u32>,
+    prefetch_sweep: Vec<u32>,
 }
 
 fn usage() -> String {
     format!(
-        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S] [--profile]\n  NAME: one of {}",
-        ModelConfig::PRESETS.join(", ")
+        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S] [--profile] [--prefetch-ahead A] [--prefetch-sweep A,B,..]\n  NAME: one of {}\n  --prefetch-ahead: tasks each worker streams into L2 ahead of the one it runs (default {})\n  --prefetch-sweep: after the timed runs, one launch per token again at each of these (same tokens required)",
+        ModelConfig::PRESETS.join(", "),
+        mirage_runtime::mpk::DEFAULT_PREFETCH_AHEAD
     )
 }
 
@@ -77,6 +80,8 @@ fn parse_args() -> Result<Args, String> {
         check: 0,
         seed: 0,
         profile: false,
+        prefetch_ahead: None,
+        prefetch_sweep: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     let num = |flag: &str, v: Option<String>| -> Result<usize, String> {
@@ -97,6 +102,14 @@ fn parse_args() -> Result<Args, String> {
             "--check" => args.check = num("--check", it.next())?,
             "--seed" => args.seed = num("--seed", it.next())? as u64,
             "--profile" => args.profile = true,
+            "--prefetch-ahead" => args.prefetch_ahead = Some(num("--prefetch-ahead", it.next())? as u32),
+            "--prefetch-sweep" => {
+                let v = it.next().ok_or_else(|| format!("--prefetch-sweep needs a list\n{}", usage()))?;
+                args.prefetch_sweep = v
+                    .split(',')
+                    .map(|x| x.trim().parse::<u32>().map_err(|e| format!("--prefetch-sweep `{v}`: `{x}`: {e}")))
+                    .collect::<Result<_, _>>()?;
+            }
             "-h" | "--help" => return Err(usage()),
             other => return Err(format!("unknown argument `{other}`\n{}", usage())),
         }
@@ -185,6 +198,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let started = Instant::now();
     let mut s = mk.session(gpu.stream())?;
+    if let Some(a) = args.prefetch_ahead {
+        s.set_prefetch_ahead(a);
+    }
     // The step graph (for the CPU reference) only when checking: at full size it takes seconds.
     let graph = if args.check > 0 { Some(decoder_step(&name, &cfg)?) } else { None };
     let weights: Box<dyn Iterator<Item = Result<Weight, mirage::model::ModelError>>> = match &checkpoint {
@@ -295,6 +311,27 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     if args.profile {
         print_profile(plan, &timeline);
+    }
+
+    // The same tokens again, one launch per token, at each prefetch window of the sweep.
+    for &a in &args.prefetch_sweep {
+        s.reset()?;
+        init_states(&mut s)?;
+        s.set_prefetch_ahead(a);
+        let mut us = Vec::new();
+        for (i, p) in steps.iter().enumerate() {
+            start.record(gpu.stream())?;
+            s.launch_async(std::slice::from_ref(p))?;
+            end.record(gpu.stream())?;
+            s.finish()?;
+            us.push(start.elapsed_us(&end)?);
+            let t = s.download_f32("token")?[0] as u32;
+            if t != tokens[i] {
+                return Err(format!("prefetch ahead {a}: step {i} decoded {t}, the timed run {}", tokens[i]).into());
+            }
+        }
+        let ms = median(&us) / 1e3;
+        println!("prefetch ahead {a}: one launch per token {ms:.3} ms/token (median of {}): {}", us.len(), share(ms));
     }
     Ok(())
 }

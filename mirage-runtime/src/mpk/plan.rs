@@ -42,7 +42,7 @@ pub mod abi {
     /// dependencies met), end (after its signals), each `%globaltimer` nanoseconds.
     pub const TIMESTAMPS_PER_TASK: usize = 3;
 
-    /// The resident kernel's only parameter (64 bytes, mirrored by `MpkParams` in the generated
+    /// The resident kernel's only parameter (72 bytes, mirrored by `MpkParams` in the generated
     /// source with a size assertion).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,10 +66,15 @@ pub mod abi {
         pub nsteps: u32,
         /// The watchdog bound of one dependency wait, in nanoseconds.
         pub watchdog_ns: u64,
+        /// How many of its later tasks a worker prefetches into L2 ahead of the current one
+        /// (0: each task its own weights, just before its wait).
+        pub prefetch_ahead: u32,
+        /// Zero (keeps the size a multiple of 8).
+        pub reserved: u32,
     }
 
     /// Size of [`MpkParams`] in bytes.
-    pub const MPK_PARAMS_BYTES: usize = 64;
+    pub const MPK_PARAMS_BYTES: usize = 72;
     const _: () = assert!(std::mem::size_of::<MpkParams>() == MPK_PARAMS_BYTES);
 
     // SAFETY: `MpkParams` is `repr(C)` plain data (integers only) with the layout of the

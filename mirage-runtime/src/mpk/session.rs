@@ -142,6 +142,7 @@ impl Megakernel {
             steps_done: 0,
             poisoned: None,
             watchdog: Duration::from_secs(10),
+            prefetch_ahead: DEFAULT_PREFETCH_AHEAD,
         })
     }
 }
@@ -224,7 +225,11 @@ pub struct Session {
     steps_done: u32,
     poisoned: Option<String>,
     watchdog: Duration,
+    prefetch_ahead: u32,
 }
+
+/// Tasks a worker prefetches ahead by default ([`Session::set_prefetch_ahead`]).
+pub const DEFAULT_PREFETCH_AHEAD: u32 = 1;
 
 impl Session {
     /// The plan.
@@ -246,6 +251,16 @@ impl Session {
     /// compute-sanitizer, which slows kernels down a hundredfold).
     pub fn set_watchdog(&mut self, bound: Duration) {
         self.watchdog = bound;
+    }
+
+    /// Sets how many of its later tasks each worker streams into L2 ahead of the one it runs
+    /// (default [`DEFAULT_PREFETCH_AHEAD`]): the step's first task prefetches the window, every
+    /// later task the task `tasks` places on; 0 prefetches each task's own weights just before
+    /// its dependency wait. A wider window hides more of the weights' latency behind waits but
+    /// can evict from L2 what the running tasks still read. Takes effect at the next launch;
+    /// results do not depend on it (prefetches are hints).
+    pub fn set_prefetch_ahead(&mut self, tasks: u32) {
+        self.prefetch_ahead = tasks;
     }
 
     /// The handle of tensor `name`, checked to hold `T`.
@@ -432,6 +447,8 @@ impl Session {
             step_base,
             nsteps,
             watchdog_ns: u64::try_from(self.watchdog.as_nanos()).unwrap_or(u64::MAX),
+            prefetch_ahead: self.prefetch_ahead,
+            reserved: 0,
         };
         let config = LaunchConfig::new((plan.workers, 1, 1), (plan.threads, 1, 1), plan.smem_bytes);
         let kernel = self.mk.kernel()?;

@@ -21,6 +21,8 @@ struct Params {
   unsigned step_base;            // steps run on these counters before this launch
   unsigned nsteps;               // steps of this launch
   unsigned long long watchdog_ns;  // bound of one dependency wait
+  unsigned prefetch_ahead;       // tasks of its own list a worker prefetches ahead of the current one
+  unsigned reserved;
 };
 static_assert(sizeof(Params) == MPK_PARAMS_BYTES, "mpk::Params must mirror abi::MpkParams");
 
@@ -180,8 +182,8 @@ __device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, uns
 
 // The worker loop of block blockIdx.x: for every step of the launch, wait for the step barrier
 // (all workers done with the previous step), then run the worker's tasks in order: stamp,
-// prefetch weights into L2 (the step's first task its own; every task the next task's of this
-// worker, so that a task's weights stream in while the one before it waits and runs), wait for
+// prefetch weights into L2 (a window of the worker's next `prefetch_ahead` tasks, so that a
+// task's weights stream in while the ones before it wait and run), wait for
 // its counters, run its body, signal its counters with release atomics after a block barrier,
 // stamp. Stops at the first failed wait.
 template <int THREADS, class Dispatch>
@@ -208,10 +210,12 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
       const Task next = t.tasks[id + 1];
       unsigned long long* ts = p.timestamps ? p.timestamps + ((size_t)i * t.num_tasks + id) * 3 : nullptr;
       if (ts && tid == 0) ts[0] = globaltimer();
-      if (k == first) prefetch<THREADS>(p, t.prefetch, task.prefetch_begin, next.prefetch_begin);
-      if (k + 1 < last) {
-        const unsigned ahead = t.worker_list[k + 1];
-        prefetch<THREADS>(p, t.prefetch, t.tasks[ahead].prefetch_begin, t.tasks[ahead + 1].prefetch_begin);
+      // A window of this worker's tasks k..k+ahead streams into L2: the step's first task fills
+      // it, every later task adds the one `ahead` places on (ahead = 0: each task its own).
+      const unsigned ahead = p.prefetch_ahead;
+      for (unsigned j = (k == first || ahead == 0) ? k : k + ahead; j <= k + ahead && j < last; ++j) {
+        const unsigned a = t.worker_list[j];
+        prefetch<THREADS>(p, t.prefetch, t.tasks[a].prefetch_begin, t.tasks[a + 1].prefetch_begin);
       }
       const Wait* waits = t.waits + task.wait_begin;
       if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
