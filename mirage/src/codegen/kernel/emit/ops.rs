@@ -1,6 +1,6 @@
 //! The bodies of block operators outside element-wise groups: one function per operator.
 
-use crate::ir::{BinaryOp, BlockOp, UnaryOp};
+use crate::ir::{BinaryOp, BlockOp, TensorRef, UnaryOp};
 
 use super::super::planner::{MatmulPlan, Reduction};
 use super::Emitter;
@@ -51,6 +51,24 @@ impl Emitter<'_> {
         }
     }
 
+    /// The mask of reduction `i` over `dim` of its operand: the condition on the reduced index
+    /// `r` that the element is not padding of a runtime-sized dim (none when the dim is fixed).
+    pub(super) fn reduction_mask(&self, i: usize, dim: usize) -> Option<String> {
+        self.valid_along(self.bg().nodes()[i].inputs[0], dim, "r")
+    }
+
+    /// `value`, the element at `idx` of element-wise operator `i`'s result, or zero where that is
+    /// padding of a runtime-sized dim: padding stays zeros through element-wise operators
+    /// (`exp(0) = 1` would otherwise reach a matmul's contraction over the padded dim, and
+    /// `exp(0 − m)` may overflow), so sums and contractions over padding add zeros and only
+    /// maxima need a mask.
+    pub(super) fn zero_padding(&self, i: usize, idx: &[String], value: String) -> String {
+        match self.valid_at(TensorRef { node: i, port: 0 }, idx) {
+            Some(c) => format!("(({c}) ? {value} : 0.0f)"),
+            None => value,
+        }
+    }
+
     /// The planned reduction of node `i`.
     pub(super) fn reduction_of(&self, i: usize) -> Reduction {
         self.plan.reductions[i].expect("every reducing operator is planned")
@@ -61,7 +79,7 @@ impl Emitter<'_> {
         let out = self.plan.out_tile(i);
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let idx = unflatten("e", &out.shape);
-        let body = out.store(&idx, &unary_expr(op, &x.load(&idx)));
+        let body = out.store(&idx, &self.zero_padding(i, &idx, unary_expr(op, &x.load(&idx))));
         self.elementwise(indent, out.numel(), &body);
     }
 
@@ -71,7 +89,7 @@ impl Emitter<'_> {
         let inputs = &self.bg().nodes()[i].inputs;
         let (a, b) = (self.tile(inputs[0]), self.tile(inputs[1]));
         let idx = unflatten("e", &out.shape);
-        let body = out.store(&idx, &binary_expr(op, &a.load(&idx), &b.load(&idx)));
+        let body = out.store(&idx, &self.zero_padding(i, &idx, binary_expr(op, &a.load(&idx), &b.load(&idx))));
         self.elementwise(indent, out.numel(), &body);
     }
 
@@ -80,7 +98,8 @@ impl Emitter<'_> {
         let out = self.plan.out_tile(i);
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var));
+        let mask = self.reduction_mask(i, r.dim);
+        self.reduce(indent, r, x, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var), mask);
     }
 
     /// The row sums of squares of `rms_norm` node `i` into its scratch tile, and a barrier.
@@ -88,7 +107,7 @@ impl Emitter<'_> {
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let scratch = self.plan.scratch[i].as_ref().expect("rms scratch planned");
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "({x})*({x})", Combine::Sum, &format!("{}[{{o}}] = {{v}};", scratch.var));
+        self.reduce(indent, r, x, "({x})*({x})", Combine::Sum, &format!("{}[{{o}}] = {{v}};", scratch.var), None);
         self.sync(indent);
     }
 
@@ -135,6 +154,7 @@ impl Emitter<'_> {
             d = diff.var
         );
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "{x}", Combine::Max, &store);
+        let mask = self.reduction_mask(i, r.dim);
+        self.reduce(indent, r, x, "{x}", Combine::Max, &store, mask);
     }
 }
