@@ -7,11 +7,15 @@
 //! search picking a µGraph for the S-sized program.
 #![cfg(feature = "build")]
 
-use mirage::codegen::{GeneratedProgram, KernelOptions, generate_sized};
+use std::time::Duration;
+
+use mirage::codegen::{GeneratedProgram, KernelOptions, generate_sized, sized_support};
 use mirage::dims::Dims;
-use mirage::ir::KernelGraph;
+use mirage::ir::{DType, KernelGraph, TensorDesc};
 use mirage::lower::lower_source;
-use mirage::search::attention;
+use mirage::nvcc::{CompileOptions, compile_cubin};
+use mirage::search::{SearchConfig, attention, superoptimize};
+use mirage_runtime::plan::{GridDim, LaunchPlan, PlanDim};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -36,16 +40,131 @@ fn generated(name: &str, g: &KernelGraph, dims: &Dims) -> Result<GeneratedProgra
     Ok(generate_sized(g, dims, name, &KernelOptions::default())?)
 }
 
-#[test]
-fn dump() -> TestResult {
+/// The split-KV µGraph of [`attention_over_s`] at `S = 1..=1024`: 4 key ranges of 256, key
+/// tiles of 64.
+fn split_kv() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
     let (p, dims) = attention_over_s(2, 32, 1024);
     let a = attention::recognize(&p).expect("recognized");
-    let os = attention::online_softmax(&p, &a, 1, 1024 / 64, 64)?;
-    let sk = attention::split_kv(&p, &a, 4, 256 / 64, 64)?;
-    let g1 = generated("attn_os", &os, &dims)?;
-    let g2 = generated("attn_sk", &sk, &dims)?;
-    std::fs::write("/tmp/attn/os.cu", &g1.kernels_source)?;
-    std::fs::write("/tmp/attn/sk.cu", &g2.kernels_source)?;
-    std::fs::write("/tmp/attn/sk.json", g2.plan.to_json())?;
+    Ok((attention::split_kv(&p, &a, 4, 256 / 64, 64)?, dims))
+}
+
+/// The online-softmax µGraph of [`attention_over_s`] at `S = 1..=1024`: key tiles of 64.
+fn online_softmax() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
+    let (p, dims) = attention_over_s(2, 32, 1024);
+    let a = attention::recognize(&p).expect("recognized");
+    Ok((attention::online_softmax(&p, &a, 1, 1024 / 64, 64)?, dims))
+}
+
+#[test]
+fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
+    let (g, dims) = split_kv()?;
+    let out = generated("attn_sk", &g, &dims)?;
+    let plan = LaunchPlan::from_json(&out.plan.to_json())?;
+    assert_eq!(plan.dims, vec![PlanDim { name: "S".into(), lo: 1, hi: 1024 }]);
+    // K is [heads, dim, S] (S last: its strides follow the size), V is [heads, S, dim].
+    assert_eq!(plan.input_dims, vec![vec![None, None, None], vec![None, None, Some(0)], vec![None, Some(0), None]]);
+    assert_eq!(plan.output_dims, vec![vec![None, None, None]]);
+    // The per-range parts keep their layout at the upper bound (4 ranges): no marks.
+    assert!(plan.buffers.iter().all(|b| b.dims.is_empty()), "{:?}", plan.buffers);
+    let k0 = &plan.kernels[0];
+    assert_eq!(k0.grid_dims, vec![None, Some(GridDim { dim: 0, tile: 256 }), None]);
+    assert_eq!(k0.size_args, vec![0]);
+    assert_eq!(plan.kernels[1].size_args, vec![0]);
+    // At S = 257 two key ranges hold keys; at S = 1 one; at the upper bound all four.
+    let at = |n: usize| -> Result<Vec<usize>, Box<dyn std::error::Error>> {
+        let found = [
+            TensorDesc::new(&[2, 1, 32], DType::Bf16),
+            TensorDesc::new(&[2, 32, n], DType::Bf16),
+            TensorDesc::new(&[2, n, 32], DType::Bf16),
+        ];
+        Ok(mirage_runtime::check_tensors_sized(&plan, &found)?)
+    };
+    assert_eq!(k0.config_at(&at(257)?)?.grid, (2, 2, 1));
+    assert_eq!(k0.config_at(&at(1)?)?.grid, (2, 1, 1));
+    assert_eq!(k0.config_at(&at(1024)?)?.grid, (2, 4, 1));
+    assert_eq!(plan.outputs_at(&at(17)?), vec![TensorDesc::new(&[2, 1, 32], DType::Bf16)]);
+    // Sizes outside the range or disagreeing between K and V are errors naming S.
+    let bad = [
+        TensorDesc::new(&[2, 1, 32], DType::Bf16),
+        TensorDesc::new(&[2, 32, 17], DType::Bf16),
+        TensorDesc::new(&[2, 18, 32], DType::Bf16),
+    ];
+    let e = mirage_runtime::check_tensors_sized(&plan, &bad).expect_err("K and V disagree").to_string();
+    assert!(e.contains("S = 17") && e.contains("S = 18"), "{e}");
+    let big = [
+        TensorDesc::new(&[2, 1, 32], DType::Bf16),
+        TensorDesc::new(&[2, 32, 1025], DType::Bf16),
+        TensorDesc::new(&[2, 1025, 32], DType::Bf16),
+    ];
+    let e = mirage_runtime::check_tensors_sized(&plan, &big).expect_err("past the range").to_string();
+    assert!(e.contains("S in 1..=1024"), "{e}");
+    // The kernels: the key range's trip count, K's strides from the size, the running maximum
+    // and the sums of exp masked, the combine reading only the parts that exist.
+    let src = &out.kernels_source;
+    for needle in [
+        "const int iters = min(4, (max(n0 - by*256, 0) + 63) / 64);",
+        "for (int it = 0; it < iters; ++it) {",
+        "(long long)(0 + ((v / 64) % 32))*n0 + (long long)(by*256 + (it)*64 + (v % 64))*1;",
+        "if ((by*256 + (it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
+        "if ((by*256 + (it)*64 + r) < n0) { v = v + t7[(r)]; }",
+        "t7[((e % 64))] = (((by*256 + (it)*64 + (e % 64)) < n0) ? v7 : 0.0f);",
+        "for (int r = 0; r < 4; r += 1) { if ((0 + r) < (((n0 + 255) / 256) * 1)) { v = fmaxf(v, t2[(r)]); } }",
+    ] {
+        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
+    }
+    insta::assert_snapshot!(out.kernels_source);
+    Ok(())
+}
+
+#[test]
+fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
+    let (g, dims) = online_softmax()?;
+    let out = generated("attn_os", &g, &dims)?;
+    assert_eq!(out.plan.kernels.len(), 1);
+    assert!(out.plan.kernels[0].grid_dims.is_empty(), "the grid is over heads only");
+    let src = &out.kernels_source;
+    for needle in [
+        "const int iters = min(16, (max(n0, 0) + 63) / 64);",
+        // K's tile is copied element by element (a vector could straddle S), predicated.
+        "((it)*64 + (v % 64)) < n0 ? in1[go] : mirage::from_f32<__nv_bfloat16>(0.0f);",
+        // V's rows past S are zero-filled beside the 16-byte copies.
+        "< n0) mirage::cp_async16(d, in2 + go); else { *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u); }",
+        "if (((it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
+    ] {
+        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
+    }
+    Ok(())
+}
+
+#[test]
+fn s_sized_attention_kernels_compile_for_sm90a() -> TestResult {
+    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
+    for (name, (g, dims)) in [("attn_sk", split_kv()?), ("attn_os", online_softmax()?)] {
+        let out = generated(name, &g, &dims)?;
+        let cubin = compile_cubin(&out.source, name, &opts)?;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_search_picks_an_s_sized_attention_in_a_small_budget() -> TestResult {
+    // bf16 at a test shape, S = 1..=1024: the search verifies over the range and chooses a
+    // µGraph code generation writes; it is one of the fused forms (one key loop, masks).
+    let (p, dims) = attention_over_s(2, 32, 1024);
+    let cfg = SearchConfig {
+        budget: Duration::from_secs(120),
+        max_states: 200_000,
+        dims: dims.clone(),
+        offline: Some(false),
+        ..SearchConfig::default()
+    };
+    let r = superoptimize(&p, &cfg, None)?;
+    assert_eq!(r.best.verified, Some(true));
+    sized_support(&r.best.graph, &dims, &KernelOptions::default())?;
+    let out = generated("attn_best", &r.best.graph, &dims)?;
+    std::fs::write("/tmp/attn/best.cu", &out.kernels_source)?;
+    std::fs::write("/tmp/attn/best.json", out.plan.to_json())?;
+    assert!(out.kernels_source.contains("const int n0"), "{}", out.kernels_source);
     Ok(())
 }

@@ -168,9 +168,9 @@ fn sized_graph(graph: &KernelGraph, dims: &Dims) -> Result<(KernelGraph, Option<
         // Reductions over padding are masked in the kernels (their identity for the padding),
         // except these, whose masks are not written.
         for i in 0..graph.nodes().len() {
-            let unmasked = p.kernel(i).and_then(|k| {
-                k.masked.iter().find(|m| m.starts_with("rms_norm") || m.starts_with("acc_rms"))
-            });
+            let unmasked = p
+                .kernel(i)
+                .and_then(|k| k.masked.iter().find(|m| m.starts_with("rms_norm") || m.starts_with("acc_rms")));
             if let Some(what) = unmasked {
                 return Err(CodegenError::Unsupported(format!(
                     "a masked reduction over a runtime-sized dim that code does not mask (kernel k{i}: {what})"

@@ -232,9 +232,7 @@ fn check_sizes(plan: &KernelPlan<'_>, name: &str, sizes: &KernelSizes) -> Result
                 ));
             }
             BlockOp::Accum { .. } if plan.registers.reg_sum[i] && padded(x, rank - 1) => {
-                return unsupported(format!(
-                    "row sums in registers (node {i}) over a runtime-sized dim (not masked)"
-                ));
+                return unsupported(format!("row sums in registers (node {i}) over a runtime-sized dim (not masked)"));
             }
             _ => {}
         }

@@ -113,10 +113,7 @@ impl Emitter<'_> {
             }
             (Some(n), false) => {
                 let ty = ctype(kdesc.dtype);
-                self.line(
-                    indent + 1,
-                    &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"),
-                );
+                self.line(indent + 1, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
             }
         }
         self.line(indent, "}");

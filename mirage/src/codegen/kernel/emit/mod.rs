@@ -23,8 +23,8 @@ pub(super) use skeleton::{emit_kernel, emit_task_body};
 
 use crate::ir::{AccKind, BlockGraph, BlockOp, TensorRef};
 
-use super::{DimSize, KernelSizes};
 use super::planner::{KernelPlan, Tile};
+use super::{DimSize, KernelSizes};
 
 /// The C names of the block's index along x, y and z in the kernel body.
 const BLOCK_INDEX: [&str; 3] = ["bx", "by", "bz"];
@@ -62,6 +62,10 @@ pub(super) struct Bound {
     pub offset: String,
     /// The number of valid elements of the device tensor along the dim.
     pub bound: String,
+    /// The offset in the loop's first iteration (the offset itself when the loop does not walk
+    /// the dim): an accumulator over the iterations holds an element wherever some iteration had
+    /// one, so its tile's bound starts there.
+    pub first: String,
 }
 
 /// The text writer of one kernel and the plan it writes.
@@ -209,10 +213,15 @@ pub(super) fn tile_bounds(plan: &KernelPlan<'_>, sizes: &KernelSizes) -> Vec<Vec
                     vec![vec![None; rank]]
                 } else {
                     let boff = copy::block_offset(bg, i, "it");
+                    let first = copy::block_offset(bg, i, "0");
                     vec![
                         (0..rank)
                             .map(|d| {
-                                size_bound(sizes, dims[d]).map(|bound| Bound { offset: boff[d].clone(), bound })
+                                size_bound(sizes, dims[d]).map(|bound| Bound {
+                                    offset: boff[d].clone(),
+                                    bound,
+                                    first: first[d].clone(),
+                                })
                             })
                             .collect(),
                     ]
@@ -246,10 +255,16 @@ pub(super) fn tile_bounds(plan: &KernelPlan<'_>, sizes: &KernelSizes) -> Vec<Vec
                 o.push(None);
                 vec![o]
             }
-            BlockOp::Accum { acc } => match acc {
-                AccKind::Sum | AccKind::Max | AccKind::Rescale => vec![ins[0].clone()],
-                _ => vec![reduced(ins[0].len() - 1)],
-            },
+            BlockOp::Accum { acc } => {
+                let mut o = match acc {
+                    AccKind::Sum | AccKind::Max | AccKind::Rescale => ins[0].clone(),
+                    _ => reduced(ins[0].len() - 1),
+                };
+                for b in o.iter_mut().flatten() {
+                    b.offset = b.first.clone();
+                }
+                vec![o]
+            }
             _ => vec![ins[0].clone(); nd.outputs.len()],
         };
         out.push(ports);

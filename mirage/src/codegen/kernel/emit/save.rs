@@ -48,7 +48,9 @@ impl Emitter<'_> {
         );
         // Runtime-sized dims: elements at or past a size are not written.
         let conds: Vec<String> = (0..shape.len())
-            .filter_map(|d| dims.get(d).and_then(|&s| size_bound(self.sizes, s)).map(|n| format!("({}) < {n}", coords[d])))
+            .filter_map(|d| {
+                dims.get(d).and_then(|&s| size_bound(self.sizes, s)).map(|n| format!("({}) < {n}", coords[d]))
+            })
             .collect();
         if conds.is_empty() { store } else { format!("if ({}) {store}", conds.join(" && ")) }
     }
