@@ -45,10 +45,13 @@ fn plan_marks(extents: &[Extent]) -> Vec<Option<usize>> {
 
 /// [`generate`] for a µGraph built at the upper bounds of `dims` (none: a static program): every
 /// kernel takes the sizes of the runtime-sized dims it uses as `int` parameters after its
-/// pointers, its grid axes over such dims get `ceil(n / tile)` blocks at launch, and the plan
-/// records the ranges and which dims they size. What the kernels cannot do at a runtime size yet
-/// (a runtime-sized dim other than dim 0, a for-loop over one: [`KernelSizes`]) is an
-/// [`CodegenError::Unsupported`] naming the kernel.
+/// pointers, its grid axes over such dims get `ceil(n / slab)` blocks at launch, its for-loop
+/// over one `ceil(valid / tile)` iterations, strides of tensors sized at other dims than dim 0 are
+/// computed from the sizes, reductions over padding are masked ([`KernelSizes`]), and the plan
+/// records the ranges and which dims they size (a tensor of per-block parts keeps its layout at
+/// the upper bound and gets no mark). What the kernels cannot do at a runtime size (an RMS mean
+/// over padding, a padded tile kept in registers) is an [`CodegenError::Unsupported`] naming the
+/// kernel.
 pub fn generate_sized(
     graph: &KernelGraph,
     dims: &Dims,
@@ -224,9 +227,9 @@ fn kernel_sizes(sized: Option<&DimPlan>, graph: &KernelGraph, node: usize) -> Ke
 }
 
 /// Whether [`generate_sized`] can write `graph` (built at the upper bounds of `dims`): the checks
-/// it makes before writing code (runtime-sized dims at dim 0 only, no masked reduction, no
-/// tensor of per-block parts, no for-loop walking a runtime-sized dim, copies
-/// that can be predicated row by row, tiles that fit the shared memory), without writing any.
+/// it makes before writing code (no unmasked reduction over padding, no program output of
+/// per-block parts, copies that can be predicated, no padded tile in registers, tiles that fit
+/// the shared memory), without writing any.
 /// The search applies it to every candidate of a program with runtime-sized dims
 /// ([`crate::search::ranges`]), so that it never chooses a µGraph code generation refuses.
 pub fn sized_support(graph: &KernelGraph, dims: &Dims, opts: &KernelOptions) -> Result<(), CodegenError> {

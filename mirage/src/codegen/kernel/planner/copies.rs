@@ -20,6 +20,12 @@ pub(super) struct VectorCopy {
     pub vec: usize,
 }
 
+/// `vector_copy_sized` of a tensor of fixed dims.
+#[cfg(test)]
+pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
+    vector_copy_sized(desc, tile, &[])
+}
+
 /// The vectors of a `tile`-shaped copy from a tensor laid out as `desc`: the widest of 16-, 8-
 /// and 4-byte vectors (of at least two elements) along the contiguous dim such that the tile spans
 /// a whole number of them and every row of the tile, in every block and iteration, starts
@@ -27,15 +33,11 @@ pub(super) struct VectorCopy {
 /// (A weight tile 148 bf16 columns wide — 296 bytes — is copied in 8-byte vectors; before, every
 /// tile that was not a multiple of 16 bytes was copied element by element, synchronously, and
 /// such kernels streamed at a tenth of the bandwidth on the H200: docs/DECISIONS.md.)
-#[cfg(test)]
-pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
-    vector_copy_sized(desc, tile, &[])
-}
-
-/// `vector_copy` for a tensor whose dims follow runtime sizes as `sizes` says (empty: all
-/// fixed): its strides are those of every size, so a runtime-sized dim counts as 1 in the
-/// alignment of the others' strides (the smallest size), and the contiguous dim is copied element
-/// by element when it is runtime-sized itself (a vector would straddle the size).
+///
+/// For a tensor whose dims follow runtime sizes as `sizes` says (empty: all fixed), its strides
+/// are those of every size: a runtime-sized dim counts as 1 in the alignment of the others'
+/// strides (the smallest size), and the contiguous dim is copied element by element when it is
+/// runtime-sized itself (a vector would straddle the size).
 pub(super) fn vector_copy_sized(desc: &TensorDesc, tile: &[usize], sizes: &[DimSize]) -> VectorCopy {
     let es = desc.dtype.size_bytes();
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
