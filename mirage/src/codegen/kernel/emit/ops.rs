@@ -58,15 +58,21 @@ impl Emitter<'_> {
     }
 
     /// `value`, the element at `idx` of element-wise operator `i`'s result, or zero where that is
-    /// padding of a runtime-sized dim: padding stays zeros through element-wise operators
-    /// (`exp(0) = 1` would otherwise reach a matmul's contraction over the padded dim, and
-    /// `exp(0 − m)` may overflow), so sums and contractions over padding add zeros and only
-    /// maxima need a mask.
+    /// padding of a runtime-sized dim that a matmul contracts: reductions and accumulators mask
+    /// their padding, but a contraction does not, and `exp(0 − m)` at a padded key would reach it
+    /// (as 1, or as `inf` with a very negative maximum: `inf · 0` is a NaN).
     pub(super) fn zero_padding(&self, i: usize, idx: &[String], value: String) -> String {
-        match self.valid_at(TensorRef { node: i, port: 0 }, idx) {
-            Some(c) => format!("(({c}) ? {value} : 0.0f)"),
-            None => value,
-        }
+        let t = TensorRef { node: i, port: 0 };
+        let rank = idx.len();
+        let contracted = |d: usize| {
+            self.bg().nodes().iter().any(|n| {
+                matches!(n.op, BlockOp::Matmul)
+                    && ((n.inputs[0] == t && d + 1 == rank) || (n.inputs.get(1) == Some(&t) && d + 2 == rank))
+            })
+        };
+        let conds: Vec<String> =
+            (0..rank).filter(|&d| contracted(d)).filter_map(|d| self.valid_along(t, d, &idx[d])).collect();
+        if conds.is_empty() { value } else { format!("(({}) ? {value} : 0.0f)", conds.join(" && ")) }
     }
 
     /// The planned reduction of node `i`.
