@@ -170,10 +170,10 @@ pub(super) fn layout_strides(sizes: &KernelSizes, shape: &[usize], dims: &[DimSi
         .map(|d| {
             let mut fixed = 1usize;
             let mut vars = Vec::new();
-            for e in d + 1..shape.len() {
+            for (e, &extent) in shape.iter().enumerate().skip(d + 1) {
                 match dims.get(e) {
                     Some(DimSize::Var(p)) => vars.push(sizes.params[*p].clone()),
-                    _ => fixed *= shape[e],
+                    _ => fixed *= extent,
                 }
             }
             if vars.is_empty() {
