@@ -168,3 +168,23 @@ fn the_search_picks_an_s_sized_attention_in_a_small_budget() -> TestResult {
     assert!(out.kernels_source.contains("const int n0"), "{}", out.kernels_source);
     Ok(())
 }
+
+#[test]
+fn the_issue_shape_has_code_at_runtime_sizes() -> TestResult {
+    // 32 heads, head dim 128, bf16, S = 1..=32768: the online softmax (key tiles of 128) and
+    // split-KV (16 ranges of 2048 keys, tiles of 128) are written and compile for sm_90a.
+    let (p, dims) = attention_over_s(32, 128, 32768);
+    let a = attention::recognize(&p).expect("recognized");
+    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
+    for (name, g) in [
+        ("issue_os", attention::online_softmax(&p, &a, 1, 32768 / 128, 128)?),
+        ("issue_sk", attention::split_kv(&p, &a, 16, 2048 / 128, 128)?),
+    ] {
+        sized_support(&g, &dims, &KernelOptions::default())?;
+        let out = generated(name, &g, &dims)?;
+        assert!(out.kernels_source.contains("const int iters = min("), "{name}");
+        let cubin = compile_cubin(&out.source, name, &opts)?;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+    }
+    Ok(())
+}
