@@ -62,6 +62,7 @@ fn programs() -> Vec<&'static Program> {
         &op_down_residual_r1::PROGRAM,
         &op_down_residual_r16::PROGRAM,
         &op_gated_mlp_over_b::PROGRAM,
+        &op_attention_over_s::PROGRAM,
     ]
 }
 
@@ -508,6 +509,57 @@ fn a_bucketed_launcher_matches_the_reference_at_twelve_sizes() {
         let (got, want) = (gpu.download(&y).expect("download"), gpu.download(&want).expect("download"));
         assert!(got == want, "B = {b}: the _into form differs from the typed launcher");
     }
+}
+
+/// With a GPU: the decode attention over a runtime key length `op_attention_over_s` (S in
+/// 1..=8192, one build at 8192) at 12 key lengths — 1, 3, 17, 255, 4097, both range ends and sizes
+/// that are not multiples of any tile among them — against the CPU reference of the program at
+/// that length (`mirage::testing::compare`); `S = 8193` and K and V of different lengths are
+/// errors before any launch. Run under compute-sanitizer's memcheck by scripts/gpu-run-all.sh.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_s_sized_attention_matches_the_reference_at_twelve_sizes() {
+    use mirage::dims::DimPlan;
+    use mirage::eval::evaluate_at;
+    let name = "op_attention_over_s";
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let seed = seed("an_s_sized_attention_matches_the_reference_at_twelve_sizes").unwrap_or_else(|e| panic!("{e}"));
+    let source = lowered(name);
+    let dplan = DimPlan::analyze(&source.graph, &source.dims).unwrap_or_else(|e| panic!("{e}"));
+    let plan = kernels::op_attention_over_s::PROGRAM.plan().unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = Vec::new();
+    for n in [1, 2, 3, 17, 64, 255, 256, 1000, 2049, 4097, 8191, 8192] {
+        let specs = plan.inputs_at(&[n]);
+        // Scores up to ±8: the maximum's subtraction matters.
+        let host = random_inputs(&specs, seed + n as u64, |i| if i == 0 { -8.0..8.0 } else { -1.0..1.0 });
+        let up = |i: usize| {
+            let v: Vec<bf16> = host[i].data.iter().map(|&x| bf16::from_f32(x)).collect();
+            gpu.upload(&v, &specs[i].shape).unwrap_or_else(|e| panic!("S = {n}: {e}"))
+        };
+        let (q, k, v) = (up(0), up(1), up(2));
+        let y = kernels::op_attention_over_s(&gpu, &q, &k, &v).unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        assert_eq!(y.shape(), &[4, 1, 64], "S = {n}");
+        let got: Vec<f32> = gpu.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
+        let run = dplan.run_shapes(&source.graph, &[n]).unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        let want = evaluate_at(&source.graph, &mirage::reference::F32, &host, &run).unwrap_or_else(|e| panic!("{e}"));
+        let model = ErrorModel::new(DType::Bf16, n.max(64));
+        let c = compare(&got, &want[0].data, &want[0].shape, model).unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        println!("{name} S = {n:4}: {c}");
+        if let Err(e) = c.check(&format!("{name} S = {n}")) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    // Out of range, and K and V disagreeing: errors naming S, before any launch.
+    let q = gpu.upload(&vec![bf16::from_f32(0.0); 4 * 64], &[4, 1, 64]).expect("upload");
+    let k = gpu.upload(&vec![bf16::from_f32(0.0); 4 * 64 * 8193], &[4, 64, 8193]).expect("upload");
+    let v = gpu.upload(&vec![bf16::from_f32(0.0); 4 * 8193 * 64], &[4, 8193, 64]).expect("upload");
+    let e = kernels::op_attention_over_s(&gpu, &q, &k, &v).expect_err("S = 8193").to_string();
+    assert!(e.contains("S in 1..=8192") && e.contains("S = 8193"), "{e}");
+    let k = gpu.upload(&vec![bf16::from_f32(0.0); 4 * 64 * 17], &[4, 64, 17]).expect("upload");
+    let v = gpu.upload(&vec![bf16::from_f32(0.0); 4 * 18 * 64], &[4, 18, 64]).expect("upload");
+    let e = kernels::op_attention_over_s(&gpu, &q, &k, &v).expect_err("S = 17 and 18").to_string();
+    assert!(e.contains("S = 17") && e.contains("S = 18"), "{e}");
 }
 
 fn sized_launcher_matches(name: &str, launcher: GatedMlp, program: &'static mirage::Program) {

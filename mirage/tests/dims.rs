@@ -251,27 +251,44 @@ fn the_search_verifies_over_the_range_and_keys_the_cache_on_it() -> TestResult {
 }
 
 #[test]
-fn a_reduction_over_b_that_needs_a_mask_has_no_code_and_the_search_says_so() -> TestResult {
-    // Σ_B exp(x): every block graph tiles B, and its padded rows must be skipped; the values
-    // verify over the range (masked reductions), but code generation does not write masks yet.
+fn a_reduction_over_b_that_needs_a_mask_has_code_and_the_search_finds_it() -> TestResult {
+    // Σ_B exp(x): every block graph tiles B, and its padded rows must be skipped; code masks
+    // them (zeroed padding, masked folds), so the µGraphs that verify over the range have code.
     let p = reduced_over_b(Some(mirage::ir::UnaryOp::Exp), false)?;
     let dims = over_b(1, 2);
     let range = RangeCheckCase::new(&p, &dims);
     let looped = looped_over_b(Some(mirage::ir::UnaryOp::Exp), AccKind::Sum, false)?;
-    let why = range.check(&looped).expect_err("no code for a masked reduction");
-    assert!(why.starts_with("has no code at runtime sizes") && why.contains("masked reduction"), "{why}");
-    // A plain sum needs no mask, but its for-loop walks B: code generation refuses it too.
+    range.check(&looped)?;
+    // A plain sum whose for-loop walks B: a runtime trip count.
     let clean = reduced_over_b(None, false)?;
     let plain = looped_over_b(None, AccKind::Sum, false)?;
-    let why = RangeCheckCase::new(&clean, &dims).check(&plain).expect_err("no code for a loop over B");
-    assert!(why.starts_with("has no code at runtime sizes") && why.contains("for-loop walks"), "{why}");
+    RangeCheckCase::new(&clean, &dims).check(&plain)?;
+    let k = generate_sized(&plain, &dims, "sum_b", &KernelOptions::default())?;
+    assert!(k.kernels_source.contains("const int iters = min(4, (max(n0, 0) + 15) / 16);"), "{}", k.kernels_source);
     // A wrong candidate is still reported as wrong: Σ_B x for Σ_B exp(x).
     let why = range.check(&plain).expect_err("another function");
     assert!(why.contains("differs at B = "), "{why}");
-    // Every candidate reduces over B with a mask, so the search finds nothing, and says why.
+    // The search over B finds a µGraph with code, equal to the program at every size.
+    let r = superoptimize(&p, &over_b_config(dims.clone()), None)?;
+    sized_support(&r.best.graph, &dims, &KernelOptions::default())?;
+    agrees_at(&p, &r.best.graph, &dims, &SIZES)?;
+    Ok(())
+}
+
+#[test]
+fn an_rms_norm_over_a_runtime_sized_row_has_no_code_and_the_search_says_so() -> TestResult {
+    // rms_norm over x[4, B]: its mean counts the valid elements, which code does not mask; every
+    // candidate needs it, so the search finds nothing and says why.
+    let mut p = KernelGraph::new();
+    let x = p.input(&[4, 64], DType::F32)?;
+    let y = p.rms_norm(x, 1e-6, None)?;
+    p.output(y, None)?;
+    let dims = Dims { vars: over_b(1, 2).vars, inputs: vec![vec![None, Some(0)]] };
+    let e = generate_sized(&p, &dims, "rms_b", &KernelOptions::default()).expect_err("an unmasked mean");
+    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("rms_norm over [B]"), "{e}");
     let e = superoptimize(&p, &over_b_config(dims), None).expect_err("nothing has code over B").to_string();
-    assert!(e.contains("over the declared ranges (B = 1..=64)") && e.contains("masked reduction"), "{e}");
-    assert!(e.contains("reduce_sum(0) (%2) over B"), "{e}");
+    assert!(e.contains("over the declared ranges (B = 1..=64)") && e.contains("code does not mask"), "{e}");
     Ok(())
 }
 
@@ -293,30 +310,24 @@ impl<'a> RangeCheckCase<'a> {
 }
 
 #[test]
-fn a_candidate_code_generation_refuses_at_runtime_sizes_gives_way_to_the_next() -> TestResult {
+fn the_static_choice_of_a_sum_over_b_has_code_at_runtime_sizes() -> TestResult {
     // Σ_B x over x[B, 4096] f32: at B = 64 the cheapest µGraph loads its [64, 32] tiles with a
-    // strided copy that cannot be cut row by row at a runtime B, which code generation refuses;
-    // the search over B takes another candidate, which it can write.
+    // strided copy; at runtime sizes the planner copies a runtime-sized operand unit by unit
+    // (predicated), so the same µGraph has code, and the search over B agrees at every size.
     let mut p = KernelGraph::new();
     let x = p.input(&[64, 4096], DType::F32)?;
     let y = p.reduce_sum(x, 0)?;
     p.output(y, None)?;
     let dims = over_b(1, 2);
     let fixed = superoptimize(&p, &over_b_config(Dims::default()), None)?;
-    let refused = sized_support(&fixed.best.graph, &dims, &KernelOptions::default())
-        .expect_err("the static choice has no code at runtime sizes");
-    assert!(matches!(refused, CodegenError::Unsupported(_)), "{refused}");
-    assert!(refused.to_string().contains("cannot be predicated by row"), "{refused}");
+    sized_support(&fixed.best.graph, &dims, &KernelOptions::default())?;
+    let g = generate_sized(&fixed.best.graph, &dims, "sum_b", &KernelOptions::default())?;
+    assert!(g.kernels_source.contains(") < n0) mirage::cp_async"), "{}", g.kernels_source);
+    agrees_at(&p, &fixed.best.graph, &dims, &SIZES)?;
     let sized = superoptimize(&p, &over_b_config(dims.clone()), None)?;
     sized_support(&sized.best.graph, &dims, &KernelOptions::default())?;
-    assert_ne!(sized.best.hash, fixed.best.hash);
     agrees_at(&p, &sized.best.graph, &dims, &SIZES)?;
-    // generate_sized agrees: it writes the sized choice and refuses the static one.
-    generate_sized(&sized.best.graph, &dims, "sum_b", &KernelOptions::default())?;
-    assert!(generate_sized(&fixed.best.graph, &dims, "sum_b", &KernelOptions::default()).is_err());
-    // The range check says why it passed over the static choice.
-    let why = RangeCheckCase::new(&p, &dims).check(&fixed.best.graph).expect_err("refused");
-    assert!(why.starts_with("has no code at runtime sizes"), "{why}");
+    RangeCheckCase::new(&p, &dims).check(&fixed.best.graph)?;
     Ok(())
 }
 
@@ -451,14 +462,13 @@ fn split_kv_over_s_keeps_one_part_per_key_range_that_has_keys() -> TestResult {
 }
 
 #[test]
-fn attention_over_s_verifies_over_the_range_and_code_generation_says_what_is_missing() -> TestResult {
+fn attention_over_s_verifies_over_the_range_and_has_code() -> TestResult {
     // Both fused forms pass the fingerprints and the float check at every verification size of
-    // S (values are checked before code generation's refusal, which is then the only reason).
+    // S, and code generation writes them (masked maxima, zeroed padding, runtime trip counts).
     let (p, dims) = attention_over_s();
     let range = RangeCheckCase::new(&p, &dims);
     for (name, g) in attention_candidates(&p) {
-        let why = range.check(&g).expect_err("no code for masked reductions yet");
-        assert!(why.starts_with("has no code at runtime sizes") && why.contains("masked reduction"), "{name}: {why}");
+        range.check(&g).map_err(|e| format!("{name}: {e}"))?;
     }
     // An online softmax that drops its running maximum's rescale is wrong, and said so.
     let a = attention::recognize(&p).expect("recognized");
@@ -515,17 +525,31 @@ fn without_rescale(bg: &BlockGraph) -> Result<BlockGraph, IrError> {
 }
 
 #[test]
-fn the_search_over_s_verifies_fused_attention_and_names_what_code_generation_lacks() -> TestResult {
-    // Over S = 1..=1024 the fused forms verify at every size (masked reductions), so the search
-    // is stopped by code generation alone, and says so: a build error, never a wrong kernel.
+fn the_search_over_s_chooses_a_fused_attention_with_code() -> TestResult {
+    // Over S = 1..=1024 the fused forms verify at every size (masked reductions) and have code,
+    // so the search chooses one, equal to the static program at every size.
     let src = attention_source(HEADS, DIM, "S", "(dims(S = 1..=1024))");
     let p = lower_source(&src).unwrap_or_else(|e| panic!("{e}")).remove(0);
     let cfg = SearchConfig { budget: Duration::from_secs(120), max_states: 200_000, ..over_b_config(p.dims.clone()) };
-    let e = superoptimize(&p.graph, &cfg, None).expect_err("no code for masked reductions yet").to_string();
-    assert!(e.contains("over the declared ranges (S = 1..=1024)"), "{e}");
-    assert!(e.contains("have no code at runtime sizes") && e.contains("masked reduction"), "{e}");
-    assert!(e.contains("reduces over a runtime-sized dim") && e.contains("over S"), "{e}");
-    assert!(!e.contains("differs at S"), "no candidate differs from the program at another size: {e}");
+    let r = superoptimize(&p.graph, &cfg, None)?;
+    assert_eq!(r.best.verified, Some(true));
+    sized_support(&r.best.graph, &p.dims, &KernelOptions::default())?;
+    let plan = DimPlan::analyze(&r.best.graph, &p.dims)?;
+    for n in [1, 3, 17, 255, 1000, 1024] {
+        let run = plan.run_shapes(&r.best.graph, &[n])?;
+        let x: Vec<HostTensor> = inputs(&run.inputs, n as u64).into_iter().map(|t| t.map(|v| v * 8.0)).collect();
+        let got = evaluate_at(&r.best.graph, &F32, &x, &run)?;
+        let want = mirage::eval::evaluate(
+            &lower_source(&attention_source(HEADS, DIM, &n.to_string(), ""))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .remove(0)
+                .graph,
+            &F32,
+            &x,
+        )?;
+        let e = max_scaled_error(&got[0], &want[0], 1e-5, 1e-4);
+        assert!(e.is_some_and(|e| e <= 1.0), "S = {n}: scaled error {e:?}");
+    }
     Ok(())
 }
 
@@ -534,7 +558,7 @@ fn the_search_over_s_verifies_fused_attention_and_names_what_code_generation_lac
 fn decode_attention_over_s_verifies_at_the_issue_shape() -> TestResult {
     // 32 heads, head dim 128, bf16, S = 1..=32768: the online softmax (key tiles of 128) and
     // split-KV (16 ranges of 2048 keys) pass the fingerprints and the float check at every
-    // verification size of S; code generation's missing masks are the only reason left.
+    // verification size of S, and have code at runtime sizes.
     let src = "#[mugraph(dims(S = 1..=32768))]
         fn attn(q: Tensor<bf16, 32, 1, 128>, k: Tensor<bf16, 32, 128, S>, v: Tensor<bf16, 32, S, 128>) -> Tensor<bf16, 32, 1, 128> {
             let s = q.matmul(k) * 0.08838835;
@@ -547,8 +571,7 @@ fn decode_attention_over_s_verifies_at_the_issue_shape() -> TestResult {
         ("online softmax", attention::online_softmax(&p.graph, &a, 1, 32768 / 128, 128)?),
         ("split-KV", attention::split_kv(&p.graph, &a, 16, 2048 / 128, 128)?),
     ] {
-        let why = range.check(&g).expect_err("no code for masked reductions yet");
-        assert!(why.starts_with("has no code at runtime sizes") && why.contains("masked reduction"), "{name}: {why}");
+        range.check(&g).map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(())
 }

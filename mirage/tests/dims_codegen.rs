@@ -88,8 +88,8 @@ fn the_sized_gated_mlp_compiles_for_sm90a() -> TestResult {
 }
 
 #[test]
-fn what_cannot_run_at_a_runtime_size_is_rejected_with_the_reason() -> TestResult {
-    // Σ_B x with a for-loop walking B: runtime trip counts are not implemented.
+fn a_loop_over_b_and_b_at_dim_1_take_the_size_and_an_rms_over_b_is_rejected() -> TestResult {
+    // Σ_B x with a for-loop walking B: a runtime trip count, the last tile's rows zero-filled.
     let mut g = KernelGraph::new();
     let x = g.input(&[64, 32], DType::F32)?;
     let mut bg = BlockGraph::new(vec![TensorDesc::new(&[64, 32], DType::F32)], [1, 1, 1], 128, 4)?;
@@ -99,16 +99,30 @@ fn what_cannot_run_at_a_runtime_size_is_rejected_with_the_reason() -> TestResult
     bg.output(r, [None; 3])?;
     let y = g.custom(&[x], bg)?[0];
     g.output(y, None)?;
-    let e = generate_sized(&g, &over_b(1), "loop", &KernelOptions::default()).expect_err("a loop over B");
-    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
-    assert!(e.to_string().contains("for-loop walks operand 0's runtime-sized dim 0"), "{e}");
-    // A runtime-sized dim that is not dim 0: x[64, B] (strides would follow the size).
+    let k = generate_sized(&g, &over_b(1), "loop", &KernelOptions::default())?;
+    let src = &k.kernels_source;
+    assert!(src.contains("const int iters = min(4, (max(n0, 0) + 15) / 16);"), "{src}");
+    assert!(src.contains("for (int it = 0; it < iters; ++it) {"), "{src}");
+    // The accumulator holds rows 0..16 wherever an iteration had one: the sum after the loop
+    // masks from the first iteration's offset.
+    assert!(src.contains("if (((0)*16 + r) < n0)"), "{src}");
+    // A runtime-sized dim that is not dim 0: x[32, B], strides follow the size.
     let mut p = KernelGraph::new();
     let x = p.input(&[32, 64], DType::F16)?;
     let e2 = p.exp(x)?;
     p.output(e2, None)?;
     let dims = Dims { vars: over_b(1).vars, inputs: vec![vec![None, Some(0)]] };
-    let e = generate_sized(&p, &dims, "cols", &KernelOptions::default()).expect_err("B as dim 1");
-    assert!(e.to_string().contains("other than dim 0"), "{e}");
+    let k = generate_sized(&p, &dims, "cols", &KernelOptions::default())?;
+    assert_eq!(k.plan.input_dims, vec![vec![None, Some(0)]]);
+    assert_eq!(k.plan.output_dims, vec![vec![None, Some(0)]]);
+    assert!(k.kernels_source.contains("*n0 + (long long)("), "{}", k.kernels_source);
+    // rms_norm over x[32, B]: its mean is not masked.
+    let mut p = KernelGraph::new();
+    let x = p.input(&[32, 64], DType::F32)?;
+    let r = p.rms_norm(x, 1e-6, None)?;
+    p.output(r, None)?;
+    let e = generate_sized(&p, &dims, "rms", &KernelOptions::default()).expect_err("an RMS over B");
+    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("rms_norm over [B]"), "{e}");
     Ok(())
 }

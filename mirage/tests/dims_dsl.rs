@@ -159,7 +159,30 @@ fn two_uses_of_a_dim_must_agree() -> TestResult {
 
 #[test]
 fn a_program_no_micrograph_serves_over_its_range_is_a_build_error_with_the_reason() {
-    // Σ_B exp(x): padded rows add exp(0) = 1 at sizes that are not multiples of a tile.
+    // rms_norm over a runtime-sized row: its mean counts the valid elements, which code does not
+    // mask, so no candidate has code at runtime sizes.
+    let src = r#"
+use mirage::prelude::*;
+
+#[mugraph(dims(B = 1..=64), buckets(B = [64]))]
+fn rms_b(x: Tensor<f32, 8, B>) -> Tensor<f32, 8, B> {
+    rms_norm(x, 1e-6)
+}
+"#;
+    let _one_at_a_time = BUILDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (dir, b) = builder("rms-b", src);
+    let e = b.compile().expect_err("no µGraph serves B");
+    assert!(matches!(e, BuildError::Dims { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("`rms_b`") && msg.contains("B = 1..=64"), "{msg}");
+    assert!(msg.contains("but not an RMS mean over a padded dim"), "{msg}");
+    assert!(msg.contains("not built at a fixed size"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_masked_sum_and_a_runtime_sized_dim_other_than_dim_0_build() -> TestResult {
+    // Σ_B exp(x) (padded rows would add exp(0) = 1 unmasked) and exp of x[8, S] (strides follow S).
     let src = r#"
 use mirage::prelude::*;
 
@@ -167,34 +190,31 @@ use mirage::prelude::*;
 fn exp_sum(x: Tensor<f32, B, 32>) -> Tensor<f32, 1, 32> {
     exp(x).sum(0)
 }
-"#;
-    let (dir, b) = builder("exp-sum", src);
-    let e = b.compile().expect_err("no µGraph serves B");
-    assert!(matches!(e, BuildError::Dims { .. }), "{e}");
-    let msg = e.to_string();
-    assert!(msg.contains("`exp_sum`") && msg.contains("B = 1..=64"), "{msg}");
-    assert!(msg.contains("code generation does not write a masked reduction yet"), "{msg}");
-    assert!(msg.contains("not built at a fixed size"), "{msg}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn a_runtime_sized_dim_code_generation_cannot_serve_is_a_build_error() {
-    // S sizes dim 1: strides would follow the size, which code generation does not do yet.
-    let src = r#"
-use mirage::prelude::*;
 
 #[mugraph(dims(S = 1..=64), buckets(S = [64]))]
 fn cols(x: Tensor<f32, 8, S>) -> Tensor<f32, 8, S> {
     exp(x)
 }
 "#;
-    let (dir, b) = builder("cols", src);
-    let e = b.compile().expect_err("S at dim 1");
-    let msg = e.to_string();
-    assert!(matches!(e, BuildError::Dims { .. }), "{msg}");
-    assert!(msg.contains("`cols`") && msg.contains("other than dim 0"), "{msg}");
+    mirage::nvcc::find_nvcc()?;
+    let _one_at_a_time = BUILDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (dir, b) = builder("masked", src);
+    let report = b.compile()?;
+    assert_eq!(report.programs.len(), 2);
+    for built in &report.programs {
+        let plan = LaunchPlan::from_json(&std::fs::read_to_string(&built.paths.plan)?)?;
+        assert!(plan.kernels.iter().all(|k| k.size_args == vec![0]), "{:?}", plan.kernels);
+        if plan.name.contains("cols") {
+            assert_eq!(plan.input_dims, vec![vec![None, Some(0)]]);
+            assert_eq!(plan.output_dims, vec![vec![None, Some(0)]]);
+            let sizes = check_tensors_sized(&plan, &[TensorDesc::new(&[8, 17], DType::F32)])?;
+            assert_eq!(plan.outputs_at(&sizes), vec![TensorDesc::new(&[8, 17], DType::F32)]);
+        } else {
+            assert_eq!(plan.input_dims, vec![vec![Some(0), None]]);
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// `GATED_MLP` at the literal size `b`.

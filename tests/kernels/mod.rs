@@ -249,6 +249,20 @@ pub fn op_gated_mlp_over_b(
     silu(x.matmul(w1)) * x.matmul(w2)
 }
 
+/// Safe-softmax decode attention over a key length chosen at launch: 4 heads of one query row,
+/// head dim 64, bf16, `S` in 1..=8192 keys (K as `[heads, dim, S]`, V as `[heads, S, dim]`),
+/// built once at 8192 (the kernels take `S` as a parameter: masked key tiles, a runtime trip
+/// count, the key ranges that hold keys).
+#[mugraph(dims(S = 1..=8192), buckets(S = [8192]))]
+pub fn op_attention_over_s(
+    q: Tensor<bf16, 4, 1, 64>,
+    k: Tensor<bf16, 4, 64, S>,
+    v: Tensor<bf16, 4, S, 64>,
+) -> Tensor<bf16, 4, 1, 64> {
+    let s = q.matmul(k) * 0.125;
+    softmax(s, 2).matmul(v)
+}
+
 /// The same over `B` in 1..=64 built as the default size buckets (1, 2..=8, 9..=16, 17..=32,
 /// 33..=64, each at its upper bound): a call runs the bucket holding its `B`.
 #[mugraph(dims(B = 1..=64))]

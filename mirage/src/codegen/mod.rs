@@ -6,7 +6,8 @@ pub mod kernel;
 pub mod plan;
 
 pub use kernel::{
-    KernelOptions, KernelPlan, KernelSizes, KernelSource, generate_kernel, generate_task_body, plan_kernel,
+    DimSize, KernelOptions, KernelPlan, KernelSizes, KernelSource, LoopSize, generate_kernel, generate_task_body,
+    plan_kernel,
 };
 
 use crate::dims::{DimPlan, Dims, Extent};
@@ -44,10 +45,13 @@ fn plan_marks(extents: &[Extent]) -> Vec<Option<usize>> {
 
 /// [`generate`] for a µGraph built at the upper bounds of `dims` (none: a static program): every
 /// kernel takes the sizes of the runtime-sized dims it uses as `int` parameters after its
-/// pointers, its grid axes over such dims get `ceil(n / tile)` blocks at launch, and the plan
-/// records the ranges and which dims they size. What the kernels cannot do at a runtime size yet
-/// (a runtime-sized dim other than dim 0, a for-loop over one: [`KernelSizes`]) is an
-/// [`CodegenError::Unsupported`] naming the kernel.
+/// pointers, its grid axes over such dims get `ceil(n / slab)` blocks at launch, its for-loop
+/// over one `ceil(valid / tile)` iterations, strides of tensors sized at other dims than dim 0 are
+/// computed from the sizes, reductions over padding are masked ([`KernelSizes`]), and the plan
+/// records the ranges and which dims they size (a tensor of per-block parts keeps its layout at
+/// the upper bound and gets no mark). What the kernels cannot do at a runtime size (an RMS mean
+/// over padding, a padded tile kept in registers) is an [`CodegenError::Unsupported`] naming the
+/// kernel.
 pub fn generate_sized(
     graph: &KernelGraph,
     dims: &Dims,
@@ -155,39 +159,34 @@ pub fn generate_sized(
 }
 
 /// The µGraph code generation writes (kernel-level operators lowered to their default block
-/// graphs) and, for a program with runtime-sized dims, how the variables follow through it;
-/// a runtime-sized dim other than dim 0 (strides would depend on the size), a masked reduction
-/// ([`crate::dims::KernelDims::masked`]) and a tensor of per-block parts
-/// ([`crate::dims::Extent::Blocks`]) are [`CodegenError::Unsupported`].
+/// graphs) and, for a program with runtime-sized dims, how the variables follow through it. A
+/// masked reduction code does not mask ([`crate::dims::KernelDims::masked`]: a matmul's
+/// contraction over padding that is not zeros, an RMS mean over a padded dim) and a program
+/// output of per-block parts ([`crate::dims::Extent::Blocks`]) are
+/// [`CodegenError::Unsupported`].
 fn sized_graph(graph: &KernelGraph, dims: &Dims) -> Result<(KernelGraph, Option<DimPlan>), CodegenError> {
     let graph = default_blocks::lower_to_blocks(graph).map_err(CodegenError::Ir)?;
     let sized = if dims.is_static() { None } else { Some(DimPlan::analyze(&graph, dims).map_err(CodegenError::Ir)?) };
     if let Some(p) = &sized {
-        // Masked reductions (crate::eval::Valid) are not written yet: a kernel needing one would
-        // sum or compare its zero-filled padding.
+        // Reductions over padding are masked in the kernels (their identity for the padding),
+        // except these, whose masks are not written.
         for i in 0..graph.nodes().len() {
-            if let Some(what) = p.kernel(i).and_then(|k| k.masked.first()) {
+            let unmasked = p
+                .kernel(i)
+                .and_then(|k| k.masked.iter().find(|m| m.starts_with("rms_norm") || m.starts_with("acc_rms")));
+            if let Some(what) = unmasked {
                 return Err(CodegenError::Unsupported(format!(
-                    "a masked reduction over a runtime-sized dim (kernel k{i}: {what})"
+                    "a masked reduction over a runtime-sized dim that code does not mask (kernel k{i}: {what})"
                 )));
             }
         }
-        for (i, node) in graph.nodes().iter().enumerate() {
-            for port in 0..node.outputs.len() {
-                let e = p.extents(TensorRef { node: i, port });
-                if e.iter().any(|x| matches!(x, Extent::Blocks { .. })) {
-                    return Err(CodegenError::Unsupported(format!(
-                        "a tensor of per-block parts of a runtime-sized dim (tensor %{i}.{port}: {})",
-                        crate::dims::fmt_extents(e, dims)
-                    )));
-                }
-                let m = plan_marks(e);
-                if m.iter().skip(1).any(Option::is_some) {
-                    return Err(CodegenError::Unsupported(format!(
-                        "a runtime-sized dim other than dim 0 (tensor %{i}.{port}: {}): strides would depend on the size",
-                        crate::dims::fmt_extents(p.extents(TensorRef { node: i, port }), dims)
-                    )));
-                }
+        for (k, (t, _)) in graph.outputs().into_iter().enumerate() {
+            let e = p.extents(t);
+            if e.iter().any(|x| matches!(x, Extent::Blocks { .. })) {
+                return Err(CodegenError::Unsupported(format!(
+                    "output {k} of per-block parts of a runtime-sized dim ({})",
+                    crate::dims::fmt_extents(e, dims)
+                )));
             }
         }
     }
@@ -198,22 +197,39 @@ fn sized_graph(graph: &KernelGraph, dims: &Dims) -> Result<(KernelGraph, Option<
 fn kernel_sizes(sized: Option<&DimPlan>, graph: &KernelGraph, node: usize) -> KernelSizes {
     let Some(plan) = sized else { return KernelSizes::default() };
     let kdims = plan.kernel(node).cloned().unwrap_or_default();
-    let slot = |t: TensorRef| -> Option<usize> {
-        let v = plan_marks(plan.extents(t)).first().copied().flatten()?;
-        kdims.vars.iter().position(|&w| w == v)
+    let slot = |v: usize| kdims.vars.iter().position(|&w| w == v).unwrap_or(0);
+    let of = |t: TensorRef| -> Vec<DimSize> {
+        let e = plan.extents(t);
+        if e.iter().all(|x| matches!(x, Extent::Fixed(_))) {
+            return Vec::new();
+        }
+        e.iter()
+            .map(|x| match *x {
+                Extent::Fixed(_) => DimSize::Fixed,
+                Extent::Var(v) => DimSize::Var(slot(v)),
+                Extent::Blocks { var, slab, tile } => DimSize::Blocks { param: slot(var), slab, tile },
+            })
+            .collect()
     };
     let n = &graph.nodes()[node];
+    let forloop = kdims.forloop.map(|f| LoopSize {
+        param: slot(f.var),
+        part: f.part,
+        whole: f.whole,
+        axis: (0..3).find(|&a| kdims.grid[a].is_some_and(|g| g.var == f.var)),
+    });
     KernelSizes {
         params: kdims.vars.iter().map(|&v| size_param(v)).collect(),
-        inputs: n.inputs.iter().map(|&t| slot(t)).collect(),
-        outputs: (0..n.outputs.len()).map(|port| slot(TensorRef { node, port })).collect(),
+        inputs: n.inputs.iter().map(|&t| of(t)).collect(),
+        outputs: (0..n.outputs.len()).map(|port| of(TensorRef { node, port })).collect(),
+        forloop,
     }
 }
 
 /// Whether [`generate_sized`] can write `graph` (built at the upper bounds of `dims`): the checks
-/// it makes before writing code (runtime-sized dims at dim 0 only, no masked reduction, no
-/// tensor of per-block parts, no for-loop walking a runtime-sized dim, copies
-/// that can be predicated row by row, tiles that fit the shared memory), without writing any.
+/// it makes before writing code (no unmasked reduction over padding, no program output of
+/// per-block parts, copies that can be predicated, no padded tile in registers, tiles that fit
+/// the shared memory), without writing any.
 /// The search applies it to every candidate of a program with runtime-sized dims
 /// ([`crate::search::ranges`]), so that it never chooses a µGraph code generation refuses.
 pub fn sized_support(graph: &KernelGraph, dims: &Dims, opts: &KernelOptions) -> Result<(), CodegenError> {

@@ -10,8 +10,8 @@
 //! never reaches a result, so what these sizes catch is a candidate whose geometry does not
 //! follow the sizes (a tail tile, a trip count, a part of a split that a program's value depends
 //! on). A candidate that computes the program everywhere must also be one code generation can
-//! write ([`sized_support`]): code zero-fills padding, so a reduction whose padding is not zeros
-//! summed needs a mask in code, which it refuses for now ([`crate::dims::KernelDims::masked`]).
+//! write ([`sized_support`]): code masks maxima and sums over padding, but not an RMS mean over a
+//! padded dim nor a padded tile kept in registers, which it refuses for now.
 
 use std::collections::HashMap;
 
@@ -107,8 +107,8 @@ impl<'a> RangeCheck<'a> {
 
     /// Why the candidates [`RangeCheck::check`] rejected were rejected, for the search's error
     /// when none is left (empty when it rejected none): the count of each kind of reason with
-    /// its first example, and, when the program reduces over a runtime-sized dim, that code
-    /// generation does not write masked reductions yet.
+    /// its first example, and, when the program reduces over a runtime-sized dim, which masked
+    /// reductions code generation does not write.
     pub fn rejections(&self) -> String {
         if self.rejected.is_empty() {
             return String::new();
@@ -123,7 +123,7 @@ impl<'a> RangeCheck<'a> {
             && let Some(r) = reduction_over_a_variable(self.program, plan)
         {
             out.push_str(&format!(
-                "; the program reduces over a runtime-sized dim ({r}): code generation does not write a masked reduction yet, so only µGraphs whose zero-filled padding adds nothing to the reduction serve it"
+                "; the program reduces over a runtime-sized dim ({r}): code generation masks maxima and sums over padding, but not an RMS mean over a padded dim nor a padded tile kept in registers"
             ));
         }
         out

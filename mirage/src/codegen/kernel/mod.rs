@@ -65,19 +65,61 @@ impl Default for KernelOptions {
 }
 
 /// The runtime sizes of one kernel (`mirage::dims`): `int` parameters after the tensor pointers,
-/// each the size of a runtime-sized dim, and which operands and outputs have their dim 0 sized by
-/// one. The block graph is the one built at the upper bounds; by the padded-tile rule the kernel
-/// loads zeros for rows of an operand at or past its size and stores no row of an output at or
-/// past its size. Only dim 0 may be runtime-sized (so every stride stays fixed), and no for-loop
-/// may walk it; other µGraphs are rejected with [`CodegenError::Unsupported`].
+/// each the size of a runtime-sized dim, and how every dim of the operands and outputs follows
+/// them. The block graph is the one built at the upper bounds; by the padded-tile rule the kernel
+/// loads zeros for elements of an operand at or past its size along a runtime-sized dim, stores
+/// no element of an output past its size, walks a runtime-sized dim in `ceil(valid / tile)`
+/// iterations, and every reduction over a padded dim skips the padding (a mask: the reduction's
+/// identity). Strides of a tensor whose runtime-sized dim is not dim 0 are computed in the kernel
+/// from the parameters (row-major, contiguous at the run size). What the kernels cannot do is
+/// rejected with [`CodegenError::Unsupported`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KernelSizes {
     /// The C names of the `int` parameters, in order.
     pub params: Vec<String>,
-    /// Per block-graph operand: the parameter (index into `params`) sizing its dim 0.
-    pub inputs: Vec<Option<usize>>,
-    /// Per block-graph output: the parameter sizing its dim 0.
-    pub outputs: Vec<Option<usize>>,
+    /// Per block-graph operand, per dim: how its extent follows the parameters (empty: fixed).
+    pub inputs: Vec<Vec<DimSize>>,
+    /// Per block-graph output, per dim: how its extent follows the parameters (empty: fixed).
+    pub outputs: Vec<Vec<DimSize>>,
+    /// The for-loop's trip count, when the loop walks a runtime-sized dim.
+    pub forloop: Option<LoopSize>,
+}
+
+/// How one dim of a kernel's tensor follows the kernel's size parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DimSize {
+    /// The compile-size extent.
+    #[default]
+    Fixed,
+    /// The size parameter (index into [`KernelSizes::params`]); the tensor is laid out row-major at
+    /// that size.
+    Var(usize),
+    /// `ceil(n / slab) · tile` valid elements of parameter `param` (`mirage::dims::Extent::Blocks`:
+    /// split-KV's per-range parts); the tensor keeps its compile-size layout (the buffer is
+    /// allocated at the upper bound) and the parts past the valid ones are never written.
+    Blocks {
+        /// The size parameter.
+        param: usize,
+        /// The part of the variable each producing block covered.
+        slab: usize,
+        /// The width each producing block wrote.
+        tile: usize,
+    },
+}
+
+/// A for-loop walking a runtime-sized dim: `min(forloop_range, ceil(valid / part))` iterations,
+/// `valid = n − axis_index · whole` (the block's part of the size) when grid axis `axis` splits
+/// the same dim, `n` otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopSize {
+    /// The size parameter (index into [`KernelSizes::params`]).
+    pub param: usize,
+    /// The extent one iteration covers.
+    pub part: usize,
+    /// The extent the loop walks in one block at the compile size.
+    pub whole: usize,
+    /// The grid axis splitting the same dim in slabs of `whole`, if any.
+    pub axis: Option<usize>,
 }
 
 impl KernelSizes {
@@ -94,7 +136,7 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
-        let plan = planner::plan_with(bg, stages, opts.bulk_copies);
+        let plan = planner::plan_sized(bg, stages, opts.bulk_copies, &opts.sizes.inputs);
         if plan.total_smem_bytes() <= opts.max_smem_bytes {
             return Ok(plan);
         }
@@ -150,30 +192,57 @@ fn generate_with(
     })
 }
 
-/// Rejects what the generated code cannot yet do at a runtime size: a for-loop over a
-/// runtime-sized dim, and copies that cannot be predicated row by row.
+/// Rejects what the generated code cannot yet do at a runtime size: copies of a runtime-sized
+/// operand that cannot be predicated element by element (a strength-reduced copy, a vector
+/// along a runtime-sized dim), a reduction over padding in registers (a register chain's row
+/// sums) or by `rms_norm` / `acc_rms_last` (their means count the elements).
 fn check_sizes(plan: &KernelPlan<'_>, name: &str, sizes: &KernelSizes) -> Result<(), CodegenError> {
     if sizes.is_static() {
         return Ok(());
     }
     let unsupported = |why: String| Err(CodegenError::Unsupported(format!("kernel `{name}`: {why}")));
     for (i, node) in plan.bg.nodes().iter().enumerate() {
-        let crate::ir::BlockOp::Input { input, forloop_dim, .. } = &node.op else { continue };
-        if sizes.inputs.get(*input).copied().flatten().is_none() {
+        let crate::ir::BlockOp::Input { input, .. } = &node.op else { continue };
+        let dims = sizes.inputs.get(*input).map(Vec::as_slice).unwrap_or(&[]);
+        if dims.iter().all(|d| *d == DimSize::Fixed) {
             continue;
         }
-        if *forloop_dim == Some(0) {
+        let Some(copy) = plan.copies[i].as_ref() else { continue };
+        let vec_sized = copy.vec_dim.is_some_and(|c| dims.get(c).is_some_and(|d| *d != DimSize::Fixed));
+        if matches!(copy.method, planner::CopyMethod::CpAsyncStrided { .. }) || (vec_sized && copy.vec > 1) {
             return unsupported(format!(
-                "the for-loop walks operand {input}'s runtime-sized dim 0 (runtime trip counts are not implemented)"
+                "operand {input} has a runtime-sized dim and a copy that cannot be predicated ({:?})",
+                copy.method
             ));
         }
-        let Some(copy) = plan.copies[i].as_ref() else { continue };
-        if matches!(copy.method, planner::CopyMethod::CpAsyncStrided { .. })
-            || (copy.vec_dim == Some(0) && copy.vec > 1)
-        {
+    }
+    let bounds = emit::tile_bounds(plan, sizes);
+    let padded = |t: crate::ir::TensorRef, d: usize| bounds[t.node][t.port].get(d).is_some_and(Option::is_some);
+    for (i, node) in plan.bg.nodes().iter().enumerate() {
+        use crate::ir::{AccKind, BlockOp};
+        let Some(&x) = node.inputs.first() else { continue };
+        let rank = plan.bg.nodes()[x.node].outputs[x.port].shape.len();
+        match &node.op {
+            BlockOp::RmsNorm { .. } if padded(x, rank - 1) => {
+                return unsupported(format!("rms_norm (node {i}) over a runtime-sized dim (its mean is not masked)"));
+            }
+            BlockOp::Accum { acc: AccKind::RmsLast } if sizes.forloop.is_some() || padded(x, rank - 1) => {
+                return unsupported(format!(
+                    "acc_rms_last (node {i}) over a runtime-sized dim (its mean is not masked)"
+                ));
+            }
+            BlockOp::Accum { .. } if plan.registers.reg_sum[i] && padded(x, rank - 1) => {
+                return unsupported(format!("row sums in registers (node {i}) over a runtime-sized dim (not masked)"));
+            }
+            _ => {}
+        }
+        // A register value's padding is not zeroed: harmless along its rows, but its columns are
+        // contracted (the next matmul's A operand) or summed (row sums).
+        let in_registers = plan.registers.reg[i] || plan.registers.fused[i].is_some();
+        if in_registers && bounds[i].iter().any(|port| port.last().is_some_and(Option::is_some)) {
             return unsupported(format!(
-                "operand {input} has a runtime-sized dim 0 and a copy that cannot be predicated by row ({:?})",
-                copy.method
+                "{} (node {i}) keeps a tile padded along its runtime-sized last dim in registers (its padding is not zeroed)",
+                node.op.name()
             ));
         }
     }

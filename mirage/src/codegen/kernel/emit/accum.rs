@@ -46,24 +46,36 @@ impl Emitter<'_> {
         let x = self.tile(inputs[0]);
         let out = self.plan.out_tile(i);
         let idx = unflatten("e", &out.shape);
+        // Padding of a runtime-sized dim folds in as the accumulator's identity.
+        let valid = self.valid_at(inputs[0], &idx);
+        let xv = |identity: &str| match &valid {
+            Some(c) => format!("(({c}) ? {} : {identity})", x.load(&idx)),
+            None => x.load(&idx),
+        };
         let body = match acc {
-            AccKind::Sum => format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, x.load(&idx)),
-            AccKind::Max => format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, x.load(&idx)),
+            AccKind::Sum => format!("{0}[e] = (it == 0 ? 0.0f : {0}[e]) + {1};", out.var, xv("0.0f")),
+            AccKind::Max => {
+                format!("{0}[e] = (it == 0) ? {1} : fmaxf({0}[e], {1});", out.var, xv("__int_as_float(0xff800000)"))
+            }
             AccKind::Rescale => {
                 let r = self.tile(inputs[1]);
-                format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, x.load(&idx), r.load(&idx))
+                format!("{0}[e] = (it == 0) ? {1} : {0}[e] * {2} + {1};", out.var, xv("0.0f"), r.load(&idx))
             }
             AccKind::SumLast | AccKind::RmsLast | AccKind::SumTo { .. } => {
                 let map = if acc == AccKind::RmsLast { "({x})*({x})" } else { "{x}" };
                 let store = format!("{0}[{{o}}] = (it == 0 ? 0.0f : {0}[{{o}}]) + {{v}};", out.var);
-                self.reduce(2, self.reduction_of(i), x, map, Combine::Sum, &store);
+                let r = self.reduction_of(i);
+                let mask = self.reduction_mask(i, r.dim);
+                self.reduce(2, r, x, map, Combine::Sum, &store, mask);
                 return;
             }
             AccKind::SumLastRescale => {
                 let r = self.tile(inputs[1]);
                 let rv = r.load(&unflatten("{o}", &out.shape));
                 let store = format!("{0}[{{o}}] = (it == 0) ? {{v}} : {0}[{{o}}] * {rv} + {{v}};", out.var);
-                self.reduce(2, self.reduction_of(i), x, "{x}", Combine::Sum, &store);
+                let r = self.reduction_of(i);
+                let mask = self.reduction_mask(i, r.dim);
+                self.reduce(2, r, x, "{x}", Combine::Sum, &store, mask);
                 return;
             }
         };

@@ -5,37 +5,41 @@
 //! at most a given number of groups are still in flight. A new copy mechanism (bulk copies,
 //! TMA) is a new method here and in the planner.
 
-use crate::ir::BlockOp;
+use crate::ir::{BlockGraph, BlockOp};
 
 use super::super::planner::{CopyMethod, Tile, ctype};
 use super::expr::unflatten;
-use super::{BLOCK_INDEX, Emitter, input_param};
+use super::{BLOCK_INDEX, Emitter, input_param, layout_strides, size_bound};
+
+/// The C expressions of the first element of input tile `i` of `bg` in iteration `iter`, one
+/// per device dim: the block's slab along the dims its grid axes map, plus the iteration's slab
+/// along the dim the loop walks.
+pub(super) fn block_offset(bg: &BlockGraph, i: usize, iter: &str) -> Vec<String> {
+    let nd = &bg.nodes()[i];
+    let BlockOp::Input { input, imap, forloop_dim } = &nd.op else { return vec![] };
+    let kdesc = &bg.inputs()[*input];
+    let grid = bg.grid();
+    let tile = &nd.outputs[0].shape;
+    (0..kdesc.shape.len())
+        .map(|d| {
+            let mut terms = Vec::new();
+            for (a, axis) in BLOCK_INDEX.iter().enumerate() {
+                if imap[a] == Some(d) {
+                    terms.push(format!("{axis}*{}", kdesc.shape[d] / grid[a]));
+                }
+            }
+            if *forloop_dim == Some(d) {
+                terms.push(format!("({iter})*{}", tile[d]));
+            }
+            if terms.is_empty() { "0".into() } else { terms.join(" + ") }
+        })
+        .collect()
+}
 
 impl Emitter<'_> {
-    /// The C expressions of the first element of input tile `i` in iteration `iter`, one per
-    /// device dim: the block's slab along the dims its grid axes map, plus the iteration's slab
-    /// along the dim the loop walks.
+    /// [`block_offset`] of this kernel's input tile `i`.
     fn block_offset(&self, i: usize, iter: &str) -> Vec<String> {
-        let bg = self.bg();
-        let nd = &bg.nodes()[i];
-        let BlockOp::Input { input, imap, forloop_dim } = &nd.op else { return vec![] };
-        let kdesc = &bg.inputs()[*input];
-        let grid = bg.grid();
-        let tile = &nd.outputs[0].shape;
-        (0..kdesc.shape.len())
-            .map(|d| {
-                let mut terms = Vec::new();
-                for (a, axis) in BLOCK_INDEX.iter().enumerate() {
-                    if imap[a] == Some(d) {
-                        terms.push(format!("{axis}*{}", kdesc.shape[d] / grid[a]));
-                    }
-                }
-                if *forloop_dim == Some(d) {
-                    terms.push(format!("({iter})*{}", tile[d]));
-                }
-                if terms.is_empty() { "0".into() } else { terms.join(" + ") }
-            })
-            .collect()
+        block_offset(self.bg(), i, iter)
     }
 
     /// Copies input tile `i` of iteration `iter` into the shared-memory buffer `buf` (a C
@@ -48,17 +52,29 @@ impl Emitter<'_> {
         let src = input_param(copy.input);
         let boff = self.block_offset(i, iter);
         let idx = unflatten("v", &copy.units);
+        let dims = self.input_dims(copy.input);
+        // Strides at the run size when a runtime-sized dim is not the outermost.
+        let gstrides: Vec<String> = if dims.is_empty() {
+            kdesc.strides.iter().map(usize::to_string).collect()
+        } else {
+            layout_strides(self.sizes, &kdesc.shape, dims)
+        };
         let mut gterms = Vec::new();
         let mut sterms = Vec::new();
+        // Per runtime-sized dim: the element's coordinate below the valid extent.
+        let mut conds = Vec::new();
         for d in 0..tile.shape.len() {
             let local = if Some(d) == copy.vec_dim && copy.vec > 1 {
                 format!("{}*{}", idx[d], copy.vec)
             } else {
                 idx[d].clone()
             };
-            gterms.push(format!("(long long)({} + {local})*{}", boff[d], kdesc.strides[d]));
+            gterms.push(format!("(long long)({} + {local})*{}", boff[d], gstrides[d]));
             if tile.shape[d] > 1 {
                 sterms.push(format!("({local})*{}", tile.strides[d]));
+            }
+            if let Some(b) = dims.get(d).and_then(|&s| size_bound(self.sizes, s)) {
+                conds.push(format!("({} + {local}) < {b}", boff[d]));
             }
         }
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
@@ -66,13 +82,8 @@ impl Emitter<'_> {
         // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
         let bytes = copy.vec * kdesc.dtype.size_bytes();
         let cp_async = format!("mirage::cp_async{bytes}");
-        // A runtime-sized dim 0 (the padded-tile rule): rows at or past the size read zeros.
-        let row = format!(
-            "{} + {}",
-            boff[0],
-            if copy.vec_dim == Some(0) { format!("{}*{}", idx[0], copy.vec) } else { idx[0].clone() }
-        );
-        let bound = self.input_size(copy.input);
+        // Runtime-sized dims (the padded-tile rule): elements at or past a size read zeros.
+        let bound = if conds.is_empty() { None } else { Some(conds.join(" && ")) };
         if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = copy.method {
             let ty = ctype(kdesc.dtype);
             self.line(
@@ -98,14 +109,11 @@ impl Emitter<'_> {
                     _ => "*reinterpret_cast<unsigned int*>(d) = 0u;",
                 };
                 self.line(indent + 1, &format!("auto* d = {buf} + ({soff});"));
-                self.line(indent + 1, &format!("if (({row}) < {n}) {cp_async}(d, {src} + go); else {{ {zero} }}"));
+                self.line(indent + 1, &format!("if ({n}) {cp_async}(d, {src} + go); else {{ {zero} }}"));
             }
             (Some(n), false) => {
                 let ty = ctype(kdesc.dtype);
-                self.line(
-                    indent + 1,
-                    &format!("{buf}[{soff}] = ({row}) < {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"),
-                );
+                self.line(indent + 1, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
             }
         }
         self.line(indent, "}");

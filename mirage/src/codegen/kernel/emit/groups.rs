@@ -48,7 +48,7 @@ impl Emitter<'_> {
             writeln!(body, "const float v{i} = {value};").ok();
             if !plan.groups.in_register[i] {
                 let t = plan.tiles[i][0].as_ref().expect("stored group members have tiles");
-                writeln!(body, "{}", t.store(&idx, &format!("v{i}"))).ok();
+                writeln!(body, "{}", t.store(&idx, &self.zero_padding(i, &idx, format!("v{i}")))).ok();
             }
         }
         self.elementwise(indent, numel, body.trim_end());

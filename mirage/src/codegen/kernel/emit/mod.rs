@@ -21,10 +21,10 @@ mod skeleton;
 
 pub(super) use skeleton::{emit_kernel, emit_task_body};
 
-use crate::ir::{BlockGraph, TensorRef};
+use crate::ir::{AccKind, BlockGraph, BlockOp, TensorRef};
 
-use super::KernelSizes;
 use super::planner::{KernelPlan, Tile};
+use super::{DimSize, KernelSizes};
 
 /// The C names of the block's index along x, y and z in the kernel body.
 const BLOCK_INDEX: [&str; 3] = ["bx", "by", "bz"];
@@ -54,6 +54,20 @@ fn preloaded_a(i: usize) -> String {
     format!("pa{i}")
 }
 
+/// Where a tile dim meets a runtime size: the tile's element `j` along the dim is valid (not
+/// padding) iff `offset + j < bound` (C expressions; the offset may name the loop's `it`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Bound {
+    /// The coordinate of the tile's first element along the dim in its device tensor.
+    pub offset: String,
+    /// The number of valid elements of the device tensor along the dim.
+    pub bound: String,
+    /// The offset in the loop's first iteration (the offset itself when the loop does not walk
+    /// the dim): an accumulator over the iterations holds an element wherever some iteration had
+    /// one, so its tile's bound starts there.
+    pub first: String,
+}
+
 /// The text writer of one kernel and the plan it writes.
 struct Emitter<'a> {
     plan: &'a KernelPlan<'a>,
@@ -61,24 +75,47 @@ struct Emitter<'a> {
     /// The plan's bulk-copied tiles ([`KernelPlan::bulk_tiles`]) when this function may use the
     /// bulk-copy engine (a `__global__` kernel of static sizes); empty otherwise.
     bulk: Vec<usize>,
+    /// Per node, per port, per dim: where the tile meets a runtime size ([`tile_bounds`]).
+    bounds: Vec<Vec<Vec<Option<Bound>>>>,
     out: String,
 }
 
 impl<'a> Emitter<'a> {
     fn new(plan: &'a KernelPlan<'a>, sizes: &'a KernelSizes) -> Self {
-        Emitter { plan, sizes, bulk: Vec::new(), out: String::new() }
+        let bounds = tile_bounds(plan, sizes);
+        Emitter { plan, sizes, bulk: Vec::new(), bounds, out: String::new() }
     }
 
-    /// The size parameter bounding dim 0 of block-graph operand `j`, if it is runtime-sized.
-    fn input_size(&self, j: usize) -> Option<&'a str> {
+    /// How the dims of block-graph operand `j` follow the sizes (empty: fixed).
+    fn input_dims(&self, j: usize) -> &'a [DimSize] {
         let sizes: &'a KernelSizes = self.sizes;
-        sizes.inputs.get(j).copied().flatten().and_then(|p| sizes.params.get(p)).map(String::as_str)
+        sizes.inputs.get(j).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// The size parameter bounding dim 0 of block-graph output `k`, if it is runtime-sized.
-    fn output_size(&self, k: usize) -> Option<&'a str> {
+    /// How the dims of block-graph output `k` follow the sizes (empty: fixed).
+    fn output_dims(&self, k: usize) -> &'a [DimSize] {
         let sizes: &'a KernelSizes = self.sizes;
-        sizes.outputs.get(k).copied().flatten().and_then(|p| sizes.params.get(p)).map(String::as_str)
+        sizes.outputs.get(k).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The for-loop's trip count: `iters` (defined by the skeleton from the size) when the loop
+    /// walks a runtime-sized dim, the literal range otherwise.
+    fn trip(&self) -> String {
+        if self.sizes.forloop.is_some() { "iters".to_string() } else { self.bg().forloop_range().to_string() }
+    }
+
+    /// The condition that element `r` (a C expression) along `dim` of tile `t` is not padding,
+    /// when that dim meets a runtime size.
+    fn valid_along(&self, t: TensorRef, dim: usize, r: &str) -> Option<String> {
+        let b = self.bounds.get(t.node)?.get(t.port)?.get(dim)?.as_ref()?;
+        Some(format!("({} + {r}) < {}", b.offset, b.bound))
+    }
+
+    /// The condition that the element at multi-index `idx` of tile `t` is not padding (none when
+    /// no dim of the tile meets a runtime size).
+    fn valid_at(&self, t: TensorRef, idx: &[String]) -> Option<String> {
+        let conds: Vec<String> = (0..idx.len()).filter_map(|d| self.valid_along(t, d, &idx[d])).collect();
+        if conds.is_empty() { None } else { Some(conds.join(" && ")) }
     }
 
     fn bg(&self) -> &'a BlockGraph {
@@ -112,4 +149,125 @@ impl<'a> Emitter<'a> {
     fn sync(&mut self, indent: usize) {
         self.line(indent, "__syncthreads();");
     }
+}
+
+/// The number of valid elements along a dim sized as `s` (none for a fixed dim).
+pub(super) fn size_bound(sizes: &KernelSizes, s: DimSize) -> Option<String> {
+    match s {
+        DimSize::Fixed => None,
+        DimSize::Var(p) => Some(sizes.params[p].clone()),
+        DimSize::Blocks { param, slab, tile } => {
+            Some(format!("((({} + {}) / {slab}) * {tile})", sizes.params[param], slab - 1))
+        }
+    }
+}
+
+/// The row-major strides (C expressions) of a device tensor of compile-size `shape` whose dims
+/// follow the sizes as `dims` says: a runtime-sized dim ([`DimSize::Var`]) at its size, the
+/// others (fixed dims, per-block parts laid out at the upper bound) at their compile extent.
+pub(super) fn layout_strides(sizes: &KernelSizes, shape: &[usize], dims: &[DimSize]) -> Vec<String> {
+    (0..shape.len())
+        .map(|d| {
+            let mut fixed = 1usize;
+            let mut vars = Vec::new();
+            for (e, &extent) in shape.iter().enumerate().skip(d + 1) {
+                match dims.get(e) {
+                    Some(DimSize::Var(p)) => vars.push(sizes.params[*p].clone()),
+                    _ => fixed *= extent,
+                }
+            }
+            if vars.is_empty() {
+                fixed.to_string()
+            } else if fixed == 1 {
+                vars.join("*")
+            } else {
+                format!("{fixed}*{}", vars.join("*"))
+            }
+        })
+        .collect()
+}
+
+/// Per node, per port, per dim of `plan`'s block graph: where the tile meets a runtime size of
+/// `sizes` — an input tile along a runtime-sized dim of its operand (its offset the block's and
+/// the iteration's), followed through the operators as `mirage::dims` follows the padding
+/// (matmuls keep their operands' outer dims, element-wise operators either operand's, a
+/// reduction drops the reduced dim). Empty bounds for a static kernel.
+pub(super) fn tile_bounds(plan: &KernelPlan<'_>, sizes: &KernelSizes) -> Vec<Vec<Vec<Option<Bound>>>> {
+    let bg = plan.bg;
+    let mut out: Vec<Vec<Vec<Option<Bound>>>> = Vec::with_capacity(bg.nodes().len());
+    for (i, nd) in bg.nodes().iter().enumerate() {
+        let ins: Vec<Vec<Option<Bound>>> = nd.inputs.iter().map(|t| out[t.node][t.port].clone()).collect();
+        let shape_of = |t: &TensorRef| bg.nodes()[t.node].outputs[t.port].shape.clone();
+        let reduced = |dim: usize| {
+            let mut o = ins[0].clone();
+            if let Some(x) = o.get_mut(dim) {
+                *x = None;
+            }
+            o
+        };
+        let ports: Vec<Vec<Option<Bound>>> = match &nd.op {
+            BlockOp::Input { input, .. } => {
+                let dims = sizes.inputs.get(*input).map(Vec::as_slice).unwrap_or(&[]);
+                let rank = nd.outputs[0].shape.len();
+                if dims.is_empty() {
+                    vec![vec![None; rank]]
+                } else {
+                    let boff = copy::block_offset(bg, i, "it");
+                    let first = copy::block_offset(bg, i, "0");
+                    vec![
+                        (0..rank)
+                            .map(|d| {
+                                size_bound(sizes, dims[d]).map(|bound| Bound {
+                                    offset: boff[d].clone(),
+                                    bound,
+                                    first: first[d].clone(),
+                                })
+                            })
+                            .collect(),
+                    ]
+                }
+            }
+            BlockOp::Output { .. } => vec![],
+            BlockOp::Matmul => {
+                let mut o = ins[0].clone();
+                let r = o.len();
+                o[r - 1] = ins[1][r - 1].clone();
+                vec![o]
+            }
+            BlockOp::Binary { .. } => {
+                let (sa, sb) = (shape_of(&nd.inputs[0]), shape_of(&nd.inputs[1]));
+                let o = (0..sa.len())
+                    .map(|d| match (&ins[0][d], &ins[1][d]) {
+                        (Some(a), _) if sa[d] > 1 || sb[d] == 1 => Some(a.clone()),
+                        (_, Some(b)) if sb[d] > 1 || sa[d] == 1 => Some(b.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                vec![o]
+            }
+            BlockOp::ReduceSum { dim }
+            | BlockOp::ReduceSumTo { dim, .. }
+            | BlockOp::ReduceMax { dim }
+            | BlockOp::Argmax { dim } => vec![reduced(*dim)],
+            BlockOp::RunningMax { dim } => vec![reduced(*dim), reduced(*dim)],
+            BlockOp::Gather { .. } => {
+                let mut o = ins[0].clone();
+                o.push(None);
+                vec![o]
+            }
+            BlockOp::Accum { acc } => {
+                let mut o = match acc {
+                    AccKind::Sum | AccKind::Max | AccKind::Rescale => ins[0].clone(),
+                    _ => reduced(ins[0].len() - 1),
+                };
+                for b in o.iter_mut().flatten() {
+                    b.offset = b.first.clone();
+                }
+                vec![o]
+            }
+            _ => vec![ins[0].clone(); nd.outputs.len()],
+        };
+        out.push(ports);
+    }
+    out
 }

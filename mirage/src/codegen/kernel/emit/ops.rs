@@ -1,6 +1,6 @@
 //! The bodies of block operators outside element-wise groups: one function per operator.
 
-use crate::ir::{BinaryOp, BlockOp, UnaryOp};
+use crate::ir::{BinaryOp, BlockOp, TensorRef, UnaryOp};
 
 use super::super::planner::{MatmulPlan, Reduction};
 use super::Emitter;
@@ -51,6 +51,30 @@ impl Emitter<'_> {
         }
     }
 
+    /// The mask of reduction `i` over `dim` of its operand: the condition on the reduced index
+    /// `r` that the element is not padding of a runtime-sized dim (none when the dim is fixed).
+    pub(super) fn reduction_mask(&self, i: usize, dim: usize) -> Option<String> {
+        self.valid_along(self.bg().nodes()[i].inputs[0], dim, "r")
+    }
+
+    /// `value`, the element at `idx` of element-wise operator `i`'s result, or zero where that is
+    /// padding of a runtime-sized dim that a matmul contracts: reductions and accumulators mask
+    /// their padding, but a contraction does not, and `exp(0 − m)` at a padded key would reach it
+    /// (as 1, or as `inf` with a very negative maximum: `inf · 0` is a NaN).
+    pub(super) fn zero_padding(&self, i: usize, idx: &[String], value: String) -> String {
+        let t = TensorRef { node: i, port: 0 };
+        let rank = idx.len();
+        let contracted = |d: usize| {
+            self.bg().nodes().iter().any(|n| {
+                matches!(n.op, BlockOp::Matmul)
+                    && ((n.inputs[0] == t && d + 1 == rank) || (n.inputs.get(1) == Some(&t) && d + 2 == rank))
+            })
+        };
+        let conds: Vec<String> =
+            (0..rank).filter(|&d| contracted(d)).filter_map(|d| self.valid_along(t, d, &idx[d])).collect();
+        if conds.is_empty() { value } else { format!("(({}) ? {value} : 0.0f)", conds.join(" && ")) }
+    }
+
     /// The planned reduction of node `i`.
     pub(super) fn reduction_of(&self, i: usize) -> Reduction {
         self.plan.reductions[i].expect("every reducing operator is planned")
@@ -61,7 +85,7 @@ impl Emitter<'_> {
         let out = self.plan.out_tile(i);
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let idx = unflatten("e", &out.shape);
-        let body = out.store(&idx, &unary_expr(op, &x.load(&idx)));
+        let body = out.store(&idx, &self.zero_padding(i, &idx, unary_expr(op, &x.load(&idx))));
         self.elementwise(indent, out.numel(), &body);
     }
 
@@ -71,7 +95,7 @@ impl Emitter<'_> {
         let inputs = &self.bg().nodes()[i].inputs;
         let (a, b) = (self.tile(inputs[0]), self.tile(inputs[1]));
         let idx = unflatten("e", &out.shape);
-        let body = out.store(&idx, &binary_expr(op, &a.load(&idx), &b.load(&idx)));
+        let body = out.store(&idx, &self.zero_padding(i, &idx, binary_expr(op, &a.load(&idx), &b.load(&idx))));
         self.elementwise(indent, out.numel(), &body);
     }
 
@@ -80,7 +104,8 @@ impl Emitter<'_> {
         let out = self.plan.out_tile(i);
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var));
+        let mask = self.reduction_mask(i, r.dim);
+        self.reduce(indent, r, x, "{x}", combine, &format!("{}[{{o}}] = {{v}};", out.var), mask);
     }
 
     /// The row sums of squares of `rms_norm` node `i` into its scratch tile, and a barrier.
@@ -88,7 +113,7 @@ impl Emitter<'_> {
         let x = self.tile(self.bg().nodes()[i].inputs[0]);
         let scratch = self.plan.scratch[i].as_ref().expect("rms scratch planned");
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "({x})*({x})", Combine::Sum, &format!("{}[{{o}}] = {{v}};", scratch.var));
+        self.reduce(indent, r, x, "({x})*({x})", Combine::Sum, &format!("{}[{{o}}] = {{v}};", scratch.var), None);
         self.sync(indent);
     }
 
@@ -135,6 +160,7 @@ impl Emitter<'_> {
             d = diff.var
         );
         let r = self.reduction_of(i);
-        self.reduce(indent, r, x, "{x}", Combine::Max, &store);
+        let mask = self.reduction_mask(i, r.dim);
+        self.reduce(indent, r, x, "{x}", Combine::Max, &store, mask);
     }
 }

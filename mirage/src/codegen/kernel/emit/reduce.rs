@@ -87,8 +87,20 @@ struct Parts {
 impl Emitter<'_> {
     /// Reduction `r` of `src` with strided grouping; `map` transforms each element (`{x}`);
     /// `store` is a statement template with `{o}` (flat output index) and `{v}` (the reduced
-    /// value: the position, as a float, for an argmax).
-    pub(super) fn reduce(&mut self, indent: usize, r: Reduction, src: &Tile, map: &str, combine: Combine, store: &str) {
+    /// value: the position, as a float, for an argmax). `mask`, a condition on the reduced index
+    /// `r`, skips the elements it excludes (the padding of a runtime-sized dim: the reduction's
+    /// identity there).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reduce(
+        &mut self,
+        indent: usize,
+        r: Reduction,
+        src: &Tile,
+        map: &str,
+        combine: Combine,
+        store: &str,
+        mask: Option<String>,
+    ) {
         let Reduction { dim, width, strategy } = r;
         let mut out_shape = src.shape.clone();
         out_shape[dim] = width;
@@ -101,7 +113,10 @@ impl Emitter<'_> {
             extent: src.shape[dim],
             width,
             start: idx[dim].clone(),
-            step: combine.step(&x),
+            step: match mask {
+                Some(m) => format!("if ({m}) {{ {} }}", combine.step(&x)),
+                None => combine.step(&x),
+            },
             store: store.replace("{o}", "o").replace("{v}", combine.result()),
             combine,
         };

@@ -4,7 +4,7 @@ use crate::ir::{BlockOp, row_major_strides};
 
 use super::super::planner::ctype;
 use super::expr::unflatten;
-use super::{BLOCK_INDEX, Emitter, output_param};
+use super::{BLOCK_INDEX, Emitter, layout_strides, output_param, size_bound};
 
 impl Emitter<'_> {
     /// Saver `i` writes its operand tile to its output, element by element.
@@ -21,7 +21,12 @@ impl Emitter<'_> {
         let BlockOp::Output { omap, .. } = &self.bg().nodes()[i].op else { return String::new() };
         let saver = self.plan.schedule.saver_of[i].expect("savers are numbered");
         let desc = &self.bg().output_descs()[saver];
-        let gstr = row_major_strides(&desc.shape);
+        let dims = self.output_dims(saver);
+        let gstr: Vec<String> = if dims.is_empty() {
+            row_major_strides(&desc.shape).iter().map(usize::to_string).collect()
+        } else {
+            layout_strides(self.sizes, &desc.shape, dims)
+        };
         let coords: Vec<String> = (0..shape.len())
             .map(|d| {
                 let mut off = Vec::new();
@@ -41,10 +46,12 @@ impl Emitter<'_> {
             terms.join(" + "),
             ctype(desc.dtype)
         );
-        match self.output_size(saver) {
-            // A runtime-sized dim 0: rows at or past the size are not written.
-            Some(n) => format!("if (({}) < {n}) {store}", coords[0]),
-            None => store,
-        }
+        // Runtime-sized dims: elements at or past a size are not written.
+        let conds: Vec<String> = (0..shape.len())
+            .filter_map(|d| {
+                dims.get(d).and_then(|&s| size_bound(self.sizes, s)).map(|n| format!("({}) < {n}", coords[d]))
+            })
+            .collect();
+        if conds.is_empty() { store } else { format!("if ({}) {store}", conds.join(" && ")) }
     }
 }

@@ -112,6 +112,23 @@ impl Emitter<'_> {
             self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
         }
         self.line(1, &format!("(void)warp; (void)lane; (void){bx}; (void){by}; (void){bz};"));
+        if let Some(l) = self.sizes.forloop {
+            // The loop walks a runtime-sized dim: the iterations holding this block's valid part.
+            let n = &self.sizes.params[l.param];
+            let valid = match l.axis {
+                Some(a) => format!("{n} - {}*{}", BLOCK_INDEX[a], l.whole),
+                None => n.clone(),
+            };
+            self.line(
+                1,
+                &format!(
+                    "const int iters = min({}, (max({valid}, 0) + {}) / {});",
+                    self.bg().forloop_range(),
+                    l.part - 1,
+                    l.part
+                ),
+            );
+        }
         if !self.bulk.is_empty() {
             self.line(0, "#if MIRAGE_BULK");
             self.line(1, &format!("__shared__ __align__(8) unsigned long long mbar[{}];", plan.stages));
@@ -151,7 +168,7 @@ impl Emitter<'_> {
     /// of the first `stages - 1` iterations, one commit group each.
     fn loads_before_the_loop(&mut self) {
         let plan = self.plan;
-        let frange = self.bg().forloop_range();
+        let frange = self.trip();
         self.line(1, "// tiles loaded once, before the loop");
         for &i in &plan.loads.once {
             self.copy_tile(1, i, "0", &plan.out_tile(i).var);
@@ -244,7 +261,7 @@ impl Emitter<'_> {
     /// barrier after each (none between operators whose results stay with their warp).
     fn main_loop(&mut self) -> Result<(), CodegenError> {
         let plan = self.plan;
-        let frange = self.bg().forloop_range();
+        let frange = self.trip();
         let s = plan.stages;
         self.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
         if !plan.loads.pipelined.is_empty() {

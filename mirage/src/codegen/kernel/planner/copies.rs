@@ -7,6 +7,7 @@
 
 use crate::ir::{BlockGraph, BlockOp, TensorDesc};
 
+use super::super::DimSize;
 use super::tiles::Tile;
 
 /// How a tile's contiguous dimension is cut into vectors.
@@ -19,6 +20,12 @@ pub(super) struct VectorCopy {
     pub vec: usize,
 }
 
+/// `vector_copy_sized` of a tensor of fixed dims.
+#[cfg(test)]
+pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
+    vector_copy_sized(desc, tile, &[])
+}
+
 /// The vectors of a `tile`-shaped copy from a tensor laid out as `desc`: the widest of 16-, 8-
 /// and 4-byte vectors (of at least two elements) along the contiguous dim such that the tile spans
 /// a whole number of them and every row of the tile, in every block and iteration, starts
@@ -26,17 +33,35 @@ pub(super) struct VectorCopy {
 /// (A weight tile 148 bf16 columns wide — 296 bytes — is copied in 8-byte vectors; before, every
 /// tile that was not a multiple of 16 bytes was copied element by element, synchronously, and
 /// such kernels streamed at a tenth of the bandwidth on the H200: docs/DECISIONS.md.)
-pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
+///
+/// For a tensor whose dims follow runtime sizes as `sizes` says (empty: all fixed), its strides
+/// are those of every size: a runtime-sized dim counts as 1 in the alignment of the others'
+/// strides (the smallest size), and the contiguous dim is copied element by element when it is
+/// runtime-sized itself (a vector would straddle the size).
+pub(super) fn vector_copy_sized(desc: &TensorDesc, tile: &[usize], sizes: &[DimSize]) -> VectorCopy {
     let es = desc.dtype.size_bytes();
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
     let Some(c) = c else { return VectorCopy { vec_dim: None, vec: 1 } };
+    let sized = |d: usize| sizes.get(d).is_some_and(|s| *s != DimSize::Fixed);
+    if sized(c) {
+        return VectorCopy { vec_dim: Some(c), vec: 1 };
+    }
+    // The strides at the smallest sizes: every runtime-sized (row-major) dim at 1.
+    let strides: Vec<usize> = if sizes.iter().any(|s| matches!(s, DimSize::Var(_))) {
+        let shape: Vec<usize> = (0..desc.shape.len())
+            .map(|d| if matches!(sizes.get(d), Some(DimSize::Var(_))) { 1 } else { desc.shape[d] })
+            .collect();
+        crate::ir::row_major_strides(&shape)
+    } else {
+        desc.strides.clone()
+    };
     for bytes in [16, 8, 4] {
         let per = bytes / es;
         if per < 2 {
             break;
         }
         let rows_aligned =
-            (0..desc.shape.len()).all(|d| d == c || desc.shape[d] == 1 || (desc.strides[d] * es).is_multiple_of(bytes));
+            (0..desc.shape.len()).all(|d| d == c || desc.shape[d] == 1 || (strides[d] * es).is_multiple_of(bytes));
         if tile[c].is_multiple_of(per) && rows_aligned {
             return VectorCopy { vec_dim: Some(c), vec: per };
         }
@@ -111,7 +136,7 @@ pub const BULK_MIN_ROW_BYTES: usize = 64;
 /// Whether (and how) pipelined `tile`, cut into `units` of `vector`, can be copied by rows of
 /// `cp.async.bulk`: 16-byte vectors along a dim that is contiguous in shared memory too, rows of
 /// at least [`BULK_MIN_ROW_BYTES`], and every row start 16-byte aligned in shared memory (the
-/// device side is aligned by [`vector_copy`]'s rule for 16-byte vectors).
+/// device side is aligned by [`vector_copy_sized`]'s rule for 16-byte vectors).
 fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize) -> Option<BulkRows> {
     let c = vector.vec_dim?;
     let row_bytes = tile.shape[c] * es;
@@ -136,6 +161,7 @@ pub(super) fn plan_copies(
     vectors: &[Option<VectorCopy>],
     threads: usize,
     bulk_copies: bool,
+    sizes: &[Vec<DimSize>],
 ) -> Vec<Option<TileCopy>> {
     bg.nodes()
         .iter()
@@ -144,7 +170,10 @@ pub(super) fn plan_copies(
             let BlockOp::Input { input, .. } = nd.op else { return None };
             let tile = tiles[i].first()?.as_ref()?;
             let vector = vectors[i]?;
-            let mut copy = tile_copy(&bg.inputs()[input], input, tile, vector, threads);
+            // A runtime-sized operand's copies are predicated unit by unit (no strength reduction:
+            // its strides and bounds follow the size).
+            let sized = sizes.get(input).is_some_and(|s| s.iter().any(|d| *d != DimSize::Fixed));
+            let mut copy = tile_copy(&bg.inputs()[input], input, tile, vector, threads, !sized);
             if !bulk_copies {
                 copy.bulk = None;
             }
@@ -161,7 +190,14 @@ pub(super) fn plan_copies(
 /// weight-bound kernels issue tens of copies per thread and iteration from one or two warps per
 /// scheduler; ncu on the H200: latency-bound instruction issue, about 0.2 instructions per cycle
 /// per scheduler).
-fn tile_copy(kdesc: &TensorDesc, input: usize, tile: &Tile, vector: VectorCopy, threads: usize) -> TileCopy {
+fn tile_copy(
+    kdesc: &TensorDesc,
+    input: usize,
+    tile: &Tile,
+    vector: VectorCopy,
+    threads: usize,
+    strided: bool,
+) -> TileCopy {
     let VectorCopy { vec_dim, vec } = vector;
     let shape = &tile.shape;
     let mut units = shape.clone();
@@ -171,7 +207,7 @@ fn tile_copy(kdesc: &TensorDesc, input: usize, tile: &Tile, vector: VectorCopy, 
     let total: usize = units.iter().product();
     let mut method = if vec > 1 { CopyMethod::CpAsync } else { CopyMethod::Elements };
     let outer = (0..shape.len()).find(|&d| units[d] > 1);
-    if let (true, Some(d0)) = (vec > 1 && total > threads, outer) {
+    if let (true, Some(d0)) = (strided && vec > 1 && total > threads, outer) {
         let inner: usize = units[d0 + 1..].iter().product();
         // The largest multiple of `inner` threads copies.
         let used = threads / inner * inner;

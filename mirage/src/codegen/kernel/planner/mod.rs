@@ -135,6 +135,18 @@ pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
 /// [`plan`], marking the pipelined tiles whose rows qualify for the bulk-copy engine when
 /// `bulk_copies` is set ([`TileCopy::bulk`]).
 pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> KernelPlan<'_> {
+    plan_sized(bg, max_stages, bulk_copies, &[])
+}
+
+/// [`plan_with`] for a kernel whose operands follow runtime sizes as `sizes` says (per operand,
+/// per dim; [`super::KernelSizes::inputs`]): their copies keep vectors only where every size
+/// aligns them, and are never strength-reduced.
+pub fn plan_sized<'g>(
+    bg: &'g BlockGraph,
+    max_stages: usize,
+    bulk_copies: bool,
+    sizes: &[Vec<super::DimSize>],
+) -> KernelPlan<'g> {
     let threads = bg.threads();
     let warps = threads / 32;
     let registers = RegisterPlan::new(bg);
@@ -144,8 +156,8 @@ pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> Kerne
     let any_pipelined = bg.forloop_range() > 1
         && bg.nodes().iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. }));
     let stages = if any_pipelined { max_stages } else { 1 };
-    let placed = tiles::place(bg, &schedule, &registers, &groups, stages);
-    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk_copies);
+    let placed = tiles::place(bg, &schedule, &registers, &groups, stages, sizes);
+    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk_copies, sizes);
     let loads = Loads::new(bg, &placed.tiles);
     let matmuls = mma::plan_matmuls(bg, &registers, &placed.tiles, warps);
     let reductions = reduce::plan_reductions(bg, &registers, &schedule, threads, warps);

@@ -7,7 +7,8 @@
 
 use crate::ir::{BlockGraph, BlockOp, DType, TensorDesc, TensorRef, TileDesc};
 
-use super::copies::{VectorCopy, vector_copy};
+use super::super::DimSize;
+use super::copies::{VectorCopy, vector_copy_sized};
 use super::fusion::{RegisterPlan, mma_dtype};
 use super::groups::ElementwiseGroups;
 use super::schedule::Schedule;
@@ -76,6 +77,7 @@ pub(super) fn place(
     rp: &RegisterPlan,
     ew: &ElementwiseGroups,
     stages: usize,
+    sizes: &[Vec<DimSize>],
 ) -> Placement {
     let nodes = bg.nodes();
     let n = nodes.len();
@@ -96,7 +98,8 @@ pub(super) fn place(
             let tile = match &nd.op {
                 BlockOp::Input { input, forloop_dim, .. } => {
                     let walks = forloop_dim.is_some() && bg.forloop_range() > 1;
-                    let (tile, vector) = input_tile(&bg.inputs()[*input], desc, var, walks, stages, &mut arena);
+                    let sz = sizes.get(*input).map(Vec::as_slice).unwrap_or(&[]);
+                    let (tile, vector) = input_tile(&bg.inputs()[*input], desc, var, walks, stages, sz, &mut arena);
                     p.vectors[i] = Some(vector);
                     tile
                 }
@@ -126,9 +129,10 @@ fn input_tile(
     var: String,
     walks: bool,
     stages: usize,
+    sizes: &[DimSize],
     arena: &mut SmemPlanner,
 ) -> (Tile, VectorCopy) {
-    let vector = vector_copy(kdesc, &desc.shape);
+    let vector = vector_copy_sized(kdesc, &desc.shape, sizes);
     let pipelined = walks && vector.vec > 1;
     let (strides, elements) = input_tile_strides(kdesc, &desc.shape, vector.vec > 1);
     let bytes = elements * kdesc.dtype.size_bytes();

@@ -1,0 +1,190 @@
+//! Code generation for attention over a runtime key length `S` (`#[mugraph(dims(S = ..))]`):
+//! the key tensor's runtime-sized dim is its last (strides computed in the kernel from the size),
+//! the for-loop walks `S` in `ceil(n / tile)` iterations with the last one's loads predicated,
+//! the running maximum and the sums of `exp` over a key tile skip the padded keys (masks), and
+//! split-KV's grid over key ranges has `ceil(n / slab)` blocks whose parts the combine kernel
+//! reads only where they exist. No GPU: the plan's marks, a snapshot, nvcc for sm_90a, and the
+//! search picking a µGraph for the S-sized program.
+#![cfg(feature = "build")]
+
+use std::time::Duration;
+
+use mirage::codegen::{GeneratedProgram, KernelOptions, generate_sized, sized_support};
+use mirage::dims::Dims;
+use mirage::ir::{DType, KernelGraph, TensorDesc};
+use mirage::lower::lower_source;
+use mirage::nvcc::{CompileOptions, compile_cubin};
+use mirage::search::{SearchConfig, attention, superoptimize};
+use mirage_runtime::plan::{GridDim, LaunchPlan, PlanDim};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Safe-softmax decode attention in bf16: `heads` heads of one query row, head dim `dim`, keys
+/// `S = 1..=hi` (K as `[heads, dim, S]`, V as `[heads, S, dim]`).
+fn attention_over_s(heads: usize, dim: usize, hi: usize) -> (KernelGraph, Dims) {
+    let scale = 1.0 / (dim as f32).sqrt();
+    let src = format!(
+        "#[mugraph(dims(S = 1..={hi}))]
+         fn attn(q: Tensor<bf16, {heads}, 1, {dim}>, k: Tensor<bf16, {heads}, {dim}, S>, v: Tensor<bf16, {heads}, S, {dim}>)
+             -> Tensor<bf16, {heads}, 1, {dim}>
+         {{
+             let s = q.matmul(k) * {scale:?};
+             softmax(s, 2).matmul(v)
+         }}"
+    );
+    let p = lower_source(&src).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    (p.graph, p.dims)
+}
+
+fn generated(name: &str, g: &KernelGraph, dims: &Dims) -> Result<GeneratedProgram, Box<dyn std::error::Error>> {
+    Ok(generate_sized(g, dims, name, &KernelOptions::default())?)
+}
+
+/// The split-KV µGraph of [`attention_over_s`] at `S = 1..=1024`: 4 key ranges of 256, key
+/// tiles of 64.
+fn split_kv() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
+    let (p, dims) = attention_over_s(2, 32, 1024);
+    let a = attention::recognize(&p).expect("recognized");
+    Ok((attention::split_kv(&p, &a, 4, 256 / 64, 64)?, dims))
+}
+
+/// The online-softmax µGraph of [`attention_over_s`] at `S = 1..=1024`: key tiles of 64.
+fn online_softmax() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
+    let (p, dims) = attention_over_s(2, 32, 1024);
+    let a = attention::recognize(&p).expect("recognized");
+    Ok((attention::online_softmax(&p, &a, 1, 1024 / 64, 64)?, dims))
+}
+
+#[test]
+fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
+    let (g, dims) = split_kv()?;
+    let out = generated("attn_sk", &g, &dims)?;
+    let plan = LaunchPlan::from_json(&out.plan.to_json())?;
+    assert_eq!(plan.dims, vec![PlanDim { name: "S".into(), lo: 1, hi: 1024 }]);
+    // K is [heads, dim, S] (S last: its strides follow the size), V is [heads, S, dim].
+    assert_eq!(plan.input_dims, vec![vec![None, None, None], vec![None, None, Some(0)], vec![None, Some(0), None]]);
+    assert_eq!(plan.output_dims, vec![vec![None, None, None]]);
+    // The per-range parts keep their layout at the upper bound (4 ranges): no marks.
+    assert!(plan.buffers.iter().all(|b| b.dims.is_empty()), "{:?}", plan.buffers);
+    let k0 = &plan.kernels[0];
+    assert_eq!(k0.grid_dims, vec![None, Some(GridDim { dim: 0, tile: 256 }), None]);
+    assert_eq!(k0.size_args, vec![0]);
+    assert_eq!(plan.kernels[1].size_args, vec![0]);
+    // At S = 257 two key ranges hold keys; at S = 1 one; at the upper bound all four.
+    let at = |n: usize| -> Result<Vec<usize>, Box<dyn std::error::Error>> {
+        let found = [
+            TensorDesc::new(&[2, 1, 32], DType::Bf16),
+            TensorDesc::new(&[2, 32, n], DType::Bf16),
+            TensorDesc::new(&[2, n, 32], DType::Bf16),
+        ];
+        Ok(mirage_runtime::check_tensors_sized(&plan, &found)?)
+    };
+    assert_eq!(k0.config_at(&at(257)?)?.grid, (2, 2, 1));
+    assert_eq!(k0.config_at(&at(1)?)?.grid, (2, 1, 1));
+    assert_eq!(k0.config_at(&at(1024)?)?.grid, (2, 4, 1));
+    assert_eq!(plan.outputs_at(&at(17)?), vec![TensorDesc::new(&[2, 1, 32], DType::Bf16)]);
+    // Sizes outside the range or disagreeing between K and V are errors naming S.
+    let bad = [
+        TensorDesc::new(&[2, 1, 32], DType::Bf16),
+        TensorDesc::new(&[2, 32, 17], DType::Bf16),
+        TensorDesc::new(&[2, 18, 32], DType::Bf16),
+    ];
+    let e = mirage_runtime::check_tensors_sized(&plan, &bad).expect_err("K and V disagree").to_string();
+    assert!(e.contains("S = 17") && e.contains("S = 18"), "{e}");
+    let big = [
+        TensorDesc::new(&[2, 1, 32], DType::Bf16),
+        TensorDesc::new(&[2, 32, 1025], DType::Bf16),
+        TensorDesc::new(&[2, 1025, 32], DType::Bf16),
+    ];
+    let e = mirage_runtime::check_tensors_sized(&plan, &big).expect_err("past the range").to_string();
+    assert!(e.contains("S in 1..=1024"), "{e}");
+    // The kernels: the key range's trip count, K's strides from the size, the running maximum
+    // and the sums of exp masked, the combine reading only the parts that exist.
+    let src = &out.kernels_source;
+    for needle in [
+        "const int iters = min(4, (max(n0 - by*256, 0) + 63) / 64);",
+        "for (int it = 0; it < iters; ++it) {",
+        "(long long)(0 + ((v / 64) % 32))*n0 + (long long)(by*256 + (it)*64 + (v % 64))*1;",
+        "if ((by*256 + (it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
+        "if ((by*256 + (it)*64 + r) < n0) { v = v + t7[(r)]; }",
+        "t7[((e % 64))] = (((by*256 + (it)*64 + (e % 64)) < n0) ? v7 : 0.0f);",
+        "for (int r = 0; r < 4; r += 1) { if ((0 + r) < (((n0 + 255) / 256) * 1)) { v = fmaxf(v, t2[(r)]); } }",
+    ] {
+        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
+    }
+    insta::assert_snapshot!(out.kernels_source);
+    Ok(())
+}
+
+#[test]
+fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
+    let (g, dims) = online_softmax()?;
+    let out = generated("attn_os", &g, &dims)?;
+    assert_eq!(out.plan.kernels.len(), 1);
+    assert!(out.plan.kernels[0].grid_dims.is_empty(), "the grid is over heads only");
+    let src = &out.kernels_source;
+    for needle in [
+        "const int iters = min(16, (max(n0, 0) + 63) / 64);",
+        // K's tile is copied element by element (a vector could straddle S), predicated.
+        "((it)*64 + (v % 64)) < n0 ? in1[go] : mirage::from_f32<__nv_bfloat16>(0.0f);",
+        // V's rows past S are zero-filled beside the 16-byte copies.
+        "< n0) mirage::cp_async16(d, in2 + go); else { *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u); }",
+        "if (((it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
+    ] {
+        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
+    }
+    Ok(())
+}
+
+#[test]
+fn s_sized_attention_kernels_compile_for_sm90a() -> TestResult {
+    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
+    for (name, (g, dims)) in [("attn_sk", split_kv()?), ("attn_os", online_softmax()?)] {
+        let out = generated(name, &g, &dims)?;
+        let cubin = compile_cubin(&out.source, name, &opts)?;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_search_picks_an_s_sized_attention_in_a_small_budget() -> TestResult {
+    // bf16 at a test shape, S = 1..=1024: the search verifies over the range and chooses a
+    // µGraph code generation writes; it is one of the fused forms (one key loop, masks).
+    let (p, dims) = attention_over_s(2, 32, 1024);
+    let cfg = SearchConfig {
+        budget: Duration::from_secs(120),
+        max_states: 200_000,
+        dims: dims.clone(),
+        offline: Some(false),
+        ..SearchConfig::default()
+    };
+    let r = superoptimize(&p, &cfg, None)?;
+    assert_eq!(r.best.verified, Some(true));
+    sized_support(&r.best.graph, &dims, &KernelOptions::default())?;
+    let out = generated("attn_best", &r.best.graph, &dims)?;
+    std::fs::write("/tmp/attn/best.cu", &out.kernels_source)?;
+    std::fs::write("/tmp/attn/best.json", out.plan.to_json())?;
+    assert!(out.kernels_source.contains("const int n0"), "{}", out.kernels_source);
+    Ok(())
+}
+
+#[test]
+fn the_issue_shape_has_code_at_runtime_sizes() -> TestResult {
+    // 32 heads, head dim 128, bf16, S = 1..=32768: the online softmax (key tiles of 128) and
+    // split-KV (16 ranges of 2048 keys, tiles of 128) are written and compile for sm_90a.
+    let (p, dims) = attention_over_s(32, 128, 32768);
+    let a = attention::recognize(&p).expect("recognized");
+    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
+    for (name, g) in [
+        ("issue_os", attention::online_softmax(&p, &a, 1, 32768 / 128, 128)?),
+        ("issue_sk", attention::split_kv(&p, &a, 16, 2048 / 128, 128)?),
+    ] {
+        sized_support(&g, &dims, &KernelOptions::default())?;
+        let out = generated(name, &g, &dims)?;
+        assert!(out.kernels_source.contains("const int iters = min("), "{name}");
+        let cubin = compile_cubin(&out.source, name, &opts)?;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+    }
+    Ok(())
+}
