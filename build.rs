@@ -127,7 +127,18 @@ fn decode_megakernels() -> Result<(), String> {
     };
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let dest = out_dir.join("mpk");
-    let opts = mirage::mpk::MpkOptions::default();
+    let mut opts = mirage::mpk::MpkOptions::default();
+    // MIRAGE_DECODE_STAGES=n: the task bodies' most pipeline stages (an experiment's knob; the
+    // default is MpkOptions's).
+    println!("cargo:rerun-if-env-changed=MIRAGE_DECODE_STAGES");
+    if let Ok(v) = std::env::var("MIRAGE_DECODE_STAGES") {
+        opts.kernel.max_stages = v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| (1..=16).contains(&n))
+            .ok_or_else(|| format!("MIRAGE_DECODE_STAGES={v:?}: expected a number of stages from 1 to 16"))?;
+    }
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {

@@ -20,6 +20,7 @@
   fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
 
 constexpr int THREADS = 256, STAGES = 4, STAGE_BYTES = 16384;
+constexpr int MAX_STAGES = 13;  // the deepest pipeline of the depth sweep (13 x 16 KiB = 208 KiB)
 
 __device__ __forceinline__ void cp16(void* s, const void* g) {
   unsigned a = (unsigned)__cvta_generic_to_shared(s);
@@ -31,8 +32,9 @@ template <int N> __device__ __forceinline__ void wait_group() { asm volatile("cp
 // Block b streams its slice: `seg` bytes of each of `rows_total` rows `pitch` bytes apart,
 // starting at byte b * block_off (seg == pitch == STAGE_BYTES: one contiguous run). Each stage
 // moves STAGE_BYTES.
-__global__ void stream(const char* __restrict__ w, long long block_off, long long pitch, int seg, long long rows_total,
-                       float* sink) {
+template <int STAGES>
+__global__ void stream_t(const char* __restrict__ w, long long block_off, long long pitch, int seg, long long rows_total,
+                         float* sink) {
   extern __shared__ __align__(128) char smem[];
   const char* base = w + (long long)blockIdx.x * block_off;
   const int rows_per_stage = STAGE_BYTES / seg;          // rows of the slice per stage
@@ -57,6 +59,8 @@ __global__ void stream(const char* __restrict__ w, long long block_off, long lon
   }
   if (acc == 12345.0f) sink[blockIdx.x] = acc;
 }
+// The pattern sweep's pipeline: 4 stages, like the generated kernels' default.
+#define stream stream_t<STAGES>
 
 int main() {
   const long long K = 4096, N = 8192;  // one 64 MiB bf16 weight [K, N] (4096 x 8192, like an 8B gate)
@@ -123,6 +127,32 @@ int main() {
     });
     CHECK(cudaGetLastError());
     printf("contiguous runs, blocks %4d x %lld KiB: %7.1f us %.2f TB/s\n", blocks, per_block >> 10, tc, per_block * blocks / tc / 1e6);
+  }
+  // Pipeline depth: 128 blocks (one per SM) of 64-column tiles, like the 1B gate/up tasks, over a
+  // 256 MiB weight (launch and ramp a smaller share than the 64 MiB cases above), 2..13 stages.
+  {
+    char* big;
+    const long long big_bytes = 4 * bytes;
+    CHECK(cudaMalloc(&big, big_bytes));
+    CHECK(cudaMemset(big, 1, big_bytes));
+    const int blocks = 128, seg = 128;
+    const long long pitch = seg * blocks;
+    const long long per_stage = STAGE_BYTES / seg;
+    const long long rows = big_bytes / pitch / per_stage * per_stage;
+    const long long moved = rows * seg * blocks;
+    auto depth = [&](auto kernel, int stages) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, stages * STAGE_BYTES));
+      const float t = time([&] { kernel<<<blocks, THREADS, stages * STAGE_BYTES>>>(big, seg, pitch, seg, rows, sink); });
+      CHECK(cudaGetLastError());
+      printf("depth %2d stages x 16 KiB (%3d KiB in flight), 128 blocks of 64-column tiles, %lld MiB: %7.1f us %.2f TB/s\n",
+             stages, (stages - 1) * 16, moved >> 20, t, moved / t / 1e6);
+    };
+    depth(stream_t<2>, 2);
+    depth(stream_t<4>, 4);
+    depth(stream_t<6>, 6);
+    depth(stream_t<8>, 8);
+    depth(stream_t<10>, 10);
+    depth(stream_t<MAX_STAGES>, MAX_STAGES);
   }
   return 0;
 }
