@@ -152,7 +152,8 @@ fi
 # summary, and on a timeout (MIRAGE_SANITIZER_LIMIT_S, since a run cut short did not check
 # everything). The default stage, in this order until MIRAGE_SANITIZER_BUDGET_S is spent (runs
 # not started are listed in the summary, never silently dropped):
-#   memcheck over the #[mugraph] launcher with a runtime-sized dim at 12 sizes (odd ones among them);
+#   memcheck over the #[mugraph] launchers with a runtime-sized dim at 12 sizes (odd ones among
+#   them): the gated MLP over B and attention over S;
 #   memcheck over all random programs and all coverage programs (f16, bf16, f32);
 #   racecheck, synccheck and initcheck over the coverage programs and the first 60 random ones;
 #   memcheck over the examples (the benchmark programs through #[mugraph]).
@@ -219,6 +220,9 @@ case "$sanitizer_mode" in
     # Runtime-sized dims first (a dozen launches, seconds): the B-sized gated MLP at 12 sizes,
     # the odd ones (1, 3, 5, 17, 31, 33, 63) cutting its tiles' loads and stores.
     sanitize memcheck "dims (B at 12 sizes)" "$(test_bin mugraph)" --ignored --exact a_sized_launcher_matches_the_reference_at_twelve_sizes "${tests[@]}"
+    # Attention over a runtime key length S at 12 sizes (masked loops and reductions, split-KV
+    # ranges that follow S).
+    sanitize memcheck "attention over S (12 sizes)" "$(test_bin mugraph)" --ignored --exact an_s_sized_attention_matches_the_reference_at_twelve_sizes "${tests[@]}"
     sanitize memcheck random "${random[@]}"
     sanitize memcheck coverage "${coverage[@]}"
     for tool in racecheck synccheck initcheck; do
