@@ -44,9 +44,10 @@
 //! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
 //! gives the same result in both graphs, different arguments almost surely differ; never
 //! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
-//! of `+ − × ÷ exp`: two graphs that agree only through an identity of an uninterpreted operator
-//! (`tanh(x) = 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the
-//! reverse; the f32 reference checks the chosen µGraph's numerics.
+//! of `+ − × ÷ exp` and one rule (an `rms_norm` without epsilon of a normalized row, below): two
+//! graphs that agree only through an identity of an uninterpreted operator (`tanh(x) =
+//! 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the reverse; the
+//! f32 reference checks the chosen µGraph's numerics.
 //! `max` is the maximum under a keyed random total order of the values (so it is commutative,
 //! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
 //! `−∞` sentinel is a random value placed at the bottom of that order. `x + c` (`add_scalar`) is
