@@ -1045,3 +1045,42 @@ fn norms_that_are_not_idempotent_stay_different() {
         assert!(!verdict(candidate, program).is_equivalent(), "{what}: accepted the other way");
     }
 }
+
+#[test]
+fn the_norm_rule_rewrites_only_a_norm_of_a_normalized_row() {
+    use std::borrow::Cow;
+    let dtype = DType::F32;
+    // Nothing to fold: the graph itself is evaluated (no rebuild per candidate in the search).
+    for g in [
+        norm_graph(dtype, |g, x, _| g.rms_norm(x, 0.0, None)),
+        norm_graph(dtype, |g, x, _| {
+            let y = g.rms_norm(x, 1e-6, None)?;
+            g.rms_norm(y, 1e-6, None)
+        }),
+        norm_graph(dtype, |g, x, w| {
+            let y = g.rms_norm(x, 0.0, Some(w))?;
+            g.rms_norm(y, 0.0, None)
+        }),
+    ] {
+        assert!(matches!(fold_repeated_norms(&g), Cow::Borrowed(_)));
+    }
+    // x, w, n1 = norm(x), n2 = norm(n1, w), n3 = norm(n2): n2 becomes `n1 × w`; n3 reads a
+    // weighted row and stays.
+    let g = norm_graph(dtype, |g, x, w| {
+        let y = g.rms_norm(x, 0.0, None)?;
+        let y = g.rms_norm(y, 0.0, Some(w))?;
+        g.rms_norm(y, 0.0, None)
+    });
+    let folded = fold_repeated_norms(&g);
+    let ops: Vec<&KernelOp> = folded.nodes().iter().map(|n| &n.op).collect();
+    assert_eq!(ops.len(), g.nodes().len(), "node numbers are kept");
+    assert_eq!(*ops[3], KernelOp::Binary { op: BinaryOp::Mul });
+    assert!(matches!(ops[4], KernelOp::RmsNorm { .. }));
+    // A block norm of a block norm becomes `mul_scalar(1)`; the first stays.
+    let g = norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[0.0, 0.0]));
+    let folded = fold_repeated_norms(&g);
+    let KernelOp::Custom { block } = &folded.nodes()[2].op else { panic!("a custom kernel") };
+    let bops: Vec<&BlockOp> = block.nodes().iter().map(|n| &n.op).collect();
+    assert!(matches!(bops[1], BlockOp::RmsNorm { .. }));
+    assert_eq!(*bops[2], BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } });
+}
