@@ -115,7 +115,9 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 use crate::eval::{Domain, EvalError, RunShapes, Tensor, evaluate, evaluate_at};
-use crate::ir::{BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Law, Scalar, TensorRef, UnaryOp};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Law, Scalar, TensorRef, UnaryOp,
+};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
 pub const P: u64 = 4_294_967_087;
@@ -928,7 +930,11 @@ pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig
 /// - at kernel level, a kernel `rms_norm` with epsilon 0 and *no weight* (or a node this rule
 ///   already replaced by the identity),
 /// - in a block graph, a block `rms_norm` with epsilon 0 of the same block graph (or a replaced
-///   one).
+///   one);
+///
+/// and, in a block graph, a sum over the loop of a loop-invariant tile read only by block
+/// `rms_norm`s without epsilon is evaluated as the tile itself (`rms_norm(F·v) = rms_norm(v)`;
+/// see [`fold_block`]).
 ///
 /// Why it is sound: for a row `x` of `n` elements with mean square `m = Σx²/n > 0`, `y = x /
 /// sqrt(m)` has mean square `Σy²/n = m/m = 1` exactly, so `rms_norm(y) = y / sqrt(1) = y` over
@@ -1011,27 +1017,61 @@ fn reads_normalized(inputs: &[TensorRef], normalized: &[bool]) -> bool {
     inputs.first().is_some_and(|t| t.port == 0 && normalized.get(t.node).copied().unwrap_or(false))
 }
 
-/// [`fold_repeated_norms`] within one block graph: the rewritten graph, or `None` when no block
-/// `rms_norm` reads another one's tile.
+/// [`fold_repeated_norms`] within one block graph: the rewritten graph, or `None` when no rule
+/// applies. Besides a block `rms_norm` of a block `rms_norm` (the identity), the block form of the
+/// norm's invariance to a positive factor: an `Accum { Sum }` of a loop-invariant tile (one that
+/// depends on no input iterator with a for-loop dim and on no loop-carried state) adds the same
+/// tile `v` once per iteration, `F·v` with `F ≥ 1` the number of iterations; when every reader of
+/// the sum is a block `rms_norm` without epsilon, `rms_norm(F·v) = F·v / sqrt(F²·m) = rms_norm(v)`,
+/// so the sum is evaluated as `Accum { Max }` (the maximum of equal tiles is the tile, exactly, in
+/// every domain). With an epsilon (`F·v / sqrt(F²·m + eps)`), another reader of the sum (which
+/// sees `F·v`), or a tile that changes with the iteration, nothing is rewritten.
 fn fold_block(b: &BlockGraph) -> Option<BlockGraph> {
     let nodes = b.nodes();
     let mut normalized = vec![false; nodes.len()];
-    let mut replaced = vec![false; nodes.len()];
+    // Per node: its tile is the same in every iteration of the loop.
+    let mut invariant = vec![false; nodes.len()];
+    let mut replaced: Vec<Option<BlockOp>> = vec![None; nodes.len()];
+    let plain_norm = |op: &BlockOp| matches!(op, BlockOp::RmsNorm { eps } if eps.0 == 0.0);
     for (i, n) in nodes.iter().enumerate() {
-        if let BlockOp::RmsNorm { eps } = n.op
-            && eps.0 == 0.0
-        {
-            replaced[i] = reads_normalized(&n.inputs, &normalized);
+        invariant[i] = match &n.op {
+            BlockOp::Input { forloop_dim, .. } => forloop_dim.is_none(),
+            BlockOp::Accum { .. } | BlockOp::RunningMax { .. } | BlockOp::Output { .. } => false,
+            BlockOp::Matmul
+            | BlockOp::Unary { .. }
+            | BlockOp::Binary { .. }
+            | BlockOp::ReduceSum { .. }
+            | BlockOp::ReduceSumTo { .. }
+            | BlockOp::ReduceMax { .. }
+            | BlockOp::RmsNorm { .. }
+            | BlockOp::Concat { .. }
+            | BlockOp::Rope { .. }
+            | BlockOp::Argmax { .. }
+            | BlockOp::Gather { .. } => n.inputs.iter().all(|t| invariant[t.node]),
+        };
+        if plain_norm(&n.op) {
+            if reads_normalized(&n.inputs, &normalized) {
+                replaced[i] = Some(BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } });
+            }
             normalized[i] = true;
         }
+        if let BlockOp::Accum { acc: AccKind::Sum } = n.op
+            && b.forloop_range() > 1
+            && n.inputs.len() == 1
+            && invariant[n.inputs[0].node]
+        {
+            let mut readers = nodes.iter().filter(|m| m.inputs.iter().any(|t| t.node == i)).peekable();
+            if readers.peek().is_some() && readers.all(|m| plain_norm(&m.op) && m.inputs.len() == 1) {
+                replaced[i] = Some(BlockOp::Accum { acc: AccKind::Max });
+            }
+        }
     }
-    if !replaced.contains(&true) {
+    if replaced.iter().all(Option::is_none) {
         return None;
     }
     let mut out = BlockGraph::new(b.inputs().to_vec(), b.grid(), b.threads(), b.forloop_range()).ok()?;
     for (n, r) in nodes.iter().zip(replaced) {
-        let op = if r { BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } } } else { n.op.clone() };
-        out.push(op, &n.inputs).ok()?;
+        out.push(r.unwrap_or_else(|| n.op.clone()), &n.inputs).ok()?;
     }
     Some(out)
 }

@@ -1084,3 +1084,61 @@ fn the_norm_rule_rewrites_only_a_norm_of_a_normalized_row() {
     assert!(matches!(bops[1], BlockOp::RmsNorm { .. }));
     assert_eq!(*bops[2], BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } });
 }
+
+/// A custom kernel over `x[4, 16]` (rows split over 2 blocks) that sums its loop-invariant tile
+/// over `frange` iterations (`frange·x`) and normalizes the sum with epsilon `eps`; with
+/// `also_sum`, the sum is a second output.
+fn norm_of_a_sum(
+    g: &mut KernelGraph,
+    x: TensorRef,
+    frange: usize,
+    eps: f32,
+    also_sum: bool,
+) -> Result<Vec<TensorRef>, IrError> {
+    let desc = g.desc(x)?.clone();
+    let map = [Some(0), None, None];
+    let mut bg = BlockGraph::new(vec![desc], [2, 1, 1], 128, frange)?;
+    let t = bg.input(0, map, None)?;
+    let s = bg.accum(AccKind::Sum, &[t])?;
+    let n = bg.op(BlockOp::RmsNorm { eps: Scalar(eps) }, &[s])?;
+    bg.output(n, map)?;
+    if also_sum {
+        bg.output(s, map)?;
+    }
+    g.custom(&[x], bg)
+}
+
+#[test]
+fn a_norm_without_epsilon_of_a_sum_of_equal_tiles_is_the_norm() {
+    let f32_graph = |f: &dyn Fn(&mut KernelGraph, TensorRef) -> Result<Vec<TensorRef>, IrError>| {
+        graph_of(&[(&[4, 16], DType::F32)], |g, r| f(g, r[0]))
+    };
+    let once = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 0.0, None)?]));
+    let once_eps = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 1e-6, None)?]));
+    // rms_norm(3·x) = rms_norm(x): accepted.
+    let summed = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 0.0, false));
+    assert!(f64_difference(&once, &summed) <= 1e-10);
+    assert!(verdict(&once, &summed).is_equivalent());
+    assert!(verdict(&summed, &once).is_equivalent());
+    // With an epsilon it is another function: rejected.
+    let summed_eps = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 1e-6, false));
+    assert!(f64_difference(&once_eps, &summed_eps) > 1e-10);
+    assert!(!verdict(&once_eps, &summed_eps).is_equivalent());
+    // The sum read by another operator (an output) stays `3·x`: no rewrite, and `3·x` is not `x`.
+    let both = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 0.0, true));
+    assert!(matches!(fold_repeated_norms(&both), std::borrow::Cow::Borrowed(_)));
+    let wrong = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 0.0, None)?, x]));
+    assert!(f64_difference(&wrong, &both) > 1e-10);
+    assert!(!verdict(&wrong, &both).is_equivalent());
+    // A tile that changes with the iteration (rows walked by the loop) is not summed copies.
+    let mut g = KernelGraph::new();
+    let x = g.input(&[4, 16], DType::F32).expect("x");
+    let mut bg = BlockGraph::new(vec![g.desc(x).expect("x").clone()], [2, 1, 1], 128, 2).expect("block");
+    let t = bg.input(0, [Some(1), None, None], Some(0)).expect("tile");
+    let s = bg.accum(AccKind::Sum, &[t]).expect("sum");
+    let n = bg.op(BlockOp::RmsNorm { eps: Scalar(0.0) }, &[s]).expect("norm");
+    bg.output(n, [Some(1), None, None]).expect("out");
+    let o = g.custom(&[x], bg).expect("custom")[0];
+    g.output(o, None).expect("output");
+    assert!(matches!(fold_repeated_norms(&g), std::borrow::Cow::Borrowed(_)));
+}

@@ -356,8 +356,9 @@ pub fn edits(g: &KernelGraph) -> Vec<(Kind, Edit)> {
 fn block_edits(edits: &mut Vec<(Kind, Edit)>, ni: usize, block: &BlockGraph) {
     let grid = block.grid();
     let f = block.forloop_range();
-    for nf in [f * 2, f / 2, f + 1] {
-        if nf >= 1 && nf != f {
+    for (k, nf) in [f * 2, f / 2, f + 1].into_iter().enumerate() {
+        // Each range once (for f = 1, f·2 = f + 1).
+        if nf >= 1 && nf != f && ![f * 2, f / 2, f + 1][..k].contains(&nf) {
             edits.push((Kind::ForloopRange, Edit::Forloop(ni, nf)));
         }
     }
