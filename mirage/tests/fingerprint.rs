@@ -1108,11 +1108,13 @@ fn norm_of_a_sum(
     g.custom(&[x], bg)
 }
 
+/// A graph builder's outputs.
+type Outputs = Result<Vec<TensorRef>, IrError>;
+
 #[test]
 fn a_norm_without_epsilon_of_a_sum_of_equal_tiles_is_the_norm() {
-    let f32_graph = |f: &dyn Fn(&mut KernelGraph, TensorRef) -> Result<Vec<TensorRef>, IrError>| {
-        graph_of(&[(&[4, 16], DType::F32)], |g, r| f(g, r[0]))
-    };
+    let f32_graph =
+        |f: &dyn Fn(&mut KernelGraph, TensorRef) -> Outputs| graph_of(&[(&[4, 16], DType::F32)], |g, r| f(g, r[0]));
     let once = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 0.0, None)?]));
     let once_eps = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 1e-6, None)?]));
     // rms_norm(3·x) = rms_norm(x): accepted.
