@@ -44,7 +44,7 @@
 //! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
 //! gives the same result in both graphs, different arguments almost surely differ; never
 //! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
-//! of `+ − × ÷ exp` and one rule (an `rms_norm` without epsilon of a normalized row, below): two
+//! of `+ − × ÷ exp` and the `rms_norm` rule (a norm without epsilon of a normalized row, below): two
 //! graphs that agree only through an identity of an uninterpreted operator (`tanh(x) =
 //! 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the reverse; the
 //! f32 reference checks the chosen µGraph's numerics.
@@ -90,7 +90,7 @@
 //! - inputs of type `i32` are drawn as ids in `0..=rows` of the smallest table they index (the
 //!   value `rows` itself is out of range: the zero rows are exercised too).
 //!
-//! # `rms_norm` without epsilon is idempotent: the one rule beyond the field
+//! # `rms_norm` without epsilon is idempotent: the rule beyond the field
 //!
 //! `sqrt` is uninterpreted, so the field alone cannot see that `rms_norm(rms_norm(x)) =
 //! rms_norm(x)` when there is no epsilon (the normalized row's mean square is exactly 1, and
@@ -99,8 +99,10 @@
 //! unweighted `rms_norm` with epsilon 0 normalizes nothing, and is evaluated as the identity
 //! (times its weight, when it has one). The rule recognises the producer of the operand — a
 //! kernel `rms_norm` read by a kernel `rms_norm`, or a block `rms_norm` read by a block `rms_norm`
-//! of the same block graph — so the two normalize the same elements; everything else is left to
-//! the field, which reports it different. See [`fold_repeated_norms`] for why it is sound and what
+//! of the same block graph — so the two normalize the same elements. In the same way a loop's sum
+//! of one unchanging tile (`F·v`) read only by block norms without epsilon is evaluated as the
+//! tile (`rms_norm(F·v) = rms_norm(v)`). Everything else is left to the field, which reports it
+//! different. See [`fold_repeated_norms`] for why it is sound and what
 //! it must not (and does not) accept. The field's `sqrt` stays a keyed random function: a true
 //! modular square root would make `sqrt(a²) = ±a` one value for `a` and `−a` (`sqrt(−1)` would
 //! equal `sqrt(1)` up to a sign no real computation has), which is unsound.
