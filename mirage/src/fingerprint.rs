@@ -934,9 +934,13 @@ pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig
 /// - in a block graph, a block `rms_norm` with epsilon 0 of the same block graph (or a replaced
 ///   one);
 ///
-/// and, in a block graph, a sum over the loop of a loop-invariant tile read only by block
-/// `rms_norm`s without epsilon is evaluated as the tile itself (`rms_norm(F·v) = rms_norm(v)`;
-/// see [`fold_block`]).
+/// and, in a block graph, a sum over the loop (`Accum { Sum }`) of a loop-invariant tile `v` —
+/// one that depends on no input iterator with a for-loop dim and on no loop-carried state — read
+/// only by block `rms_norm`s without epsilon is evaluated as `Accum { Max }`, the tile itself:
+/// the sum is `F·v` with `F ≥ 1` iterations, and `rms_norm(F·v) = F·v / sqrt(F²·m) =
+/// rms_norm(v)` (with an epsilon, `F·v / sqrt(F²·m + eps)` is another function; another reader
+/// of the sum sees `F·v`; a tile that changes with the iteration is no multiple: none of these is
+/// rewritten).
 ///
 /// Why it is sound: for a row `x` of `n` elements with mean square `m = Σx²/n > 0`, `y = x /
 /// sqrt(m)` has mean square `Σy²/n = m/m = 1` exactly, so `rms_norm(y) = y / sqrt(1) = y` over
