@@ -374,7 +374,13 @@ fn run_corpus(full: bool, sampling: Sampling) -> Corpus {
     for (si, src) in &srcs {
         let r = run_source(*si, src, sampling, threads);
         let checked: usize = r.tally.values().map(|t| t.equivalent + t.not_equivalent + t.unclear).sum();
-        println!("{}: {} µGraph(s), {checked} mutants checked in {:.1} s", src.name, r.graphs, r.seconds);
+        println!(
+            "{}: {} µGraph(s), {checked} mutants checked in {:.1} s, {} verifier failures",
+            src.name,
+            r.graphs,
+            r.seconds,
+            r.failures.len()
+        );
         for (k, t) in &r.tally {
             tally.entry(*k).or_default().add(t);
         }
