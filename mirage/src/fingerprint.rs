@@ -44,9 +44,10 @@
 //! SplitMix64-style mix of (trial key, operator name and parameters, argument) — the same argument
 //! gives the same result in both graphs, different arguments almost surely differ; never
 //! surrogates that ignore their arguments. So the verifier decides equivalence up to the algebra
-//! of `+ − × ÷ exp`: two graphs that agree only through an identity of an uninterpreted operator
-//! (`tanh(x) = 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the
-//! reverse; the f32 reference checks the chosen µGraph's numerics.
+//! of `+ − × ÷ exp` and the `rms_norm` rule (a norm without epsilon of a normalized row, below): two
+//! graphs that agree only through an identity of an uninterpreted operator (`tanh(x) =
+//! 2·sigmoid(2x) − 1`, `silu(x) = x·sigmoid(x)`) are reported different, never the reverse; the
+//! f32 reference checks the chosen µGraph's numerics.
 //! `max` is the maximum under a keyed random total order of the values (so it is commutative,
 //! associative and idempotent, as a maximum must be, and returns one of its arguments), and the
 //! `−∞` sentinel is a random value placed at the bottom of that order. `x + c` (`add_scalar`) is
@@ -89,6 +90,23 @@
 //! - inputs of type `i32` are drawn as ids in `0..=rows` of the smallest table they index (the
 //!   value `rows` itself is out of range: the zero rows are exercised too).
 //!
+//! # `rms_norm` without epsilon is idempotent: the rule beyond the field
+//!
+//! `sqrt` is uninterpreted, so the field alone cannot see that `rms_norm(rms_norm(x)) =
+//! rms_norm(x)` when there is no epsilon (the normalized row's mean square is exactly 1, and
+//! `sqrt(1) = 1`). Before evaluating, program and candidate are rewritten by one structural rule
+//! ([`fold_repeated_norms`]): an `rms_norm` with epsilon 0 whose operand *is* the result of an
+//! unweighted `rms_norm` with epsilon 0 normalizes nothing, and is evaluated as the identity
+//! (times its weight, when it has one). The rule recognises the producer of the operand — a
+//! kernel `rms_norm` read by a kernel `rms_norm`, or a block `rms_norm` read by a block `rms_norm`
+//! of the same block graph — so the two normalize the same elements. In the same way a loop's sum
+//! of one unchanging tile (`F·v`) read only by block norms without epsilon is evaluated as the
+//! tile (`rms_norm(F·v) = rms_norm(v)`). Everything else is left to the field, which reports it
+//! different. See [`fold_repeated_norms`] for why it is sound and what
+//! it must not (and does not) accept. The field's `sqrt` stays a keyed random function: a true
+//! modular square root would make `sqrt(a²) = ±a` one value for `a` and `−a` (`sqrt(−1)` would
+//! equal `sqrt(1)` up to a sign no real computation has), which is unsound.
+//!
 //! # Use
 //!
 //! [`verify`] answers one question; [`FingerprintContext`] evaluates the program once per trial
@@ -96,8 +114,12 @@
 
 use rayon::prelude::*;
 
+use std::borrow::Cow;
+
 use crate::eval::{Domain, EvalError, RunShapes, Tensor, evaluate, evaluate_at};
-use crate::ir::{DType, KernelGraph, KernelOp, Law, UnaryOp};
+use crate::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Law, Scalar, TensorRef, UnaryOp,
+};
 
 /// The larger prime: values live in `Z_p`. `p = 2q + 1 = 2^32 − 209`.
 pub const P: u64 = 4_294_967_087;
@@ -791,6 +813,7 @@ impl FingerprintContext {
             None => signature.inputs.iter().map(|(s, _)| s.clone()).collect(),
         };
         let bounds = index_bounds(program);
+        let folded = fold_repeated_norms(program);
         let trials = (0..trials_for(program, cfg))
             .map(|t| {
                 let key = hash_words(cfg.seed, &[tag::TRIAL, t as u64]);
@@ -802,8 +825,8 @@ impl FingerprintContext {
                     }
                 }
                 let outputs = match run {
-                    Some(r) => evaluate_at(program, &domain, &inputs, r),
-                    None => evaluate(program, &domain, &inputs),
+                    Some(r) => evaluate_at(&folded, &domain, &inputs, r),
+                    None => evaluate(&folded, &domain, &inputs),
                 }
                 .map_err(|source| VerifyError::Eval { which: "program", source })?;
                 Ok(Trial { domain, inputs, outputs })
@@ -845,10 +868,11 @@ impl FingerprintContext {
         // compatible[i][j]: program output i equals candidate output j in every trial so far.
         let mut compatible: Vec<Vec<bool>> =
             (0..n).map(|i| (0..n).map(|j| self.signature.outputs[i] == sig.outputs[j]).collect()).collect();
+        let folded = fold_repeated_norms(candidate);
         for (t, trial) in self.trials.iter().enumerate() {
             let outs = match run {
-                Some(r) => evaluate_at(candidate, &trial.domain, &trial.inputs, r),
-                None => evaluate(candidate, &trial.domain, &trial.inputs),
+                Some(r) => evaluate_at(&folded, &trial.domain, &trial.inputs, r),
+                None => evaluate(&folded, &trial.domain, &trial.inputs),
             }
             .map_err(|source| VerifyError::Eval { which: "candidate", source })?;
             for (i, row) in compatible.iter_mut().enumerate() {
@@ -896,6 +920,166 @@ pub fn verify(program: &KernelGraph, candidate: &KernelGraph, cfg: &VerifyConfig
         return Ok(Verdict::NotEquivalent { witness: Witness::Signature { reason } });
     }
     FingerprintContext::new(program, cfg)?.check(candidate)
+}
+
+/// `g` with every `rms_norm` that normalizes an already normalized row replaced by the identity
+/// (times its weight), as the verifier evaluates it: borrowed when there is none. Node numbers
+/// are kept (a replaced node becomes `mul_scalar(1)`, or `×` its weight), so run geometries
+/// indexed by node ([`RunShapes`]) still apply.
+///
+/// The rule, at each level of the IR: an `rms_norm` with epsilon exactly 0 whose operand is port
+/// 0 of a node that is
+/// - at kernel level, a kernel `rms_norm` with epsilon 0 and *no weight* (or a node this rule
+///   already replaced by the identity),
+/// - in a block graph, a block `rms_norm` with epsilon 0 of the same block graph (or a replaced
+///   one);
+///
+/// and, in a block graph, a sum over the loop (`Accum { Sum }`) of a loop-invariant tile `v` —
+/// one that depends on no input iterator with a for-loop dim and on no loop-carried state — read
+/// only by block `rms_norm`s without epsilon is evaluated as `Accum { Max }`, the tile itself:
+/// the sum is `F·v` with `F ≥ 1` iterations, and `rms_norm(F·v) = F·v / sqrt(F²·m) =
+/// rms_norm(v)` (with an epsilon, `F·v / sqrt(F²·m + eps)` is another function; another reader
+/// of the sum sees `F·v`; a tile that changes with the iteration is no multiple: none of these is
+/// rewritten).
+///
+/// Why it is sound: for a row `x` of `n` elements with mean square `m = Σx²/n > 0`, `y = x /
+/// sqrt(m)` has mean square `Σy²/n = m/m = 1` exactly, so `rms_norm(y) = y / sqrt(1) = y` over
+/// the reals; with a weight `g`, `rms_norm(y)·g = y·g`. At a row with `m = 0` (all zeros) both
+/// sides are `0/0`; the field defines `0⁻¹ = 0` and gives 0 for both. Kernel `rms_norm` normalizes
+/// the last dim of the whole tensor, so inner and outer normalize the same rows at any size (the
+/// run sizes included). A block `rms_norm` normalizes the last dim of its tile over the tile's
+/// valid elements (the masked-reduction rule), and the outer one reads the inner one's very tile
+/// with the same valid box: again the same elements, and padding never reaches a result. The
+/// rewritten graph computes the same real function wherever the original is defined, so
+/// equal fingerprints of the rewritten graphs mean what they meant before.
+///
+/// What it must not accept, and does not: with epsilon `e > 0` the normalized row's mean square
+/// is `m / (m + e)`, not 1 (no rewrite when either norm has an epsilon); a norm over other
+/// elements (another axis after a transpose or reshape, a block norm of a tile that is only part
+/// of the row a kernel norm would see) is no operand produced directly by a norm of the same
+/// level; `rms_norm(rms_norm(x)·g)` is `rms_norm(x·g)`, not `rms_norm(x)·g` (an inner norm with a
+/// weight, or any operator between the two, stops the rule); `rms_norm(2x) = rms_norm(x)` but
+/// `2·rms_norm(x)` is not normalized. Forms the rule does not recognise (a norm written as an
+/// `RmsLast` accumulator and a division, as Mirage writes it) stay uninterpreted: the verifier
+/// reports them different, never the reverse.
+pub fn fold_repeated_norms(g: &KernelGraph) -> Cow<'_, KernelGraph> {
+    let nodes = g.nodes();
+    // Per node: its result (port 0) is an unweighted `rms_norm` without epsilon of its operand.
+    let mut normalized = vec![false; nodes.len()];
+    let mut replaced: Vec<Option<KernelOp>> = vec![None; nodes.len()];
+    let mut any = false;
+    for (i, n) in nodes.iter().enumerate() {
+        match &n.op {
+            KernelOp::RmsNorm { eps } if eps.0 == 0.0 => {
+                let weighted = n.inputs.len() > 1;
+                if reads_normalized(&n.inputs, &normalized) {
+                    replaced[i] =
+                        Some(if weighted { KernelOp::Binary { op: BinaryOp::Mul } } else { identity_kernel() });
+                    any = true;
+                }
+                normalized[i] = !weighted;
+            }
+            KernelOp::Custom { block } => {
+                if let Some(b) = fold_block(block) {
+                    replaced[i] = Some(KernelOp::Custom { block: Box::new(b) });
+                    any = true;
+                }
+            }
+            KernelOp::Input { .. }
+            | KernelOp::Output { .. }
+            | KernelOp::Matmul
+            | KernelOp::Unary { .. }
+            | KernelOp::Binary { .. }
+            | KernelOp::ReduceSum { .. }
+            | KernelOp::ReduceMax { .. }
+            | KernelOp::RmsNorm { .. }
+            | KernelOp::Concat { .. }
+            | KernelOp::Rope { .. }
+            | KernelOp::Gather
+            | KernelOp::Argmax { .. } => {}
+        }
+    }
+    if !any {
+        return Cow::Borrowed(g);
+    }
+    let mut out = KernelGraph::new();
+    for (n, op) in nodes.iter().zip(replaced) {
+        // The replacements keep every shape rule (same operands, same result), so the builder
+        // accepts them; should it not, the graph is evaluated as it is (no rule, no acceptance).
+        if out.push(op.unwrap_or_else(|| n.op.clone()), &n.inputs).is_err() {
+            return Cow::Borrowed(g);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `mul_scalar(1)`: the identity, exactly, in every domain.
+fn identity_kernel() -> KernelOp {
+    KernelOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } }
+}
+
+/// Whether operand 0 of `inputs` is port 0 of a node whose result is a normalized row.
+fn reads_normalized(inputs: &[TensorRef], normalized: &[bool]) -> bool {
+    inputs.first().is_some_and(|t| t.port == 0 && normalized.get(t.node).copied().unwrap_or(false))
+}
+
+/// [`fold_repeated_norms`] within one block graph: the rewritten graph, or `None` when no rule
+/// applies. Besides a block `rms_norm` of a block `rms_norm` (the identity), the block form of the
+/// norm's invariance to a positive factor: an `Accum { Sum }` of a loop-invariant tile (one that
+/// depends on no input iterator with a for-loop dim and on no loop-carried state) adds the same
+/// tile `v` once per iteration, `F·v` with `F ≥ 1` the number of iterations; when every reader of
+/// the sum is a block `rms_norm` without epsilon, `rms_norm(F·v) = F·v / sqrt(F²·m) = rms_norm(v)`,
+/// so the sum is evaluated as `Accum { Max }` (the maximum of equal tiles is the tile, exactly, in
+/// every domain). With an epsilon (`F·v / sqrt(F²·m + eps)`), another reader of the sum (which
+/// sees `F·v`), or a tile that changes with the iteration, nothing is rewritten.
+fn fold_block(b: &BlockGraph) -> Option<BlockGraph> {
+    let nodes = b.nodes();
+    let mut normalized = vec![false; nodes.len()];
+    // Per node: its tile is the same in every iteration of the loop.
+    let mut invariant = vec![false; nodes.len()];
+    let mut replaced: Vec<Option<BlockOp>> = vec![None; nodes.len()];
+    let plain_norm = |op: &BlockOp| matches!(op, BlockOp::RmsNorm { eps } if eps.0 == 0.0);
+    for (i, n) in nodes.iter().enumerate() {
+        invariant[i] = match &n.op {
+            BlockOp::Input { forloop_dim, .. } => forloop_dim.is_none(),
+            BlockOp::Accum { .. } | BlockOp::RunningMax { .. } | BlockOp::Output { .. } => false,
+            BlockOp::Matmul
+            | BlockOp::Unary { .. }
+            | BlockOp::Binary { .. }
+            | BlockOp::ReduceSum { .. }
+            | BlockOp::ReduceSumTo { .. }
+            | BlockOp::ReduceMax { .. }
+            | BlockOp::RmsNorm { .. }
+            | BlockOp::Concat { .. }
+            | BlockOp::Rope { .. }
+            | BlockOp::Argmax { .. }
+            | BlockOp::Gather { .. } => n.inputs.iter().all(|t| invariant[t.node]),
+        };
+        if plain_norm(&n.op) {
+            if reads_normalized(&n.inputs, &normalized) {
+                replaced[i] = Some(BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } });
+            }
+            normalized[i] = true;
+        }
+        if let BlockOp::Accum { acc: AccKind::Sum } = n.op
+            && b.forloop_range() > 1
+            && n.inputs.len() == 1
+            && invariant[n.inputs[0].node]
+        {
+            let mut readers = nodes.iter().filter(|m| m.inputs.iter().any(|t| t.node == i)).peekable();
+            if readers.peek().is_some() && readers.all(|m| plain_norm(&m.op) && m.inputs.len() == 1) {
+                replaced[i] = Some(BlockOp::Accum { acc: AccKind::Max });
+            }
+        }
+    }
+    if replaced.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut out = BlockGraph::new(b.inputs().to_vec(), b.grid(), b.threads(), b.forloop_range()).ok()?;
+    for (n, r) in nodes.iter().zip(replaced) {
+        out.push(r.unwrap_or_else(|| n.op.clone()), &n.inputs).ok()?;
+    }
+    Some(out)
 }
 
 fn fmt_sig(v: &[(Vec<usize>, DType)]) -> String {

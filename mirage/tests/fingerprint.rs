@@ -7,10 +7,14 @@ use std::time::Instant;
 
 use mirage::eval::{Domain, Tensor};
 use mirage::fingerprint::*;
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, KernelOp, Law, TensorRef, UnaryOp};
+use mirage::ir::{
+    AccKind, BinaryOp, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Law, Scalar, TensorRef, UnaryOp,
+};
 use mirage::reference::{HostTensor, max_scaled_error, run};
+use mirage::testing::inputs::graph_inputs;
 use mirage::testing::mutants::other_maps;
 use mirage::testing::programs::golden_cases;
+use mirage::testing::rounding::run_f64;
 
 fn values(key: u64, n: usize) -> Vec<Fp> {
     FieldDomain::random_inputs(key, &[vec![n]]).remove(0).data
@@ -762,4 +766,381 @@ fn gathers_draw_ids_of_their_table_and_computed_ids_get_more_trials() {
     });
     // exp is monotone over the reals, not under the field's random order: reported different.
     assert!(!verdict(&decode, &wrong).is_equivalent());
+}
+
+// ---------------------------------------------------------------------------------------------
+// rms_norm without epsilon is idempotent (`fold_repeated_norms`): accepted exactly where it holds.
+
+/// `x[4, 16]` (and `g[1, 16]`) of `dtype` through `f` (one output).
+fn norm_graph(
+    dtype: DType,
+    f: impl FnOnce(&mut KernelGraph, TensorRef, TensorRef) -> Result<TensorRef, mirage::ir::IrError>,
+) -> KernelGraph {
+    graph_of(&[(&[4, 16], dtype), (&[1, 16], dtype)], |g, r| Ok(vec![f(g, r[0], r[1])?]))
+}
+
+/// A custom kernel over `x[4, 16]`: each block loads a tile (rows split over 2 blocks when
+/// `split_rows`, else the row split in two halves) and applies the block `rms_norm`s of `eps`
+/// to it one after the other (`eps[0]` first), in the loop (of one iteration) or, with
+/// `after_loop`, after its accumulator; then saves it.
+fn block_norms_at(
+    g: &mut KernelGraph,
+    x: TensorRef,
+    split_rows: bool,
+    after_loop: bool,
+    eps: &[f32],
+) -> Result<TensorRef, IrError> {
+    let desc = g.desc(x)?.clone();
+    let map = [Some(if split_rows { 0 } else { 1 }), None, None];
+    let mut bg = BlockGraph::new(vec![desc], [2, 1, 1], 128, 1)?;
+    let mut t = bg.input(0, map, None)?;
+    if after_loop {
+        t = bg.accum(AccKind::Sum, &[t])?;
+    }
+    for &e in eps {
+        t = bg.op(BlockOp::RmsNorm { eps: Scalar(e) }, &[t])?;
+    }
+    if !after_loop {
+        t = bg.accum(AccKind::Sum, &[t])?;
+    }
+    bg.output(t, map)?;
+    Ok(g.custom(&[x], bg)?[0])
+}
+
+/// [`block_norms_at`] in the loop.
+fn block_norms(g: &mut KernelGraph, x: TensorRef, split_rows: bool, eps: &[f32]) -> Result<TensorRef, IrError> {
+    block_norms_at(g, x, split_rows, false, eps)
+}
+
+/// `x` times the constant `c`.
+fn scaled(g: &mut KernelGraph, x: TensorRef, c: f32) -> Result<TensorRef, IrError> {
+    g.unary(UnaryOp::MulScalar { c: Scalar(c) }, x)
+}
+
+/// The largest difference of `a` and `b` in the f64 reference relative to the outputs' largest
+/// magnitude, on inputs in `[-1, 1)` (`1e-10` and below: the same function).
+fn f64_difference(a: &KernelGraph, b: &KernelGraph) -> f64 {
+    let inputs = graph_inputs(a, 99, |_| -1.0..1.0);
+    let (wa, wb) = (run_f64(a, &inputs).expect("runs in f64"), run_f64(b, &inputs).expect("runs in f64"));
+    wa.iter()
+        .zip(&wb)
+        .map(|(x, y)| {
+            let scale = x.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            x.data.iter().zip(&y.data).map(|(p, q)| (p - q).abs() / scale).fold(0.0, f64::max)
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn a_norm_without_epsilon_applied_twice_is_the_norm() {
+    for dtype in [DType::F32, DType::Bf16, DType::F16] {
+        let once = norm_graph(dtype, |g, x, _| g.rms_norm(x, 0.0, None));
+        let once_gained = norm_graph(dtype, |g, x, w| {
+            let y = g.rms_norm(x, 0.0, None)?;
+            g.mul(y, w)
+        });
+        let once_weighted = norm_graph(dtype, |g, x, w| g.rms_norm(x, 0.0, Some(w)));
+        // (what, program, candidate, whether the verifier proves it): every pair is the same
+        // function in exact arithmetic.
+        let equal: Vec<(&str, KernelGraph, KernelGraph, bool)> = vec![
+            (
+                "kernel norm twice",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| {
+                    let y = g.rms_norm(x, 0.0, None)?;
+                    g.rms_norm(y, 0.0, None)
+                }),
+                true,
+            ),
+            (
+                "kernel norm three times",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| {
+                    let y = g.rms_norm(x, 0.0, None)?;
+                    let y = g.rms_norm(y, 0.0, None)?;
+                    g.rms_norm(y, 0.0, None)
+                }),
+                true,
+            ),
+            // The Qwen pre-norm's form: the norm, then its gain.
+            (
+                "kernel norm twice, then the gain",
+                once_gained.clone(),
+                norm_graph(dtype, |g, x, w| {
+                    let y = g.rms_norm(x, 0.0, None)?;
+                    let y = g.rms_norm(y, 0.0, None)?;
+                    g.mul(y, w)
+                }),
+                true,
+            ),
+            (
+                "the weight on the second norm",
+                once_weighted.clone(),
+                norm_graph(dtype, |g, x, w| {
+                    let y = g.rms_norm(x, 0.0, None)?;
+                    g.rms_norm(y, 0.0, Some(w))
+                }),
+                true,
+            ),
+            ("block norm once", once.clone(), norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[0.0])), true),
+            ("block norm twice", once.clone(), norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[0.0, 0.0])), true),
+            (
+                "block norm three times",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[0.0, 0.0, 0.0])),
+                true,
+            ),
+            (
+                "block norm twice after the loop",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| block_norms_at(g, x, true, true, &[0.0, 0.0])),
+                true,
+            ),
+            // Equal, but outside the rule (the verifier reports them different, never the
+            // reverse): a norm without epsilon of any row-wise positive multiple of `x` is
+            // `rms_norm(x)`; the halves of a row, each normalized, make a normalized row; the
+            // rule does not look through a custom kernel's result.
+            (
+                "a norm with epsilon, then one without",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| {
+                    let y = g.rms_norm(x, 1e-6, None)?;
+                    g.rms_norm(y, 0.0, None)
+                }),
+                false,
+            ),
+            (
+                "block norm with epsilon, then one without",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[1e-6, 0.0])),
+                false,
+            ),
+            (
+                "kernel norm of a block norm of the rows",
+                once.clone(),
+                norm_graph(dtype, |g, x, _| {
+                    let y = block_norms(g, x, true, &[0.0])?;
+                    g.rms_norm(y, 0.0, None)
+                }),
+                false,
+            ),
+            (
+                "kernel norm of block norms of half rows",
+                norm_graph(dtype, |g, x, _| block_norms(g, x, false, &[0.0])),
+                norm_graph(dtype, |g, x, _| {
+                    let y = block_norms(g, x, false, &[0.0])?;
+                    g.rms_norm(y, 0.0, None)
+                }),
+                false,
+            ),
+        ];
+        for (what, program, candidate, proved) in &equal {
+            assert!(f64_difference(program, candidate) <= 1e-10, "{dtype} {what}: the reference says they differ");
+            assert_eq!(verdict(program, candidate).is_equivalent(), *proved, "{dtype} {what}");
+            assert_eq!(verdict(candidate, program).is_equivalent(), *proved, "{dtype} {what}, the other way");
+        }
+    }
+}
+
+#[test]
+fn norms_that_are_not_idempotent_stay_different() {
+    let dtype = DType::F32;
+    let once = norm_graph(dtype, |g, x, _| g.rms_norm(x, 0.0, None));
+    let once_eps = norm_graph(dtype, |g, x, _| g.rms_norm(x, 1e-6, None));
+    let once_gained = norm_graph(dtype, |g, x, w| {
+        let y = g.rms_norm(x, 0.0, None)?;
+        g.mul(y, w)
+    });
+    let once_weighted = norm_graph(dtype, |g, x, w| g.rms_norm(x, 0.0, Some(w)));
+    let different: Vec<(&str, KernelGraph, KernelGraph)> = vec![
+        // eps > 0: the normalized row's mean square is m / (m + eps), not 1.
+        (
+            "kernel norm with eps twice",
+            once_eps.clone(),
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 1e-6, None)?;
+                g.rms_norm(y, 1e-6, None)
+            }),
+        ),
+        (
+            "none, then eps",
+            once.clone(),
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                g.rms_norm(y, 1e-6, None)
+            }),
+        ),
+        (
+            "block norm with eps twice",
+            once_eps.clone(),
+            norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[1e-6, 1e-6])),
+        ),
+        (
+            "block norm after the loop, none then eps",
+            once.clone(),
+            norm_graph(dtype, |g, x, _| block_norms_at(g, x, true, true, &[0.0, 1e-6])),
+        ),
+        ("block norm of half rows", once.clone(), norm_graph(dtype, |g, x, _| block_norms(g, x, false, &[0.0, 0.0]))),
+        // A weight or a scale between the two norms.
+        (
+            "rms_norm(rms_norm(x)·g) for rms_norm(x)·g",
+            once_gained.clone(),
+            norm_graph(dtype, |g, x, w| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                let y = g.mul(y, w)?;
+                g.rms_norm(y, 0.0, None)
+            }),
+        ),
+        (
+            "the weighted norm twice",
+            once_weighted.clone(),
+            norm_graph(dtype, |g, x, w| {
+                let y = g.rms_norm(x, 0.0, Some(w))?;
+                g.rms_norm(y, 0.0, Some(w))
+            }),
+        ),
+        (
+            "a norm of the weighted norm",
+            once_weighted.clone(),
+            norm_graph(dtype, |g, x, w| {
+                let y = g.rms_norm(x, 0.0, Some(w))?;
+                g.rms_norm(y, 0.0, None)
+            }),
+        ),
+        (
+            "rms_norm(2·rms_norm(x)) for 2·rms_norm(x)",
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                scaled(g, y, 2.0)
+            }),
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                let y = scaled(g, y, 2.0)?;
+                g.rms_norm(y, 0.0, None)
+            }),
+        ),
+        (
+            "rms_norm(2·x) for 2·rms_norm(x)",
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                scaled(g, y, 2.0)
+            }),
+            norm_graph(dtype, |g, x, _| {
+                let y = scaled(g, x, 2.0)?;
+                g.rms_norm(y, 0.0, None)
+            }),
+        ),
+        (
+            "the norm twice for x",
+            norm_graph(dtype, |g, x, _| scaled(g, x, 1.0)),
+            norm_graph(dtype, |g, x, _| {
+                let y = g.rms_norm(x, 0.0, None)?;
+                g.rms_norm(y, 0.0, None)
+            }),
+        ),
+    ];
+    for (what, program, candidate) in &different {
+        assert!(f64_difference(program, candidate) > 1e-10, "{what}: the reference finds no difference");
+        assert!(!verdict(program, candidate).is_equivalent(), "{what}: accepted");
+        assert!(!verdict(candidate, program).is_equivalent(), "{what}: accepted the other way");
+    }
+}
+
+#[test]
+fn the_norm_rule_rewrites_only_a_norm_of_a_normalized_row() {
+    use std::borrow::Cow;
+    let dtype = DType::F32;
+    // Nothing to fold: the graph itself is evaluated (no rebuild per candidate in the search).
+    for g in [
+        norm_graph(dtype, |g, x, _| g.rms_norm(x, 0.0, None)),
+        norm_graph(dtype, |g, x, _| {
+            let y = g.rms_norm(x, 1e-6, None)?;
+            g.rms_norm(y, 1e-6, None)
+        }),
+        norm_graph(dtype, |g, x, w| {
+            let y = g.rms_norm(x, 0.0, Some(w))?;
+            g.rms_norm(y, 0.0, None)
+        }),
+    ] {
+        assert!(matches!(fold_repeated_norms(&g), Cow::Borrowed(_)));
+    }
+    // x, w, n1 = norm(x), n2 = norm(n1, w), n3 = norm(n2): n2 becomes `n1 × w`; n3 reads a
+    // weighted row and stays.
+    let g = norm_graph(dtype, |g, x, w| {
+        let y = g.rms_norm(x, 0.0, None)?;
+        let y = g.rms_norm(y, 0.0, Some(w))?;
+        g.rms_norm(y, 0.0, None)
+    });
+    let folded = fold_repeated_norms(&g);
+    let ops: Vec<&KernelOp> = folded.nodes().iter().map(|n| &n.op).collect();
+    assert_eq!(ops.len(), g.nodes().len(), "node numbers are kept");
+    assert_eq!(*ops[3], KernelOp::Binary { op: BinaryOp::Mul });
+    assert!(matches!(ops[4], KernelOp::RmsNorm { .. }));
+    // A block norm of a block norm becomes `mul_scalar(1)`; the first stays.
+    let g = norm_graph(dtype, |g, x, _| block_norms(g, x, true, &[0.0, 0.0]));
+    let folded = fold_repeated_norms(&g);
+    let KernelOp::Custom { block } = &folded.nodes()[2].op else { panic!("a custom kernel") };
+    let bops: Vec<&BlockOp> = block.nodes().iter().map(|n| &n.op).collect();
+    assert!(matches!(bops[1], BlockOp::RmsNorm { .. }));
+    assert_eq!(*bops[2], BlockOp::Unary { op: UnaryOp::MulScalar { c: Scalar(1.0) } });
+}
+
+/// A custom kernel over `x[4, 16]` (rows split over 2 blocks) that sums its loop-invariant tile
+/// over `frange` iterations (`frange·x`) and normalizes the sum with epsilon `eps`; with
+/// `also_sum`, the sum is a second output.
+fn norm_of_a_sum(
+    g: &mut KernelGraph,
+    x: TensorRef,
+    frange: usize,
+    eps: f32,
+    also_sum: bool,
+) -> Result<Vec<TensorRef>, IrError> {
+    let desc = g.desc(x)?.clone();
+    let map = [Some(0), None, None];
+    let mut bg = BlockGraph::new(vec![desc], [2, 1, 1], 128, frange)?;
+    let t = bg.input(0, map, None)?;
+    let s = bg.accum(AccKind::Sum, &[t])?;
+    let n = bg.op(BlockOp::RmsNorm { eps: Scalar(eps) }, &[s])?;
+    bg.output(n, map)?;
+    if also_sum {
+        bg.output(s, map)?;
+    }
+    g.custom(&[x], bg)
+}
+
+/// A graph builder's outputs.
+type Outputs = Result<Vec<TensorRef>, IrError>;
+
+#[test]
+fn a_norm_without_epsilon_of_a_sum_of_equal_tiles_is_the_norm() {
+    let f32_graph =
+        |f: &dyn Fn(&mut KernelGraph, TensorRef) -> Outputs| graph_of(&[(&[4, 16], DType::F32)], |g, r| f(g, r[0]));
+    let once = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 0.0, None)?]));
+    let once_eps = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 1e-6, None)?]));
+    // rms_norm(3·x) = rms_norm(x): accepted.
+    let summed = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 0.0, false));
+    assert!(f64_difference(&once, &summed) <= 1e-10);
+    assert!(verdict(&once, &summed).is_equivalent());
+    assert!(verdict(&summed, &once).is_equivalent());
+    // With an epsilon it is another function: rejected.
+    let summed_eps = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 1e-6, false));
+    assert!(f64_difference(&once_eps, &summed_eps) > 1e-10);
+    assert!(!verdict(&once_eps, &summed_eps).is_equivalent());
+    // The sum read by another operator (an output) stays `3·x`: no rewrite, and `3·x` is not `x`.
+    let both = f32_graph(&|g, x| norm_of_a_sum(g, x, 3, 0.0, true));
+    assert!(matches!(fold_repeated_norms(&both), std::borrow::Cow::Borrowed(_)));
+    let wrong = f32_graph(&|g, x| Ok(vec![g.rms_norm(x, 0.0, None)?, x]));
+    assert!(f64_difference(&wrong, &both) > 1e-10);
+    assert!(!verdict(&wrong, &both).is_equivalent());
+    // A tile that changes with the iteration (rows walked by the loop) is not summed copies.
+    let mut g = KernelGraph::new();
+    let x = g.input(&[4, 16], DType::F32).expect("x");
+    let mut bg = BlockGraph::new(vec![g.desc(x).expect("x").clone()], [2, 1, 1], 128, 2).expect("block");
+    let t = bg.input(0, [Some(1), None, None], Some(0)).expect("tile");
+    let s = bg.accum(AccKind::Sum, &[t]).expect("sum");
+    let n = bg.op(BlockOp::RmsNorm { eps: Scalar(0.0) }, &[s]).expect("norm");
+    bg.output(n, [Some(1), None, None]).expect("out");
+    let o = g.custom(&[x], bg).expect("custom")[0];
+    g.output(o, None).expect("output");
+    assert!(matches!(fold_repeated_norms(&g), std::borrow::Cow::Borrowed(_)));
 }

@@ -10,8 +10,9 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::OnceLock;
 
-use crate::eval::Tensor;
+use crate::eval::{EvalError, Tensor};
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, GridMap, KernelGraph, KernelOp, Scalar, TensorRef, UnaryOp};
 use crate::reference::{HostTensor, max_scaled_error, run};
 use crate::testing::rounding::run_f64;
@@ -355,8 +356,9 @@ pub fn edits(g: &KernelGraph) -> Vec<(Kind, Edit)> {
 fn block_edits(edits: &mut Vec<(Kind, Edit)>, ni: usize, block: &BlockGraph) {
     let grid = block.grid();
     let f = block.forloop_range();
-    for nf in [f * 2, f / 2, f + 1] {
-        if nf >= 1 && nf != f {
+    for (k, nf) in [f * 2, f / 2, f + 1].into_iter().enumerate() {
+        // Each range once (for f = 1, f·2 = f + 1).
+        if nf >= 1 && nf != f && ![f * 2, f / 2, f + 1][..k].contains(&nf) {
             edits.push((Kind::ForloopRange, Edit::Forloop(ni, nf)));
         }
     }
@@ -500,6 +502,41 @@ fn f64_difference(want: &[Tensor<f64>], got: &[Tensor<f64>]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A program's reference results on the corpus's inputs, computed once and shared by the
+/// classification of all its mutants ([`ProgramRun::classify`]; `Sync`, so threads share it):
+/// the `f32` outputs, and the `f64` ones, computed when a first mutant needs them.
+pub struct ProgramRun<'a> {
+    program: &'a KernelGraph,
+    inputs: Vec<HostTensor>,
+    want: Vec<HostTensor>,
+    exact: OnceLock<Result<Vec<Tensor<f64>>, EvalError>>,
+}
+
+impl<'a> ProgramRun<'a> {
+    /// Runs `program` on `inputs` in the `f32` reference (its `f64` run waits for a first need).
+    pub fn new(program: &'a KernelGraph, inputs: Vec<HostTensor>) -> Result<Self, EvalError> {
+        let want = run(program, &inputs)?;
+        Ok(ProgramRun { program, inputs, want, exact: OnceLock::new() })
+    }
+
+    /// The inputs.
+    pub fn inputs(&self) -> &[HostTensor] {
+        &self.inputs
+    }
+
+    /// The program's `f32` outputs.
+    pub fn want(&self) -> &[HostTensor] {
+        &self.want
+    }
+
+    /// [`classify`] against this program, with its outputs computed once.
+    pub fn classify(&self, mutant: &Result<KernelGraph, String>) -> Class {
+        classify_with(mutant, &self.inputs, &self.want, || {
+            self.exact.get_or_init(|| run_f64(self.program, &self.inputs)).clone()
+        })
+    }
+}
+
 /// Classifies a mutant of a µGraph of `program` by the program's outputs `want` on `inputs`.
 ///
 /// The f32 reference decides first ([`scaled_error`] within tolerance: equivalent; above
@@ -515,6 +552,17 @@ pub fn classify(
     inputs: &[HostTensor],
     want: &[HostTensor],
 ) -> Class {
+    classify_with(mutant, inputs, want, || run_f64(program, inputs))
+}
+
+/// [`classify`] with the program's `f64` outputs from `exact_program` (called only when the
+/// `f32` reference finds the mutant equivalent).
+fn classify_with(
+    mutant: &Result<KernelGraph, String>,
+    inputs: &[HostTensor],
+    want: &[HostTensor],
+    exact_program: impl FnOnce() -> Result<Vec<Tensor<f64>>, EvalError>,
+) -> Class {
     let g = match mutant {
         Ok(g) => g,
         Err(e) => return Class::Invalid(e.clone()),
@@ -528,7 +576,7 @@ pub fn classify(
         e if e > CLEAR_MISMATCH => return Class::NotEquivalent,
         e => return Class::Unclear(format!("scaled error {e}")),
     }
-    let exact = run_f64(program, inputs).and_then(|w| Ok((w, run_f64(g, inputs)?)));
+    let exact = exact_program().and_then(|w| Ok((w, run_f64(g, inputs)?)));
     match exact {
         Ok((w, m)) => match f64_difference(&w, &m) {
             d if d <= EXACT_RTOL => Class::Equivalent,
