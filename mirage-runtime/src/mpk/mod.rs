@@ -23,7 +23,10 @@ mod session;
 mod timeline;
 
 pub use plan::{MPK_PLAN_VERSION, MpkOp, MpkPlan, MpkTask, MpkTensor, TensorKind, abi};
-pub use session::{DEFAULT_PREFETCH_AHEAD, Megakernel, MegakernelArtifacts, ParamHandle, ParamValues, Session, TensorElement, TensorHandle};
+pub use session::{
+    DEFAULT_PREFETCH_AHEAD, Megakernel, MegakernelArtifacts, ParamHandle, ParamValues, Session, TensorElement,
+    TensorHandle,
+};
 pub use timeline::{OpTimes, TaskTimes, Timeline, TimelineStats};
 
 use crate::error::RuntimeError;
