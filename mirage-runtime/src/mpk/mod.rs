@@ -24,8 +24,8 @@ mod timeline;
 
 pub use plan::{MPK_PLAN_VERSION, MpkOp, MpkPlan, MpkTask, MpkTensor, TensorKind, abi};
 pub use session::{
-    DEFAULT_PREFETCH_AHEAD, Megakernel, MegakernelArtifacts, ParamHandle, ParamValues, Session, TensorElement,
-    TensorHandle,
+    DEFAULT_PREFETCH_AHEAD, MAX_PREFETCH_AHEAD, Megakernel, MegakernelArtifacts, ParamHandle, ParamValues, Session,
+    TensorElement, TensorHandle,
 };
 pub use timeline::{OpTimes, TaskTimes, Timeline, TimelineStats};
 

@@ -231,6 +231,10 @@ pub struct Session {
 /// Tasks a worker prefetches ahead by default ([`Session::set_prefetch_ahead`]).
 pub const DEFAULT_PREFETCH_AHEAD: u32 = 1;
 
+/// The widest prefetch window [`Session::set_prefetch_ahead`] takes (far more than any worker's
+/// tasks in one step, far below where the device's task indices would overflow).
+pub const MAX_PREFETCH_AHEAD: u32 = 1 << 16;
+
 impl Session {
     /// The plan.
     pub fn plan(&self) -> &MpkPlan {
@@ -258,9 +262,10 @@ impl Session {
     /// later task the task `tasks` places on; 0 prefetches each task's own weights just before
     /// its dependency wait. A wider window hides more of the weights' latency behind waits but
     /// can evict from L2 what the running tasks still read. Takes effect at the next launch;
-    /// results do not depend on it (prefetches are hints).
+    /// results do not depend on it (prefetches are hints). Values above
+    /// [`MAX_PREFETCH_AHEAD`] are taken as it (the device adds the window to task indices).
     pub fn set_prefetch_ahead(&mut self, tasks: u32) {
-        self.prefetch_ahead = tasks;
+        self.prefetch_ahead = tasks.min(MAX_PREFETCH_AHEAD);
     }
 
     /// The handle of tensor `name`, checked to hold `T`.
