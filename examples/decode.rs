@@ -243,12 +243,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (start, end) = (TimingEvent::new(gpu.stream())?, TimingEvent::new(gpu.stream())?);
     let mut last_progress = Instant::now();
     for (i, p) in steps.iter().enumerate() {
-        start.record(gpu.stream())?;
-        s.launch_async(std::slice::from_ref(p))?;
-        end.record(gpu.stream())?;
-        s.finish()?;
-        per_step_us.push(start.elapsed_us(&end)?);
-        tokens.push(s.download_f32("token")?[0] as u32);
+        let (us, token) = launch_one(&gpu, &mut s, p, [&start, &end])?;
+        per_step_us.push(us);
+        tokens.push(token);
         if let (Some(g), Some(before)) = (&graph, cpu.as_mut())
             && i < args.check
         {
@@ -320,12 +317,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         s.set_prefetch_ahead(a);
         let mut us = Vec::new();
         for (i, p) in steps.iter().enumerate() {
-            start.record(gpu.stream())?;
-            s.launch_async(std::slice::from_ref(p))?;
-            end.record(gpu.stream())?;
-            s.finish()?;
-            us.push(start.elapsed_us(&end)?);
-            let t = s.download_f32("token")?[0] as u32;
+            let (step_us, t) = launch_one(&gpu, &mut s, p, [&start, &end])?;
+            us.push(step_us);
             if t != tokens[i] {
                 return Err(format!("prefetch ahead {a}: step {i} decoded {t}, the timed run {}", tokens[i]).into());
             }
@@ -364,6 +357,21 @@ fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
     }
     let shares: f64 = kinds.iter().map(|k| k.share).sum();
     println!("  {:<20} {:>52.1}%", "between tasks", 100.0 * (1.0 - shares).max(0.0));
+}
+
+/// Step `p` in a launch of its own: the device time between `events` recorded around it (µs) and
+/// the token it decoded.
+fn launch_one(
+    gpu: &Gpu,
+    s: &mut Session,
+    p: &ParamValues,
+    [start, end]: [&TimingEvent; 2],
+) -> Result<(f64, u32), Box<dyn Error>> {
+    start.record(gpu.stream())?;
+    s.launch_async(std::slice::from_ref(p))?;
+    end.record(gpu.stream())?;
+    s.finish()?;
+    Ok((start.elapsed_us(end)?, s.download_f32("token")?[0] as u32))
 }
 
 /// The median of `v`.
