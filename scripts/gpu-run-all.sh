@@ -19,6 +19,11 @@
 #                                        MIRAGE_SANITIZER_BUDGET_S bounds the default stage (150)
 #                                        MIRAGE_DECODE_RUN=0 skips the decode example's models
 #                                        MIRAGE_BENCH_RUN=0 skips the benchmark (said in the summary)
+#                                        MIRAGE_TESTS_RUN=0 skips the tests, examples and toy
+#                                        before the sanitizer (said in the summary)
+#                                        MIRAGE_SANITIZER_TOOLS="racecheck initcheck": the full
+#                                        mode's tools (default all four; for splitting it over
+#                                        device calls)
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-benches/results/latest}
 mkdir -p "$out"
@@ -59,6 +64,9 @@ run_test() {
   summary+="$(grep -E ': seed [0-9]+ \(replay|worst element error per element type|^  (f16|bf16|f32): |panicked|^test .* FAILED' "$log" | cut -c1-400)"$'\n'
   rm -f "$log"
 }
+tests_run=${MIRAGE_TESTS_RUN:-1}
+[ "$tests_run" = 0 ] && note "tests, examples, quick start and toy: not run (MIRAGE_TESTS_RUN=0)"
+[ "$tests_run" = 0 ] || {
 run_test golden_gpu 600 --include-ignored
 run_test mugraph 300 --include-ignored
 run_test runtime_gpu 300 --include-ignored
@@ -77,12 +85,13 @@ else
   fail "quickstart: no .gpu/quickstart (scripts/gpu-pack.sh builds it)"
 fi
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
+}
 # The random programs (mirage::testing::random), built and packed by scripts/gpu-pack.sh.
 export MIRAGE_RANDOM_PACK=.gpu/random
 rm -rf "$MIRAGE_RANDOM_PACK"
 # Python's tarfile unpacks it (xz may not be installed there; Python is).
 if python3 -m tarfile -e .gpu/random.tar.xz .gpu; then
-  run_test random_gpu 300 --include-ignored
+  [ "$tests_run" = 0 ] || run_test random_gpu 300 --include-ignored
   summary+="$(grep -E '^random programs: ' "$out/tests.txt" | tail -1)"$'\n'
   # Each mismatch's first line (program, output, input seed, worst element, tolerances); the
   # worst elements, the storage-rounded values and the program follow it in tests.txt.
@@ -92,6 +101,7 @@ else
 fi
 
 : > "$out/examples.txt"
+[ "$tests_run" = 0 ] || {
 for name in gated_mlp rmsnorm_linear gqa qknorm_gqa ntrans lora; do
   e=.gpu/bin/example/$name
   if [ ! -x "$e" ]; then
@@ -126,6 +136,7 @@ if [ -x "$e" ]; then
 else
   fail "example mpk_toy: no binary $e (scripts/gpu-pack.sh packs the examples)"
 fi
+}
 
 # Greedy decoding of the three benchmark models with random weights (examples/decode.rs; the
 # pack must be built with MIRAGE_DECODE=1, or the example says their megakernels are missing):
@@ -134,6 +145,8 @@ fi
 e=.gpu/bin/example/decode
 if [ "${MIRAGE_DECODE_RUN:-1}" = 0 ]; then
   note "decode: skipped (MIRAGE_DECODE_RUN=0; run the example on its own)"
+elif [ "$tests_run" = 0 ]; then
+  note "decode: not run (MIRAGE_TESTS_RUN=0)"
 elif [ -x "$e" ]; then
   for model in llama-3.2-1b qwen3-0.6b llama-3.1-8b; do
     for pos in 512 4096; do
@@ -165,6 +178,9 @@ sanitizer_limit=${MIRAGE_SANITIZER_LIMIT_S:-300}
 sanitizer_budget=${MIRAGE_SANITIZER_BUDGET_S:-150}
 sanitizer_start=$SECONDS
 sanitizer_runs=0
+# The examples check their outputs without timing them under the tools (110 launches, each
+# after an L2 flush, take minutes under racecheck).
+export MIRAGE_EXAMPLE_TIMING=0
 sanitizer_skipped=()
 # sanitize TOOL LABEL EXECUTABLE ARGS...: one run, logged to sanitizer.txt.
 sanitize() {
@@ -208,7 +224,7 @@ examples=(gated_mlp rmsnorm_linear gqa qknorm_gqa ntrans lora)
 case "$sanitizer_mode" in
   off) note "sanitizer: not run (MIRAGE_SANITIZER=off)" ;;
   full)
-    for tool in memcheck racecheck synccheck initcheck; do
+    for tool in ${MIRAGE_SANITIZER_TOOLS:-memcheck racecheck synccheck initcheck}; do
       sanitize "$tool" random "${random[@]}"
       sanitize "$tool" coverage "${coverage[@]}"
       sanitize "$tool" golden "${golden[@]}"
@@ -232,6 +248,7 @@ case "$sanitizer_mode" in
     for name in "${examples[@]}"; do sanitize memcheck "example $name" ".gpu/bin/example/$name"; done
     ;;
 esac
+[ "$sanitizer_mode" = full ] && note "sanitizer (full) tools: ${MIRAGE_SANITIZER_TOOLS:-memcheck racecheck synccheck initcheck}"
 note "sanitizer ($sanitizer_mode): $sanitizer_runs runs in $((SECONDS - sanitizer_start)) s$([ "${#sanitizer_skipped[@]}" -gt 0 ] && echo "; NOT RUN (stage budget ${sanitizer_budget} s spent): ${sanitizer_skipped[*]}")"
 
 if [ "${MIRAGE_BENCH_RUN:-1}" = 0 ]; then
