@@ -144,16 +144,67 @@ fn open(test: &str) -> (Gpu, u64) {
 #[ignore = "needs a CUDA GPU"]
 fn golden_kernels_match_the_reference_on_the_gpu() {
     let (gpu, seed) = open("golden_kernels_match_the_reference_on_the_gpu");
+    let part = golden_part(std::env::var("MIRAGE_GOLDEN_PART").ok().as_deref()).unwrap_or_else(|e| panic!("{e}"));
     let mut tally = Tally::default();
     let mut total = 0;
-    for case in golden_cases() {
+    let cases = golden_cases();
+    let count = cases.len();
+    for (i, case) in cases.into_iter().enumerate() {
+        if let Some((k, n)) = part
+            && i * n / count != k - 1
+        {
+            continue;
+        }
         let graphs = case.named_graphs().unwrap_or_else(|e| panic!("{e}"));
         let range = |_: usize, j: usize| golden_input_range(case.name, j);
         total += check_unit(&gpu, case.name, &graphs, range, seed, &mut tally);
     }
-    println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates), {} outputs compared", tally.outputs);
-    assert_eq!(total, 181 + 9);
+    if let Some((k, n)) = part {
+        // A part (MIRAGE_GOLDEN_PART=k/n): the parts together are the whole set, which the
+        // unsplit run counts.
+        println!("golden part {k}/{n}: {total} µGraphs, {} outputs compared", tally.outputs);
+        assert!(total > 0, "golden part {k}/{n} ran no µGraph");
+    } else {
+        println!("golden: {total} µGraphs (9 programs + 181 Mirage candidates), {} outputs compared", tally.outputs);
+        assert_eq!(total, 181 + 9);
+    }
     tally.finish("golden");
+}
+
+/// `MIRAGE_GOLDEN_PART=k/n` (1 ≤ k ≤ n ≤ 9): the k-th of n consecutive parts of the golden
+/// programs, so compute-sanitizer's slower tools can check them in separate, bounded runs.
+fn golden_part(value: Option<&str>) -> Result<Option<(usize, usize)>, String> {
+    let Some(v) = value else { return Ok(None) };
+    let bad = || format!("MIRAGE_GOLDEN_PART={v:?}: expected k/n with 1 <= k <= n <= 9");
+    let (k, n) = v.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if k == 0 || k > n || n > 9 {
+        return Err(bad());
+    }
+    Ok(Some((k, n)))
+}
+
+/// On the CPU: the parts of `MIRAGE_GOLDEN_PART` cover every golden program exactly once, and
+/// bad values are errors.
+#[test]
+fn golden_parts_cover_every_program_once() {
+    assert_eq!(golden_part(None), Ok(None));
+    assert_eq!(golden_part(Some("2/3")), Ok(Some((2, 3))));
+    for bad in ["0/3", "4/3", "1/10", "x/2", "3", ""] {
+        assert!(golden_part(Some(bad)).is_err(), "{bad:?} accepted");
+    }
+    let count = golden_cases().len();
+    for n in 1..=9 {
+        let mut seen = vec![0; count];
+        for k in 1..=n {
+            for (i, s) in seen.iter_mut().enumerate() {
+                if i * n / count == k - 1 {
+                    *s += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1), "parts of {n}: {seen:?}");
+    }
 }
 
 /// On the CPU (so CI sees it): the count the GPU test expects is the count there is, for every
