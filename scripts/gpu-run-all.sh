@@ -170,7 +170,7 @@ fi
 #   memcheck over all random programs and all coverage programs (f16, bf16, f32);
 #   racecheck, synccheck and initcheck over the coverage programs and the first 60 random ones;
 #   memcheck over the examples (the benchmark programs through #[mugraph]).
-# MIRAGE_SANITIZER=full: all four tools over the golden µGraphs, the coverage programs, all
+# MIRAGE_SANITIZER=full: all four tools over the golden µGraphs (three runs of a third each), the coverage programs, all
 # random programs, the #[mugraph] launcher tests and every example, with no stage budget.
 : > "$out/sanitizer.txt"
 sanitizer_mode=${MIRAGE_SANITIZER:-quick}
