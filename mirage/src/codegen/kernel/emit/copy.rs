@@ -96,11 +96,7 @@ impl Emitter<'_> {
         // Per runtime-sized dim: the element's coordinate below the valid extent.
         let mut conds = Vec::new();
         for d in 0..tile.shape.len() {
-            let local = if Some(d) == copy.vec_dim && vec > 1 {
-                format!("{}*{}", idx[d], vec)
-            } else {
-                idx[d].clone()
-            };
+            let local = if Some(d) == copy.vec_dim && vec > 1 { format!("{}*{}", idx[d], vec) } else { idx[d].clone() };
             gterms.push(format!("(long long)({} + {local})*{}", boff[d], gstrides[d]));
             if tile.shape[d] > 1 {
                 sterms.push(format!("({local})*{}", tile.strides[d]));
