@@ -4,7 +4,8 @@
 //! fixed-shape builds of it at 17 and 64 rows (the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the
 //! fixed builds at 1 and 8); and decode attention at issue 16's shape (32 query heads of one row,
 //! head dim 128, bf16, safe softmax, scale 1/√128, K as `[heads, dim, S]`, V as `[heads, S, dim]`)
-//! for any key length `S` in 1..=32768 built once (at 32768), beside fixed-shape builds of the same
+//! for any key length `S` in 1..=32768 built once (at 32768) and as three size buckets (512, 4096,
+//! 32768), beside fixed-shape builds of the same
 //! program at S = 512, 4096 and 32768 (same layouts). Built by the root build.rs with
 //! `MIRAGE_DIMS_BENCH=1`: verifying these µGraphs over their ranges at these shapes takes minutes
 //! of CPU time.
@@ -58,6 +59,18 @@ pub fn gated_mlp_bs64(
 /// 32 heads of one query row, head dim 128, bf16, `softmax(q·k / √128, last)·v`.
 #[mugraph(dims(S = 1..=32768), buckets(S = [32768]))]
 pub fn attn_decode_over_s(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, S>,
+    v: Tensor<bf16, 32, S, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention for any key length `S` in 1..=32768 built as three size buckets (1..=512,
+/// 513..=4096, 4097..=32768, each searched at its upper bound): a call runs the bucket holding
+/// its `S`.
+#[mugraph(dims(S = 1..=32768), buckets(S = [512, 4096, 32768]))]
+pub fn attn_decode_over_s_buckets(
     q: Tensor<bf16, 32, 1, 128>,
     k: Tensor<bf16, 32, 128, S>,
     v: Tensor<bf16, 32, S, 128>,
