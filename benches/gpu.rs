@@ -352,6 +352,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     if args.cases.is_empty() || args.cases.iter().any(|n| n == "dims") {
         dims_group(&gpu, args.iters, &mut table, &mut rows, &mut failures)?;
     }
+    // The attention rows of the `dims` group, also alone as case `dims_attention`.
+    if args.cases.is_empty() || args.cases.iter().any(|n| n == "dims" || n == "dims_attention") {
+        dims_attention(&gpu, args.iters, torch.as_ref(), &mut table, &mut rows, &mut failures)?;
+    }
     println!();
     println!("{table}");
     let header = format!(
@@ -478,6 +482,150 @@ fn dims_group(
         rows.insert(
             format!("gated_mlp_over_b@{b}"),
             json!({ "b": b, "variable_us": tv, "bucketed_us": tb, "bucket": [lo, hi], "fixed_us": tf, "ratio": tv / tf, "bucketed_ratio": tb / tf, "worst_element_of_tolerance": worst, "correct": correct }),
+        );
+    }
+    Ok(())
+}
+
+/// The attention programs of the `dims` group (`benches/kernels/dims.rs`): decode attention over
+/// `S` in 1..=32768 built once and as three size buckets, and its fixed builds at 512, 4096 and
+/// 32768 keys.
+#[cfg(mirage_dims_bench)]
+fn dims_attention_programs() -> Option<[&'static mirage::Program; 5]> {
+    Some([
+        &dims::attn_decode_over_s::PROGRAM,
+        &dims::attn_decode_over_s_buckets::PROGRAM,
+        &dims::attn_decode_s512::PROGRAM,
+        &dims::attn_decode_s4096::PROGRAM,
+        &dims::attn_decode_s32768::PROGRAM,
+    ])
+}
+
+/// Without `MIRAGE_DIMS_BENCH=1` at build time the `dims` group is not built: no rows.
+#[cfg(not(mirage_dims_bench))]
+fn dims_attention_programs() -> Option<[&'static mirage::Program; 5]> {
+    None
+}
+
+/// The attention rows of the `dims` group (issue 16's bar): decode attention at the issue's shape
+/// (32 query heads of one row, head dim 128, bf16, safe softmax, K `[heads, dim, S]`, V
+/// `[heads, S, dim]`) built once for `S` in 1..=32768 (`attn_decode_over_s`), next to fixed-shape
+/// builds of the same program at S = 512, 4096 and 32768 on the same inputs, and built as three
+/// size buckets (`attn_decode_over_s_buckets`: 512, 4096, 32768), timed the same way
+/// (CUDA events, L2 flushed, median of `iters` launches). Every output is checked against the CPU
+/// reference first; the one build also runs (checked and timed) at 17 and 4097 keys, sizes that
+/// are not multiples of 8, where K's copies run element by element (no fixed build: ratio `-`).
+/// A third table: S, one-build µs, bucketed µs (and the bucket), fixed µs, the ratios, PyTorch's best of the torch JSON (row
+/// `attn_decode_over_s@S`, when given: `benches/results/s12-attns/torch_attn.py`), the memory
+/// floor (bytes of Q, K, V and the output at the JSON's copy bandwidth).
+fn dims_attention(
+    gpu: &Gpu,
+    iters: usize,
+    torch: Option<&Value>,
+    table: &mut String,
+    rows: &mut BTreeMap<String, Value>,
+    failures: &mut Vec<String>,
+) -> Result<(), Box<dyn Error>> {
+    use mirage::testing::compare::{ErrorModel, compare, reduction_len};
+    use mirage::testing::inputs::{random_inputs, seed};
+    use mirage::{AnyTensor, DType, Program, TensorArg};
+    let Some([variable, bucketed, s512, s4096, s32768]) = dims_attention_programs() else { return Ok(()) };
+    let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
+    let source =
+        lowered.iter().find(|p| p.name == "attn_decode_over_s").ok_or("no #[mugraph] fn attn_decode_over_s")?;
+    let sized = mirage::dims::DimPlan::analyze(&source.graph, &source.dims)?;
+    let vplan = variable.plan()?;
+    let stream = gpu.stream();
+    let copy_bw = torch.and_then(|t| t["copy_bw"].as_f64());
+    let sizes: [(usize, Option<&'static Program>); 5] =
+        [(17, None), (512, Some(s512)), (4096, Some(s4096)), (4097, None), (32768, Some(s32768))];
+    writeln!(table)?;
+    writeln!(
+        table,
+        "| decode attention 32 × 128 bf16, S | one build µs (S = 1..=32768) | bucketed µs (bucket) | fixed µs | one build / fixed | bucketed / fixed | best PyTorch µs (variant) | floor µs | worst element / tol. (one build, bucketed, fixed) |"
+    )?;
+    writeln!(table, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for (s, fixed) in sizes {
+        let specs = vplan.inputs_at(&[s]);
+        // Q and K uniform in [-1.7, 1.7) (the attention group's scales), V in [-1, 1).
+        let scales = [1.7f32, 1.7, 1.0];
+        let host = random_inputs(&specs, seed(&format!("attn_decode_over_s_{s}"))?, |i| -scales[i]..scales[i]);
+        let inputs: Vec<AnyTensor> = specs
+            .iter()
+            .zip(&host)
+            .map(|(d, h)| AnyTensor::upload_f32(stream, d, &h.data))
+            .collect::<Result<_, _>>()?;
+        let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
+        let run = sized.run_shapes(&source.graph, &[s])?;
+        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
+        let model = ErrorModel::new(DType::Bf16, reduction_len(specs.iter().map(|d| d.shape.as_slice())));
+        let mut worst = Vec::new();
+        let mut correct = true;
+        let checked: Vec<(&str, &'static Program)> =
+            [("attn_decode_over_s", variable), ("attn_decode_over_s_buckets", bucketed)]
+                .into_iter()
+                .chain(fixed.map(|f| ("fixed", f)))
+                .collect();
+        for (what, p) in &checked {
+            let got = p.run(stream, &args)?[0].to_host_f32()?;
+            let c = compare(&got, &want[0].data, &want[0].shape, model)?;
+            println!("{what} at S = {s:5}: {c}");
+            worst.push(c.worst.as_ref().map_or(0.0, |e| e.ratio()));
+            if let Err(e) = c.check(&format!("{what} at S = {s}")) {
+                correct = false;
+                failures.push(e);
+            }
+        }
+        // `buffers_of`: the program whose plan's buffers `p` runs with (a bucketed program: the
+        // bucket's).
+        let time = |p: &'static Program, buffers_of: &'static Program, at: &[usize]| -> Result<f64, Box<dyn Error>> {
+            let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
+                specs.iter().map(|d| AnyTensor::upload_f32(stream, d, &vec![0.0; d.num_elements()])).collect()
+            };
+            let mut outs = zeros(p.plan()?.outputs_at(at))?;
+            let mut bufs = zeros(buffers_of.plan()?.buffers_at(at))?;
+            let stats = mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
+            Ok(stats.median_us)
+        };
+        let bucket = bucketed.bucket_of(&[s])?.ok_or("attn_decode_over_s_buckets is not bucketed")?;
+        let bucket_program = &bucketed.buckets()[bucket];
+        let (lo, hi) = bucket_program.ranges[0];
+        let tv = time(variable, variable, &[s])?;
+        let tb = time(bucketed, &bucket_program.program, &[s])?;
+        let tf = fixed.map(|f| time(f, f, &[])).transpose()?;
+        let io = bytes(&specs) + bytes(&vplan.outputs_at(&[s]));
+        let floor = copy_bw.map(|bw| io as f64 / bw * 1e6);
+        let ratio = tf.map(|f| tv / f);
+        let bratio = tf.map(|f| tb / f);
+        let trow = torch.map(|t| &t["rows"][format!("attn_decode_over_s@{s}")]).filter(|r| r.is_object());
+        let best = trow.and_then(|r| {
+            ["eager", "graph", "compile", "sdpa"]
+                .iter()
+                .filter_map(|k| r[*k].as_f64().map(|v| (*k, v)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+        });
+        let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+        let worst_txt = worst.iter().map(|w| format!("{w:.2}")).collect::<Vec<_>>().join(", ");
+        writeln!(
+            table,
+            "| {s} | {tv:.1} | {tb:.1} ({lo}..={hi}) | {} | {} | {} | {} | {} | {worst_txt}{} |",
+            fmt(tf, 1),
+            fmt(ratio, 3),
+            fmt(bratio, 3),
+            best.map_or("-".to_string(), |(k, v)| format!("{v:.1} ({k})")),
+            fmt(floor, 1),
+            if correct { "" } else { " WRONG" }
+        )?;
+        println!(
+            "attn_decode_over_s at S = {s:5}: one build {tv:8.1} µs, bucketed {tb:8.1} µs (bucket {lo}..={hi}), fixed {} µs, ratios {} / {}, floor {} µs ({io} bytes)",
+            fmt(tf, 1),
+            fmt(ratio, 3),
+            fmt(bratio, 3),
+            fmt(floor, 1)
+        );
+        rows.insert(
+            format!("attn_decode_over_s@{s}"),
+            json!({ "s": s, "variable_us": tv, "bucketed_us": tb, "bucket": [lo, hi], "fixed_us": tf, "ratio": ratio, "bucketed_ratio": bratio, "best_torch_us": best.map(|b| b.1), "best_torch_variant": best.map(|b| b.0), "io_bytes": io, "floor_us": floor, "worst_element_of_tolerance": worst, "correct": correct }),
         );
     }
     Ok(())

@@ -104,7 +104,11 @@ fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
     for needle in [
         "const int iters = min(4, (max(n0 - by*256, 0) + 63) / 64);",
         "for (int it = 0; it < iters; ++it) {",
-        "(long long)(0 + ((v / 64) % 32))*n0 + (long long)(by*256 + (it)*64 + (v % 64))*1;",
+        // K (S contiguous) in 16-byte vectors when S is a multiple of 8 (rows aligned, no vector
+        // straddles S), pipelined; element by element otherwise.
+        "if (n0 % 8 == 0) {",
+        "if ((by*256 + (nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
+        "(long long)(0 + ((v / 64) % 32))*n0 + (long long)(by*256 + (nit)*64 + (v % 64))*1;",
         "if ((by*256 + (it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
         "if ((by*256 + (it)*64 + r) < n0) { v = v + t7[(r)]; }",
         "t7[((e % 64))] = (((by*256 + (it)*64 + (e % 64)) < n0) ? v7 : 0.0f);",
@@ -125,8 +129,12 @@ fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
     let src = &out.kernels_source;
     for needle in [
         "const int iters = min(16, (max(n0, 0) + 63) / 64);",
-        // K's tile is copied element by element (a vector could straddle S), predicated.
-        "((it)*64 + (v % 64)) < n0 ? in1[go] : mirage::from_f32<__nv_bfloat16>(0.0f);",
+        // K's tile (S contiguous) is pipelined: 16-byte vectors when S is a multiple of 8,
+        // predicated; element by element otherwise (a vector would straddle S or start
+        // misaligned).
+        "if (n0 % 8 == 0) {",
+        "if (((nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
+        "((nit)*64 + (v % 64)) < n0 ? in1[go] : mirage::from_f32<__nv_bfloat16>(0.0f);",
         // V's rows past S are zero-filled beside the 16-byte copies.
         "< n0) mirage::cp_async16(d, in2 + go); else { *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u); }",
         "if (((it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",

@@ -194,7 +194,7 @@ fn generate_with(
 
 /// Rejects what the generated code cannot yet do at a runtime size: copies of a runtime-sized
 /// operand that cannot be predicated element by element (a strength-reduced copy, a vector
-/// along a runtime-sized dim), a reduction over padding in registers (a register chain's row
+/// along a runtime-sized dim without its run-time guard `n % vec == 0`), a reduction over padding in registers (a register chain's row
 /// sums) or by `rms_norm` / `acc_rms_last` (their means count the elements).
 fn check_sizes(plan: &KernelPlan<'_>, name: &str, sizes: &KernelSizes) -> Result<(), CodegenError> {
     if sizes.is_static() {
@@ -209,7 +209,9 @@ fn check_sizes(plan: &KernelPlan<'_>, name: &str, sizes: &KernelSizes) -> Result
         }
         let Some(copy) = plan.copies[i].as_ref() else { continue };
         let vec_sized = copy.vec_dim.is_some_and(|c| dims.get(c).is_some_and(|d| *d != DimSize::Fixed));
-        if matches!(copy.method, planner::CopyMethod::CpAsyncStrided { .. }) || (vec_sized && copy.vec > 1) {
+        if matches!(copy.method, planner::CopyMethod::CpAsyncStrided { .. })
+            || (vec_sized && copy.vec > 1 && copy.guard.is_none())
+        {
             return unsupported(format!(
                 "operand {input} has a runtime-sized dim and a copy that cannot be predicated ({:?})",
                 copy.method

@@ -43,15 +43,47 @@ impl Emitter<'_> {
     }
 
     /// Copies input tile `i` of iteration `iter` into the shared-memory buffer `buf` (a C
-    /// pointer expression), by the planned method.
+    /// pointer expression), by the planned method. A guarded copy (vectors along a runtime-sized
+    /// dim, `TileCopy::guard`) checks `n % vec == 0` first and copies element by element when it
+    /// does not hold (plain stores: complete at the barrier before the tile is read, like the
+    /// `cp.async` group wait).
     pub(super) fn copy_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str) {
+        let plan = self.plan;
+        let copy = plan.copies[i].as_ref().expect("input copy planned");
+        let (Some(p), Some(c)) = (copy.guard, copy.vec_dim) else {
+            self.copy_units(indent, i, iter, buf, copy.vec, &copy.units, copy.method);
+            return;
+        };
+        let n = self.sizes.params[p].clone();
+        let mut elements = copy.units.clone();
+        elements[c] *= copy.vec;
+        self.line(indent, &format!("if ({n} % {} == 0) {{", copy.vec));
+        self.copy_units(indent + 1, i, iter, buf, copy.vec, &copy.units, copy.method);
+        self.line(indent, "} else {");
+        self.copy_units(indent + 1, i, iter, buf, 1, &elements, CopyMethod::Elements);
+        self.line(indent, "}");
+    }
+
+    /// Copies input tile `i` of iteration `iter` into `buf` as `units` copy units of `vec`
+    /// elements along the tile's vector dim, by `method`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_units(
+        &mut self,
+        indent: usize,
+        i: usize,
+        iter: &str,
+        buf: &str,
+        vec: usize,
+        units: &[usize],
+        method: CopyMethod,
+    ) {
         let plan = self.plan;
         let tile = plan.out_tile(i);
         let copy = plan.copies[i].as_ref().expect("input copy planned");
         let kdesc = &self.bg().inputs()[copy.input];
         let src = input_param(copy.input);
         let boff = self.block_offset(i, iter);
-        let idx = unflatten("v", &copy.units);
+        let idx = unflatten("v", units);
         let dims = self.input_dims(copy.input);
         // Strides at the run size when a runtime-sized dim is not the outermost.
         let gstrides: Vec<String> = if dims.is_empty() {
@@ -64,11 +96,7 @@ impl Emitter<'_> {
         // Per runtime-sized dim: the element's coordinate below the valid extent.
         let mut conds = Vec::new();
         for d in 0..tile.shape.len() {
-            let local = if Some(d) == copy.vec_dim && copy.vec > 1 {
-                format!("{}*{}", idx[d], copy.vec)
-            } else {
-                idx[d].clone()
-            };
+            let local = if Some(d) == copy.vec_dim && vec > 1 { format!("{}*{}", idx[d], vec) } else { idx[d].clone() };
             gterms.push(format!("(long long)({} + {local})*{}", boff[d], gstrides[d]));
             if tile.shape[d] > 1 {
                 sterms.push(format!("({local})*{}", tile.strides[d]));
@@ -78,13 +106,13 @@ impl Emitter<'_> {
             }
         }
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
-        let total = copy.total;
+        let total: usize = units.iter().product();
         // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
-        let bytes = copy.vec * kdesc.dtype.size_bytes();
+        let bytes = vec * kdesc.dtype.size_bytes();
         let cp_async = format!("mirage::cp_async{bytes}");
         // Runtime-sized dims (the padded-tile rule): elements at or past a size read zeros.
         let bound = if conds.is_empty() { None } else { Some(conds.join(" && ")) };
-        if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = copy.method {
+        if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = method {
             let ty = ctype(kdesc.dtype);
             self.line(
                 indent,
@@ -99,7 +127,7 @@ impl Emitter<'_> {
         }
         self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
         self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
-        match (bound, copy.method.is_async()) {
+        match (bound, method.is_async()) {
             (None, true) => self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
             (None, false) => self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];")),
             (Some(n), true) => {

@@ -18,6 +18,11 @@ pub(super) struct VectorCopy {
     /// Elements per vector: 16, 8 or 4 bytes of them, at least two (1 when copying element by
     /// element).
     pub vec: usize,
+    /// When the vector dim is runtime-sized ([`DimSize::Var`]): its size parameter. The vectors
+    /// then hold only when the run size is a multiple of `vec` (every row starts aligned and a
+    /// vector lies wholly inside or wholly past the size); the generated code checks that at run
+    /// time and copies element by element otherwise.
+    pub guard: Option<usize>,
 }
 
 /// `vector_copy_sized` of a tensor of fixed dims.
@@ -36,15 +41,28 @@ pub(super) fn vector_copy(desc: &TensorDesc, tile: &[usize]) -> VectorCopy {
 ///
 /// For a tensor whose dims follow runtime sizes as `sizes` says (empty: all fixed), its strides
 /// are those of every size: a runtime-sized dim counts as 1 in the alignment of the others'
-/// strides (the smallest size), and the contiguous dim is copied element by element when it is
-/// runtime-sized itself (a vector would straddle the size).
+/// strides (the smallest size). When the contiguous dim is runtime-sized itself
+/// ([`DimSize::Var`], so the last dim: the layout is row-major at the run size), every other
+/// stride is a multiple of its size `n`: the widest vector the tile spans is taken, guarded by
+/// `n % vec == 0` at run time (`VectorCopy::guard`; element by element otherwise, since a vector
+/// would then straddle the size or start misaligned). A contiguous per-block-parts dim
+/// ([`DimSize::Blocks`]) is copied element by element.
 pub(super) fn vector_copy_sized(desc: &TensorDesc, tile: &[usize], sizes: &[DimSize]) -> VectorCopy {
     let es = desc.dtype.size_bytes();
     let c = (0..desc.shape.len()).find(|&d| desc.strides[d] == 1 && tile[d] > 1);
-    let Some(c) = c else { return VectorCopy { vec_dim: None, vec: 1 } };
-    let sized = |d: usize| sizes.get(d).is_some_and(|s| *s != DimSize::Fixed);
-    if sized(c) {
-        return VectorCopy { vec_dim: Some(c), vec: 1 };
+    let Some(c) = c else { return VectorCopy { vec_dim: None, vec: 1, guard: None } };
+    match sizes.get(c) {
+        Some(&DimSize::Var(p)) => {
+            for bytes in [16, 8, 4] {
+                let per = bytes / es;
+                if per >= 2 && tile[c].is_multiple_of(per) {
+                    return VectorCopy { vec_dim: Some(c), vec: per, guard: Some(p) };
+                }
+            }
+            return VectorCopy { vec_dim: Some(c), vec: 1, guard: None };
+        }
+        Some(DimSize::Blocks { .. }) => return VectorCopy { vec_dim: Some(c), vec: 1, guard: None },
+        Some(DimSize::Fixed) | None => {}
     }
     // The strides at the smallest sizes: every runtime-sized (row-major) dim at 1.
     let strides: Vec<usize> = if sizes.iter().any(|s| matches!(s, DimSize::Var(_))) {
@@ -63,10 +81,10 @@ pub(super) fn vector_copy_sized(desc: &TensorDesc, tile: &[usize], sizes: &[DimS
         let rows_aligned =
             (0..desc.shape.len()).all(|d| d == c || desc.shape[d] == 1 || (strides[d] * es).is_multiple_of(bytes));
         if tile[c].is_multiple_of(per) && rows_aligned {
-            return VectorCopy { vec_dim: Some(c), vec: per };
+            return VectorCopy { vec_dim: Some(c), vec: per, guard: None };
         }
     }
-    VectorCopy { vec_dim: Some(c), vec: 1 }
+    VectorCopy { vec_dim: Some(c), vec: 1, guard: None }
 }
 
 /// The instruction that moves a tile's copy units.
@@ -112,6 +130,10 @@ pub struct TileCopy {
     pub total: usize,
     /// The instruction.
     pub method: CopyMethod,
+    /// [`VectorCopy::guard`]: the size parameter whose run size must be a multiple of `vec` for
+    /// the vectors; the generated code copies element by element (plain loads and stores,
+    /// complete at the next barrier) when it is not.
+    pub guard: Option<usize>,
     /// With [`crate::codegen::KernelOptions::bulk_copies`], on sm_90 and later, in a `__global__`
     /// kernel of static sizes: the tile's rows copied by the bulk-copy engine instead
     /// (`cp.async.bulk`, one instruction per row, completion counted in bytes on the stage's
@@ -198,7 +220,7 @@ fn tile_copy(
     threads: usize,
     strided: bool,
 ) -> TileCopy {
-    let VectorCopy { vec_dim, vec } = vector;
+    let VectorCopy { vec_dim, vec, guard } = vector;
     let shape = &tile.shape;
     let mut units = shape.clone();
     if let Some(c) = vec_dim {
@@ -207,7 +229,7 @@ fn tile_copy(
     let total: usize = units.iter().product();
     let mut method = if vec > 1 { CopyMethod::CpAsync } else { CopyMethod::Elements };
     let outer = (0..shape.len()).find(|&d| units[d] > 1);
-    if let (true, Some(d0)) = (strided && vec > 1 && total > threads, outer) {
+    if let (true, Some(d0)) = (strided && guard.is_none() && vec > 1 && total > threads, outer) {
         let inner: usize = units[d0 + 1..].iter().product();
         // The largest multiple of `inner` threads copies.
         let used = threads / inner * inner;
@@ -221,8 +243,10 @@ fn tile_copy(
             };
         }
     }
-    let bulk = bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes());
-    TileCopy { input, vec_dim, vec, units, total, method, bulk }
+    // A guarded copy may run element by element: never the bulk engine (runtime-sized kernels
+    // keep `cp.async`).
+    let bulk = if guard.is_some() { None } else { bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes()) };
+    TileCopy { input, vec_dim, vec, units, total, method, bulk, guard }
 }
 
 /// Which input tiles are copied when (input iterator nodes, in node order).
@@ -304,7 +328,7 @@ mod tests {
 
     #[test]
     fn pipelined_tiles_of_long_aligned_rows_are_bulk_copied() {
-        let v16 = VectorCopy { vec_dim: Some(1), vec: 8 };
+        let v16 = VectorCopy { vec_dim: Some(1), vec: 8, guard: None };
         // The benchmark's gated MLP weight tile: 512 rows of 64 bytes.
         let t = tile(&[512, 32], &[32, 1], 3072, true);
         assert_eq!(bulk_rows(&t, v16, &[512, 4], 2), Some(BulkRows { rows: 512, row_bytes: 64 }));
@@ -315,12 +339,39 @@ mod tests {
         // alignment, a misaligned stage offset: cp.async.
         assert_eq!(bulk_rows(&tile(&[512, 32], &[32, 1], 0, false), v16, &[512, 4], 2), None);
         assert_eq!(bulk_rows(&tile(&[512, 16], &[16, 1], 0, true), v16, &[512, 2], 2), None);
-        let v8 = VectorCopy { vec_dim: Some(1), vec: 4 };
+        let v8 = VectorCopy { vec_dim: Some(1), vec: 4, guard: None };
         assert_eq!(bulk_rows(&tile(&[64, 36], &[36, 1], 0, true), v8, &[64, 9], 2), None);
         assert_eq!(bulk_rows(&tile(&[64, 32], &[36, 1], 0, true), v16, &[64, 4], 2), None);
         assert_eq!(bulk_rows(&tile(&[64, 32], &[32, 1], 8, true), v16, &[64, 4], 2), None);
         // The contiguous dim is not contiguous in shared memory (a transposed layout).
         assert_eq!(bulk_rows(&tile(&[64, 32], &[1, 64], 0, true), v16, &[64, 4], 2), None);
+    }
+
+    #[test]
+    fn a_runtime_sized_contiguous_dim_gets_vectors_guarded_by_its_size() {
+        // K of decode attention, [heads, dim, S] with S (size parameter 0) contiguous: tiles of
+        // 64 keys take 16-byte vectors, checked at run time (`n0 % 8 == 0`).
+        let k = TensorDesc::new(&[32, 128, 4096], DType::Bf16);
+        let s = [DimSize::Fixed, DimSize::Fixed, DimSize::Var(0)];
+        let v = vector_copy_sized(&k, &[1, 128, 64], &s);
+        assert_eq!(v, VectorCopy { vec_dim: Some(2), vec: 8, guard: Some(0) });
+        // 12 keys a tile: 8-byte vectors (n0 % 4 == 0); 5 keys: element by element, unguarded.
+        assert_eq!(vector_copy_sized(&k, &[1, 128, 12], &s), VectorCopy { vec_dim: Some(2), vec: 4, guard: Some(0) });
+        assert_eq!(vector_copy_sized(&k, &[1, 128, 5], &s), VectorCopy { vec_dim: Some(2), vec: 1, guard: None });
+        // Per-block parts along the contiguous dim keep element copies.
+        let parts = [DimSize::Fixed, DimSize::Fixed, DimSize::Blocks { param: 0, slab: 256, tile: 1 }];
+        assert_eq!(vector_copy_sized(&k, &[1, 128, 64], &parts), VectorCopy { vec_dim: Some(2), vec: 1, guard: None });
+        // A fixed contiguous dim beside a runtime-sized outer one: unguarded, as before.
+        let v_cache = TensorDesc::new(&[32, 4096, 128], DType::Bf16);
+        let sv = [DimSize::Fixed, DimSize::Var(0), DimSize::Fixed];
+        assert_eq!(
+            vector_copy_sized(&v_cache, &[1, 64, 128], &sv),
+            VectorCopy { vec_dim: Some(2), vec: 8, guard: None }
+        );
+        // The guarded copy is cp.async unit by unit: never strength-reduced or bulk-copied.
+        let t = tile(&[1, 128, 64], &[8192, 64, 1], 0, true);
+        let c = tile_copy(&k, 1, &t, VectorCopy { vec_dim: Some(2), vec: 8, guard: Some(0) }, 128, true);
+        assert_eq!((c.method, c.bulk, c.guard, c.total), (CopyMethod::CpAsync, None, Some(0), 1024));
     }
 
     #[test]
