@@ -36,22 +36,6 @@ pub(super) fn block_offset(bg: &BlockGraph, i: usize, iter: &str) -> Vec<String>
         .collect()
 }
 
-/// Elements a thread loads into registers before storing them, in the element-by-element
-/// fallback of a guarded copy (`Emitter::copy_elements_batched`).
-const ELEMENT_BATCH: usize = 32;
-
-/// The index expressions of one tile copy, in terms of the copy unit index `v`.
-struct CopyTerms {
-    /// The unit's element offset in the global tensor.
-    global: String,
-    /// The unit's element offset in the shared-memory tile.
-    shared: String,
-    /// The unit lies below every runtime size (None: no runtime-sized dim).
-    bound: Option<String>,
-    /// Copy units in the tile.
-    total: usize,
-}
-
 impl Emitter<'_> {
     /// [`block_offset`] of this kernel's input tile `i`.
     fn block_offset(&self, i: usize, iter: &str) -> Vec<String> {
@@ -76,52 +60,28 @@ impl Emitter<'_> {
         self.line(indent, &format!("if ({n} % {} == 0) {{", copy.vec));
         self.copy_units(indent + 1, i, iter, buf, copy.vec, &copy.units, copy.method);
         self.line(indent, "} else {");
-        self.copy_elements_batched(indent + 1, i, iter, buf, &elements);
+        self.copy_units(indent + 1, i, iter, buf, 1, &elements, CopyMethod::Elements);
         self.line(indent, "}");
     }
 
-    /// The element-by-element fallback of a guarded copy: each thread loads up to
-    /// [`ELEMENT_BATCH`] elements into registers before it stores any, so that many loads are in
-    /// flight at once. (One load and its dependent store per step, as `copy_units` writes them,
-    /// left K of attention over S at 110 GB/s when S was not a multiple of 8: change 29.)
-    fn copy_elements_batched(&mut self, indent: usize, i: usize, iter: &str, buf: &str, units: &[usize]) {
-        let plan = self.plan;
-        let threads = plan.threads;
-        let terms = self.copy_terms(i, iter, 1, units);
-        let copy = plan.copies[i].as_ref().expect("input copy planned");
-        let ty = ctype(self.bg().inputs()[copy.input].dtype);
-        let total = terms.total;
-        let batch = total.div_ceil(threads).clamp(1, ELEMENT_BATCH);
-        let src = input_param(copy.input);
-        let load = match &terms.bound {
-            Some(n) => format!("{n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f)"),
-            None => format!("{src}[go]"),
-        };
-        self.line(indent, &format!("for (int v0 = tid; v0 < {total}; v0 += {}) {{", threads * batch));
-        self.line(indent + 1, &format!("{ty} r_[{batch}];"));
-        self.line(indent + 1, "#pragma unroll");
-        self.line(indent + 1, &format!("for (int u_ = 0; u_ < {batch}; ++u_) {{"));
-        self.line(indent + 2, &format!("const int v = v0 + u_*{threads};"));
-        self.line(indent + 2, &format!("if (v < {total}) {{"));
-        self.line(indent + 3, &format!("const long long go = {};", terms.global));
-        self.line(indent + 3, &format!("r_[u_] = {load};"));
-        self.line(indent + 2, "}");
-        self.line(indent + 1, "}");
-        self.line(indent + 1, "#pragma unroll");
-        self.line(indent + 1, &format!("for (int u_ = 0; u_ < {batch}; ++u_) {{"));
-        self.line(indent + 2, &format!("const int v = v0 + u_*{threads};"));
-        self.line(indent + 2, &format!("if (v < {total}) {buf}[{}] = r_[u_];", terms.shared));
-        self.line(indent + 1, "}");
-        self.line(indent, "}");
-    }
-
-    /// The index expressions of copying input tile `i` of iteration `iter` as `units` copy units
-    /// of `vec` elements, in terms of the unit index `v`.
-    fn copy_terms(&self, i: usize, iter: &str, vec: usize, units: &[usize]) -> CopyTerms {
+    /// Copies input tile `i` of iteration `iter` into `buf` as `units` copy units of `vec`
+    /// elements along the tile's vector dim, by `method`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_units(
+        &mut self,
+        indent: usize,
+        i: usize,
+        iter: &str,
+        buf: &str,
+        vec: usize,
+        units: &[usize],
+        method: CopyMethod,
+    ) {
         let plan = self.plan;
         let tile = plan.out_tile(i);
         let copy = plan.copies[i].as_ref().expect("input copy planned");
         let kdesc = &self.bg().inputs()[copy.input];
+        let src = input_param(copy.input);
         let boff = self.block_offset(i, iter);
         let idx = unflatten("v", units);
         let dims = self.input_dims(copy.input);
@@ -145,37 +105,13 @@ impl Emitter<'_> {
                 conds.push(format!("({} + {local}) < {b}", boff[d]));
             }
         }
-        CopyTerms {
-            global: gterms.join(" + "),
-            shared: if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") },
-            bound: if conds.is_empty() { None } else { Some(conds.join(" && ")) },
-            total: units.iter().product(),
-        }
-    }
-
-    /// Copies input tile `i` of iteration `iter` into `buf` as `units` copy units of `vec`
-    /// elements along the tile's vector dim, by `method`.
-    #[allow(clippy::too_many_arguments)]
-    fn copy_units(
-        &mut self,
-        indent: usize,
-        i: usize,
-        iter: &str,
-        buf: &str,
-        vec: usize,
-        units: &[usize],
-        method: CopyMethod,
-    ) {
-        let plan = self.plan;
-        let copy = plan.copies[i].as_ref().expect("input copy planned");
-        let kdesc = &self.bg().inputs()[copy.input];
-        let src = input_param(copy.input);
-        // Runtime-sized dims (the padded-tile rule): elements at or past a size read zeros
-        // (`bound`).
-        let CopyTerms { global, shared: soff, bound, total } = self.copy_terms(i, iter, vec, units);
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        let total: usize = units.iter().product();
         // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
         let bytes = vec * kdesc.dtype.size_bytes();
         let cp_async = format!("mirage::cp_async{bytes}");
+        // Runtime-sized dims (the padded-tile rule): elements at or past a size read zeros.
+        let bound = if conds.is_empty() { None } else { Some(conds.join(" && ")) };
         if let CopyMethod::CpAsyncStrided { threads, src_step, dst_step } = method {
             let ty = ctype(kdesc.dtype);
             self.line(
@@ -183,14 +119,14 @@ impl Emitter<'_> {
                 &if threads == plan.threads { "{".to_string() } else { format!("if (tid < {threads}) {{") },
             );
             self.line(indent + 1, "const int v = tid;");
-            self.line(indent + 1, &format!("const {ty}* src = {src} + ({global});"));
+            self.line(indent + 1, &format!("const {ty}* src = {src} + ({});", gterms.join(" + ")));
             self.line(indent + 1, &format!("{ty}* dst = {buf} + ({soff});"));
             self.line(indent + 1, &format!("for (int w = tid; w < {total}; w += {threads}, src += {src_step}, dst += {dst_step}) {cp_async}(dst, src);"));
             self.line(indent, "}");
             return;
         }
         self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
-        self.line(indent + 1, &format!("const long long go = {global};"));
+        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
         match (bound, method.is_async()) {
             (None, true) => self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
             (None, false) => self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];")),
