@@ -130,7 +130,7 @@ pub struct TileCopy {
     pub total: usize,
     /// The instruction.
     pub method: CopyMethod,
-    /// [`VectorCopy::guard`]: the size parameter whose run size must be a multiple of `vec` for
+    /// The guard of the vector copy: the size parameter whose run size must be a multiple of `vec` for
     /// the vectors; the generated code copies element by element (plain loads and stores,
     /// complete at the next barrier) when it is not.
     pub guard: Option<usize>,
