@@ -150,9 +150,7 @@ fn golden_kernels_match_the_reference_on_the_gpu() {
     let cases = golden_cases();
     let count = cases.len();
     for (i, case) in cases.into_iter().enumerate() {
-        if let Some((k, n)) = part
-            && i * n / count != k - 1
-        {
+        if part.is_some_and(|part| !in_part(i, count, part)) {
             continue;
         }
         let graphs = case.named_graphs().unwrap_or_else(|e| panic!("{e}"));
@@ -184,6 +182,12 @@ fn golden_part(value: Option<&str>) -> Result<Option<(usize, usize)>, String> {
     Ok(Some((k, n)))
 }
 
+/// Whether program `i` of `count` falls in part `k` of `n` (`(k, n)`, 1-based `k`): consecutive
+/// runs of about `count / n` programs.
+fn in_part(i: usize, count: usize, (k, n): (usize, usize)) -> bool {
+    i * n / count == k - 1
+}
+
 /// On the CPU: the parts of `MIRAGE_GOLDEN_PART` cover every golden program exactly once, and
 /// bad values are errors.
 #[test]
@@ -198,7 +202,7 @@ fn golden_parts_cover_every_program_once() {
         let mut seen = vec![0; count];
         for k in 1..=n {
             for (i, s) in seen.iter_mut().enumerate() {
-                if i * n / count == k - 1 {
+                if in_part(i, count, (k, n)) {
                     *s += 1;
                 }
             }
