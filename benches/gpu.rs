@@ -409,7 +409,7 @@ fn dims_group(
     rows: &mut BTreeMap<String, Value>,
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
-    use mirage::testing::compare::{ErrorModel, compare};
+    use mirage::testing::compare::ErrorModel;
     use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, bs17, bs64]) = dims_programs() else { return Ok(()) };
@@ -438,36 +438,15 @@ fn dims_group(
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
         let run = sized.run_shapes(&source.graph, &[b])?;
         let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
-        let mut worst = 0.0f64;
-        let mut correct = true;
-        for (what, p) in [("gated_mlp_over_b", variable), ("gated_mlp_over_b_buckets", bucketed)] {
-            let got = p.run(stream, &args)?[0].to_host_f32()?;
-            let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 4096))?;
-            println!("{what} at B = {b:2}: {c}");
-            worst = worst.max(c.worst.as_ref().map_or(0.0, |e| e.ratio()));
-            if let Err(e) = c.check(&format!("{what} at B = {b}")) {
-                correct = false;
-                failures.push(e);
-            }
-        }
-        // Outputs and buffers at this B, allocated once (zeros), then launches only. `buffers_of`
-        // is the program whose plan's buffers `p` runs with (a bucketed program: the bucket's).
-        let time =
-            |p: &'static Program, buffers_of: &'static Program, sizes: &[usize]| -> Result<f64, Box<dyn Error>> {
-                let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
-                    specs.iter().map(|s| AnyTensor::upload_f32(stream, s, &vec![0.0; s.num_elements()])).collect()
-                };
-                let mut outs = zeros(p.plan()?.outputs_at(sizes))?;
-                let mut bufs = zeros(buffers_of.plan()?.buffers_at(sizes))?;
-                let stats =
-                    mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
-                Ok(stats.median_us)
-            };
-        let bucket = bucketed.bucket_of(&[b])?.ok_or("gated_mlp_over_b_buckets is not bucketed")?;
-        let bucket_program = &bucketed.buckets()[bucket];
-        let (lo, hi) = bucket_program.ranges[0];
+        let model = ErrorModel::new(DType::F16, 4096);
+        let programs = [("gated_mlp_over_b", variable), ("gated_mlp_over_b_buckets", bucketed)];
+        let (worst, correct) = check_sized(stream, &args, &programs, &want[0], model, &format!("B = {b}"), failures)?;
+        let worst = worst.into_iter().fold(0.0f64, f64::max);
+        let time = |p, buffers_of, sizes: &[usize]| time_sized(stream, iters, &args, p, buffers_of, sizes);
+        let bucket = bucket_at(bucketed, b)?;
+        let (lo, hi) = bucket.ranges[0];
         let (tv, tb, tf) =
-            (time(variable, variable, &[b])?, time(bucketed, &bucket_program.program, &[b])?, time(fixed, fixed, &[])?);
+            (time(variable, variable, &[b])?, time(bucketed, &bucket.program, &[b])?, time(fixed, fixed, &[])?);
         writeln!(
             table,
             "| {b} | {tv:.1} | {tb:.1} ({lo}..={hi}) | {tf:.1} | {:.3} | {:.3} | {worst:.2} |",
@@ -516,7 +495,7 @@ fn dims_attention_programs() -> Option<[&'static mirage::Program; 5]> {
 /// reference first; the one build also runs (checked and timed) at 17 and 4097 keys, sizes that
 /// are not multiples of 8, where K's copies run element by element (no fixed build: ratio `-`).
 /// A third table: S, one-build µs, bucketed µs (and the bucket), fixed µs, the ratios, PyTorch's best of the torch JSON (row
-/// `attn_decode_over_s@S`, when given: `benches/results/s12-attns/torch_attn.py`), the memory
+/// `attn_decode_over_s@S`, when given: `torch_baselines.py --set dims`), the memory
 /// floor (bytes of Q, K, V and the output at the JSON's copy bandwidth).
 fn dims_attention(
     gpu: &Gpu,
@@ -526,7 +505,7 @@ fn dims_attention(
     rows: &mut BTreeMap<String, Value>,
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
-    use mirage::testing::compare::{ErrorModel, compare, reduction_len};
+    use mirage::testing::compare::{ErrorModel, reduction_len};
     use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, s512, s4096, s32768]) = dims_attention_programs() else { return Ok(()) };
@@ -559,39 +538,17 @@ fn dims_attention(
         let run = sized.run_shapes(&source.graph, &[s])?;
         let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
         let model = ErrorModel::new(DType::Bf16, reduction_len(specs.iter().map(|d| d.shape.as_slice())));
-        let mut worst = Vec::new();
-        let mut correct = true;
-        let checked: Vec<(&str, &'static Program)> =
+        let programs: Vec<(&str, &'static Program)> =
             [("attn_decode_over_s", variable), ("attn_decode_over_s_buckets", bucketed)]
                 .into_iter()
                 .chain(fixed.map(|f| ("fixed", f)))
                 .collect();
-        for (what, p) in &checked {
-            let got = p.run(stream, &args)?[0].to_host_f32()?;
-            let c = compare(&got, &want[0].data, &want[0].shape, model)?;
-            println!("{what} at S = {s:5}: {c}");
-            worst.push(c.worst.as_ref().map_or(0.0, |e| e.ratio()));
-            if let Err(e) = c.check(&format!("{what} at S = {s}")) {
-                correct = false;
-                failures.push(e);
-            }
-        }
-        // `buffers_of`: the program whose plan's buffers `p` runs with (a bucketed program: the
-        // bucket's).
-        let time = |p: &'static Program, buffers_of: &'static Program, at: &[usize]| -> Result<f64, Box<dyn Error>> {
-            let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
-                specs.iter().map(|d| AnyTensor::upload_f32(stream, d, &vec![0.0; d.num_elements()])).collect()
-            };
-            let mut outs = zeros(p.plan()?.outputs_at(at))?;
-            let mut bufs = zeros(buffers_of.plan()?.buffers_at(at))?;
-            let stats = mirage::time_median(stream, 25, iters, true, || p.launch(stream, &args, &mut outs, &mut bufs))?;
-            Ok(stats.median_us)
-        };
-        let bucket = bucketed.bucket_of(&[s])?.ok_or("attn_decode_over_s_buckets is not bucketed")?;
-        let bucket_program = &bucketed.buckets()[bucket];
-        let (lo, hi) = bucket_program.ranges[0];
+        let (worst, correct) = check_sized(stream, &args, &programs, &want[0], model, &format!("S = {s}"), failures)?;
+        let time = |p, buffers_of, sizes: &[usize]| time_sized(stream, iters, &args, p, buffers_of, sizes);
+        let bucket = bucket_at(bucketed, s)?;
+        let (lo, hi) = bucket.ranges[0];
         let tv = time(variable, variable, &[s])?;
-        let tb = time(bucketed, &bucket_program.program, &[s])?;
+        let tb = time(bucketed, &bucket.program, &[s])?;
         let tf = fixed.map(|f| time(f, f, &[])).transpose()?;
         let io = bytes(&specs) + bytes(&vplan.outputs_at(&[s]));
         let floor = copy_bw.map(|bw| io as f64 / bw * 1e6);
@@ -629,4 +586,59 @@ fn dims_attention(
         );
     }
     Ok(())
+}
+
+/// The `dims` rows' check: each of `programs` (a label and a program of one output) runs on `args`
+/// and is compared with the reference output `want` under `model`; each comparison is printed
+/// with the label and `at` (the size), a failure is pushed to `failures`. Returns the worst element
+/// error (a share of the tolerance) per program and whether all passed.
+fn check_sized(
+    stream: &mirage::Stream,
+    args: &[mirage::TensorArg<'_>],
+    programs: &[(&str, &'static mirage::Program)],
+    want: &mirage::reference::HostTensor,
+    model: mirage::testing::compare::ErrorModel,
+    at: &str,
+    failures: &mut Vec<String>,
+) -> Result<(Vec<f64>, bool), Box<dyn Error>> {
+    let mut worst = Vec::new();
+    let mut correct = true;
+    for (what, p) in programs {
+        let got = p.run(stream, args)?[0].to_host_f32()?;
+        let c = mirage::testing::compare::compare(&got, &want.data, &want.shape, model)?;
+        println!("{what} at {at}: {c}");
+        worst.push(c.worst.as_ref().map_or(0.0, |e| e.ratio()));
+        if let Err(e) = c.check(&format!("{what} at {at}")) {
+            correct = false;
+            failures.push(e);
+        }
+    }
+    Ok((worst, correct))
+}
+
+/// The median µs of `iters` launches of `p` on `args` at `sizes` (CUDA events, L2 flushed, 25
+/// untimed first), its outputs and buffers allocated once (zeros) before. `buffers_of` is the
+/// program whose plan's buffers `p` runs with (a bucketed program: the bucket's).
+fn time_sized(
+    stream: &mirage::Stream,
+    iters: usize,
+    args: &[mirage::TensorArg<'_>],
+    p: &'static mirage::Program,
+    buffers_of: &'static mirage::Program,
+    sizes: &[usize],
+) -> Result<f64, Box<dyn Error>> {
+    use mirage::AnyTensor;
+    let zeros = |specs: Vec<TensorDesc>| -> Result<Vec<AnyTensor>, mirage::RuntimeError> {
+        specs.iter().map(|d| AnyTensor::upload_f32(stream, d, &vec![0.0; d.num_elements()])).collect()
+    };
+    let mut outs = zeros(p.plan()?.outputs_at(sizes))?;
+    let mut bufs = zeros(buffers_of.plan()?.buffers_at(sizes))?;
+    let stats = mirage::time_median(stream, 25, iters, true, || p.launch(stream, args, &mut outs, &mut bufs))?;
+    Ok(stats.median_us)
+}
+
+/// The bucket of the bucketed one-dim program `bucketed` that runs size `n`.
+fn bucket_at(bucketed: &'static mirage::Program, n: usize) -> Result<&'static mirage::Bucket, Box<dyn Error>> {
+    let bucket = bucketed.bucket_of(&[n])?.ok_or_else(|| format!("{} is not bucketed", bucketed.name()))?;
+    Ok(&bucketed.buckets()[bucket])
 }
