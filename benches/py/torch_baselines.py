@@ -23,10 +23,11 @@ Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows in bf16, as written; benches/kernel
 and decode attention ("attention": one decode step with the safe softmax, softmax(q.k / sqrt(d)) v,
 32 heads x 1 query row x 4096 keys x head dim 128 in bf16 and f16, and grouped-query with 8 KV
 heads of 4 query heads; benches/kernels/attention.rs; sdpa takes q as [1, heads, rows, d] and
-K, V as [1, heads, keys, d], its default scale 1/sqrt(d)).
+K, V as [1, heads, keys, d], its default scale 1/sqrt(d)) and the same attention at 512, 4096 and
+32768 keys ("dims": rows `attn_decode_over_s@S` of the bench's runtime-sized attention rows).
 
 Usage (on a machine with a GPU and PyTorch):
-  python3 torch_baselines.py [case ...] [--set bench|generality|corpus|attention|all] [--only SUBSTRING,...]
+  python3 torch_baselines.py [case ...] [--set bench|generality|corpus|attention|dims|all] [--only SUBSTRING,...]
                              [--compile-mode MODE] [--json OUT.json]
 Named cases are run as given; otherwise every case of the set whose name contains
 one of the --only substrings (default set: bench). torch.compile's max-autotune takes tens of seconds per new shape:
@@ -57,7 +58,7 @@ def sdpa(q4, k4, v4):  # F.scaled_dot_product_attention on the layout it expects
 
 CASES = {}
 LAYOUTS = {}  # a case's sdpa layout when it is not sdpa_layout
-SETS = {"bench": [], "generality": [], "corpus": [], "attention": []}
+SETS = {"bench": [], "generality": [], "corpus": [], "attention": [], "dims": []}
 def case(name, make, fn, alt=None, group="bench"):
     CASES[name] = (make, fn, alt)
     SETS[group].append(name)
@@ -170,6 +171,15 @@ for heads, rows, tag, dn in ((32, 1, "h32", "bf16"), (32, 1, "h32", "f16"), (8, 
     case(name, lambda heads=heads, rows=rows, dt=dt: (r(heads, rows, 128, dtype=dt), r(heads, 128, 4096, dtype=dt), r(heads, 4096, 128, dtype=dt)),
          safe_attention, decode_sdpa, group="attention")
     LAYOUTS[name] = decode_layout
+# The same attention over a key length chosen at launch (benches/kernels/dims.rs, the `dims`
+# group's attention rows): 32 heads of one row, head dim 128, bf16, at the key lengths its fixed
+# builds have; the bench reads row `attn_decode_over_s@S`.
+for keys in (512, 4096, 32768):
+    name = f"attn_decode_over_s@{keys}"
+    bf = torch.bfloat16
+    case(name, lambda keys=keys, bf=bf: (r(32, 1, 128, dtype=bf), r(32, 128, keys, dtype=bf), r(32, keys, 128, dtype=bf)),
+         safe_attention, decode_sdpa, group="dims")
+    LAYOUTS[name] = decode_layout
 
 def nbytes(ts):
     ts = ts if isinstance(ts, (tuple, list)) else (ts,)
@@ -197,8 +207,8 @@ def main():
     only = [o for o in option("--only", "").split(",") if o]
     mode = option("--compile-mode", "max-autotune-no-cudagraphs")
     unknown = [a for a in argv if a not in CASES]
-    if unknown or which not in ("bench", "generality", "corpus", "attention", "all"):
-        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: bench, generality, corpus, attention, all; cases: {', '.join(CASES)}")
+    if unknown or which not in (*SETS, "all"):
+        sys.exit(f"unknown cases {unknown} or set {which!r}; sets: {', '.join(SETS)}, all; cases: {', '.join(CASES)}")
     pool = list(CASES) if which == "all" else SETS[which]
     names = argv or [n for n in pool if not only or any(o in n for o in only)]
     x = torch.empty(2 * 1024**3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)

@@ -1,3 +1,5 @@
+# The record of what change 27's run used (kept as run). For new runs: `torch_baselines.py --set dims`
+# has these cases, with torch.compile as well.
 # PyTorch beside the `dims_attention` rows of the GPU bench (change 27): the device's copy
 # bandwidth and one launch (as torch_baselines.py measures them), then decode attention at the
 # issue's shape (32 heads x 1 row, head dim 128, bf16, K [heads, d, S], V [heads, S, d]) at
