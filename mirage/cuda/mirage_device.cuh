@@ -190,5 +190,28 @@ template <> __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- CUDA-core matmul rows ---------------------------------------------------------------------
+// The two elements of a 32-bit pair of 16-bit values, as f32.
+__device__ __forceinline__ float2 pair_f32(uint32_t w, const __nv_bfloat16*) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+__device__ __forceinline__ float2 pair_f32(uint32_t w, const __half*) {
+  __half2 h;
+  memcpy(&h, &w, 4);
+  return __half22float2(h);
+}
+// lo[0..4) += a * v[0..4), hi[0..4) += a * v[4..8): the eight 16-bit elements of a 16-byte vector.
+template <typename T> __device__ __forceinline__ void fma8(float (&lo)[4], float (&hi)[4], uint4 v, float a) {
+  const T* tag = nullptr;
+  float2 p = pair_f32(v.x, tag);
+  lo[0] = fmaf(a, p.x, lo[0]); lo[1] = fmaf(a, p.y, lo[1]);
+  p = pair_f32(v.y, tag);
+  lo[2] = fmaf(a, p.x, lo[2]); lo[3] = fmaf(a, p.y, lo[3]);
+  p = pair_f32(v.z, tag);
+  hi[0] = fmaf(a, p.x, hi[0]); hi[1] = fmaf(a, p.y, hi[1]);
+  p = pair_f32(v.w, tag);
+  hi[2] = fmaf(a, p.x, hi[2]); hi[3] = fmaf(a, p.y, hi[3]);
+}
+
 }  // namespace mirage
 #endif  // MIRAGE_DEVICE_CUH

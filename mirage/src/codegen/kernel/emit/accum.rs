@@ -4,7 +4,7 @@
 
 use crate::ir::{AccKind, BlockOp};
 
-use super::super::planner::{MatmulPlan, RowBands, Tile, TiledMatmul};
+use super::super::planner::{MatmulPlan, RowBands, Tile, TiledMatmul, VectorMatmul};
 use super::expr::{float_lit, two, unflatten};
 use super::reduce::Combine;
 use super::{Emitter, register_accumulator, register_value};
@@ -121,6 +121,7 @@ impl Emitter<'_> {
             match plan.matmuls[i].as_ref().expect("every matmul is planned") {
                 MatmulPlan::Rows(p) => self.store_row_accumulator(i, p.bands, plan.out_tile(u)),
                 MatmulPlan::Tiled(p) => self.store_tiled_accumulator(i, p, plan.out_tile(u)),
+                MatmulPlan::Vector(p) => self.store_vector_accumulator(i, p, plan.out_tile(u)),
                 MatmulPlan::Fma(_) => unreachable!("f32 matmuls are never fused"),
             }
         }
@@ -152,6 +153,50 @@ impl Emitter<'_> {
         self.store_fragment(4, c, m, n, "=");
         self.line(3, "}");
         self.line(2, "}");
+        self.line(1, "}");
+    }
+
+    /// Stores the register accumulator of CUDA-core matmul `i` to tile `c`: the row groups of a
+    /// warp meet by shuffles (lanes `lanes` apart own the same columns), then the warps (or, with
+    /// a warp per row group or more, the row groups) store or add in turn, a barrier between
+    /// turns: a fixed order, so the sums are the same on every run.
+    fn store_vector_accumulator(&mut self, i: usize, p: &VectorMatmul, c: &Tile) {
+        let VectorMatmul { m, lanes, groups, .. } = *p;
+        let acc = register_accumulator(i);
+        let r = c.shape.len();
+        self.line(1, "{");
+        self.line(2, &format!("const int vc = (tid % {lanes}) * 8;"));
+        let (turns, who, writer) = if lanes < 32 {
+            self.line(2, "// the row groups of a warp meet by shuffles");
+            self.line(2, "#pragma unroll");
+            self.line(2, &format!("for (int s = {lanes}; s < 32; s <<= 1) {{"));
+            self.line(3, "#pragma unroll");
+            self.line(3, &format!("for (int j = 0; j < {}; ++j) {{", 2 * m));
+            self.line(4, "#pragma unroll");
+            self.line(4, &format!("for (int q = 0; q < 4; ++q) {{ {acc}[j][q] += __shfl_xor_sync(0xffffffffu, {acc}[j][q], s); }}"));
+            self.line(3, "}");
+            self.line(2, "}");
+            (self.plan.warps, "warp".to_string(), format!(" && lane < {lanes}"))
+        } else {
+            (groups, format!("tid / {lanes}"), String::new())
+        };
+        for turn in 0..turns {
+            let op = if turn == 0 { "=" } else { "+=" };
+            self.line(2, &format!("if ({who} == {turn}{writer}) {{"));
+            for mi in 0..m {
+                for h in 0..2 {
+                    for q in 0..4 {
+                        let col = format!("vc + {}", h * 4 + q);
+                        self.line(
+                            3,
+                            &format!("{}[{}] {op} {acc}[{}][{q}];", c.var, c.offset_expr(&two(&mi.to_string(), &col, r)), 2 * mi + h),
+                        );
+                    }
+                }
+            }
+            self.line(2, "}");
+            self.sync(2);
+        }
         self.line(1, "}");
     }
 

@@ -3,7 +3,7 @@
 
 use crate::ir::UnaryOp;
 
-use super::super::planner::{ASource, FmaMatmul, RowBands, RowMatmul, RowOut, Tile, TiledMatmul, ctype};
+use super::super::planner::{ASource, FmaMatmul, RowBands, RowMatmul, RowOut, Tile, TiledMatmul, VectorMatmul, ctype};
 use super::expr::{two, unary_expr, unary_name};
 use super::{Emitter, preloaded_a, register_accumulator, register_value};
 
@@ -82,6 +82,28 @@ impl Emitter<'_> {
             self.store_fragment(indent + 3, c, m, n, "=");
         }
         self.line(indent + 2, "}");
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// CUDA-core matmul `a[m,k] x b[k,n]` of node `i` into its register accumulator
+    /// ([`VectorMatmul`]): each thread's 16-byte vectors of B rows times the rows' A elements.
+    pub(super) fn matmul_vector(&mut self, indent: usize, i: usize, p: &VectorMatmul, a: &Tile, b: &Tile) {
+        let VectorMatmul { m, k, n, dtype, lanes, groups } = *p;
+        let ty = ctype(dtype);
+        let acc = register_accumulator(i);
+        let r = b.shape.len();
+        let sb0 = b.strides[r - 2];
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}] on CUDA cores: {lanes} thread(s) per B row (8 columns each), {groups} row group(s)"));
+        self.line(indent, "{");
+        self.line(indent + 1, &format!("const int vc = (tid % {lanes}) * 8;"));
+        self.line(indent + 1, &format!("for (int r = tid / {lanes}; r < {k}; r += {groups}) {{"));
+        self.line(indent + 2, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
+        let ra = a.shape.len();
+        for mi in 0..m {
+            let av = a.load(&two(&mi.to_string(), "r", ra));
+            self.line(indent + 2, &format!("mirage::fma8<{ty}>({acc}[{}], {acc}[{}], bv, {av});", 2 * mi, 2 * mi + 1));
+        }
         self.line(indent + 1, "}");
         self.line(indent, "}");
     }

@@ -44,6 +44,7 @@ impl Emitter<'_> {
             MatmulPlan::Fma(p) => {
                 self.matmul_fma(indent, p, self.tile(inputs[0]), self.tile(inputs[1]), plan.out_tile(i))
             }
+            MatmulPlan::Vector(p) => self.matmul_vector(indent, i, p, self.tile(inputs[0]), self.tile(inputs[1])),
             MatmulPlan::Tiled(p) => {
                 let out = if p.accumulates { TiledOut::Accumulator(i) } else { TiledOut::Smem(plan.out_tile(i)) };
                 self.matmul_tiled(indent, p, self.tile(inputs[0]), self.tile(inputs[1]), out);

@@ -16,6 +16,37 @@ pub enum MatmulPlan {
     Tiled(TiledMatmul),
     /// Tensor cores, whole 16-row bands per warp (register chains, [`RegisterPlan::row_owned`]).
     Rows(RowMatmul),
+    /// CUDA cores, 16-byte vectors of B per thread: a register-accumulated matmul of a few rows.
+    Vector(VectorMatmul),
+}
+
+/// Most rows of a register-accumulated 16-bit matmul that runs on the CUDA cores
+/// ([`VectorMatmul`]) instead of padding its rows to the tensor cores' 16.
+pub const VECTOR_MAX_ROWS: usize = 4;
+
+/// A register-accumulated matmul `[m, k] x [k, n]` of at most [`VECTOR_MAX_ROWS`] rows with a
+/// row-major 16-bit B tile: thread `t` owns the 8 columns `(t % lanes) * 8 ..` (one 16-byte
+/// vector of every B row it reads) and the B rows `t / lanes, t / lanes + groups, …`, and adds
+/// `a[i, r] * b[r, cols]` for each of the `m` rows into `2 m` register fragments of 4 floats.
+/// After the loop the row groups' partial sums meet: by shuffles within a warp, then one warp
+/// (or one row group) after another into the accumulator's tile. Decode-time weight streaming:
+/// an m16n8k16 `mma` would pad one row to 16, and its fragment loads and `ldmatrix` cost more
+/// issue slots than the FMAs (H200, DECISIONS change 32: the Llama-3.2-1B LM head kernel 176 →
+/// 148 µs with FMAs at the same tiles and pipeline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VectorMatmul {
+    /// Rows of the result.
+    pub m: usize,
+    /// The reduction length.
+    pub k: usize,
+    /// Columns of the result.
+    pub n: usize,
+    /// B's element type.
+    pub dtype: DType,
+    /// Threads per B row: `n / 8`, a power of two dividing the block's threads.
+    pub lanes: usize,
+    /// Row groups: threads / `lanes`.
+    pub groups: usize,
 }
 
 /// An f32 matmul.
@@ -117,7 +148,11 @@ pub(super) fn plan_matmuls(
             if rp.row_owned[i] {
                 return Some(MatmulPlan::Rows(row_matmul(bg, rp, i, tile(nd.inputs[1]))));
             }
-            Some(tiled_matmul(tile(nd.inputs[0]), tile(nd.inputs[1]), rp.fused[i].is_some(), warps))
+            let (a, b, accumulates) = (tile(nd.inputs[0]), tile(nd.inputs[1]), rp.fused[i].is_some());
+            if accumulates && let Some(v) = vector_matmul(a, b, warps * 32) {
+                return Some(MatmulPlan::Vector(v));
+            }
+            Some(tiled_matmul(a, b, accumulates, warps))
         })
         .collect()
 }
@@ -163,6 +198,30 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPl
     let per_warp = (tiles * split).div_ceil(warps);
     let b_ldmatrix = b_by_ldmatrix(b, ctype(dtype), k, n);
     MatmulPlan::Tiled(TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, b_ldmatrix, accumulates })
+}
+
+/// The CUDA-core plan of a register-accumulated matmul of tiles `a` and `b` run by `threads`
+/// threads, when it qualifies: at most [`VECTOR_MAX_ROWS`] rows, no batch dims, B a row-major
+/// 16-bit tile with 16-byte aligned rows and `n / 8` a power of two dividing `threads`.
+fn vector_matmul(a: &Tile, b: &Tile, threads: usize) -> Option<VectorMatmul> {
+    let r = a.shape.len();
+    let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+    let batch = |t: &Tile| t.shape[..t.shape.len() - 2].iter().product::<usize>();
+    let dtype = b.dtype;
+    let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
+    let lanes = n / 8;
+    let qualifies = m <= VECTOR_MAX_ROWS
+        && batch(a) == 1
+        && batch(b) == 1
+        && matches!(dtype, DType::F16 | DType::Bf16)
+        && b.ctype == ctype(dtype)
+        && sb1 == 1
+        && sb0.is_multiple_of(8)
+        && n.is_multiple_of(8)
+        && b.offset.is_multiple_of(16)
+        && lanes.is_power_of_two()
+        && threads.is_multiple_of(lanes);
+    qualifies.then(|| VectorMatmul { m, k, n, dtype, lanes, groups: threads / lanes })
 }
 
 /// How many ways a register-accumulated matmul of `tiles` mma tiles and `kt` k-steps splits its
@@ -212,6 +271,7 @@ pub(super) fn register_accumulators(
             match matmuls[i].as_ref()? {
                 MatmulPlan::Rows(p) => Some(p.bands.per_warp * p.bands.nt),
                 MatmulPlan::Tiled(p) => Some(p.per_warp),
+                MatmulPlan::Vector(p) => Some(2 * p.m),
                 MatmulPlan::Fma(_) => unreachable!("f32 matmuls are never fused"),
             }
         })
@@ -230,5 +290,45 @@ mod tests {
         assert_eq!(k_split(4, 32, 4), 1, "one tile per warp already");
         assert_eq!(k_split(6, 16, 8), 1, "slices of 4 k-steps are too short");
         assert_eq!(k_split(16, 4, 8), 1);
+    }
+
+    fn tile(dtype: DType, shape: &[usize], strides: &[usize], offset: usize) -> Tile {
+        Tile {
+            var: "t".into(),
+            ctype: ctype(dtype),
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            bytes: shape.iter().product::<usize>() * dtype.size_bytes(),
+            pipelined: true,
+        }
+    }
+
+    #[test]
+    fn matmuls_of_a_few_rows_with_a_row_major_16_bit_b_run_on_the_cuda_cores() {
+        let bf = DType::Bf16;
+        let b = tile(bf, &[64, 128], &[128, 1], 1024);
+        // One row (decode), 256 threads: 16 lanes of 8 columns per B row, 16 row groups.
+        let v = vector_matmul(&tile(bf, &[1, 64], &[64, 1], 0), &b, 256).expect("one row qualifies");
+        assert_eq!(v, VectorMatmul { m: 1, k: 64, n: 128, dtype: bf, lanes: 16, groups: 16 });
+        assert_eq!(vector_matmul(&tile(bf, &[4, 64], &[64, 1], 0), &b, 128).map(|v| (v.m, v.groups)), Some((4, 8)));
+        let f16b = tile(DType::F16, &[64, 512], &[520, 1], 0);
+        let v = vector_matmul(&tile(DType::F16, &[2, 64], &[64, 1], 0), &f16b, 128).expect("padded rows qualify");
+        assert_eq!((v.lanes, v.groups), (64, 2));
+        // Each refusal, one condition at a time.
+        let a1 = tile(bf, &[1, 64], &[64, 1], 0);
+        assert_eq!(vector_matmul(&tile(bf, &[5, 64], &[64, 1], 0), &b, 256), None, "more than VECTOR_MAX_ROWS rows");
+        assert_eq!(vector_matmul(&tile(bf, &[16, 64], &[64, 1], 0), &b, 256), None, "a tensor-core band");
+        let f32b = tile(DType::F32, &[64, 128], &[128, 1], 0);
+        assert_eq!(vector_matmul(&tile(DType::F32, &[1, 64], &[64, 1], 0), &f32b, 256), None, "f32");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[1, 64], 0), 256), None, "column-major B");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[132, 1], 0), 256), None, "rows not 16-byte aligned");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[128, 1], 8), 256), None, "tile not 16-byte aligned");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 96], &[96, 1], 0), 256), None, "12 lanes: not a power of two");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 100], &[104, 1], 0), 256), None, "n not a multiple of 8");
+        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 4096], &[4096, 1], 0), 256), None, "512 lanes for 256 threads");
+        let batched = (tile(bf, &[2, 1, 64], &[64, 64, 1], 0), tile(bf, &[2, 64, 128], &[8192, 128, 1], 0));
+        assert_eq!(vector_matmul(&batched.0, &batched.1, 256), None, "batch dims");
     }
 }
