@@ -114,7 +114,7 @@ mod tests {
             let mut bytes = vec![0xEE; size];
             for e in 0..len {
                 for k in 0..esize {
-                    bytes[(base + e * esize + k) as usize] = (e * 7 + k * 3 + 1) as u8 | 0x40 * (k as u8 & 1);
+                    bytes[(base + e * esize + k) as usize] = (e * 7 + k * 3 + 1) as u8 | (0x40 * (k as u8 & 1));
                 }
             }
             Mem { bytes, base, len, esize }
