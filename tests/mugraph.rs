@@ -562,6 +562,69 @@ fn an_s_sized_attention_matches_the_reference_at_twelve_sizes() {
     assert!(e.contains("S = 17") && e.contains("S = 18"), "{e}");
 }
 
+/// With a GPU: attention over `S` with K a view one element into its buffer (its base 2 bytes past
+/// 16-byte alignment, its end at the buffer's end) at sizes that are not multiples of 8, so K's
+/// rows go through window copies (`mirage::window_copy`) and the units that need the tensor's
+/// first or last 16-byte chunk through element copies; against the CPU reference. Under
+/// compute-sanitizer's memcheck a 16-byte load of the last chunk would read past the allocation.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_s_sized_attention_reads_a_misaligned_key_view_through_windows() {
+    use mirage::dims::DimPlan;
+    use mirage::eval::evaluate_at;
+    let name = "op_attention_over_s";
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let seed =
+        seed("an_s_sized_attention_reads_a_misaligned_key_view_through_windows").unwrap_or_else(|e| panic!("{e}"));
+    let engine_stream = gpu.context().new_stream().unwrap_or_else(|e| panic!("new stream: {e}"));
+    let stream = Stream::from_raw(engine_stream.clone());
+    let program = &kernels::op_attention_over_s::PROGRAM;
+    let source = lowered(name);
+    let dplan = DimPlan::analyze(&source.graph, &source.dims).unwrap_or_else(|e| panic!("{e}"));
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
+    let mut workspace = program.workspace(&stream).unwrap_or_else(|e| panic!("workspace: {e}"));
+    let mut failures = Vec::new();
+    for n in [1, 3, 17, 255, 4097] {
+        let specs = plan.inputs_at(&[n]);
+        let host = random_inputs(&specs, seed + n as u64, |i| if i == 0 { -8.0..8.0 } else { -1.0..1.0 });
+        let to_bf16 = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+        let upload = |data: Vec<bf16>| {
+            let mut b = engine_stream.alloc_zeros::<bf16>(data.len()).unwrap_or_else(|e| panic!("alloc: {e}"));
+            engine_stream.memcpy_htod(&data, &mut b).unwrap_or_else(|e| panic!("upload: {e}"));
+            b
+        };
+        let (q, v) = (upload(to_bf16(&host[0].data)), upload(to_bf16(&host[2].data)));
+        // K one element into a buffer of one more element: misaligned base, end at the buffer's.
+        let mut kdata = vec![bf16::from_f32(0.0)];
+        kdata.extend(to_bf16(&host[1].data));
+        let k = upload(kdata);
+        let kview = k.slice(1..);
+        let layout = |i: usize| mirage::Layout::row_major(&specs[i].shape).unwrap_or_else(|e| panic!("{e}"));
+        let qv = TensorView::from_cudarc(&q, &specs[0].shape).unwrap_or_else(|e| panic!("{e}"));
+        let kv = TensorView::from_cudarc_view(&kview, layout(1)).unwrap_or_else(|e| panic!("{e}"));
+        let vv = TensorView::from_cudarc(&v, &specs[2].shape).unwrap_or_else(|e| panic!("{e}"));
+        let mut y = stream.zeros::<bf16>(&[4, 1, 64]).unwrap_or_else(|e| panic!("alloc: {e}"));
+        program
+            .launch_views(
+                &stream,
+                &[qv.erase(), kv.erase(), vv.erase()],
+                &mut [AnyViewMut::from(&mut y)],
+                &mut workspace,
+            )
+            .unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        let got: Vec<f32> = stream.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
+        let run = dplan.run_shapes(&source.graph, &[n]).unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        let want = evaluate_at(&source.graph, &mirage::reference::F32, &host, &run).unwrap_or_else(|e| panic!("{e}"));
+        let c = compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::Bf16, n.max(64)))
+            .unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        println!("{name} with K misaligned, S = {n:4}: {c}");
+        if let Err(e) = c.check(&format!("{name} with K misaligned, S = {n}")) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
 fn sized_launcher_matches(name: &str, launcher: GatedMlp, program: &'static mirage::Program) {
     use mirage::dims::DimPlan;
     use mirage::eval::evaluate_at;

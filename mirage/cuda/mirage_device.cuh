@@ -46,6 +46,56 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ---- window copies -----------------------------------------------------------------------------
+// A copy unit of VEC elements (4, 8 or 16 bytes) starting at `src`, which is aligned to the element
+// only (a row of a tensor whose runtime-sized contiguous dim is not a multiple of the vector): the
+// first `valid` elements are read through 16-byte loads of the aligned chunks around them (at most
+// two), shifted into place in registers (a select network over words, then __byte_perm), the rest
+// zeroed, and stored as one vector at `dst` (shared memory, aligned to the unit). A chunk is loaded
+// only when it lies wholly inside the tensor's bytes [lo, hi); a unit that needs one that does not
+// is copied element by element. The formula is `planner::window::WindowPlan` (tested there).
+template <int VEC, typename T>
+__device__ __forceinline__ void window_copy(T* dst, const T* src, int valid, const T* lo, const T* hi) {
+  constexpr int UNIT = VEC * static_cast<int>(sizeof(T));
+  static_assert(UNIT == 4 || UNIT == 8 || UNIT == 16, "a window unit is 4, 8 or 16 bytes");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  const unsigned b = static_cast<unsigned>(a & 15u);
+  const uintptr_t c = a - b;
+  const unsigned vb = static_cast<unsigned>(valid) * static_cast<unsigned>(sizeof(T));
+  const bool need0 = vb > 0u, need1 = b + vb > 16u;
+  const uintptr_t l = reinterpret_cast<uintptr_t>(lo), h = reinterpret_cast<uintptr_t>(hi);
+  const bool whole = (!need0 || (c >= l && c + 16u <= h)) && (!need1 || c + 32u <= h);
+  if (!whole) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) dst[k] = k < valid ? src[k] : from_f32<T>(0.0f);
+    return;
+  }
+  uint4 x = make_uint4(0u, 0u, 0u, 0u), y = make_uint4(0u, 0u, 0u, 0u);
+  if (need0) x = *reinterpret_cast<const uint4*>(c);
+  if (need1) y = *reinterpret_cast<const uint4*>(c + 16u);
+  const unsigned w[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+  const unsigned q = b >> 2, r = b & 3u;
+  unsigned s2[6], s1[5], o[UNIT / 4];
+#pragma unroll
+  for (int j = 0; j < 6; ++j) s2[j] = (q & 2u) ? w[j + 2] : w[j];
+#pragma unroll
+  for (int j = 0; j < 5; ++j) s1[j] = (q & 1u) ? s2[j + 1] : s2[j];
+  const unsigned sel = 0x3210u + 0x1111u * r;
+#pragma unroll
+  for (int j = 0; j < UNIT / 4; ++j) {
+    const unsigned keep = vb > 4u * j ? min(vb - 4u * j, 4u) : 0u;
+    const unsigned mask = keep >= 4u ? 0xffffffffu : ((1u << (8u * keep)) - 1u);
+    o[j] = __byte_perm(s1[j], s1[j + 1], sel) & mask;
+  }
+  if constexpr (UNIT == 16) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(o[0], o[1], o[2], o[3]);
+  } else if constexpr (UNIT == 8) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(o[0], o[1]);
+  } else {
+    *reinterpret_cast<unsigned*>(dst) = o[0];
+  }
+}
+
 // ---- bulk copies (sm_90 and later) -------------------------------------------------------------
 // With the code generator's `bulk_copies` option (off by default), a pipelined weight tile's rows
 // are moved by the bulk-copy engine (`cp.async.bulk`, one instruction per row) and counted in

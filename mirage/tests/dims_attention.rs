@@ -3,7 +3,7 @@
 //! the for-loop walks `S` in `ceil(n / tile)` iterations with the last one's loads predicated,
 //! the running maximum and the sums of `exp` over a key tile skip the padded keys (masks), and
 //! split-KV's grid over key ranges has `ceil(n / slab)` blocks whose parts the combine kernel
-//! reads only where they exist. No GPU: the plan's marks, a snapshot, nvcc for sm_90a, and the
+//! reads only where they exist. No GPU: the plan's marks, a snapshot, nvcc for sm_90a and sm_80, and the
 //! search picking a µGraph for the S-sized program.
 #![cfg(feature = "build")]
 
@@ -105,10 +105,13 @@ fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
         "const int iters = min(4, (max(n0 - by*256, 0) + 63) / 64);",
         "for (int it = 0; it < iters; ++it) {",
         // K (S contiguous) in 16-byte vectors when S is a multiple of 8 (rows aligned, no vector
-        // straddles S), pipelined; element by element otherwise.
+        // straddles S), pipelined; otherwise the same 256 units of 8 keys per stage through
+        // aligned-down windows, no element loop.
         "if (n0 % 8 == 0) {",
         "if ((by*256 + (nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
-        "(long long)(0 + ((v / 64) % 32))*n0 + (long long)(by*256 + (nit)*64 + (v % 64))*1;",
+        "mirage::window_copy<8>(reinterpret_cast<__nv_bfloat16*>(smem + 128 + (nit % 4)*4608) + ((((v / 8) % 32))*72 + ((v % 8)*8)*1), in1 + go, min(max(n0 - (by*256 + (nit)*64 + (v % 8)*8), 0), 8), in1, in1 + (long long)2*32*n0);",
+        // A K row's stride is the size: per unit, one row index and one key offset.
+        "(long long)(0 + ((v / 8) % 32))*n0 + (long long)(by*256 + (nit)*64 + (v % 8)*8)*1;",
         "if ((by*256 + (it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
         "if ((by*256 + (it)*64 + r) < n0) { v = v + t7[(r)]; }",
         "t7[((e % 64))] = (((by*256 + (it)*64 + (e % 64)) < n0) ? v7 : 0.0f);",
@@ -116,8 +119,30 @@ fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
     ] {
         assert!(src.contains(needle), "missing `{needle}` in\n{src}");
     }
+    // No element loop over K is left: the fallback copies the vector path's units.
+    assert!(!src.contains("for (int v = tid; v < 2048; v += 64)"), "{src}");
+    assert_eq!(src.matches("mirage::window_copy<8>(").count(), src.matches("if (n0 % 8 == 0) {").count());
     insta::assert_snapshot!(out.kernels_source);
     Ok(())
+}
+
+#[test]
+fn the_device_window_copy_is_the_planned_formula() {
+    // `mirage::window_copy` transliterates `planner::window::WindowPlan` (whose tests check it
+    // against element copies): the chunk and shifts, the loads, the guard, the network, the masks.
+    let lib = mirage::codegen::DEVICE_LIBRARY;
+    for line in [
+        "const unsigned b = static_cast<unsigned>(a & 15u);",
+        "const bool need0 = vb > 0u, need1 = b + vb > 16u;",
+        "const bool whole = (!need0 || (c >= l && c + 16u <= h)) && (!need1 || c + 32u <= h);",
+        "for (int j = 0; j < 6; ++j) s2[j] = (q & 2u) ? w[j + 2] : w[j];",
+        "for (int j = 0; j < 5; ++j) s1[j] = (q & 1u) ? s2[j + 1] : s2[j];",
+        "const unsigned sel = 0x3210u + 0x1111u * r;",
+        "const unsigned keep = vb > 4u * j ? min(vb - 4u * j, 4u) : 0u;",
+        "o[j] = __byte_perm(s1[j], s1[j + 1], sel) & mask;",
+    ] {
+        assert!(lib.contains(line), "missing `{line}` in mirage::window_copy");
+    }
 }
 
 #[test]
@@ -130,11 +155,12 @@ fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
     for needle in [
         "const int iters = min(16, (max(n0, 0) + 63) / 64);",
         // K's tile (S contiguous) is pipelined: 16-byte vectors when S is a multiple of 8,
-        // predicated; element by element otherwise (a vector would straddle S or start
-        // misaligned).
+        // predicated; window copies otherwise (a vector would straddle S or start misaligned).
         "if (n0 % 8 == 0) {",
         "if (((nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
-        "((nit)*64 + (v % 64)) < n0 ? in1[go] : mirage::from_f32<__nv_bfloat16>(0.0f);",
+        // Otherwise the same units through aligned-down 16-byte windows: the keys left in the
+        // unit as its valid count, the tensor's bounds (2·32·S elements) for the chunk guard.
+        "min(max(n0 - ((nit)*64 + (v % 8)*8), 0), 8), in1, in1 + (long long)2*32*n0);",
         // V's rows past S are zero-filled beside the 16-byte copies.
         "< n0) mirage::cp_async16(d, in2 + go); else { *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u); }",
         "if (((it)*64 + r) < n0) { v = fmaxf(v, t4[(r)]); }",
@@ -145,12 +171,16 @@ fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
 }
 
 #[test]
-fn s_sized_attention_kernels_compile_for_sm90a() -> TestResult {
-    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
-    for (name, (g, dims)) in [("attn_sk", split_kv()?), ("attn_os", online_softmax()?)] {
-        let out = generated(name, &g, &dims)?;
-        let cubin = compile_cubin(&out.source, name, &opts)?;
-        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+fn s_sized_attention_kernels_compile_for_sm90a_and_sm80() -> TestResult {
+    // Both copies of K (vectors, windows) in every kernel, for the H200 and for sm_80.
+    for arch in ["sm_90a", "sm_80"] {
+        let opts = CompileOptions { arch: Some(arch.to_string()), ..Default::default() };
+        for (name, (g, dims)) in [("attn_sk", split_kv()?), ("attn_os", online_softmax()?)] {
+            let out = generated(name, &g, &dims)?;
+            assert!(out.kernels_source.contains("mirage::window_copy<8>("), "{name}");
+            let cubin = compile_cubin(&out.source, name, &opts)?;
+            assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name} for {arch}: an ELF cubin");
+        }
     }
     Ok(())
 }
@@ -183,16 +213,25 @@ fn the_issue_shape_has_code_at_runtime_sizes() -> TestResult {
     // split-KV (16 ranges of 2048 keys, tiles of 128) are written and compile for sm_90a.
     let (p, dims) = attention_over_s(32, 128, 32768);
     let a = attention::recognize(&p).expect("recognized");
-    let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
-    for (name, g) in [
-        ("issue_os", attention::online_softmax(&p, &a, 1, 32768 / 128, 128)?),
-        ("issue_sk", attention::split_kv(&p, &a, 16, 2048 / 128, 128)?),
-    ] {
-        sized_support(&g, &dims, &KernelOptions::default())?;
-        let out = generated(name, &g, &dims)?;
-        assert!(out.kernels_source.contains("const int iters = min("), "{name}");
-        let cubin = compile_cubin(&out.source, name, &opts)?;
-        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name}: an ELF cubin");
+    // `MIRAGE_CODEGEN_DUMP=<dir>` writes each translation unit there (for `nvcc --resource-usage`).
+    let dump = std::env::var_os("MIRAGE_CODEGEN_DUMP").map(std::path::PathBuf::from);
+    for arch in ["sm_90a", "sm_80"] {
+        let opts = CompileOptions { arch: Some(arch.to_string()), ..Default::default() };
+        for (name, g) in [
+            ("issue_os", attention::online_softmax(&p, &a, 1, 32768 / 128, 128)?),
+            ("issue_sk", attention::split_kv(&p, &a, 16, 2048 / 128, 128)?),
+        ] {
+            sized_support(&g, &dims, &KernelOptions::default())?;
+            let out = generated(name, &g, &dims)?;
+            if let Some(dir) = &dump {
+                std::fs::create_dir_all(dir)?;
+                std::fs::write(dir.join(format!("{name}.cu")), &out.source)?;
+            }
+            assert!(out.kernels_source.contains("const int iters = min("), "{name}");
+            assert!(out.kernels_source.contains("mirage::window_copy<8>("), "{name}");
+            let cubin = compile_cubin(&out.source, name, &opts)?;
+            assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name} for {arch}: an ELF cubin");
+        }
     }
     Ok(())
 }

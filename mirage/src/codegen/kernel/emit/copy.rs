@@ -7,9 +7,9 @@
 
 use crate::ir::{BlockGraph, BlockOp};
 
-use super::super::planner::{CopyMethod, Tile, ctype};
+use super::super::planner::{CopyMethod, Tile, ctype, window};
 use super::expr::unflatten;
-use super::{BLOCK_INDEX, Emitter, input_param, layout_strides, size_bound};
+use super::{BLOCK_INDEX, DimSize, Emitter, input_param, layout_strides, size_bound};
 
 /// The C expressions of the first element of input tile `i` of `bg` in iteration `iter`, one
 /// per device dim: the block's slab along the dims its grid axes map, plus the iteration's slab
@@ -44,9 +44,9 @@ impl Emitter<'_> {
 
     /// Copies input tile `i` of iteration `iter` into the shared-memory buffer `buf` (a C
     /// pointer expression), by the planned method. A guarded copy (vectors along a runtime-sized
-    /// dim, `TileCopy::guard`) checks `n % vec == 0` first and copies element by element when it
-    /// does not hold (plain stores: complete at the barrier before the tile is read, like the
-    /// `cp.async` group wait).
+    /// dim, `TileCopy::guard`) checks `n % vec == 0` first and, when it does not hold, copies the
+    /// same units through aligned-down windows ([`Self::copy_window`]; element by element for
+    /// element types the window does not serve).
     pub(super) fn copy_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str) {
         let plan = self.plan;
         let copy = plan.copies[i].as_ref().expect("input copy planned");
@@ -60,7 +60,12 @@ impl Emitter<'_> {
         self.line(indent, &format!("if ({n} % {} == 0) {{", copy.vec));
         self.copy_units(indent + 1, i, iter, buf, copy.vec, &copy.units, copy.method);
         self.line(indent, "} else {");
-        self.copy_units(indent + 1, i, iter, buf, 1, &elements, CopyMethod::Elements);
+        let esize = self.bg().inputs()[copy.input].dtype.size_bytes();
+        if window::supports(esize, copy.vec) {
+            self.copy_window(indent + 1, i, iter, buf);
+        } else {
+            self.copy_units(indent + 1, i, iter, buf, 1, &elements, CopyMethod::Elements);
+        }
         self.line(indent, "}");
     }
 
@@ -78,33 +83,11 @@ impl Emitter<'_> {
         method: CopyMethod,
     ) {
         let plan = self.plan;
-        let tile = plan.out_tile(i);
         let copy = plan.copies[i].as_ref().expect("input copy planned");
         let kdesc = &self.bg().inputs()[copy.input];
         let src = input_param(copy.input);
-        let boff = self.block_offset(i, iter);
-        let idx = unflatten("v", units);
-        let dims = self.input_dims(copy.input);
-        // Strides at the run size when a runtime-sized dim is not the outermost.
-        let gstrides: Vec<String> = if dims.is_empty() {
-            kdesc.strides.iter().map(usize::to_string).collect()
-        } else {
-            layout_strides(self.sizes, &kdesc.shape, dims)
-        };
-        let mut gterms = Vec::new();
-        let mut sterms = Vec::new();
-        // Per runtime-sized dim: the element's coordinate below the valid extent.
-        let mut conds = Vec::new();
-        for d in 0..tile.shape.len() {
-            let local = if Some(d) == copy.vec_dim && vec > 1 { format!("{}*{}", idx[d], vec) } else { idx[d].clone() };
-            gterms.push(format!("(long long)({} + {local})*{}", boff[d], gstrides[d]));
-            if tile.shape[d] > 1 {
-                sterms.push(format!("({local})*{}", tile.strides[d]));
-            }
-            if let Some(b) = dims.get(d).and_then(|&s| size_bound(self.sizes, s)) {
-                conds.push(format!("({} + {local}) < {b}", boff[d]));
-            }
-        }
+        let UnitTerms { gterms, sterms, bounds } = self.unit_terms(i, iter, vec, units);
+        let conds: Vec<String> = bounds.iter().map(|(_, at, b)| format!("{at} < {b}")).collect();
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
         let total: usize = units.iter().product();
         // `cp_async16`, `cp_async8` or `cp_async4`: one vector per copy unit.
@@ -144,6 +127,81 @@ impl Emitter<'_> {
                 self.line(indent + 1, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
             }
         }
+        self.line(indent, "}");
+    }
+
+    /// The index expressions of input tile `i`'s copy units (`units` of `vec` elements along
+    /// the vector dim) in iteration `iter`, the unit's index `v`.
+    fn unit_terms(&self, i: usize, iter: &str, vec: usize, units: &[usize]) -> UnitTerms {
+        let plan = self.plan;
+        let tile = plan.out_tile(i);
+        let copy = plan.copies[i].as_ref().expect("input copy planned");
+        let kdesc = &self.bg().inputs()[copy.input];
+        let boff = self.block_offset(i, iter);
+        let idx = unflatten("v", units);
+        let dims = self.input_dims(copy.input);
+        // Strides at the run size when a runtime-sized dim is not the outermost.
+        let gstrides: Vec<String> = if dims.is_empty() {
+            kdesc.strides.iter().map(usize::to_string).collect()
+        } else {
+            layout_strides(self.sizes, &kdesc.shape, dims)
+        };
+        let mut terms = UnitTerms { gterms: Vec::new(), sterms: Vec::new(), bounds: Vec::new() };
+        for d in 0..tile.shape.len() {
+            let local = if Some(d) == copy.vec_dim && vec > 1 { format!("{}*{}", idx[d], vec) } else { idx[d].clone() };
+            terms.gterms.push(format!("(long long)({} + {local})*{}", boff[d], gstrides[d]));
+            if tile.shape[d] > 1 {
+                terms.sterms.push(format!("({local})*{}", tile.strides[d]));
+            }
+            if let Some(b) = dims.get(d).and_then(|&s| size_bound(self.sizes, s)) {
+                terms.bounds.push((d, format!("({} + {local})", boff[d]), b));
+            }
+        }
+        terms
+    }
+
+    /// The guarded copy's fallback through aligned-down windows (`mirage::window_copy`, the
+    /// formula of [`WindowPlan`](super::super::planner::window::WindowPlan)): the vector path's
+    /// units, each read with at most two 16-byte loads of the aligned chunks around it, the
+    /// elements at or past the runtime size zeroed, stored as one vector. Plain stores: complete
+    /// at the barrier before the tile is read, like the element copies.
+    fn copy_window(&mut self, indent: usize, i: usize, iter: &str, buf: &str) {
+        let plan = self.plan;
+        let copy = plan.copies[i].as_ref().expect("input copy planned");
+        let c = copy.vec_dim.expect("a guarded copy has a vector dim");
+        let vec = copy.vec;
+        let kdesc = &self.bg().inputs()[copy.input];
+        let src = input_param(copy.input);
+        let UnitTerms { gterms, sterms, bounds } = self.unit_terms(i, iter, vec, &copy.units);
+        let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
+        // The tensor's elements at the run size: its outermost dim times that dim's stride.
+        let dims = self.input_dims(copy.input);
+        let strides = layout_strides(self.sizes, &kdesc.shape, dims);
+        let outer = match dims.first() {
+            Some(DimSize::Var(p)) => self.sizes.params[*p].clone(),
+            _ => kdesc.shape[0].to_string(),
+        };
+        let len = format!("(long long){outer}*{}", strides[0]);
+        // Valid elements of the unit along the vector dim; none when another runtime-sized dim
+        // puts the whole unit in padding.
+        let mut valid = vec.to_string();
+        let mut others = Vec::new();
+        for (d, at, b) in &bounds {
+            if *d == c {
+                valid = format!("min(max({b} - {at}, 0), {vec})");
+            } else {
+                others.push(format!("{at} < {b}"));
+            }
+        }
+        if !others.is_empty() {
+            valid = format!("({}) ? {valid} : 0", others.join(" && "));
+        }
+        self.line(indent, &format!("for (int v = tid; v < {}; v += {}) {{", copy.total, plan.threads));
+        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        self.line(
+            indent + 1,
+            &format!("mirage::window_copy<{vec}>({buf} + ({soff}), {src} + go, {valid}, {src}, {src} + {len});"),
+        );
         self.line(indent, "}");
     }
 
@@ -188,6 +246,15 @@ impl Emitter<'_> {
     pub(super) fn wait(&mut self, indent: usize, pending: usize) {
         self.line(indent, &format!("mirage::cp_async_wait<{pending}>();"));
     }
+}
+
+/// The index expressions of a tile's copy units: per device dim, the global offset term and the
+/// shared-memory offset term (dims of extent 1 have none), and per runtime-sized dim `(dim, the
+/// unit's first coordinate along it, its bound)`.
+struct UnitTerms {
+    gterms: Vec<String>,
+    sterms: Vec<String>,
+    bounds: Vec<(usize, String, String)>,
 }
 
 /// The pointer to stage `stage` (a C expression) of pipelined tile `t`.

@@ -24,6 +24,7 @@ mod reduce;
 mod schedule;
 pub mod smem;
 mod tiles;
+pub mod window;
 
 pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
 pub use groups::ElementwiseGroups;
