@@ -158,14 +158,14 @@ fn only_programs_with_wide_splits_get_another_key() {
     assert_eq!(c.cache_key(&small).search_version, c.version());
     assert_eq!(c.cache_key(&small), key(&small, &c));
     // Mistral's vocabulary 32000 = 2^8 · 125 splits into at most 500 blocks of 64: unchanged.
-    let mistral = mirage::testing::programs::rmsnorm_linear(1, 4096, 32000, DType::BF16).expect("program");
+    let mistral = mirage::testing::programs::rmsnorm_linear(1, 4096, 32000, DType::Bf16).expect("program");
     assert!(!c.has_wide_splits(&mistral));
     assert_eq!(c.cache_key(&mistral).search_version, c.version());
     // Llama's 128256 = 2^8 · 501 already splits into 1002 blocks of 128 within the cap: unchanged.
-    let llama = mirage::testing::programs::rmsnorm_linear(1, 2048, 128256, DType::BF16).expect("program");
+    let llama = mirage::testing::programs::rmsnorm_linear(1, 2048, 128256, DType::Bf16).expect("program");
     assert!(!c.has_wide_splits(&llama));
     assert_eq!(c.cache_key(&llama).search_version, c.version());
-    let qwen = mirage::testing::programs::rmsnorm_linear(1, 896, 151936, DType::BF16).expect("program");
+    let qwen = mirage::testing::programs::rmsnorm_linear(1, 896, 151936, DType::Bf16).expect("program");
     assert!(c.has_wide_splits(&qwen));
     let wide = c.cache_key(&qwen).search_version;
     assert_ne!(wide, c.version());

@@ -191,9 +191,9 @@ fn programs_the_search_cannot_handle_are_errors() {
 fn a_vocabulary_with_a_large_odd_factor_splits_into_more_than_1024_blocks() {
     let (k, n) = (128, 151936);
     let mut g = KernelGraph::new();
-    let x = g.input(&[1, k], DType::BF16).expect("x");
-    let gain = g.input(&[1, k], DType::BF16).expect("g");
-    let w = g.input(&[k, n], DType::BF16).expect("w");
+    let x = g.input(&[1, k], DType::Bf16).expect("x");
+    let gain = g.input(&[1, k], DType::Bf16).expect("g");
+    let w = g.input(&[k, n], DType::Bf16).expect("w");
     let y = g.rms_norm(x, 0.0, None).expect("norm");
     let y = g.mul(y, gain).expect("mul");
     let o = g.matmul(y, w).expect("matmul");
