@@ -1684,6 +1684,7 @@ mod tests {
         assert!(wide_splits(1 << 20, 1024, 1 << 14).is_empty());
         // A raised block cap admits more, smallest first (1187 · 2^10: blocks of 1024 down to 128).
         assert_eq!(wide_splits(1187 << 10, 1024, 1 << 14), vec![1187, 2374, 4748, 9496]);
-        assert!(wide_splits(151936, 1024, 2000).is_empty());
+        assert_eq!(wide_splits(151936, 1024, 2000), vec![1187]);
+        assert!(wide_splits(151936, 1024, 1100).is_empty());
     }
 }
