@@ -147,3 +147,31 @@ fn the_environment_variable_selects_offline_mode() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
+
+/// Splits beyond `max_axis_blocks` joined the search later: only a program with a dim they exist
+/// for (a vocabulary of 151936 = 2^7 · 1187) gets another key; every other program keeps its key.
+#[test]
+fn only_programs_with_wide_splits_get_another_key() {
+    let c = cfg();
+    let small = program();
+    assert!(!c.has_wide_splits(&small));
+    assert_eq!(c.cache_key(&small).search_version, c.version());
+    assert_eq!(c.cache_key(&small), key(&small, &c));
+    // Mistral's vocabulary 32000 = 2^8 · 125 splits into at most 500 blocks of 64: unchanged.
+    let mistral = mirage::testing::programs::rmsnorm_linear(1, 4096, 32000, DType::Bf16).expect("program");
+    assert!(!c.has_wide_splits(&mistral));
+    assert_eq!(c.cache_key(&mistral).search_version, c.version());
+    // Llama's 128256 = 2^8 · 501 already splits into 1002 blocks of 128 within the cap: unchanged.
+    let llama = mirage::testing::programs::rmsnorm_linear(1, 2048, 128256, DType::Bf16).expect("program");
+    assert!(!c.has_wide_splits(&llama));
+    assert_eq!(c.cache_key(&llama).search_version, c.version());
+    let qwen = mirage::testing::programs::rmsnorm_linear(1, 896, 151936, DType::Bf16).expect("program");
+    assert!(c.has_wide_splits(&qwen));
+    let wide = c.cache_key(&qwen).search_version;
+    assert_ne!(wide, c.version());
+    assert!(wide.starts_with(&format!("s{}-", mirage::search::SEARCH_ALGORITHM_VERSION)), "{wide}");
+    // With a block cap the wide splits do not fit in, the key is the old one.
+    let capped = SearchConfig { max_blocks: 1024, ..cfg() };
+    assert!(!capped.has_wide_splits(&qwen));
+    assert_eq!(capped.cache_key(&qwen).search_version, capped.version());
+}

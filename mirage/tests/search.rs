@@ -182,3 +182,36 @@ fn programs_the_search_cannot_handle_are_errors() {
     let err = superoptimize(&custom, &SearchConfig::default(), None).expect_err("custom kernels in a program");
     assert!(err.to_string().contains("custom"), "{err}");
 }
+
+/// Qwen2.5-0.5B's final norm and LM head at the corpus's layout (`(rms_norm(x) * g) @ W`, a
+/// row-major `W [k, 151936]`), with `k` cut to 128 so the verification of a 39 MB weight stays
+/// short: the vocabulary 151936 = 2^7 · 1187 has no split of more than 128 blocks within 1024 per
+/// axis, so the search must take a wide split (1187 blocks of 128 or 2374 of 64 columns).
+#[test]
+fn a_vocabulary_with_a_large_odd_factor_splits_into_more_than_1024_blocks() {
+    let (k, n) = (128, 151936);
+    let mut g = KernelGraph::new();
+    let x = g.input(&[1, k], DType::Bf16).expect("x");
+    let gain = g.input(&[1, k], DType::Bf16).expect("g");
+    let w = g.input(&[k, n], DType::Bf16).expect("w");
+    let y = g.rms_norm(x, 0.0, None).expect("norm");
+    let y = g.mul(y, gain).expect("mul");
+    let o = g.matmul(y, w).expect("matmul");
+    g.output(o, None).expect("output");
+    let cfg = budgeted(SearchConfig::default());
+    assert!(cfg.has_wide_splits(&g));
+    let r = superoptimize(&g, &cfg, None).expect("search");
+    let grids: Vec<[usize; 3]> = r
+        .best
+        .graph
+        .nodes()
+        .iter()
+        .filter_map(|node| match &node.op {
+            mirage::ir::KernelOp::Custom { block } => Some(block.grid()),
+            _ => None,
+        })
+        .collect();
+    let widest = grids.iter().flatten().copied().max().unwrap_or(0);
+    assert!([1187, 2374].contains(&widest), "grids {grids:?}\n{}", r.best.graph.to_json());
+    assert_eq!(r.best.verified, Some(true));
+}

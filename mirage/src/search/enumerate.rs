@@ -856,9 +856,39 @@ fn best_per_signature(run: &Run<'_>, results: Vec<BlockResult>, keep: usize) -> 
 }
 
 /// Per-axis split sizes for a class of `n` elements: divisors `g ≥ 2` with `g` or `n / g` a
-/// power of two, at most `max`.
-fn split_sizes(n: usize, max: usize) -> Vec<usize> {
-    (2..=n.min(max)).filter(|&g| n.is_multiple_of(g) && (g.is_power_of_two() || (n / g).is_power_of_two())).collect()
+/// power of two, at most `max_axis`, then the [`wide_splits`] of `n` (beyond `max_axis`, at most
+/// `max_blocks`).
+fn split_sizes(n: usize, max_axis: usize, max_blocks: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> = (2..=n.min(max_axis))
+        .filter(|&g| n.is_multiple_of(g) && (g.is_power_of_two() || (n / g).is_power_of_two()))
+        .collect();
+    sizes.extend(wide_splits(n, max_axis, max_blocks));
+    sizes
+}
+
+/// Smallest block extent of a [`wide_splits`] split: 64 elements, a 128-byte row of a 16-bit
+/// tensor, so every block still reads whole cache lines.
+pub(crate) const WIDE_SPLIT_MIN_TILE: usize = 64;
+
+/// Splits of a class of `n` elements into more than `max_axis` blocks (at most `max_blocks`), each
+/// block a power-of-two extent of at least [`WIDE_SPLIT_MIN_TILE`] elements, ascending. Only for
+/// classes whose odd part exceeds `max_axis` (a vocabulary of 151936 = 2^7 · 1187 splits into 1187
+/// blocks of 128 or 2374 of 64): there the splits within `max_axis` are powers of two only and
+/// leave few blocks of odd widths (at most 128 of 1187 columns). A class with a smaller odd part
+/// already has a split of `o · 2^j` blocks within a factor 2 of `max_axis`.
+pub(crate) fn wide_splits(n: usize, max_axis: usize, max_blocks: usize) -> Vec<usize> {
+    if n == 0 || n >> n.trailing_zeros() <= max_axis {
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = (WIDE_SPLIT_MIN_TILE.trailing_zeros()..usize::BITS)
+        .map(|b| 1usize << b)
+        .take_while(|&t| t <= n)
+        .filter(|&t| n.is_multiple_of(t))
+        .map(|t| n / t)
+        .filter(|&g| g > max_axis && g <= max_blocks)
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// The configurations of one *pattern* (which classes the grid axes split, which class the loop
@@ -891,7 +921,7 @@ fn patterns(run: &Run<'_>, classes: &[Class], sizes: &[usize], final_kernel: boo
             continue;
         }
         let options: Vec<Vec<usize>> =
-            chosen.iter().map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks)).collect();
+            chosen.iter().map(|&c| split_sizes(sizes[c as usize], cfg.max_axis_blocks, cfg.max_blocks)).collect();
         if options.iter().any(|o| o.is_empty()) {
             continue;
         }
@@ -1625,5 +1655,36 @@ fn close(
         if k == idx.len() {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{split_sizes, wide_splits};
+
+    #[test]
+    fn split_sizes_within_the_axis_cap_are_unchanged() {
+        // 4864 = 2^8 · 19: no power-of-two block of 64+ leaves more than 1024 blocks.
+        let s = split_sizes(4864, 1024, 4096);
+        assert_eq!(s, vec![2, 4, 8, 16, 19, 32, 38, 64, 76, 128, 152, 256, 304, 608]);
+        assert!(wide_splits(4864, 1024, 4096).is_empty());
+        assert!(wide_splits(14336, 1024, 4096).is_empty());
+        assert!(wide_splits(32000, 1024, 4096).is_empty());
+    }
+
+    #[test]
+    fn large_odd_classes_get_wide_splits() {
+        // Qwen's vocabulary 151936 = 2^7 · 1187: 1187 blocks of 128 and 2374 of 64 (4748 of 32 is
+        // too narrow and beyond 4096 blocks).
+        assert_eq!(wide_splits(151936, 1024, 4096), vec![1187, 2374]);
+        let s = split_sizes(151936, 1024, 4096);
+        assert_eq!(s, vec![2, 4, 8, 16, 32, 64, 128, 1187, 2374]);
+        // Llama's 128256 = 2^8 · 501 already splits into 1002 blocks of 128: no wide splits.
+        assert!(wide_splits(128256, 1024, 4096).is_empty());
+        assert!(wide_splits(1 << 20, 1024, 1 << 14).is_empty());
+        // A raised block cap admits more, smallest first (1187 · 2^10: blocks of 1024 down to 128).
+        assert_eq!(wide_splits(1187 << 10, 1024, 1 << 14), vec![1187, 2374, 4748, 9496]);
+        assert_eq!(wide_splits(151936, 1024, 2000), vec![1187]);
+        assert!(wide_splits(151936, 1024, 1100).is_empty());
     }
 }

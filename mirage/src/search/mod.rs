@@ -211,12 +211,38 @@ impl SearchConfig {
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
 
+    /// The version string of a search of `program`: [`SearchConfig::version`], with a `wide`
+    /// token when some tensor dim of `program` has splits beyond `max_axis_blocks`
+    /// ([`has_wide_splits`](Self::has_wide_splits)). Those splits joined the search later; only
+    /// the programs they exist for hash differently, so every other cache entry keeps its key.
+    pub fn version_for(&self, program: &KernelGraph) -> String {
+        if !self.has_wide_splits(program) {
+            return self.version();
+        }
+        let text = format!("{}|wide {}", self.version(), enumerate::WIDE_SPLIT_MIN_TILE);
+        let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
+        format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+    }
+
+    /// Whether some tensor dim of `program` splits into more than `max_axis_blocks` blocks of a
+    /// power-of-two extent of at least 64 within `max_blocks`, its odd part exceeding
+    /// `max_axis_blocks` (151936 = 2^7 · 1187, not 128256 = 2^8 · 501): the search offers such
+    /// splits for its classes, which are sized by these dims.
+    pub fn has_wide_splits(&self, program: &KernelGraph) -> bool {
+        program
+            .nodes()
+            .iter()
+            .flat_map(|n| &n.outputs)
+            .flat_map(|d| &d.shape)
+            .any(|&n| !enumerate::wide_splits(n, self.max_axis_blocks, self.max_blocks).is_empty())
+    }
+
     /// The search cache key of `program` under this configuration.
     pub fn cache_key(&self, program: &KernelGraph) -> CacheKey {
         CacheKey {
             program_hash: program.canonical_hash(),
             arch: self.arch.name.to_string(),
-            search_version: self.version(),
+            search_version: self.version_for(program),
         }
     }
 

@@ -205,7 +205,7 @@ pub fn pack(
             return Err(TuneError::format(name, "two programs of that name"));
         }
         let hash = graph.canonical_hash().to_hex();
-        let version = opts.search.version();
+        let version = opts.search.version_for(graph);
         let kept = old.as_ref().and_then(|m| m.programs.iter().find(|p| &p.name == name)).filter(|p| {
             p.program_hash == hash
                 && p.search_version == version
@@ -265,7 +265,7 @@ fn pack_one(
         program: serde_json::from_str(&graph.to_json()).map_err(|e| TuneError::format(name, e))?,
         program_hash: graph.canonical_hash().to_hex(),
         cache_arch: opts.search.arch.name.to_string(),
-        search_version: opts.search.version(),
+        search_version: opts.search.version_for(graph),
         cubin,
         candidates: candidates
             .iter()

@@ -362,7 +362,7 @@ pub fn tune_and_store(
     let key = CacheKey {
         program_hash: program.canonical_hash(),
         arch: search_cfg.arch.name.to_string(),
-        search_version: search_cfg.version(),
+        search_version: search_cfg.version_for(program),
     };
     if mode == TuneMode::Missing
         && let Ok(Some((entry, _))) = cache.load(&key)
