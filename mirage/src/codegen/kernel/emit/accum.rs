@@ -173,7 +173,12 @@ impl Emitter<'_> {
             self.line(3, "#pragma unroll");
             self.line(3, &format!("for (int j = 0; j < {}; ++j) {{", 2 * m));
             self.line(4, "#pragma unroll");
-            self.line(4, &format!("for (int q = 0; q < 4; ++q) {{ {acc}[j][q] += __shfl_xor_sync(0xffffffffu, {acc}[j][q], s); }}"));
+            self.line(
+                4,
+                &format!(
+                    "for (int q = 0; q < 4; ++q) {{ {acc}[j][q] += __shfl_xor_sync(0xffffffffu, {acc}[j][q], s); }}"
+                ),
+            );
             self.line(3, "}");
             self.line(2, "}");
             (self.plan.warps, "warp".to_string(), format!(" && lane < {lanes}"))
@@ -189,7 +194,12 @@ impl Emitter<'_> {
                         let col = format!("vc + {}", h * 4 + q);
                         self.line(
                             3,
-                            &format!("{}[{}] {op} {acc}[{}][{q}];", c.var, c.offset_expr(&two(&mi.to_string(), &col, r)), 2 * mi + h),
+                            &format!(
+                                "{}[{}] {op} {acc}[{}][{q}];",
+                                c.var,
+                                c.offset_expr(&two(&mi.to_string(), &col, r)),
+                                2 * mi + h
+                            ),
                         );
                     }
                 }
