@@ -92,3 +92,37 @@ fn snapshot_attention_register_chain_f16() {
         serde_json::to_string_pretty(&out.plan).expect("plan serializes")
     ));
 }
+
+/// A two-row matmul streamed over K (`x[2, 1024] · w[1024, 512]`, bf16, 4 blocks over the
+/// columns, 8 loop iterations): `codegen::kernel::planner::VectorMatmul` runs it on the CUDA
+/// cores (`mirage::fma8` over 16-byte rows of the B tile, row groups met by shuffles, then warp by
+/// warp into the accumulator) instead of `mma.sync`.
+#[test]
+fn snapshot_vector_matmul_two_rows_bf16() {
+    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let x = TensorDesc::new(&[2, 1024], d);
+    let w = TensorDesc::new(&[1024, 512], d);
+    let mut bg = BlockGraph::new(vec![x, w], [4, 1, 1], 128, 8).expect("block graph");
+    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
+    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
+    let p = bg.matmul(tx, tw).expect("x·w");
+    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
+    bg.output(acc, [Some(1), None, None]).expect("out");
+    let mut g = KernelGraph::new();
+    let gx = g.input(&[2, 1024], d).expect("gx");
+    let gw = g.input(&[1024, 512], d).expect("gw");
+    let outs = g.custom(&[gx, gw], bg).expect("custom");
+    g.output(outs[0], None).expect("y");
+    let out = generate(&g, "vector_matmul_two_rows", &KernelOptions::default()).expect("generates");
+    assert!(
+        out.kernels_source.contains("mirage::fma8<__nv_bfloat16>") && !out.kernels_source.contains("mma_16816("),
+        "a two-row matmul runs on the CUDA cores:\n{}",
+        out.kernels_source
+    );
+    insta::assert_snapshot!(format!(
+        "{}\n// plan\n{}",
+        out.kernels_source,
+        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
+    ));
+}
