@@ -32,6 +32,7 @@ use std::sync::OnceLock;
 
 use half::{bf16, f16};
 
+use crate::align::check_pointers;
 use crate::error::RuntimeError;
 use cudarc::driver::{CudaStream, SyncOnDrop};
 
@@ -670,7 +671,8 @@ impl Program {
 
     /// The launch loop: every kernel of the plan with its arguments' device pointers (inputs,
     /// outputs, buffers), at `sizes` of the plan's runtime-sized dims (grid extents and the
-    /// trailing `int` size parameters).
+    /// trailing `int` size parameters). First, before any kernel runs, every pointer is checked
+    /// against the alignment its kernels need ([`check_pointers`]).
     fn launch_ptrs(
         &'static self,
         stream: &Stream,
@@ -678,6 +680,7 @@ impl Program {
         sizes: &[usize],
         [inputs, outputs, buffers]: [&[u64]; 3],
     ) -> Result<(), RuntimeError> {
+        check_pointers(self.artifacts.name, plan, [inputs, outputs, buffers])?;
         let kernels = self.kernels(plan);
         for (launch, kernel) in plan.kernels.iter().zip(kernels) {
             let config = launch.config_at(sizes)?;
@@ -707,7 +710,8 @@ impl Program {
             // SAFETY: the plan was generated together with the cubin: its argument list is the
             // kernel's parameter list (device pointers of the element types checked by the
             // caller, in order), every tensor has the plan's layout and covers it (checked when
-            // its view was made and against the plan), the buffers lie inside the workspace
+            // its view was made and against the plan), every pointer has the alignment the
+            // kernel's vector accesses need (checked above), the buffers lie inside the workspace
             // (its size was checked), and the kernels write only outputs and buffers.
             unsafe { args.launch(config) }?;
         }
@@ -882,6 +886,7 @@ mod tests {
                 args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
                 grid_dims: vec![],
                 size_args: vec![],
+                arg_align: vec![],
             }],
             search_report: None,
             dims: vec![],
