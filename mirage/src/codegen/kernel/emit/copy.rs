@@ -61,7 +61,10 @@ impl Emitter<'_> {
         let esize = self.bg().inputs()[copy.input].dtype.size_bytes();
         let base = input_param(copy.input);
         let bytes = copy.vec * esize;
-        self.line(indent, &format!("if ({n} % {} == 0 && reinterpret_cast<uintptr_t>({base}) % {bytes} == 0) {{", copy.vec));
+        self.line(
+            indent,
+            &format!("if ({n} % {} == 0 && reinterpret_cast<uintptr_t>({base}) % {bytes} == 0) {{", copy.vec),
+        );
         self.copy_units(indent + 1, i, iter, buf, copy.vec, &copy.units, copy.method);
         self.line(indent, "} else {");
         if window::supports(esize, copy.vec) {
