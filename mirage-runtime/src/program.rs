@@ -602,7 +602,8 @@ impl Program {
     }
 
     /// Queues every kernel of the plan on `stream` with the given inputs, outputs and
-    /// intermediate buffers (one tensor each), all checked against the plan first.
+    /// intermediate buffers (one tensor each), all checked against the plan first (including
+    /// their pointers' alignment, as [`Program::launch_views`] does).
     pub fn launch(
         &'static self,
         stream: &Stream,
@@ -635,8 +636,11 @@ impl Program {
 
     /// Queues every kernel of the plan on `stream`, reading `inputs`, writing `outputs` and
     /// keeping the intermediate buffers in `workspace`; everything is checked against the plan
-    /// first (element types, shapes, strides, the workspace's size). Allocates nothing on the
-    /// device, so it can be captured in a CUDA graph.
+    /// first (element types, shapes, strides, the workspace's size, and every device pointer's
+    /// alignment: each must be a multiple of what the kernels need of it, up to 16 bytes for an
+    /// input they copy in 16-byte vectors, [`check_pointers`]; the error names the parameter).
+    /// No kernel runs when a check fails. Allocates nothing on the device, so it can be captured
+    /// in a CUDA graph.
     pub fn launch_views(
         &'static self,
         stream: &Stream,
