@@ -91,8 +91,11 @@ fn attention_over_s(split: bool) -> Result<(KernelGraph, mirage::dims::Dims), Bo
     Ok((g, p.dims))
 }
 
+/// Per kernel, its arguments and their recorded alignments.
+type Recorded = Vec<(Vec<ArgRef>, Vec<usize>)>;
+
 /// `(args, alignments)` of every kernel of `plan`, after a JSON round trip.
-fn recorded(plan: &LaunchPlan) -> Result<Vec<(Vec<ArgRef>, Vec<usize>)>, Box<dyn std::error::Error>> {
+fn recorded(plan: &LaunchPlan) -> Result<Recorded, Box<dyn std::error::Error>> {
     let plan = LaunchPlan::from_json(&plan.to_json())?;
     Ok(plan.kernels.iter().map(|k| (k.args.clone(), k.arg_align.clone())).collect())
 }
