@@ -563,10 +563,13 @@ fn an_s_sized_attention_matches_the_reference_at_twelve_sizes() {
 }
 
 /// With a GPU: attention over `S` with K a view one element into its buffer (its base 2 bytes past
-/// 16-byte alignment, its end at the buffer's end) at sizes that are not multiples of 8, so K's
-/// rows go through window copies (`mirage::window_copy`) and the units that need the tensor's
-/// first or last 16-byte chunk through element copies; against the CPU reference. Under
-/// compute-sanitizer's memcheck a 16-byte load of the last chunk would read past the allocation.
+/// 16-byte alignment, its end at the buffer's end), so K's rows go through window copies
+/// (`mirage::window_copy`) and the units that need the tensor's first or last 16-byte chunk
+/// through element copies — at sizes that are not multiples of 8 and at multiples of 8 (8, 16,
+/// 4096: there the kernels' guard sees K's base misaligned and takes the windows too, where a
+/// 16-byte `cp.async` would fault); against the CPU reference. Under compute-sanitizer's memcheck a
+/// 16-byte load of the last chunk would read past the allocation. V misaligned the same way is an
+/// error naming `v` before any launch (its vectors are not guarded).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn an_s_sized_attention_reads_a_misaligned_key_view_through_windows() {
@@ -584,7 +587,7 @@ fn an_s_sized_attention_reads_a_misaligned_key_view_through_windows() {
     let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
     let mut workspace = program.workspace(&stream).unwrap_or_else(|e| panic!("workspace: {e}"));
     let mut failures = Vec::new();
-    for n in [1, 3, 17, 255, 4097] {
+    for n in [1, 3, 8, 16, 17, 255, 4096, 4097] {
         let specs = plan.inputs_at(&[n]);
         let host = random_inputs(&specs, seed + n as u64, |i| if i == 0 { -8.0..8.0 } else { -1.0..1.0 });
         let to_bf16 = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
@@ -612,6 +615,21 @@ fn an_s_sized_attention_reads_a_misaligned_key_view_through_windows() {
                 &mut workspace,
             )
             .unwrap_or_else(|e| panic!("S = {n}: {e}"));
+        // V the same way: an error, no launch.
+        let mut vdata = vec![bf16::from_f32(0.0)];
+        vdata.extend(to_bf16(&host[2].data));
+        let vbuf = upload(vdata);
+        let vview = vbuf.slice(1..);
+        let vmis = TensorView::from_cudarc_view(&vview, layout(2)).unwrap_or_else(|e| panic!("{e}"));
+        let e = program
+            .launch_views(
+                &stream,
+                &[qv.erase(), kv.erase(), vmis.erase()],
+                &mut [AnyViewMut::from(&mut y)],
+                &mut workspace,
+            )
+            .expect_err("V misaligned");
+        assert!(e.to_string().contains("parameter `v`: expected a device pointer aligned to 16 bytes"), "S = {n}: {e}");
         let got: Vec<f32> = stream.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
         let run = dplan.run_shapes(&source.graph, &[n]).unwrap_or_else(|e| panic!("S = {n}: {e}"));
         let want = evaluate_at(&source.graph, &mirage::reference::F32, &host, &run).unwrap_or_else(|e| panic!("{e}"));
@@ -623,6 +641,83 @@ fn an_s_sized_attention_reads_a_misaligned_key_view_through_windows() {
         }
     }
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The alignment program `program`'s kernels need of its input `i` (the widest over its uses).
+fn input_align(program: &Program, i: usize) -> usize {
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
+    let uses = plan.kernels.iter().flat_map(|k| {
+        k.args.iter().enumerate().filter(|(_, a)| **a == mirage::plan::ArgRef::Input(i)).map(|(j, _)| k.align_of_arg(j))
+    });
+    uses.max().unwrap_or_else(|| panic!("{}: input {i} is read by no kernel", program.name()))
+}
+
+/// Without a GPU: the plans of the built programs record the pointer alignment their kernels
+/// need — `op_matmul`'s `x` (copied in 16-byte vectors) 16 bytes; the S-sized attention's K
+/// (copied in vectors only when S is a multiple of 8 and K's base is 16-byte aligned, through
+/// windows otherwise) its element's 2 bytes, its q and V 16.
+#[test]
+fn the_plans_record_the_pointer_alignment_of_every_parameter() {
+    assert_eq!(input_align(&kernels::op_matmul::PROGRAM, 0), 16);
+    let attention = &kernels::op_attention_over_s::PROGRAM;
+    assert_eq!([0, 1, 2].map(|i| input_align(attention, i)), [16, 2, 16]);
+}
+
+/// With a GPU: `op_matmul` given an `x` view 2 bytes past a 16-byte boundary (one element into
+/// its buffer) is an error naming `x` and both alignments, through `launch_views` and through the
+/// typed `_into` launcher, before any kernel runs; the context is not poisoned: the stream
+/// synchronizes, and a launch on a view 16 bytes into the same buffer (aligned enough) matches the
+/// CPU reference.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_misaligned_view_is_an_error_and_the_context_still_works() {
+    let gpu = Gpu::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let seed = seed("a_misaligned_view_is_an_error_and_the_context_still_works").unwrap_or_else(|e| panic!("{e}"));
+    let engine_stream = gpu.context().new_stream().unwrap_or_else(|e| panic!("new stream: {e}"));
+    let stream = Stream::from_raw(engine_stream.clone());
+    let program = &kernels::op_matmul::PROGRAM;
+    assert_eq!(input_align(program, 0), 16, "x is copied in 16-byte vectors: the test needs that");
+    let source = lowered("op_matmul");
+    let plan = program.plan().unwrap_or_else(|e| panic!("{e}"));
+    let host = random_inputs(&plan.inputs, seed, |_| -1.0..1.0);
+    let to_f16 = |v: &[f32]| v.iter().map(|&a| f16::from_f32(a)).collect::<Vec<_>>();
+    // x at element 1 and at element 8 of one buffer of 8 + 16·64 elements (base 256-aligned).
+    let mut xdata = vec![f16::ZERO; 8];
+    xdata.extend(to_f16(&host[0].data));
+    let mut xbuf = engine_stream.alloc_zeros::<f16>(xdata.len()).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut w = engine_stream.alloc_zeros::<f16>(64 * 32).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut y = stream.zeros::<f16>(&[16, 32]).unwrap_or_else(|e| panic!("alloc: {e}"));
+    let mut workspace = program.workspace(&stream).unwrap_or_else(|e| panic!("workspace: {e}"));
+    let x_layout = mirage::Layout::row_major(&[16, 64]).unwrap_or_else(|e| panic!("{e}"));
+    for shift in [1, 8] {
+        // The 16·64 elements of x from element `shift` (the buffer holds x's values from 8).
+        let mut data = vec![f16::ZERO; 8 + 16 * 64];
+        data[shift..shift + 16 * 64].copy_from_slice(&xdata[8..]);
+        engine_stream.memcpy_htod(&data, &mut xbuf).unwrap_or_else(|e| panic!("upload: {e}"));
+        engine_stream.memcpy_htod(&to_f16(&host[1].data), &mut w).unwrap_or_else(|e| panic!("upload: {e}"));
+        let xview = xbuf.slice(shift..shift + 16 * 64);
+        let xv = TensorView::from_cudarc_view(&xview, x_layout).unwrap_or_else(|e| panic!("{e}"));
+        let wv = TensorView::from_cudarc(&w, &[64, 32]).unwrap_or_else(|e| panic!("{e}"));
+        let launched =
+            program.launch_views(&stream, &[xv.erase(), wv.erase()], &mut [AnyViewMut::from(&mut y)], &mut workspace);
+        if shift == 1 {
+            let e = launched.expect_err("x 2 bytes past alignment").to_string();
+            assert!(e.contains("parameter `x`: expected a device pointer aligned to 16 bytes"), "{e}");
+            assert!(e.contains(", aligned to 2 bytes: copy the tensor into a fresh allocation"), "{e}");
+            let e = kernels::op_matmul_into(&stream, &mut workspace, xv, wv, &mut y).expect_err("typed launcher");
+            assert!(e.to_string().contains("parameter `x`: expected a device pointer aligned to 16 bytes"), "{e}");
+            // No kernel ran: the context is healthy.
+            stream.synchronize().unwrap_or_else(|e| panic!("after the refused launch: {e}"));
+            continue;
+        }
+        launched.unwrap_or_else(|e| panic!("x 16 bytes into its buffer: {e}"));
+        let got: Vec<f32> = stream.download(&y).unwrap_or_else(|e| panic!("{e}")).iter().map(|v| v.to_f32()).collect();
+        let want = mirage::reference::run(&source.graph, &host).unwrap_or_else(|e| panic!("{e}"));
+        compare(&got, &want[0].data, &want[0].shape, ErrorModel::new(DType::F16, 64))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .check("op_matmul after a refused misaligned launch")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 fn sized_launcher_matches(name: &str, launcher: GatedMlp, program: &'static mirage::Program) {

@@ -269,8 +269,11 @@ pub fn expand_ready(program: &Program, item: &ItemFn, hash: &str, stem: &str) ->
          nothing, so steady-state calls are cheap and can be captured in a CUDA graph. Inputs are \
          anything that converts into a `TensorView` (our `DeviceTensor`s, a cudarc buffer with a shape), \
          outputs into a `TensorViewMut`; asynchronous like any launch.\n\n\
-         # Errors\n\nAs [`{name_str}`], and an output of the wrong element type, shape or strides, or a \
-         workspace smaller than the program needs (the error gives both sizes)."
+         # Errors\n\nAs [`{name_str}`], and an output of the wrong element type, shape or strides, a \
+         workspace smaller than the program needs (the error gives both sizes), or a view whose device \
+         pointer is not aligned as the kernels need (up to 16 bytes for an input they copy in 16-byte \
+         vectors, the element for an output: the error names the parameter and both alignments; a view \
+         that starts a fresh allocation always passes). No kernel runs when a check fails."
     );
     let doc_mod = format!(
         "The compiled program of [`{name_str}`]: its cubin, launch plan and chosen µGraph, built by \

@@ -62,6 +62,8 @@ mod kernel;
 mod timing;
 // Launch plans (read from JSON without the compiler).
 pub mod plan;
+// The pointer alignment a plan's kernels need, checked before a launch.
+mod align;
 // Scratch memory for a program's intermediate buffers.
 mod workspace;
 // The executor of built programs.
@@ -69,6 +71,7 @@ mod program;
 // Megakernels: loading, cooperative launch, counters, error codes, timelines.
 pub mod mpk;
 
+pub use align::check_pointers;
 pub use arch::{ImageArch, image_archs, select_arch};
 pub use desc::{ComputeCapability, LaunchConfig};
 pub use device::{DeviceInfo, Gpu, check_compute_capability, check_ordinal};

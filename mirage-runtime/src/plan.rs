@@ -30,6 +30,15 @@ use crate::error::RuntimeError;
 /// Version of the plan format; [`LaunchPlan::from_json`] rejects other versions.
 pub const PLAN_VERSION: u32 = 1;
 
+/// The alignment (bytes) every pointer argument of a kernel is taken to need when the plan does
+/// not record it ([`KernelLaunch::arg_align`] empty: a plan written before it was recorded): the
+/// widest vector a generated kernel moves, so that such a plan is checked conservatively.
+pub const UNRECORDED_ARG_ALIGN: usize = 16;
+
+/// The largest alignment (bytes) a plan may ask of a pointer argument: that of every buffer in a
+/// workspace and of every CUDA allocation's base.
+pub const MAX_ARG_ALIGN: usize = 256;
+
 /// An argument of a kernel launch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,9 +103,23 @@ pub struct KernelLaunch {
     /// `int` parameter each, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub size_args: Vec<usize>,
+    /// Per argument (in [`KernelLaunch::args`] order), the alignment in bytes the kernel needs of
+    /// its device pointer: the widest vector it moves at an address `base + offset` whose offset
+    /// is a multiple of that vector (16 for a tile copied in 16-byte `cp.async` vectors, 8 or 4 for
+    /// narrower ones, the element size for element loads and stores). The run time checks it
+    /// before launching ([`crate::check_pointers`]). Empty in plans written before it was
+    /// recorded: then every argument needs [`UNRECORDED_ARG_ALIGN`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arg_align: Vec<usize>,
 }
 
 impl KernelLaunch {
+    /// The alignment in bytes argument `j` needs ([`KernelLaunch::arg_align`], or
+    /// [`UNRECORDED_ARG_ALIGN`] when the plan does not record it).
+    pub fn align_of_arg(&self, j: usize) -> usize {
+        self.arg_align.get(j).copied().unwrap_or(UNRECORDED_ARG_ALIGN)
+    }
+
     /// The launch configuration: the grid, `threads` along x, the dynamic shared memory. An
     /// extent that does not fit in `u32` is an error naming the kernel.
     pub fn config(&self) -> Result<LaunchConfig, RuntimeError> {
@@ -325,6 +348,31 @@ impl LaunchPlan {
         Ok(())
     }
 
+    /// Checks the recorded alignments: one per argument (or none), each a power of two up to
+    /// [`MAX_ARG_ALIGN`].
+    fn validate_align(&self) -> Result<(), String> {
+        for k in &self.kernels {
+            if k.arg_align.is_empty() {
+                continue;
+            }
+            if k.arg_align.len() != k.args.len() {
+                return Err(format!(
+                    "kernel `{}`: expected one pointer alignment per argument ({}), found {}",
+                    k.name,
+                    k.args.len(),
+                    k.arg_align.len()
+                ));
+            }
+            if let Some(a) = k.arg_align.iter().find(|a| !a.is_power_of_two() || **a > MAX_ARG_ALIGN) {
+                return Err(format!(
+                    "kernel `{}`: expected pointer alignments that are powers of two up to {MAX_ARG_ALIGN} bytes, found {a}",
+                    k.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the plan's internal consistency (pure): the version, every argument index in
     /// range, ranks 1 to 4, strides as many as dims, outputs and buffers row-major, every
     /// output written by some kernel.
@@ -363,7 +411,7 @@ impl LaunchPlan {
                 return fail(format!("expected a row-major {what}, found {t}"));
             }
         }
-        if let Err(reason) = self.validate_dims() {
+        if let Err(reason) = self.validate_dims().and_then(|()| self.validate_align()) {
             return fail(reason);
         }
         let mut written = vec![false; self.outputs.len()];
@@ -415,6 +463,7 @@ mod tests {
                     args: vec![ArgRef::Input(0), ArgRef::Buffer(0)],
                     grid_dims: vec![],
                     size_args: vec![],
+                    arg_align: vec![16, 2],
                 },
                 KernelLaunch {
                     name: "p_k1".into(),
@@ -424,6 +473,7 @@ mod tests {
                     args: vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)],
                     grid_dims: vec![],
                     size_args: vec![],
+                    arg_align: vec![],
                 },
             ],
             search_report: Some("chosen µGraph (2 kernel(s))".into()),
@@ -496,6 +546,7 @@ mod tests {
             k.grid = [4, 1, 1];
             k.grid_dims = vec![Some(GridDim { dim: 0, tile: 16 }), None, None];
             k.size_args = vec![0];
+            k.arg_align.clear();
         }
         p.kernels[0].args = vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Buffer(0)];
         p.kernels[1].args = vec![ArgRef::Buffer(0), ArgRef::Output(0)];
@@ -555,6 +606,30 @@ mod tests {
         let mut p = sized_plan();
         p.inputs[1] = TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::F16 };
         assert!(p.validate().expect_err("strided").to_string().contains("row-major tensor"));
+    }
+
+    #[test]
+    fn pointer_alignments_are_recorded_per_argument_and_default_for_old_plans() {
+        let p = plan();
+        let json = p.to_json();
+        assert!(json.contains("\"arg_align\""), "{json}");
+        let back = LaunchPlan::from_json(&json).expect("valid");
+        assert_eq!(back.kernels[0].arg_align, vec![16, 2]);
+        assert_eq!((back.kernels[0].align_of_arg(0), back.kernels[0].align_of_arg(1)), (16, 2));
+        // The second kernel's plan predates the field: every argument needs 16 bytes.
+        assert!(back.kernels[1].arg_align.is_empty());
+        assert_eq!(back.kernels[1].align_of_arg(2), UNRECORDED_ARG_ALIGN);
+        assert_eq!(UNRECORDED_ARG_ALIGN, 16);
+
+        let mut bad = plan();
+        bad.kernels[0].arg_align = vec![16];
+        let e = bad.validate().expect_err("one short").to_string();
+        assert!(e.contains("kernel `p_k0`: expected one pointer alignment per argument (2), found 1"), "{e}");
+        bad.kernels[0].arg_align = vec![16, 6];
+        let e = bad.validate().expect_err("not a power of two").to_string();
+        assert!(e.contains("powers of two up to 256 bytes, found 6"), "{e}");
+        bad.kernels[0].arg_align = vec![512, 2];
+        assert!(bad.validate().expect_err("too large").to_string().contains("found 512"));
     }
 
     #[test]

@@ -32,6 +32,7 @@ use std::sync::OnceLock;
 
 use half::{bf16, f16};
 
+use crate::align::check_pointers;
 use crate::error::RuntimeError;
 use cudarc::driver::{CudaStream, SyncOnDrop};
 
@@ -601,7 +602,8 @@ impl Program {
     }
 
     /// Queues every kernel of the plan on `stream` with the given inputs, outputs and
-    /// intermediate buffers (one tensor each), all checked against the plan first.
+    /// intermediate buffers (one tensor each), all checked against the plan first (including
+    /// their pointers' alignment, as [`Program::launch_views`] does).
     pub fn launch(
         &'static self,
         stream: &Stream,
@@ -634,8 +636,11 @@ impl Program {
 
     /// Queues every kernel of the plan on `stream`, reading `inputs`, writing `outputs` and
     /// keeping the intermediate buffers in `workspace`; everything is checked against the plan
-    /// first (element types, shapes, strides, the workspace's size). Allocates nothing on the
-    /// device, so it can be captured in a CUDA graph.
+    /// first (element types, shapes, strides, the workspace's size, and every device pointer's
+    /// alignment: each must be a multiple of what the kernels need of it, up to 16 bytes for an
+    /// input they copy in 16-byte vectors, [`check_pointers`]; the error names the parameter).
+    /// No kernel runs when a check fails. Allocates nothing on the device, so it can be captured
+    /// in a CUDA graph.
     pub fn launch_views(
         &'static self,
         stream: &Stream,
@@ -670,7 +675,8 @@ impl Program {
 
     /// The launch loop: every kernel of the plan with its arguments' device pointers (inputs,
     /// outputs, buffers), at `sizes` of the plan's runtime-sized dims (grid extents and the
-    /// trailing `int` size parameters).
+    /// trailing `int` size parameters). First, before any kernel runs, every pointer is checked
+    /// against the alignment its kernels need ([`check_pointers`]).
     fn launch_ptrs(
         &'static self,
         stream: &Stream,
@@ -678,6 +684,7 @@ impl Program {
         sizes: &[usize],
         [inputs, outputs, buffers]: [&[u64]; 3],
     ) -> Result<(), RuntimeError> {
+        check_pointers(self.artifacts.name, plan, [inputs, outputs, buffers])?;
         let kernels = self.kernels(plan);
         for (launch, kernel) in plan.kernels.iter().zip(kernels) {
             let config = launch.config_at(sizes)?;
@@ -707,7 +714,8 @@ impl Program {
             // SAFETY: the plan was generated together with the cubin: its argument list is the
             // kernel's parameter list (device pointers of the element types checked by the
             // caller, in order), every tensor has the plan's layout and covers it (checked when
-            // its view was made and against the plan), the buffers lie inside the workspace
+            // its view was made and against the plan), every pointer has the alignment the
+            // kernel's vector accesses need (checked above), the buffers lie inside the workspace
             // (its size was checked), and the kernels write only outputs and buffers.
             unsafe { args.launch(config) }?;
         }
@@ -882,6 +890,7 @@ mod tests {
                 args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
                 grid_dims: vec![],
                 size_args: vec![],
+                arg_align: vec![],
             }],
             search_report: None,
             dims: vec![],

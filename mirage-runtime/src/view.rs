@@ -9,6 +9,13 @@
 //! call, that the buffer covers every offset of the layout; a raw pointer must also be non-null
 //! and aligned for the element type.
 //!
+//! Alignment: a view may start at any element (a sub-buffer from [`CudaSlice::slice`], a raw
+//! pointer), but a launch also needs each pointer aligned to what its program's kernels need —
+//! up to 16 bytes for a tensor they copy in 16-byte vectors; the element size for outputs
+//! (`KernelLaunch::arg_align` in the plan). The launch checks that before any kernel runs and
+//! returns an error naming the parameter otherwise; a base from a fresh CUDA allocation
+//! (256-byte aligned) always passes.
+//!
 //! Ordering: buffers that cudarc owns keep cudarc's own stream ordering (the launch stream waits
 //! for their last write, and their next users wait for the launch). A raw pointer carries no
 //! ordering: the caller makes sure the work that writes or reads it is ordered with the launch
@@ -227,13 +234,17 @@ impl<'a, T: Element> TensorView<'a, T> {
         Self::new(ReadSource::Cudarc(buffer), buffer.len(), Layout::strided(shape, strides)?)
     }
 
-    /// A cudarc sub-buffer ([`CudaSlice::slice`]) seen as a tensor with `layout`.
+    /// A cudarc sub-buffer ([`CudaSlice::slice`]) seen as a tensor with `layout`. A launch needs
+    /// its start aligned as the program's kernels need (up to 16 bytes: see the module docs),
+    /// which a sub-buffer starting at an element that is not a multiple of 16 bytes may not be.
     pub fn from_cudarc_view(view: &'a CudaView<'a, T>, layout: Layout) -> Result<Self, RuntimeError> {
         Self::new(ReadSource::Cudarc(view), view.len(), layout)
     }
 
     /// A raw device pointer to `len` elements of `T`, seen as a tensor with `layout`. Checked:
-    /// the pointer is non-null and aligned, and `len` covers the layout.
+    /// the pointer is non-null and aligned to the element, and `len` covers the layout. A launch
+    /// further checks it against the alignment the program's kernels need (up to 16 bytes: see
+    /// the module docs).
     ///
     /// # Safety
     /// `ptr` must point to at least `len` elements of `T` in device memory of the context the
@@ -306,14 +317,16 @@ impl<'a, T: Element> TensorViewMut<'a, T> {
         Self::new(WriteSource::Cudarc(buffer), len, Layout::strided(shape, strides)?)
     }
 
-    /// A mutable cudarc sub-buffer ([`CudaSlice::slice_mut`]) seen as a tensor with `layout`.
+    /// A mutable cudarc sub-buffer ([`CudaSlice::slice_mut`]) seen as a tensor with `layout` (an
+    /// output needs only its element's alignment; see the module docs).
     pub fn from_cudarc_view(view: &'a mut CudaViewMut<'a, T>, layout: Layout) -> Result<Self, RuntimeError> {
         let len = view.len();
         Self::new(WriteSource::Cudarc(view), len, layout)
     }
 
     /// A raw device pointer to `len` elements of `T`, seen as a tensor with `layout`. Checked:
-    /// the pointer is non-null and aligned, and `len` covers the layout.
+    /// the pointer is non-null and aligned to the element, and `len` covers the layout; a launch
+    /// checks it against what the kernels need (see the module docs).
     ///
     /// # Safety
     /// `ptr` must point to at least `len` elements of `T` in device memory of the context the

@@ -131,6 +131,7 @@ mod tests {
                 args: vec![ArgRef::Input(0), ArgRef::Output(0)],
                 grid_dims: vec![],
                 size_args: vec![],
+                arg_align: vec![],
             }],
             search_report: None,
             dims: vec![],

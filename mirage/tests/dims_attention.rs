@@ -105,9 +105,9 @@ fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
         "const int iters = min(4, (max(n0 - by*256, 0) + 63) / 64);",
         "for (int it = 0; it < iters; ++it) {",
         // K (S contiguous) in 16-byte vectors when S is a multiple of 8 (rows aligned, no vector
-        // straddles S), pipelined; otherwise the same 256 units of 8 keys per stage through
-        // aligned-down windows, no element loop.
-        "if (n0 % 8 == 0) {",
+        // straddles S) and K's base is 16-byte aligned, pipelined; otherwise the same 256 units
+        // of 8 keys per stage through aligned-down windows, no element loop.
+        "if (n0 % 8 == 0 && reinterpret_cast<uintptr_t>(in1) % 16 == 0) {",
         "if ((by*256 + (nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
         "mirage::window_copy<8>(reinterpret_cast<__nv_bfloat16*>(smem + 128 + (nit % 4)*4608) + ((((v / 8) % 32))*72 + ((v % 8)*8)*1), in1 + go, min(max(n0 - (by*256 + (nit)*64 + (v % 8)*8), 0), 8), in1, in1 + (long long)2*32*n0);",
         // A K row's stride is the size: per unit, one row index and one key offset.
@@ -121,7 +121,10 @@ fn split_kv_over_s_takes_the_key_length_at_launch() -> TestResult {
     }
     // No element loop over K is left: the fallback copies the vector path's units.
     assert!(!src.contains("for (int v = tid; v < 2048; v += 64)"), "{src}");
-    assert_eq!(src.matches("mirage::window_copy<8>(").count(), src.matches("if (n0 % 8 == 0) {").count());
+    assert_eq!(
+        src.matches("mirage::window_copy<8>(").count(),
+        src.matches("if (n0 % 8 == 0 && reinterpret_cast<uintptr_t>(in1) % 16 == 0) {").count()
+    );
     insta::assert_snapshot!(out.kernels_source);
     Ok(())
 }
@@ -154,9 +157,10 @@ fn online_softmax_over_s_walks_the_keys_it_has() -> TestResult {
     let src = &out.kernels_source;
     for needle in [
         "const int iters = min(16, (max(n0, 0) + 63) / 64);",
-        // K's tile (S contiguous) is pipelined: 16-byte vectors when S is a multiple of 8,
-        // predicated; window copies otherwise (a vector would straddle S or start misaligned).
-        "if (n0 % 8 == 0) {",
+        // K's tile (S contiguous) is pipelined: 16-byte vectors when S is a multiple of 8 and K's
+        // base is 16-byte aligned, predicated; window copies otherwise (a vector would straddle S
+        // or start misaligned).
+        "if (n0 % 8 == 0 && reinterpret_cast<uintptr_t>(in1) % 16 == 0) {",
         "if (((nit)*64 + (v % 8)*8) < n0) mirage::cp_async16(d, in1 + go);",
         // Otherwise the same units through aligned-down 16-byte windows: the keys left in the
         // unit as its valid count, the tensor's bounds (2·32·S elements) for the chunk guard.

@@ -125,6 +125,7 @@ pub fn generate_sized(
                         Vec::new()
                     },
                     size_args: kdims.vars.clone(),
+                    arg_align: src.param_align.clone(),
                 });
             }
             other => {

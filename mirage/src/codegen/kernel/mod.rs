@@ -39,6 +39,9 @@ pub struct KernelSource {
     /// Pipeline stages of the tiles walked by the for-loop (1: each iteration's loads are waited
     /// for before its compute, no overlap).
     pub stages: usize,
+    /// Per pointer parameter (inputs, then outputs), the alignment in bytes its device pointer
+    /// needs ([`planner::align::param_align`]).
+    pub param_align: Vec<usize>,
 }
 
 /// Options of kernel generation.
@@ -189,6 +192,7 @@ fn generate_with(
         smem_bytes: plan.smem_bytes,
         static_smem_bytes: plan.static_smem_bytes,
         stages: plan.stages,
+        param_align: planner::align::param_align(&plan),
     })
 }
 

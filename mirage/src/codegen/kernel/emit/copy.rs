@@ -44,9 +44,10 @@ impl Emitter<'_> {
 
     /// Copies input tile `i` of iteration `iter` into the shared-memory buffer `buf` (a C
     /// pointer expression), by the planned method. A guarded copy (vectors along a runtime-sized
-    /// dim, `TileCopy::guard`) checks `n % vec == 0` first and, when it does not hold, copies the
-    /// same units through aligned-down windows ([`Self::copy_window`]; element by element for
-    /// element types the window does not serve).
+    /// dim, `TileCopy::guard`) checks `n % vec == 0` and that the input's base is aligned to the
+    /// vector first and, when either does not hold, copies the same units through aligned-down
+    /// windows ([`Self::copy_window`]; element by element for element types the window does not
+    /// serve), which need the element's alignment only (`planner::align`).
     pub(super) fn copy_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str) {
         let plan = self.plan;
         let copy = plan.copies[i].as_ref().expect("input copy planned");
@@ -57,10 +58,15 @@ impl Emitter<'_> {
         let n = self.sizes.params[p].clone();
         let mut elements = copy.units.clone();
         elements[c] *= copy.vec;
-        self.line(indent, &format!("if ({n} % {} == 0) {{", copy.vec));
+        let esize = self.bg().inputs()[copy.input].dtype.size_bytes();
+        let base = input_param(copy.input);
+        let bytes = copy.vec * esize;
+        self.line(
+            indent,
+            &format!("if ({n} % {} == 0 && reinterpret_cast<uintptr_t>({base}) % {bytes} == 0) {{", copy.vec),
+        );
         self.copy_units(indent + 1, i, iter, buf, copy.vec, &copy.units, copy.method);
         self.line(indent, "} else {");
-        let esize = self.bg().inputs()[copy.input].dtype.size_bytes();
         if window::supports(esize, copy.vec) {
             self.copy_window(indent + 1, i, iter, buf);
         } else {

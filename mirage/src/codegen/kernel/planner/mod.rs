@@ -13,9 +13,12 @@
 //! 7. how each reduction spreads over the threads ([`ReduceStrategy`]), hence the static shared
 //!    memory.
 //!
+//! From the plan follows the alignment each pointer parameter needs ([`align::param_align`]).
+//!
 //! The emitters (the private `codegen::kernel::emit`) turn a [`KernelPlan`] into text; the cost
 //! model reads the plan.
 
+pub mod align;
 mod copies;
 pub mod fusion;
 mod groups;
