@@ -205,8 +205,6 @@ fn the_search_picks_an_s_sized_attention_in_a_small_budget() -> TestResult {
     assert_eq!(r.best.verified, Some(true));
     sized_support(&r.best.graph, &dims, &KernelOptions::default())?;
     let out = generated("attn_best", &r.best.graph, &dims)?;
-    std::fs::write("/tmp/attn/best.cu", &out.kernels_source)?;
-    std::fs::write("/tmp/attn/best.json", out.plan.to_json())?;
     assert!(out.kernels_source.contains("const int n0"), "{}", out.kernels_source);
     Ok(())
 }
