@@ -281,12 +281,19 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
         // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
         // completes to or occurs in the target's: the normalization of an operand before a
         // reduction (the normal form moves divisions out of sums).
+        // A normalized product (`rms_norm(x) · g`, whose gain the normal form flattens into the
+        // reduction's product `Σ x·g·w`) may also be part of a product in the numerator.
         (Expr::Div(a, b), Expr::Div(p, q)) => {
             let factor = b == q || matches!(&**q, Expr::Mul(xs) if xs.contains(b));
-            factor && (completes_to(a, p) || p.subterms().contains(a))
+            factor && (completes_to(a, p) || p.subterms().iter().any(|s| part_of_product(a, s)))
         }
         _ => false,
     }
+}
+
+/// Whether `c` is `t` or a product of some of `t`'s factors (`t` a product).
+fn part_of_product(c: &Expr, t: &Expr) -> bool {
+    c == t || matches!((c, t), (Expr::Mul(cs), Expr::Mul(ts)) if cs.len() < ts.len() && sub_multiset(cs, ts))
 }
 
 /// The search's pruning hook: whether a prefix whose newest tensor has abstract
@@ -373,6 +380,20 @@ mod tests {
         let p = StructuralPruner::new(&[t]);
         assert!(p.keep(&mul(&x, &g)));
         assert!(p.keep(&matmul(0, 8, &mul(&x, &g), &w)));
+    }
+
+    #[test]
+    fn a_normalized_row_times_its_gain_is_kept_before_the_matmul() {
+        let (x, g, w, v) = (var(0), var(1), var(2), var(3));
+        // Program: (rms_norm(x) · g) @ w; the normal form is Σ(x·g·w) / rms(x).
+        let t = matmul(0, 64, &mul(&rms_norm(0, 64, &x), &g), &w);
+        let p = StructuralPruner::new(std::slice::from_ref(&t));
+        assert!(p.keep(&rms_norm(0, 64, &x)), "the normalized row");
+        assert!(p.keep(&mul(&rms_norm(0, 64, &x), &g)), "the normalized row times its gain");
+        assert_eq!(matmul(0, 64, &mul(&rms_norm(0, 64, &x), &g), &w), t);
+        assert!(!p.keep(&mul(&rms_norm(0, 64, &x), &v)), "times a tensor the product does not hold");
+        assert!(!p.keep(&mul(&rms_norm(0, 64, &g), &x)), "the gain normalized instead");
+        assert!(!p.keep(&div(&mul(&x, &g), &rms(0, 32, &x))), "normalized over half the row");
     }
 }
 
