@@ -215,3 +215,41 @@ fn a_vocabulary_with_a_large_odd_factor_splits_into_more_than_1024_blocks() {
     assert!([1187, 2374].contains(&widest), "grids {grids:?}\n{}", r.best.graph.to_json());
     assert_eq!(r.best.verified, Some(true));
 }
+
+/// RMSNorm with its gain before a gated MLP (`silu(xn @ Wg) * (xn @ Wu)`, `xn = rms_norm(x) * g`,
+/// the corpus's `*_norm_gated_*` at half of Qwen2.5-0.5B's widths, 448 → 1216): one kernel that
+/// reads each weight once and writes only the output. The normal form flattens the gain into the matmul's product
+/// (`Σ x·g·w / rms(x)`); before the pruner took `rms_norm(x) · g` as part of that product, the
+/// search found no one-kernel µGraph and multiplied the gain into the weights instead (`g ⊗ W`, a
+/// weight-sized intermediate written to memory on every call).
+#[test]
+fn norm_and_gated_mlp_is_one_kernel_without_a_weight_sized_intermediate() {
+    let (k, n) = (448, 1216);
+    let mut g = KernelGraph::new();
+    let x = g.input(&[1, k], DType::Bf16).expect("x");
+    let gain = g.input(&[1, k], DType::Bf16).expect("g");
+    let wg = g.input(&[k, n], DType::Bf16).expect("wg");
+    let wu = g.input(&[k, n], DType::Bf16).expect("wu");
+    let xn = g.rms_norm(x, 0.0, None).expect("norm");
+    let xn = g.mul(xn, gain).expect("gain");
+    let gate = g.matmul(xn, wg).expect("gate");
+    let gate = g.silu(gate).expect("silu");
+    let up = g.matmul(xn, wu).expect("up");
+    let o = g.mul(gate, up).expect("mul");
+    g.output(o, None).expect("output");
+    let r = superoptimize(&g, &budgeted(SearchConfig::default()), None).expect("search");
+    let text = mirage::search::describe(&r.best.graph);
+    assert_eq!(r.best.graph.num_kernels(), 1, "{text}");
+    // The kernel reads the four inputs and writes the [1, n] output, nothing else.
+    let written: Vec<Vec<usize>> = r
+        .best
+        .graph
+        .nodes()
+        .iter()
+        .filter(|node| matches!(node.op, mirage::ir::KernelOp::Custom { .. }))
+        .flat_map(|node| node.outputs.iter().map(|d| d.shape.clone()))
+        .collect();
+    assert_eq!(written, vec![vec![1, n]], "{text}");
+    assert_eq!(r.best.verified, Some(true));
+    assert_eq!(float_check(&g, &r.best.graph).expect("float check runs"), Ok(()));
+}

@@ -281,12 +281,39 @@ pub fn completes_to(c: &Expr, t: &Expr) -> bool {
         // A quotient whose divisor is (a factor of) the target's divisor, and whose numerator
         // completes to or occurs in the target's: the normalization of an operand before a
         // reduction (the normal form moves divisions out of sums).
-        (Expr::Div(a, b), Expr::Div(p, q)) => {
-            let factor = b == q || matches!(&**q, Expr::Mul(xs) if xs.contains(b));
-            factor && (completes_to(a, p) || p.subterms().contains(a))
-        }
+        (Expr::Div(a, b), Expr::Div(p, q)) => divides_alike(b, q) && (completes_to(a, p) || p.subterms().contains(a)),
         _ => false,
     }
+}
+
+/// Whether divisor `b` is `q` or a factor of it.
+fn divides_alike(b: &E, q: &E) -> bool {
+    b == q || matches!(&**q, Expr::Mul(xs) if xs.contains(b))
+}
+
+/// Whether `c` is `t` or a product of some of `t`'s factors (`t` a product).
+fn part_of_product(c: &Expr, t: &Expr) -> bool {
+    c == t || matches!((c, t), (Expr::Mul(cs), Expr::Mul(ts)) if cs.len() < ts.len() && sub_multiset(cs, ts))
+}
+
+/// [`completes_to`], and also a normalized product before a reduction: a quotient whose numerator
+/// is part of a product in the target's numerator, with the same divisor. `rms_norm(x) · g` is
+/// `x·g / rms(x)`; before a matmul the normal form flattens the gain into the reduction's product,
+/// `Σ x·g·w / rms(x)`, where `x·g` is no subterm ([`StructuralPruner::with_normalized_products`]).
+pub fn completes_to_with_products(c: &Expr, t: &Expr) -> bool {
+    completes_to(c, t)
+        || matches!((c, t), (Expr::Div(a, b), Expr::Div(p, q))
+            if divides_alike(b, q) && p.subterms().iter().any(|s| part_of_product(a, s)))
+}
+
+/// Whether some program output normalizes a product of three or more factors before a reduction
+/// (a `Σ x·g·w / rms(x)` of `(rms_norm(x) · g) @ w`): where
+/// [`StructuralPruner::with_normalized_products`] keeps more than [`StructuralPruner::new`].
+pub fn has_normalized_products(targets: &[E]) -> bool {
+    targets.iter().flat_map(|t| t.subterms()).any(|s| match &*s {
+        Expr::Div(p, _) => p.subterms().iter().any(|m| matches!(&**m, Expr::Mul(xs) if xs.len() >= 3)),
+        _ => false,
+    })
 }
 
 /// The search's pruning hook: whether a prefix whose newest tensor has abstract
@@ -308,6 +335,7 @@ pub trait Pruner: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct StructuralPruner {
     subterms: Vec<E>,
+    products: bool,
 }
 
 impl StructuralPruner {
@@ -321,16 +349,29 @@ impl StructuralPruner {
                 }
             }
         }
-        StructuralPruner { subterms }
+        StructuralPruner { subterms, products: false }
+    }
+
+    /// A pruner that also keeps normalized products before a reduction
+    /// ([`completes_to_with_products`]): `rms_norm(x) · g` ahead of `@ w`. It keeps more
+    /// intermediate kernels, which crowd the cheaper multi-kernel µGraphs out of the
+    /// [`super::SearchConfig::max_intermediates`] kept per position, so the search uses it for
+    /// an extra search of one-kernel µGraphs only.
+    pub fn with_normalized_products(targets: &[E]) -> Self {
+        StructuralPruner { products: true, ..StructuralPruner::new(targets) }
     }
 }
 
 impl Pruner for StructuralPruner {
     fn keep(&self, expr: &Expr) -> bool {
-        self.subterms.iter().any(|t| completes_to(expr, t))
+        if self.products {
+            self.subterms.iter().any(|t| completes_to_with_products(expr, t))
+        } else {
+            self.subterms.iter().any(|t| completes_to(expr, t))
+        }
     }
     fn name(&self) -> &str {
-        "structural"
+        if self.products { "structural with normalized products" } else { "structural" }
     }
 }
 
@@ -373,6 +414,23 @@ mod tests {
         let p = StructuralPruner::new(&[t]);
         assert!(p.keep(&mul(&x, &g)));
         assert!(p.keep(&matmul(0, 8, &mul(&x, &g), &w)));
+    }
+
+    #[test]
+    fn a_normalized_row_times_its_gain_is_kept_before_the_matmul() {
+        let (x, g, w, v) = (var(0), var(1), var(2), var(3));
+        // Program: (rms_norm(x) · g) @ w; the normal form is Σ(x·g·w) / rms(x).
+        let t = matmul(0, 64, &mul(&rms_norm(0, 64, &x), &g), &w);
+        assert!(has_normalized_products(std::slice::from_ref(&t)));
+        assert!(!has_normalized_products(&[matmul(0, 64, &rms_norm(0, 64, &x), &w)]), "no gain");
+        assert!(!StructuralPruner::new(std::slice::from_ref(&t)).keep(&mul(&rms_norm(0, 64, &x), &g)));
+        let p = StructuralPruner::with_normalized_products(std::slice::from_ref(&t));
+        assert!(p.keep(&rms_norm(0, 64, &x)), "the normalized row");
+        assert!(p.keep(&mul(&rms_norm(0, 64, &x), &g)), "the normalized row times its gain");
+        assert_eq!(matmul(0, 64, &mul(&rms_norm(0, 64, &x), &g), &w), t);
+        assert!(!p.keep(&mul(&rms_norm(0, 64, &x), &v)), "times a tensor the product does not hold");
+        assert!(!p.keep(&mul(&rms_norm(0, 64, &g), &x)), "the gain normalized instead");
+        assert!(!p.keep(&div(&mul(&x, &g), &rms(0, 32, &x))), "normalized over half the row");
     }
 }
 

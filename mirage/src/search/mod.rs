@@ -505,7 +505,7 @@ pub fn superoptimize_with(
             reason: unusable,
         });
     }
-    let mut result = search(program, cfg, pruner, &mut 0)?;
+    let mut result = search_normalized_products(program, cfg, pruner)?;
     result.notes.splice(0..0, notes);
     if let Some(cache) = cache {
         let top = result
@@ -528,6 +528,67 @@ pub fn superoptimize_with(
         }
     }
     Ok(result)
+}
+
+/// [`search`], then for a program that normalizes a product before a reduction
+/// ([`expr::has_normalized_products`]: `(rms_norm(x) * g) @ w`, whose normal form `Σ x·g·w /
+/// rms(x)` has no `rms_norm(x) * g` for the default pruner to match) a search of one-kernel
+/// µGraphs with the pruner that keeps such products
+/// ([`StructuralPruner::with_normalized_products`]), in what is left of the budget; the cheaper
+/// verified µGraph of the two is chosen. The extra search runs after the first, so the first's
+/// result (and the cache entries of the programs it does not beat) is what it was without it;
+/// the pruner does not replace the default in searches of several kernels, where the
+/// intermediate kernels it keeps crowd the cheaper µGraphs out of the `max_intermediates` kept per
+/// position.
+fn search_normalized_products(
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    pruner: Option<&dyn Pruner>,
+) -> Result<SearchResult, SearchError> {
+    let start = Instant::now();
+    let mut visited = 0;
+    let first = search(program, cfg, pruner, &mut visited);
+    let applies = pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels > 1 && {
+        let split = partition::split_reads(program);
+        let searched = split.as_ref().map_or(program, |s| &s.program);
+        enumerate::analyze(searched).is_ok_and(|info| {
+            expr::has_normalized_products(&info.outputs.iter().map(|(e, _, _)| e.clone()).collect::<Vec<_>>())
+        })
+    };
+    let left = cfg.budget.saturating_sub(start.elapsed());
+    let states_left = cfg.max_states.saturating_sub(visited);
+    let timed_out = first.as_ref().is_ok_and(|r| r.stats.timed_out);
+    if !applies || left.is_zero() || states_left == 0 || timed_out {
+        return first;
+    }
+    let one = SearchConfig { max_kernels: 1, partition: false, budget: left, max_states: states_left, ..cfg.clone() };
+    let second = search(program, &one, None, &mut 0);
+    match (first, second) {
+        (Ok(mut a), Ok(b)) => {
+            let note = format!(
+                "searched one-kernel µGraphs again keeping normalized products (rms_norm(x) * g before a matmul): {} states, {} candidates, best {:.2} µs",
+                b.stats.states, b.stats.candidates, b.best.cost.total_us
+            );
+            let mut chosen = if b.best.cost.total_us < a.best.cost.total_us {
+                let mut b = b;
+                b.stats.states += a.stats.states;
+                b.stats.search_time += a.stats.search_time;
+                b.stats.verify_time += a.stats.verify_time;
+                b.stats.budget = cfg.budget;
+                b.stats.max_states = cfg.max_states;
+                b
+            } else {
+                a.stats.states += b.stats.states;
+                a.stats.search_time += b.stats.search_time;
+                a.stats.verify_time += b.stats.verify_time;
+                a
+            };
+            chosen.notes.push(note);
+            Ok(chosen)
+        }
+        (Err(_), Ok(b)) => Ok(b),
+        (a, Err(_)) => a,
+    }
 }
 
 /// The enumeration and costing alone, without verification: every distinct complete candidate,
@@ -555,14 +616,21 @@ fn candidates_until(
     let searched = split.as_ref().map_or(program, |s| &s.program);
     let info = enumerate::analyze(searched).map_err(SearchError::Program)?;
     let targets: Vec<expr::E> = info.outputs.iter().map(|(e, _, _)| e.clone()).collect();
+    // A program that normalizes a product before a reduction (`(rms_norm(x) * g) @ w`: the
+    // normal form has no `rms_norm(x) * g` to match) is searched for one kernel with the pruner
+    // that keeps such products ([`search_normalized_products`]).
+    let products = (pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels <= 1)
+        .then(|| StructuralPruner::with_normalized_products(&targets))
+        .filter(|_| expr::has_normalized_products(&targets));
     let structural = StructuralPruner::new(&targets);
     let z3 = (pruner.is_none() && cfg.pruning && cfg.z3)
         .then(|| Z3Pruner::new(&targets, program.inputs().len(), crate::absexpr::OracleConfig::default()));
-    let pruner: &dyn Pruner = match (pruner, &z3) {
-        (Some(p), _) => p,
-        (None, Some(z3)) => z3,
-        (None, None) if cfg.pruning => &structural,
-        (None, None) => &NoPruning,
+    let pruner: &dyn Pruner = match (pruner, &z3, &products) {
+        (Some(p), _, _) => p,
+        (None, Some(z3), _) => z3,
+        (None, None, Some(products)) => products,
+        (None, None, None) if cfg.pruning => &structural,
+        (None, None, None) => &NoPruning,
     };
     let run = enumerate::Run {
         info: &info,
