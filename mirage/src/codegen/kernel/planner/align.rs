@@ -4,7 +4,7 @@
 //! A kernel moves device memory at `base + offset` only in two ways:
 //! - input tiles, copied in vectors of `vec` elements (16-, 8- or 4-byte `cp.async`, or rows of
 //!   the bulk-copy engine, which are 16-byte vectors) or element by element ([`super::TileCopy`]);
-//!   every vector's offset is a multiple of the vector ([`super::copies`] keeps vectors only where
+//!   every vector's offset is a multiple of the vector (`planner::copies` keeps vectors only where
 //!   every static stride and block offset is), so the base must be aligned to the vector;
 //! - everything else (savers, gathers) loads or stores single elements: the element's alignment.
 //!
