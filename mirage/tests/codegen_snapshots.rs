@@ -93,16 +93,14 @@ fn snapshot_attention_register_chain_f16() {
     ));
 }
 
-/// A two-row matmul streamed over K (`x[2, 1024] · w[1024, 512]`, bf16, 4 blocks over the
-/// columns, 8 loop iterations): `codegen::kernel::planner::VectorMatmul` runs it on the CUDA
-/// cores (`mirage::fma8` over 16-byte rows of the B tile, row groups met by shuffles, then warp by
-/// warp into the accumulator) instead of `mma.sync`.
-#[test]
-fn snapshot_vector_matmul_two_rows_bf16() {
+/// The generated source and plan of `x[m, 1024] · w[1024, n]` (bf16, 4 blocks over the columns,
+/// 8 loop iterations, 128 threads), asserting it runs on the CUDA cores (`mirage::fma8`, no
+/// `mma.sync`).
+fn vector_matmul_kernel(m: usize, n: usize, name: &str) -> String {
     use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
     let d = DType::Bf16;
-    let x = TensorDesc::new(&[2, 1024], d);
-    let w = TensorDesc::new(&[1024, 512], d);
+    let x = TensorDesc::new(&[m, 1024], d);
+    let w = TensorDesc::new(&[1024, n], d);
     let mut bg = BlockGraph::new(vec![x, w], [4, 1, 1], 128, 8).expect("block graph");
     let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
     let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
@@ -110,19 +108,35 @@ fn snapshot_vector_matmul_two_rows_bf16() {
     let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
     bg.output(acc, [Some(1), None, None]).expect("out");
     let mut g = KernelGraph::new();
-    let gx = g.input(&[2, 1024], d).expect("gx");
-    let gw = g.input(&[1024, 512], d).expect("gw");
+    let gx = g.input(&[m, 1024], d).expect("gx");
+    let gw = g.input(&[1024, n], d).expect("gw");
     let outs = g.custom(&[gx, gw], bg).expect("custom");
     g.output(outs[0], None).expect("y");
-    let out = generate(&g, "vector_matmul_two_rows", &KernelOptions::default()).expect("generates");
+    let out = generate(&g, name, &KernelOptions::default()).expect("generates");
     assert!(
         out.kernels_source.contains("mirage::fma8<__nv_bfloat16>") && !out.kernels_source.contains("mma_16816("),
-        "a two-row matmul runs on the CUDA cores:\n{}",
+        "a {m}-row matmul runs on the CUDA cores:\n{}",
         out.kernels_source
     );
-    insta::assert_snapshot!(format!(
-        "{}\n// plan\n{}",
-        out.kernels_source,
-        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
-    ));
+    format!("{}\n// plan\n{}", out.kernels_source, serde_json::to_string_pretty(&out.plan).expect("plan serializes"))
+}
+
+/// A two-row matmul streamed over K (`x[2, 1024] · w[1024, 512]`): `codegen::kernel::planner::
+/// VectorMatmul` runs it on the CUDA cores (`mirage::fma8` over 16-byte rows of the B tile, row
+/// groups met by shuffles, then warp by warp into the accumulator) instead of `mma.sync`.
+#[test]
+fn snapshot_vector_matmul_two_rows_bf16() {
+    insta::assert_snapshot!(vector_matmul_kernel(2, 512, "vector_matmul_two_rows"));
+}
+
+/// One row against 112-column tiles (`w[1024, 448]` over 4 blocks, Mistral-7B's gated-MLP tile
+/// width): 14 vectors per B row, so 16 lanes of which the last 2 of every row group idle — the
+/// loop and the writers are guarded by `vc < 112`, and the shuffles still meet lanes 16 apart.
+#[test]
+fn snapshot_vector_matmul_fourteen_vectors_bf16() {
+    let src = vector_matmul_kernel(1, 448, "vector_matmul_fourteen_vectors");
+    assert!(src.contains("const int vc = (tid % 16) * 8;"), "16 lanes per B row:\n{src}");
+    assert!(src.contains("if (vc < 112) for (int r = tid / 16;"), "idle lanes skip the loop:\n{src}");
+    assert!(src.contains("if (warp == 0 && lane < 14)"), "only the 14 working lanes write:\n{src}");
+    insta::assert_snapshot!(src);
 }

@@ -159,9 +159,10 @@ impl Emitter<'_> {
     /// Stores the register accumulator of CUDA-core matmul `i` to tile `c`: the row groups of a
     /// warp meet by shuffles (lanes `lanes` apart own the same columns), then the warps (or, with
     /// a warp per row group or more, the row groups) store or add in turn, a barrier between
-    /// turns: a fixed order, so the sums are the same on every run.
+    /// turns: a fixed order, so the sums are the same on every run. Idle lanes (past the row's
+    /// `n / 8` vectors) hold zeros and never write.
     fn store_vector_accumulator(&mut self, i: usize, p: &VectorMatmul, c: &Tile) {
-        let VectorMatmul { m, lanes, groups, .. } = *p;
+        let VectorMatmul { m, n, lanes, groups, .. } = *p;
         let acc = register_accumulator(i);
         let r = c.shape.len();
         self.line(1, "{");
@@ -181,7 +182,9 @@ impl Emitter<'_> {
             );
             self.line(3, "}");
             self.line(2, "}");
-            (self.plan.warps, "warp".to_string(), format!(" && lane < {lanes}"))
+            (self.plan.warps, "warp".to_string(), format!(" && lane < {}", n / 8))
+        } else if n / 8 < lanes {
+            (groups, format!("tid / {lanes}"), format!(" && vc < {n}"))
         } else {
             (groups, format!("tid / {lanes}"), String::new())
         };

@@ -97,7 +97,9 @@ impl Emitter<'_> {
         self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}] on CUDA cores: {lanes} thread(s) per B row (8 columns each), {groups} row group(s)"));
         self.line(indent, "{");
         self.line(indent + 1, &format!("const int vc = (tid % {lanes}) * 8;"));
-        self.line(indent + 1, &format!("for (int r = tid / {lanes}; r < {k}; r += {groups}) {{"));
+        // Lanes past the row's n / 8 vectors (n / 8 not a power of two) idle.
+        let idle = if n / 8 < lanes { format!("if (vc < {n}) ") } else { String::new() };
+        self.line(indent + 1, &format!("{idle}for (int r = tid / {lanes}; r < {k}; r += {groups}) {{"));
         self.line(indent + 2, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
         let ra = a.shape.len();
         for mi in 0..m {

@@ -28,6 +28,10 @@ pub const VECTOR_MAX_ROWS: usize = 4;
 /// row-major 16-bit B tile: thread `t` owns the 8 columns `(t % lanes) * 8 ..` (one 16-byte
 /// vector of every B row it reads) and the B rows `t / lanes, t / lanes + groups, …`, and adds
 /// `a[i, r] * b[r, cols]` for each of the `m` rows into `2 m` register fragments of 4 floats.
+/// `lanes` is the B row's `n / 8` vectors rounded up to a power of two, so that the threads
+/// owning the same columns are a power-of-two distance apart; when `n / 8` is not one, the
+/// `lanes - n / 8` threads of each row group past the row's end idle (at least half the lanes
+/// work: `n = 48` keeps 6 of 8, Mistral's 112-column tiles 14 of 16).
 /// After the loop the row groups' partial sums meet: by shuffles within a warp, then one warp
 /// (or one row group) after another into the accumulator's tile. Decode-time weight streaming:
 /// an m16n8k16 `mma` would pad one row to 16, and its fragment loads and `ldmatrix` cost more
@@ -43,7 +47,8 @@ pub struct VectorMatmul {
     pub n: usize,
     /// B's element type.
     pub dtype: DType,
-    /// Threads per B row: `n / 8`, a power of two dividing the block's threads.
+    /// Threads per B row: `n / 8` rounded up to a power of two, dividing the block's threads
+    /// (the threads with `t % lanes >= n / 8` idle).
     pub lanes: usize,
     /// Row groups: threads / `lanes`.
     pub groups: usize,
@@ -202,14 +207,15 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPl
 
 /// The CUDA-core plan of a register-accumulated matmul of tiles `a` and `b` run by `threads`
 /// threads, when it qualifies: at most [`VECTOR_MAX_ROWS`] rows, no batch dims, B a row-major
-/// 16-bit tile with 16-byte aligned rows and `n / 8` a power of two dividing `threads`.
+/// 16-bit tile with 16-byte aligned rows and `n / 8`, rounded up to a power of two, dividing
+/// `threads`.
 fn vector_matmul(a: &Tile, b: &Tile, threads: usize) -> Option<VectorMatmul> {
     let r = a.shape.len();
     let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
     let batch = |t: &Tile| t.shape[..t.shape.len() - 2].iter().product::<usize>();
     let dtype = b.dtype;
     let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
-    let lanes = n / 8;
+    let lanes = (n / 8).next_power_of_two();
     let qualifies = m <= VECTOR_MAX_ROWS
         && batch(a) == 1
         && batch(b) == 1
@@ -219,7 +225,7 @@ fn vector_matmul(a: &Tile, b: &Tile, threads: usize) -> Option<VectorMatmul> {
         && sb0.is_multiple_of(8)
         && n.is_multiple_of(8)
         && b.offset.is_multiple_of(16)
-        && lanes.is_power_of_two()
+        && n >= 8
         && threads.is_multiple_of(lanes);
     qualifies.then(|| VectorMatmul { m, k, n, dtype, lanes, groups: threads / lanes })
 }
@@ -325,7 +331,14 @@ mod tests {
         assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[1, 64], 0), 256), None, "column-major B");
         assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[132, 1], 0), 256), None, "rows not 16-byte aligned");
         assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 128], &[128, 1], 8), 256), None, "tile not 16-byte aligned");
-        assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 96], &[96, 1], 0), 256), None, "12 lanes: not a power of two");
+        // 12 vectors per B row: 16 lanes, the last 4 of each row group idle.
+        let v = vector_matmul(&a1, &tile(bf, &[64, 96], &[96, 1], 0), 256).expect("12 vectors qualify");
+        assert_eq!((v.n, v.lanes, v.groups), (96, 16, 16));
+        // Mistral-7B's 112-column tiles of the gated MLP (14 vectors), 6-vector rows.
+        let v = vector_matmul(&a1, &tile(bf, &[128, 112], &[112, 1], 0), 256).expect("14 vectors qualify");
+        assert_eq!((v.lanes, v.groups), (16, 16));
+        let v = vector_matmul(&tile(bf, &[2, 64], &[64, 1], 0), &tile(bf, &[64, 48], &[48, 1], 0), 256);
+        assert_eq!(v.map(|v| (v.lanes, v.groups)), Some((8, 32)));
         assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 100], &[104, 1], 0), 256), None, "n not a multiple of 8");
         assert_eq!(vector_matmul(&a1, &tile(bf, &[64, 4096], &[4096, 1], 0), 256), None, "512 lanes for 256 threads");
         let batched = (tile(bf, &[2, 1, 64], &[64, 64, 1], 0), tile(bf, &[2, 64, 128], &[8192, 128, 1], 0));
