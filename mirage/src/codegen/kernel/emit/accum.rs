@@ -108,16 +108,28 @@ impl Emitter<'_> {
     }
 
     /// After the loop: every register accumulator stored to its accumulator's tile, then
-    /// `acc_rms_last` tiles turned from sums of squares into root means, then a barrier.
-    pub(super) fn finish_accumulators(&mut self) {
+    /// `acc_rms_last` tiles turned from sums of squares into root means, then a barrier. With
+    /// `barrier_owed` (the loop's last operator was not followed by one), a barrier first
+    /// orders that operator before these stores.
+    pub(super) fn finish_accumulators(&mut self, barrier_owed: bool) {
         let plan = self.plan;
         let nodes = self.bg().nodes();
+        // The loop's last operator has no barrier after it (`main_loop`): one before the first
+        // store here, or the closing one when there is none.
+        let mut owed = barrier_owed;
         for (i, nd) in nodes.iter().enumerate() {
+            let fused = plan.registers.fused[i];
+            if !plan.registers.reg_acc[i] && fused.is_none() {
+                continue;
+            }
+            if std::mem::take(&mut owed) {
+                self.sync(1);
+            }
             if plan.registers.reg_acc[i] {
                 self.store_row_accumulator(i, plan.register_bands(nd.inputs[0].node), plan.out_tile(i));
                 continue;
             }
-            let Some(u) = plan.registers.fused[i] else { continue };
+            let Some(u) = fused else { continue };
             match plan.matmuls[i].as_ref().expect("every matmul is planned") {
                 MatmulPlan::Rows(p) => self.store_row_accumulator(i, p.bands, plan.out_tile(u)),
                 MatmulPlan::Tiled(p) => self.store_tiled_accumulator(i, p, plan.out_tile(u)),
@@ -127,6 +139,9 @@ impl Emitter<'_> {
         }
         for (i, nd) in nodes.iter().enumerate() {
             if let BlockOp::Accum { acc: AccKind::RmsLast } = nd.op {
+                if std::mem::take(&mut owed) {
+                    self.sync(1);
+                }
                 let x = self.tile(nd.inputs[0]);
                 let count = self.bg().forloop_range() * x.shape.last().copied().unwrap_or(1);
                 let t = plan.out_tile(i);

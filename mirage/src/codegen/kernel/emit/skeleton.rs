@@ -55,9 +55,9 @@ fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry, sizes: &KernelSizes) ->
     e.declarations(entry);
     e.loads_before_the_loop();
     e.hoisted()?;
-    e.main_loop()?;
+    let barrier_owed = e.main_loop()?;
     e.line(1, "// after the loop");
-    e.finish_accumulators();
+    e.finish_accumulators(barrier_owed);
     e.epilogue()?;
     e.line(0, "}");
     Ok(e.out)
@@ -256,20 +256,33 @@ impl Emitter<'_> {
         Ok(true)
     }
 
-    /// The for-loop: the next stage's copies issued and this iteration's waited for, the stage
-    /// pointers, the per-iteration copies, then the body's operators and accumulators with a
-    /// barrier after each (none between operators whose results stay with their warp).
-    fn main_loop(&mut self) -> Result<(), CodegenError> {
+    /// The for-loop: this iteration's stage waited for, the stage pointers, the per-iteration
+    /// copies, a barrier, then the next stage's copies issued (into the buffer of the previous
+    /// iteration, which every thread has left at that barrier), then the body's operators and
+    /// accumulators with a barrier after each but the last (none between operators whose
+    /// results stay with their warp). The barrier at the top of the next iteration orders the
+    /// last operator before anything that overwrites what it read, and one barrier after the
+    /// loop orders it before the epilogue (owed: the returned flag). With one stage (no room for two), the copies of an
+    /// iteration are issued at its top into the buffer the previous one read, so every
+    /// operator, the last included, is followed by a barrier.
+    fn main_loop(&mut self) -> Result<bool, CodegenError> {
         let plan = self.plan;
         let frange = self.trip();
         let s = plan.stages;
         self.line(1, &format!("for (int it = 0; it < {frange}; ++it) {{"));
-        if !plan.loads.pipelined.is_empty() {
-            self.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
-            self.copy_stage(3, "nit", &format!("nit % {s}"));
+        let pipelined = !plan.loads.pipelined.is_empty();
+        let refill_after_barrier = pipelined && s >= 2;
+        if pipelined && s < 2 {
+            self.line(2, &format!("{{ const int nit = it + 0; if (nit < {frange}) {{"));
+            self.copy_stage(3, "nit", "nit % 1");
             self.line(2, "} }");
             self.commit(2);
-            self.wait(2, s - 1);
+            self.wait(2, 0);
+        } else if pipelined {
+            // Committed so far: the prologue's s - 1 stages and one refill per earlier
+            // iteration, the last for iteration it + s - 2: this one's is complete when at most
+            // s - 2 groups are pending.
+            self.wait(2, s - 2);
             if !self.bulk.is_empty() {
                 self.line(0, "#if MIRAGE_BULK");
                 self.line(2, &format!("mirage::mbar_wait(&mbar[it % {s}], (it / {s}) & 1);"));
@@ -289,11 +302,22 @@ impl Emitter<'_> {
             }
         }
         self.sync(2);
+        if refill_after_barrier {
+            self.line(2, &format!("{{ const int nit = it + {}; if (nit < {frange}) {{", s - 1));
+            self.copy_stage(3, "nit", &format!("nit % {s}"));
+            self.line(2, "} }");
+            self.commit(2);
+        }
         let body = &plan.schedule.body;
+        let last = if refill_after_barrier { body.iter().rposition(|&i| self.emits(i)) } else { None };
         for (k, &i) in body.iter().enumerate() {
             if let BlockOp::Accum { acc } = self.bg().nodes()[i].op {
                 self.body_accumulator(i, acc);
             } else if !self.section_operator(2, i)? {
+                continue;
+            }
+            if Some(k) == last {
+                self.line(2, "// no barrier: the next iteration's first barrier precedes any overwrite");
                 continue;
             }
             // Operators whose results stay with the warp that computed them (register values,
@@ -307,7 +331,14 @@ impl Emitter<'_> {
             self.sync(2);
         }
         self.line(1, "}");
-        Ok(())
+        Ok(last.is_some())
+    }
+
+    /// Whether body operator `i` emits code of its own: an accumulator, an operator outside
+    /// element-wise groups or a group's head (the other members are emitted with their head).
+    fn emits(&self, i: usize) -> bool {
+        matches!(self.bg().nodes()[i].op, BlockOp::Accum { .. })
+            || self.plan.groups.group_of[i].is_none_or(|gid| self.plan.groups.groups[gid][0] == i)
     }
 
     /// After the loop: the after-loop operators (element-wise groups at their heads) and the
