@@ -19,8 +19,9 @@ use mirage_runtime::plan::{ArgRef, LaunchPlan};
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// The gated MLP `silu(x @ w1) * (x @ w2)`, x `[64, 128]`, w1 and w2 `[128, 256]`, f16, as one
-/// kernel of grid `[4, 32]` (16 rows by 8 columns per block), with static sizes.
-fn gated_mlp() -> Result<KernelGraph, IrError> {
+/// kernel of grid `[4, 256 / cols]` (16 rows by `cols` columns per block) and `threads` threads,
+/// with static sizes.
+fn gated_mlp(cols: usize, threads: usize) -> Result<KernelGraph, IrError> {
     let mut g = KernelGraph::new();
     let x = g.input(&[64, 128], DType::F16)?;
     let w1 = g.input(&[128, 256], DType::F16)?;
@@ -30,33 +31,7 @@ fn gated_mlp() -> Result<KernelGraph, IrError> {
         TensorDesc::new(&[128, 256], DType::F16),
         TensorDesc::new(&[128, 256], DType::F16),
     ];
-    let mut bg = BlockGraph::new(descs, [4, 32, 1], 256, 1)?;
-    let tx = bg.input(0, [Some(0), None, None], None)?;
-    let t1 = bg.input(1, [None, Some(1), None], None)?;
-    let t2 = bg.input(2, [None, Some(1), None], None)?;
-    let a = bg.matmul(tx, t1)?;
-    let b = bg.matmul(tx, t2)?;
-    let s = bg.unary(UnaryOp::Silu, a)?;
-    let y = bg.binary(BinaryOp::Mul, b, s)?;
-    let acc = bg.accum(AccKind::Sum, &[y])?;
-    bg.output(acc, [Some(0), Some(1), None])?;
-    let out = g.custom(&[x, w1, w2], bg)?[0];
-    g.output(out, None)?;
-    Ok(g)
-}
-
-/// The same with w1's tile 4 columns wide (grid `[4, 64]`): 8-byte vectors of w1 (and w2).
-fn gated_mlp_narrow() -> Result<KernelGraph, IrError> {
-    let mut g = KernelGraph::new();
-    let x = g.input(&[64, 128], DType::F16)?;
-    let w1 = g.input(&[128, 256], DType::F16)?;
-    let w2 = g.input(&[128, 256], DType::F16)?;
-    let descs = vec![
-        TensorDesc::new(&[64, 128], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-    ];
-    let mut bg = BlockGraph::new(descs, [4, 64, 1], 128, 1)?;
+    let mut bg = BlockGraph::new(descs, [4, 256 / cols, 1], threads, 1)?;
     let tx = bg.input(0, [Some(0), None, None], None)?;
     let t1 = bg.input(1, [None, Some(1), None], None)?;
     let t2 = bg.input(2, [None, Some(1), None], None)?;
@@ -103,18 +78,18 @@ fn recorded(plan: &LaunchPlan) -> Result<Recorded, Box<dyn std::error::Error>> {
 #[test]
 fn a_static_gated_mlp_needs_its_vectors_alignment() -> TestResult {
     use ArgRef::{Input, Output};
-    let g = generate(&gated_mlp()?, "gmlp", &KernelOptions::default())?;
+    let g = generate(&gated_mlp(8, 256)?, "gmlp", &KernelOptions::default())?;
     // x's 16-row tiles of 128 halves and the weights' 8-column tiles (16 bytes a row) are copied
     // in 16-byte vectors; y is stored element by element.
     assert_eq!(recorded(&g.plan)?, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 16, 16, 2])]);
-    let g = generate(&gated_mlp_narrow()?, "gmlp4", &KernelOptions::default())?;
+    let g = generate(&gated_mlp(4, 128)?, "gmlp4", &KernelOptions::default())?;
     // 4 columns of halves: 8 bytes a row, 8-byte vectors.
     assert_eq!(recorded(&g.plan)?, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 8, 8, 2])]);
 
     // The launcher's check on these plans: x 2 bytes past a 16-byte boundary is an error naming
     // x; w1 8 bytes past passes in the narrow program only; the output may start anywhere its
     // element does.
-    let wide = generate(&gated_mlp()?, "gmlp", &KernelOptions::default())?.plan;
+    let wide = generate(&gated_mlp(8, 256)?, "gmlp", &KernelOptions::default())?.plan;
     let e = check_pointers("gmlp", &wide, [&[0x1002, 0x2000, 0x3000], &[0x4000], &[]]).expect_err("x misaligned");
     let e = e.to_string();
     assert!(e.starts_with("`gmlp`: parameter `input 0`: expected a device pointer aligned to 16 bytes"), "{e}");
