@@ -613,9 +613,9 @@ fn candidates_until(
     // A program that normalizes a product before a reduction (`(rms_norm(x) * g) @ w`: the
     // normal form has no `rms_norm(x) * g` to match) is searched for one kernel with the pruner
     // that keeps such products ([`search_normalized_products`]).
-    let products = (pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels <= 1)
-        .then(|| StructuralPruner::with_normalized_products(&targets))
-        .filter(|_| expr::has_normalized_products(&targets));
+    let products =
+        (pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels <= 1 && expr::has_normalized_products(&targets))
+            .then(|| StructuralPruner::with_normalized_products(&targets));
     let structural = StructuralPruner::new(&targets);
     let z3 = (pruner.is_none() && cfg.pruning && cfg.z3)
         .then(|| Z3Pruner::new(&targets, program.inputs().len(), crate::absexpr::OracleConfig::default()));
