@@ -6,45 +6,20 @@
 //! carry it. No GPU.
 #![cfg(feature = "build")]
 
+mod support;
+use support::gated_mlp;
+
 use std::path::Path;
 
 use mirage::cache::CacheEntry;
 use mirage::codegen::{KernelOptions, generate, generate_sized};
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, DType, IrError, KernelGraph, TensorDesc, UnaryOp};
+use mirage::ir::KernelGraph;
 use mirage::lower::lower_source;
 use mirage::search::attention;
 use mirage_runtime::check_pointers;
 use mirage_runtime::plan::{ArgRef, LaunchPlan};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// The gated MLP `silu(x @ w1) * (x @ w2)`, x `[64, 128]`, w1 and w2 `[128, 256]`, f16, as one
-/// kernel of grid `[4, 256 / cols]` (16 rows by `cols` columns per block) and `threads` threads,
-/// with static sizes.
-fn gated_mlp(cols: usize, threads: usize) -> Result<KernelGraph, IrError> {
-    let mut g = KernelGraph::new();
-    let x = g.input(&[64, 128], DType::F16)?;
-    let w1 = g.input(&[128, 256], DType::F16)?;
-    let w2 = g.input(&[128, 256], DType::F16)?;
-    let descs = vec![
-        TensorDesc::new(&[64, 128], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-    ];
-    let mut bg = BlockGraph::new(descs, [4, 256 / cols, 1], threads, 1)?;
-    let tx = bg.input(0, [Some(0), None, None], None)?;
-    let t1 = bg.input(1, [None, Some(1), None], None)?;
-    let t2 = bg.input(2, [None, Some(1), None], None)?;
-    let a = bg.matmul(tx, t1)?;
-    let b = bg.matmul(tx, t2)?;
-    let s = bg.unary(UnaryOp::Silu, a)?;
-    let y = bg.binary(BinaryOp::Mul, b, s)?;
-    let acc = bg.accum(AccKind::Sum, &[y])?;
-    bg.output(acc, [Some(0), Some(1), None])?;
-    let out = g.custom(&[x, w1, w2], bg)?[0];
-    g.output(out, None)?;
-    Ok(g)
-}
 
 /// Decode attention over `S = 1..=1024` in bf16, 2 heads, head dim 32 (K `[2, 32, S]`, V
 /// `[2, S, 32]`) as split-KV (4 key ranges of 256, key tiles of 64) or online softmax.

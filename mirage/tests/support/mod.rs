@@ -1,5 +1,8 @@
-//! Helpers shared by the runtime-sized-dims tests (`dims.rs`, `dims_dsl.rs`).
+//! Helpers shared by integration tests: deterministic inputs (`dims.rs`, `dims_dsl.rs`) and a
+//! hand-built gated-MLP kernel (`dims_codegen.rs`, `param_align.rs`).
+#![allow(dead_code, reason = "each test crate that includes this module uses some of its helpers")]
 
+use mirage::ir::{AccKind, BinaryOp, BlockGraph, DType, IrError, KernelGraph, TensorDesc, UnaryOp};
 use mirage::reference::HostTensor;
 
 /// Deterministic inputs in [-1, 1) of the given shapes.
@@ -19,4 +22,31 @@ pub fn inputs(shapes: &[Vec<usize>], seed: u64) -> Vec<HostTensor> {
             HostTensor::new(s.clone(), data).expect("data fits the shape")
         })
         .collect()
+}
+
+/// The gated MLP `silu(x @ w1) * (x @ w2)`, x `[64, 128]`, w1 and w2 `[128, 256]`, f16, as one
+/// kernel of grid `[4, 256 / cols]` (16 rows by `cols` columns per block) and `threads` threads.
+pub fn gated_mlp(cols: usize, threads: usize) -> Result<KernelGraph, IrError> {
+    let mut g = KernelGraph::new();
+    let x = g.input(&[64, 128], DType::F16)?;
+    let w1 = g.input(&[128, 256], DType::F16)?;
+    let w2 = g.input(&[128, 256], DType::F16)?;
+    let descs = vec![
+        TensorDesc::new(&[64, 128], DType::F16),
+        TensorDesc::new(&[128, 256], DType::F16),
+        TensorDesc::new(&[128, 256], DType::F16),
+    ];
+    let mut bg = BlockGraph::new(descs, [4, 256 / cols, 1], threads, 1)?;
+    let tx = bg.input(0, [Some(0), None, None], None)?;
+    let t1 = bg.input(1, [None, Some(1), None], None)?;
+    let t2 = bg.input(2, [None, Some(1), None], None)?;
+    let a = bg.matmul(tx, t1)?;
+    let b = bg.matmul(tx, t2)?;
+    let s = bg.unary(UnaryOp::Silu, a)?;
+    let y = bg.binary(BinaryOp::Mul, b, s)?;
+    let acc = bg.accum(AccKind::Sum, &[y])?;
+    bg.output(acc, [Some(0), Some(1), None])?;
+    let out = g.custom(&[x, w1, w2], bg)?[0];
+    g.output(out, None)?;
+    Ok(g)
 }
