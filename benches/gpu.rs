@@ -414,7 +414,6 @@ fn dims_group(
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::ErrorModel;
-    use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, bs17, bs64]) = dims_programs() else { return Ok(()) };
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
@@ -445,15 +444,8 @@ fn dims_group(
     for (b, fixed) in fixed {
         let specs = vplan.inputs_at(&[b]);
         let scales = [1.0f32, 0.02, 0.02];
-        let host = random_inputs(&specs, seed(&format!("gated_mlp_over_b_{b}"))?, |i| -scales[i]..scales[i]);
-        let inputs: Vec<AnyTensor> = specs
-            .iter()
-            .zip(&host)
-            .map(|(s, h)| AnyTensor::upload_f32(stream, s, &h.data))
-            .collect::<Result<_, _>>()?;
+        let (inputs, want) = sized_inputs(stream, &source.graph, &sized, &specs, "gated_mlp_over_b", b, &scales)?;
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-        let run = sized.run_shapes(&source.graph, &[b])?;
-        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
         let model = ErrorModel::new(DType::F16, 4096);
         let programs = [("gated_mlp_over_b", variable), ("gated_mlp_over_b_buckets", bucketed)];
         let (worst, correct) = check_sized(stream, &args, &programs, &want[0], model, &format!("B = {b}"), failures)?;
@@ -527,7 +519,6 @@ fn dims_attention(
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::{ErrorModel, reduction_len};
-    use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, s512, s4096, s32768]) = dims_attention_programs() else { return Ok(()) };
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
@@ -565,15 +556,8 @@ fn dims_attention(
         let specs = vplan.inputs_at(&[s]);
         // Q and K uniform in [-1.7, 1.7) (the attention group's scales), V in [-1, 1).
         let scales = [1.7f32, 1.7, 1.0];
-        let host = random_inputs(&specs, seed(&format!("attn_decode_over_s_{s}"))?, |i| -scales[i]..scales[i]);
-        let inputs: Vec<AnyTensor> = specs
-            .iter()
-            .zip(&host)
-            .map(|(d, h)| AnyTensor::upload_f32(stream, d, &h.data))
-            .collect::<Result<_, _>>()?;
+        let (inputs, want) = sized_inputs(stream, &source.graph, &sized, &specs, "attn_decode_over_s", s, &scales)?;
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-        let run = sized.run_shapes(&source.graph, &[s])?;
-        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
         let model = ErrorModel::new(DType::Bf16, reduction_len(specs.iter().map(|d| d.shape.as_slice())));
         let programs: Vec<(&str, &'static Program)> =
             [("attn_decode_over_s", variable), ("attn_decode_over_s_buckets", bucketed)]
@@ -675,6 +659,30 @@ fn criterion_table(rows: &BTreeMap<String, Value>, table: &mut String) -> Result
         )?;
     }
     Ok(())
+}
+
+/// A `dims` row's inputs at size `n` of the program's one runtime-sized dim: `specs` random on
+/// the host (input `i` uniform in `[-scales[i], scales[i])`, seeded by `{name}_{n}`) and uploaded
+/// to `stream`, with the CPU reference's outputs of `graph` on them at `n` (`sized`: its dim plan).
+fn sized_inputs(
+    stream: &mirage::Stream,
+    graph: &mirage::ir::KernelGraph,
+    sized: &mirage::dims::DimPlan,
+    specs: &[TensorDesc],
+    name: &str,
+    n: usize,
+    scales: &[f32],
+) -> Result<(Vec<mirage::AnyTensor>, Vec<mirage::reference::HostTensor>), Box<dyn Error>> {
+    use mirage::testing::inputs::{random_inputs, seed};
+    let host = random_inputs(specs, seed(&format!("{name}_{n}"))?, |i| -scales[i]..scales[i]);
+    let inputs = specs
+        .iter()
+        .zip(&host)
+        .map(|(d, h)| mirage::AnyTensor::upload_f32(stream, d, &h.data))
+        .collect::<Result<_, _>>()?;
+    let run = sized.run_shapes(graph, &[n])?;
+    let want = mirage::eval::evaluate_at(graph, &mirage::reference::F32, &host, &run)?;
+    Ok((inputs, want))
 }
 
 /// The `dims` rows' check: each of `programs` (a label and a program of one output) runs on `args`
