@@ -7,39 +7,16 @@
 #![cfg(feature = "build")]
 
 mod support;
-use support::gated_mlp;
+use support::{gated_mlp, online_softmax, split_kv};
 
 use std::path::Path;
 
 use mirage::cache::CacheEntry;
 use mirage::codegen::{KernelOptions, generate, generate_sized};
-use mirage::ir::KernelGraph;
-use mirage::lower::lower_source;
-use mirage::search::attention;
 use mirage_runtime::check_pointers;
 use mirage_runtime::plan::{ArgRef, LaunchPlan};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// Decode attention over `S = 1..=1024` in bf16, 2 heads, head dim 32 (K `[2, 32, S]`, V
-/// `[2, S, 32]`) as split-KV (4 key ranges of 256, key tiles of 64) or online softmax.
-fn attention_over_s(split: bool) -> Result<(KernelGraph, mirage::dims::Dims), Box<dyn std::error::Error>> {
-    let src = "#[mugraph(dims(S = 1..=1024))]
-         fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>)
-             -> Tensor<bf16, 2, 1, 32>
-         {
-             let s = q.matmul(k) * 0.17677669;
-             softmax(s, 2).matmul(v)
-         }";
-    let p = lower_source(src)?.remove(0);
-    let a = attention::recognize(&p.graph).expect("recognized");
-    let g = if split {
-        attention::split_kv(&p.graph, &a, 4, 256 / 64, 64)?
-    } else {
-        attention::online_softmax(&p.graph, &a, 1, 1024 / 64, 64)?
-    };
-    Ok((g, p.dims))
-}
 
 /// Per kernel, its arguments and their recorded alignments.
 type Recorded = Vec<(Vec<ArgRef>, Vec<usize>)>;
@@ -82,7 +59,7 @@ fn the_s_sized_attention_needs_only_elements_of_k() -> TestResult {
     // Split-KV: kernel 0 reads q (one row of 32 bf16 per head: 16-byte vectors), K through the
     // guarded copy (2: the guard checks K's base) and V's key tiles (rows of 32 bf16: 16); it
     // writes the per-range parts (f32 buffers). Kernel 1 combines the parts.
-    let (g, dims) = attention_over_s(true)?;
+    let (g, dims) = split_kv()?;
     let sk = generate_sized(&g, &dims, "attn_sk", &KernelOptions::default())?;
     let kernels = recorded(&sk.plan)?;
     assert_eq!(kernels.len(), 2, "{kernels:?}");
@@ -106,7 +83,7 @@ fn the_s_sized_attention_needs_only_elements_of_k() -> TestResult {
     assert!(e.to_string().contains("parameter `input 2`: expected a device pointer aligned to 16 bytes"), "{e}");
 
     // Online softmax: one kernel, the same for q, K and V.
-    let (g, dims) = attention_over_s(false)?;
+    let (g, dims) = online_softmax()?;
     let os = generate_sized(&g, &dims, "attn_os", &KernelOptions::default())?;
     let kernels = recorded(&os.plan)?;
     assert_eq!(kernels, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 2, 16, 2])]);
