@@ -295,7 +295,6 @@ fn main() -> Result<(), Box<dyn Error>> {
             (Some(f), Some(l)) => Some(f.max(l)),
             (f, l) => f.or(l),
         };
-        let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
         writeln!(
             table,
             "| {} | {:.1} | {} | {:.2}{} | {:.1e} | {} | {} | {} | {} | {} | {} |",
@@ -306,11 +305,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             if correct { "" } else { " WRONG" },
             checked.worst_rel_l2(),
             best.map_or("-".to_string(), |(k, v)| format!("{v:.1} ({k})")),
-            fmt(best.map(|(_, v)| v / stats.median_us), 2),
-            fmt(triton, 1),
-            fmt(floor, 1),
-            fmt(launch_us, 1),
-            fmt(bound.map(|b| stats.median_us / b), 2),
+            or_dash(best.map(|(_, v)| v / stats.median_us), 2),
+            or_dash(triton, 1),
+            or_dash(floor, 1),
+            or_dash(launch_us, 1),
+            or_dash(bound.map(|b| stats.median_us / b), 2),
         )?;
         println!(
             "{:22} ours {:8.1} µs (min {:.1}, max {:.1}), {} kernel(s), worst element {:.2} of the tolerance, rel. L2 error {:.1e}{}",
@@ -414,7 +413,6 @@ fn dims_group(
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::ErrorModel;
-    use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, bs17, bs64]) = dims_programs() else { return Ok(()) };
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
@@ -445,19 +443,11 @@ fn dims_group(
     for (b, fixed) in fixed {
         let specs = vplan.inputs_at(&[b]);
         let scales = [1.0f32, 0.02, 0.02];
-        let host = random_inputs(&specs, seed(&format!("gated_mlp_over_b_{b}"))?, |i| -scales[i]..scales[i]);
-        let inputs: Vec<AnyTensor> = specs
-            .iter()
-            .zip(&host)
-            .map(|(s, h)| AnyTensor::upload_f32(stream, s, &h.data))
-            .collect::<Result<_, _>>()?;
+        let (inputs, want) = sized_inputs(stream, &source.graph, &sized, &specs, "gated_mlp_over_b", b, &scales)?;
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-        let run = sized.run_shapes(&source.graph, &[b])?;
-        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
         let model = ErrorModel::new(DType::F16, 4096);
         let programs = [("gated_mlp_over_b", variable), ("gated_mlp_over_b_buckets", bucketed)];
         let (worst, correct) = check_sized(stream, &args, &programs, &want[0], model, &format!("B = {b}"), failures)?;
-        let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
         let worst = worst.into_iter().fold(0.0f64, f64::max);
         let time = |p, buffers_of, sizes: &[usize]| time_sized(stream, iters, &args, p, buffers_of, sizes);
         let bucket = bucket_at(bucketed, b)?;
@@ -468,15 +458,15 @@ fn dims_group(
         writeln!(
             table,
             "| {b} | {tv:.1} | {tb:.1} ({lo}..={hi}) | {} | {} | {} | {worst:.2} |",
-            fmt(tf, 1),
-            fmt(ratio, 3),
-            fmt(bratio, 3)
+            or_dash(tf, 1),
+            or_dash(ratio, 3),
+            or_dash(bratio, 3)
         )?;
         println!(
             "gated_mlp_over_b at B = {b:2}: one build {tv:8.1} µs, bucketed {tb:8.1} µs (bucket {lo}..={hi}), fixed {} µs, ratios {} / {}",
-            fmt(tf, 1),
-            fmt(ratio, 3),
-            fmt(bratio, 3)
+            or_dash(tf, 1),
+            or_dash(ratio, 3),
+            or_dash(bratio, 3)
         );
         rows.insert(
             format!("gated_mlp_over_b@{b}"),
@@ -527,7 +517,6 @@ fn dims_attention(
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::{ErrorModel, reduction_len};
-    use mirage::testing::inputs::{random_inputs, seed};
     use mirage::{AnyTensor, DType, Program, TensorArg};
     let Some([variable, bucketed, s512, s4096, s32768]) = dims_attention_programs() else { return Ok(()) };
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
@@ -565,15 +554,8 @@ fn dims_attention(
         let specs = vplan.inputs_at(&[s]);
         // Q and K uniform in [-1.7, 1.7) (the attention group's scales), V in [-1, 1).
         let scales = [1.7f32, 1.7, 1.0];
-        let host = random_inputs(&specs, seed(&format!("attn_decode_over_s_{s}"))?, |i| -scales[i]..scales[i]);
-        let inputs: Vec<AnyTensor> = specs
-            .iter()
-            .zip(&host)
-            .map(|(d, h)| AnyTensor::upload_f32(stream, d, &h.data))
-            .collect::<Result<_, _>>()?;
+        let (inputs, want) = sized_inputs(stream, &source.graph, &sized, &specs, "attn_decode_over_s", s, &scales)?;
         let args: Vec<TensorArg<'_>> = inputs.iter().map(AnyTensor::as_arg).collect();
-        let run = sized.run_shapes(&source.graph, &[s])?;
-        let want = mirage::eval::evaluate_at(&source.graph, &mirage::reference::F32, &host, &run)?;
         let model = ErrorModel::new(DType::Bf16, reduction_len(specs.iter().map(|d| d.shape.as_slice())));
         let programs: Vec<(&str, &'static Program)> =
             [("attn_decode_over_s", variable), ("attn_decode_over_s_buckets", bucketed)]
@@ -598,24 +580,23 @@ fn dims_attention(
                 .filter_map(|k| r[*k].as_f64().map(|v| (*k, v)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
         });
-        let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
         let worst_txt = worst.iter().map(|w| format!("{w:.2}")).collect::<Vec<_>>().join(", ");
         writeln!(
             table,
             "| {s} | {tv:.1} | {tb:.1} ({lo}..={hi}) | {} | {} | {} | {} | {} | {worst_txt}{} |",
-            fmt(tf, 1),
-            fmt(ratio, 3),
-            fmt(bratio, 3),
+            or_dash(tf, 1),
+            or_dash(ratio, 3),
+            or_dash(bratio, 3),
             best.map_or("-".to_string(), |(k, v)| format!("{v:.1} ({k})")),
-            fmt(floor, 1),
+            or_dash(floor, 1),
             if correct { "" } else { " WRONG" }
         )?;
         println!(
             "attn_decode_over_s at S = {s:5}: one build {tv:8.1} µs, bucketed {tb:8.1} µs (bucket {lo}..={hi}), fixed {} µs, ratios {} / {}, floor {} µs ({io} bytes)",
-            fmt(tf, 1),
-            fmt(ratio, 3),
-            fmt(bratio, 3),
-            fmt(floor, 1)
+            or_dash(tf, 1),
+            or_dash(ratio, 3),
+            or_dash(bratio, 3),
+            or_dash(floor, 1)
         );
         rows.insert(
             format!("attn_decode_over_s@{s}"),
@@ -637,7 +618,6 @@ fn criterion_table(rows: &BTreeMap<String, Value>, table: &mut String) -> Result
         "| issue 16 | size | correct | one build / fixed | bucketed / fixed | within {BAR}× (better of the two) |"
     )?;
     writeln!(table, "|---|---:|---|---:|---:|---|")?;
-    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     for (program, dim) in [("gated_mlp_over_b", "b"), ("attn_decode_over_s", "s")] {
         let mut of: Vec<&Value> = rows
             .iter()
@@ -663,8 +643,8 @@ fn criterion_table(rows: &BTreeMap<String, Value>, table: &mut String) -> Result
                 dim.to_uppercase(),
                 r[dim],
                 if ok { "yes" } else { "NO" },
-                fmt(ratio),
-                fmt(bratio),
+                or_dash(ratio, 3),
+                or_dash(bratio, 3),
                 pass.map_or("- (no fixed build)", |p| if p { "yes" } else { "NO" })
             )?;
         }
@@ -675,6 +655,35 @@ fn criterion_table(rows: &BTreeMap<String, Value>, table: &mut String) -> Result
         )?;
     }
     Ok(())
+}
+
+/// A `dims` row's inputs at size `n` of the program's one runtime-sized dim: `specs` random on
+/// the host (input `i` uniform in `[-scales[i], scales[i])`, seeded by `{name}_{n}`) and uploaded
+/// to `stream`, with the CPU reference's outputs of `graph` on them at `n` (`sized`: its dim plan).
+fn sized_inputs(
+    stream: &mirage::Stream,
+    graph: &mirage::ir::KernelGraph,
+    sized: &mirage::dims::DimPlan,
+    specs: &[TensorDesc],
+    name: &str,
+    n: usize,
+    scales: &[f32],
+) -> Result<(Vec<mirage::AnyTensor>, Vec<mirage::reference::HostTensor>), Box<dyn Error>> {
+    use mirage::testing::inputs::{random_inputs, seed};
+    let host = random_inputs(specs, seed(&format!("{name}_{n}"))?, |i| -scales[i]..scales[i]);
+    let inputs = specs
+        .iter()
+        .zip(&host)
+        .map(|(d, h)| mirage::AnyTensor::upload_f32(stream, d, &h.data))
+        .collect::<Result<_, _>>()?;
+    let run = sized.run_shapes(graph, &[n])?;
+    let want = mirage::eval::evaluate_at(graph, &mirage::reference::F32, &host, &run)?;
+    Ok((inputs, want))
+}
+
+/// `v` with `precision` decimals, or `-` when there is none.
+fn or_dash(v: Option<f64>, precision: usize) -> String {
+    v.map_or("-".to_string(), |v| format!("{v:.precision$}"))
 }
 
 /// The `dims` rows' check: each of `programs` (a label and a program of one output) runs on `args`

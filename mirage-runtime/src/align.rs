@@ -66,48 +66,23 @@ pub fn check_pointers(program: &str, plan: &LaunchPlan, pointers: [&[u64]; 3]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Buffer, KernelLaunch, PLAN_VERSION, TensorDesc};
+    use crate::plan::{TensorDesc, test_plans};
     use mirage_core::DType;
 
     /// `y = f(x, w)` through a buffer: kernel 0 copies `x` in 16-byte vectors and `w` in 8-byte
     /// ones; kernel 1 reads `x` element by element and writes `y`; the second kernel's plan has
     /// no record (an old plan): 16 bytes for everything.
     fn plan(record_second: bool) -> LaunchPlan {
-        LaunchPlan {
-            version: PLAN_VERSION,
-            name: "p".into(),
-            fingerprint: String::new(),
-            input_names: vec!["x".into(), "w".into()],
-            inputs: vec![TensorDesc::new(&[8, 64], DType::Bf16), TensorDesc::new(&[64, 32], DType::Bf16)],
-            outputs: vec![TensorDesc::new(&[8, 32], DType::F32)],
-            buffers: vec![Buffer { desc: TensorDesc::new(&[8, 32], DType::F32), dims: vec![] }],
-            kernels: vec![
-                KernelLaunch {
-                    name: "p_k0".into(),
-                    grid: [1, 1, 1],
-                    threads: 128,
-                    smem_bytes: 0,
-                    args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Buffer(0)],
-                    grid_dims: vec![],
-                    size_args: vec![],
-                    arg_align: vec![16, 8, 4],
-                },
-                KernelLaunch {
-                    name: "p_k1".into(),
-                    grid: [1, 1, 1],
-                    threads: 128,
-                    smem_bytes: 0,
-                    args: vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)],
-                    grid_dims: vec![],
-                    size_args: vec![],
-                    arg_align: if record_second { vec![2, 4, 4] } else { vec![] },
-                },
+        let second = if record_second { vec![2, 4, 4] } else { vec![] };
+        test_plans::plan(
+            &[("x", TensorDesc::new(&[8, 64], DType::Bf16)), ("w", TensorDesc::new(&[64, 32], DType::Bf16))],
+            vec![TensorDesc::new(&[8, 32], DType::F32)],
+            vec![TensorDesc::new(&[8, 32], DType::F32)],
+            vec![
+                test_plans::kernel("p_k0", vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Buffer(0)], vec![16, 8, 4]),
+                test_plans::kernel("p_k1", vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)], second),
             ],
-            search_report: None,
-            dims: vec![],
-            input_dims: vec![],
-            output_dims: vec![],
-        }
+        )
     }
 
     #[test]

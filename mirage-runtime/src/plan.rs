@@ -440,47 +440,73 @@ impl LaunchPlan {
     }
 }
 
+/// Plans for the crate's unit tests, the fields no test varies at their usual values.
+#[cfg(test)]
+pub(crate) mod test_plans {
+    use super::*;
+
+    /// A launch of kernel `name` on `args` with the recorded alignments `arg_align` (empty: an
+    /// old plan's), one block of 128 threads, no dynamic shared memory, a fixed grid.
+    pub(crate) fn kernel(name: &str, args: Vec<ArgRef>, arg_align: Vec<usize>) -> KernelLaunch {
+        KernelLaunch {
+            name: name.into(),
+            grid: [1, 1, 1],
+            threads: 128,
+            smem_bytes: 0,
+            args,
+            grid_dims: vec![],
+            size_args: vec![],
+            arg_align,
+        }
+    }
+
+    /// Plan `p` of the named `inputs`, `outputs`, intermediate `buffers` and `kernels`: every
+    /// shape fixed, no fingerprint, no search report.
+    pub(crate) fn plan(
+        inputs: &[(&str, TensorDesc)],
+        outputs: Vec<TensorDesc>,
+        buffers: Vec<TensorDesc>,
+        kernels: Vec<KernelLaunch>,
+    ) -> LaunchPlan {
+        LaunchPlan {
+            version: PLAN_VERSION,
+            name: "p".into(),
+            fingerprint: String::new(),
+            input_names: inputs.iter().map(|(n, _)| (*n).to_owned()).collect(),
+            inputs: inputs.iter().map(|(_, d)| d.clone()).collect(),
+            outputs,
+            buffers: buffers.into_iter().map(|desc| Buffer { desc, dims: vec![] }).collect(),
+            kernels,
+            search_report: None,
+            dims: vec![],
+            input_dims: vec![],
+            output_dims: vec![],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use mirage_core::DType;
 
     fn plan() -> LaunchPlan {
-        LaunchPlan {
-            version: PLAN_VERSION,
-            name: "p".into(),
-            fingerprint: "0123456789abcdef".into(),
-            input_names: vec!["x".into()],
-            inputs: vec![TensorDesc { shape: vec![4, 8], strides: vec![1, 4], dtype: DType::Bf16 }],
-            outputs: vec![TensorDesc::new(&[4, 8], DType::F32)],
-            buffers: vec![Buffer { desc: TensorDesc::new(&[4, 1], DType::F16), dims: vec![] }],
-            kernels: vec![
-                KernelLaunch {
-                    name: "p_k0".into(),
-                    grid: [4, 1, 1],
-                    threads: 128,
-                    smem_bytes: 0,
-                    args: vec![ArgRef::Input(0), ArgRef::Buffer(0)],
-                    grid_dims: vec![],
-                    size_args: vec![],
-                    arg_align: vec![16, 2],
-                },
-                KernelLaunch {
-                    name: "p_k1".into(),
-                    grid: [4, 1, 1],
-                    threads: 128,
-                    smem_bytes: 1024,
-                    args: vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)],
-                    grid_dims: vec![],
-                    size_args: vec![],
-                    arg_align: vec![],
-                },
+        let mut p = test_plans::plan(
+            &[("x", TensorDesc { shape: vec![4, 8], strides: vec![1, 4], dtype: DType::Bf16 })],
+            vec![TensorDesc::new(&[4, 8], DType::F32)],
+            vec![TensorDesc::new(&[4, 1], DType::F16)],
+            vec![
+                test_plans::kernel("p_k0", vec![ArgRef::Input(0), ArgRef::Buffer(0)], vec![16, 2]),
+                test_plans::kernel("p_k1", vec![ArgRef::Input(0), ArgRef::Buffer(0), ArgRef::Output(0)], vec![]),
             ],
-            search_report: Some("chosen µGraph (2 kernel(s))".into()),
-            dims: vec![],
-            input_dims: vec![],
-            output_dims: vec![],
+        );
+        p.fingerprint = "0123456789abcdef".into();
+        p.search_report = Some("chosen µGraph (2 kernel(s))".into());
+        for k in &mut p.kernels {
+            k.grid = [4, 1, 1];
         }
+        p.kernels[1].smem_bytes = 1024;
+        p
     }
 
     #[test]

@@ -868,36 +868,20 @@ fn write_ptrs<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Buffer, KernelLaunch, PLAN_VERSION};
+    use crate::plan::test_plans;
 
     fn plan_json(fingerprint: &str) -> String {
-        LaunchPlan {
-            version: PLAN_VERSION,
-            name: "p".into(),
-            fingerprint: fingerprint.into(),
-            input_names: vec!["x".into(), "w".into()],
-            inputs: vec![
-                TensorDesc::new(&[8, 64], DType::F16),
-                TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::Bf16 },
+        let mut p = test_plans::plan(
+            &[
+                ("x", TensorDesc::new(&[8, 64], DType::F16)),
+                ("w", TensorDesc { shape: vec![64, 32], strides: vec![1, 64], dtype: DType::Bf16 }),
             ],
-            outputs: vec![TensorDesc::new(&[8, 32], DType::F32)],
-            buffers: vec![Buffer { desc: TensorDesc::new(&[8, 1], DType::F32), dims: vec![] }],
-            kernels: vec![KernelLaunch {
-                name: "p_k0".into(),
-                grid: [1, 1, 1],
-                threads: 128,
-                smem_bytes: 0,
-                args: vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)],
-                grid_dims: vec![],
-                size_args: vec![],
-                arg_align: vec![],
-            }],
-            search_report: None,
-            dims: vec![],
-            input_dims: vec![],
-            output_dims: vec![],
-        }
-        .to_json()
+            vec![TensorDesc::new(&[8, 32], DType::F32)],
+            vec![TensorDesc::new(&[8, 1], DType::F32)],
+            vec![test_plans::kernel("p_k0", vec![ArgRef::Input(0), ArgRef::Input(1), ArgRef::Output(0)], vec![])],
+        );
+        p.fingerprint = fingerprint.into();
+        p.to_json()
     }
 
     fn leak(s: String) -> &'static str {

@@ -111,33 +111,16 @@ impl Workspace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{ArgRef, Buffer, KernelLaunch, PLAN_VERSION};
+    use crate::plan::{ArgRef, test_plans};
     use mirage_core::{DType, TensorDesc};
 
     fn plan(buffers: Vec<TensorDesc>) -> LaunchPlan {
-        LaunchPlan {
-            version: PLAN_VERSION,
-            name: "p".into(),
-            fingerprint: String::new(),
-            input_names: vec!["x".into()],
-            inputs: vec![TensorDesc::new(&[8, 64], DType::F16)],
-            outputs: vec![TensorDesc::new(&[8, 64], DType::F16)],
-            buffers: buffers.into_iter().map(|desc| Buffer { desc, dims: vec![] }).collect(),
-            kernels: vec![KernelLaunch {
-                name: "p_k0".into(),
-                grid: [1, 1, 1],
-                threads: 128,
-                smem_bytes: 0,
-                args: vec![ArgRef::Input(0), ArgRef::Output(0)],
-                grid_dims: vec![],
-                size_args: vec![],
-                arg_align: vec![],
-            }],
-            search_report: None,
-            dims: vec![],
-            input_dims: vec![],
-            output_dims: vec![],
-        }
+        test_plans::plan(
+            &[("x", TensorDesc::new(&[8, 64], DType::F16))],
+            vec![TensorDesc::new(&[8, 64], DType::F16)],
+            buffers,
+            vec![test_plans::kernel("p_k0", vec![ArgRef::Input(0), ArgRef::Output(0)], vec![])],
+        )
     }
 
     #[test]

@@ -7,52 +7,22 @@
 //! search picking a µGraph for the S-sized program.
 #![cfg(feature = "build")]
 
+mod support;
+use support::{attention_over_s, online_softmax, split_kv};
+
 use std::time::Duration;
 
 use mirage::codegen::{GeneratedProgram, KernelOptions, generate_sized, sized_support};
 use mirage::dims::Dims;
 use mirage::ir::{DType, KernelGraph, TensorDesc};
-use mirage::lower::lower_source;
 use mirage::nvcc::{CompileOptions, compile_cubin};
 use mirage::search::{SearchConfig, attention, superoptimize};
 use mirage_runtime::plan::{GridDim, LaunchPlan, PlanDim};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Safe-softmax decode attention in bf16: `heads` heads of one query row, head dim `dim`, keys
-/// `S = 1..=hi` (K as `[heads, dim, S]`, V as `[heads, S, dim]`).
-fn attention_over_s(heads: usize, dim: usize, hi: usize) -> (KernelGraph, Dims) {
-    let scale = 1.0 / (dim as f32).sqrt();
-    let src = format!(
-        "#[mugraph(dims(S = 1..={hi}))]
-         fn attn(q: Tensor<bf16, {heads}, 1, {dim}>, k: Tensor<bf16, {heads}, {dim}, S>, v: Tensor<bf16, {heads}, S, {dim}>)
-             -> Tensor<bf16, {heads}, 1, {dim}>
-         {{
-             let s = q.matmul(k) * {scale:?};
-             softmax(s, 2).matmul(v)
-         }}"
-    );
-    let p = lower_source(&src).unwrap_or_else(|e| panic!("{e}")).remove(0);
-    (p.graph, p.dims)
-}
-
 fn generated(name: &str, g: &KernelGraph, dims: &Dims) -> Result<GeneratedProgram, Box<dyn std::error::Error>> {
     Ok(generate_sized(g, dims, name, &KernelOptions::default())?)
-}
-
-/// The split-KV µGraph of [`attention_over_s`] at `S = 1..=1024`: 4 key ranges of 256, key
-/// tiles of 64.
-fn split_kv() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
-    let (p, dims) = attention_over_s(2, 32, 1024);
-    let a = attention::recognize(&p).expect("recognized");
-    Ok((attention::split_kv(&p, &a, 4, 256 / 64, 64)?, dims))
-}
-
-/// The online-softmax µGraph of [`attention_over_s`] at `S = 1..=1024`: key tiles of 64.
-fn online_softmax() -> Result<(KernelGraph, Dims), Box<dyn std::error::Error>> {
-    let (p, dims) = attention_over_s(2, 32, 1024);
-    let a = attention::recognize(&p).expect("recognized");
-    Ok((attention::online_softmax(&p, &a, 1, 1024 / 64, 64)?, dims))
 }
 
 #[test]

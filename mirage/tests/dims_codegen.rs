@@ -5,9 +5,12 @@
 //! generated code compiles with nvcc for sm_90a.
 #![cfg(feature = "build")]
 
+mod support;
+use support::gated_mlp;
+
 use mirage::codegen::{CodegenError, KernelOptions, generate_sized};
 use mirage::dims::{DimVar, Dims};
-use mirage::ir::{AccKind, BlockGraph, DType, IrError, KernelGraph, TensorDesc, UnaryOp};
+use mirage::ir::{AccKind, BlockGraph, DType, KernelGraph, TensorDesc};
 use mirage::nvcc::{CompileOptions, compile_cubin};
 use mirage_runtime::plan::{GridDim, LaunchPlan, PlanDim};
 
@@ -20,36 +23,11 @@ fn over_b(inputs: usize) -> Dims {
     Dims { vars: vec![DimVar { name: "B".into(), lo: 1, hi: 64 }], inputs: marks }
 }
 
-/// The gated MLP `silu(x @ w1) * (x @ w2)`, x `[B, 128]`, as the search picks it at `B = 64`:
-/// one kernel, grid `[4, 32]` (16 rows of `B` by 8 columns per block).
-fn gated_mlp() -> Result<KernelGraph, IrError> {
-    let mut g = KernelGraph::new();
-    let x = g.input(&[64, 128], DType::F16)?;
-    let w1 = g.input(&[128, 256], DType::F16)?;
-    let w2 = g.input(&[128, 256], DType::F16)?;
-    let descs = vec![
-        TensorDesc::new(&[64, 128], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-    ];
-    let mut bg = BlockGraph::new(descs, [4, 32, 1], 256, 1)?;
-    let tx = bg.input(0, [Some(0), None, None], None)?;
-    let t1 = bg.input(1, [None, Some(1), None], None)?;
-    let t2 = bg.input(2, [None, Some(1), None], None)?;
-    let a = bg.matmul(tx, t1)?;
-    let b = bg.matmul(tx, t2)?;
-    let s = bg.unary(UnaryOp::Silu, a)?;
-    let y = bg.binary(mirage::ir::BinaryOp::Mul, b, s)?;
-    let acc = bg.accum(AccKind::Sum, &[y])?;
-    bg.output(acc, [Some(0), Some(1), None])?;
-    let out = g.custom(&[x, w1, w2], bg)?[0];
-    g.output(out, None)?;
-    Ok(g)
-}
-
 #[test]
 fn the_gated_mlp_over_b_takes_its_size_at_launch() -> TestResult {
-    let g = generate_sized(&gated_mlp()?, &over_b(3), "gmlp", &KernelOptions::default())?;
+    // The gated MLP as the search picks it at B = 64 (x `[B, 128]`): one kernel, grid `[4, 32]`
+    // (16 rows of B by 8 columns per block).
+    let g = generate_sized(&gated_mlp(8, 256)?, &over_b(3), "gmlp", &KernelOptions::default())?;
     let plan = &g.plan;
     assert_eq!(plan.dims, vec![PlanDim { name: "B".into(), lo: 1, hi: 64 }]);
     assert_eq!(plan.input_dims, vec![vec![Some(0), None], vec![None, None], vec![None, None]]);
@@ -80,7 +58,7 @@ fn the_gated_mlp_over_b_takes_its_size_at_launch() -> TestResult {
 
 #[test]
 fn the_sized_gated_mlp_compiles_for_sm90a() -> TestResult {
-    let g = generate_sized(&gated_mlp()?, &over_b(3), "gmlp_sized", &KernelOptions::default())?;
+    let g = generate_sized(&gated_mlp(8, 256)?, &over_b(3), "gmlp_sized", &KernelOptions::default())?;
     let opts = CompileOptions { arch: Some("sm_90a".to_string()), ..Default::default() };
     let cubin = compile_cubin(&g.source, "gmlp_sized", &opts)?;
     assert!(cubin.bytes.starts_with(b"\x7fELF"), "an ELF cubin");

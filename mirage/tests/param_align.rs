@@ -6,90 +6,17 @@
 //! carry it. No GPU.
 #![cfg(feature = "build")]
 
+mod support;
+use support::{gated_mlp, online_softmax, split_kv};
+
 use std::path::Path;
 
 use mirage::cache::CacheEntry;
 use mirage::codegen::{KernelOptions, generate, generate_sized};
-use mirage::ir::{AccKind, BinaryOp, BlockGraph, DType, IrError, KernelGraph, TensorDesc, UnaryOp};
-use mirage::lower::lower_source;
-use mirage::search::attention;
 use mirage_runtime::check_pointers;
 use mirage_runtime::plan::{ArgRef, LaunchPlan};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// The gated MLP `silu(x @ w1) * (x @ w2)`, x `[64, 128]`, w1 and w2 `[128, 256]`, f16, as one
-/// kernel of grid `[4, 32]` (16 rows by 8 columns per block), with static sizes.
-fn gated_mlp() -> Result<KernelGraph, IrError> {
-    let mut g = KernelGraph::new();
-    let x = g.input(&[64, 128], DType::F16)?;
-    let w1 = g.input(&[128, 256], DType::F16)?;
-    let w2 = g.input(&[128, 256], DType::F16)?;
-    let descs = vec![
-        TensorDesc::new(&[64, 128], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-    ];
-    let mut bg = BlockGraph::new(descs, [4, 32, 1], 256, 1)?;
-    let tx = bg.input(0, [Some(0), None, None], None)?;
-    let t1 = bg.input(1, [None, Some(1), None], None)?;
-    let t2 = bg.input(2, [None, Some(1), None], None)?;
-    let a = bg.matmul(tx, t1)?;
-    let b = bg.matmul(tx, t2)?;
-    let s = bg.unary(UnaryOp::Silu, a)?;
-    let y = bg.binary(BinaryOp::Mul, b, s)?;
-    let acc = bg.accum(AccKind::Sum, &[y])?;
-    bg.output(acc, [Some(0), Some(1), None])?;
-    let out = g.custom(&[x, w1, w2], bg)?[0];
-    g.output(out, None)?;
-    Ok(g)
-}
-
-/// The same with w1's tile 4 columns wide (grid `[4, 64]`): 8-byte vectors of w1 (and w2).
-fn gated_mlp_narrow() -> Result<KernelGraph, IrError> {
-    let mut g = KernelGraph::new();
-    let x = g.input(&[64, 128], DType::F16)?;
-    let w1 = g.input(&[128, 256], DType::F16)?;
-    let w2 = g.input(&[128, 256], DType::F16)?;
-    let descs = vec![
-        TensorDesc::new(&[64, 128], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-        TensorDesc::new(&[128, 256], DType::F16),
-    ];
-    let mut bg = BlockGraph::new(descs, [4, 64, 1], 128, 1)?;
-    let tx = bg.input(0, [Some(0), None, None], None)?;
-    let t1 = bg.input(1, [None, Some(1), None], None)?;
-    let t2 = bg.input(2, [None, Some(1), None], None)?;
-    let a = bg.matmul(tx, t1)?;
-    let b = bg.matmul(tx, t2)?;
-    let s = bg.unary(UnaryOp::Silu, a)?;
-    let y = bg.binary(BinaryOp::Mul, b, s)?;
-    let acc = bg.accum(AccKind::Sum, &[y])?;
-    bg.output(acc, [Some(0), Some(1), None])?;
-    let out = g.custom(&[x, w1, w2], bg)?[0];
-    g.output(out, None)?;
-    Ok(g)
-}
-
-/// Decode attention over `S = 1..=1024` in bf16, 2 heads, head dim 32 (K `[2, 32, S]`, V
-/// `[2, S, 32]`) as split-KV (4 key ranges of 256, key tiles of 64) or online softmax.
-fn attention_over_s(split: bool) -> Result<(KernelGraph, mirage::dims::Dims), Box<dyn std::error::Error>> {
-    let src = "#[mugraph(dims(S = 1..=1024))]
-         fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>)
-             -> Tensor<bf16, 2, 1, 32>
-         {
-             let s = q.matmul(k) * 0.17677669;
-             softmax(s, 2).matmul(v)
-         }";
-    let p = lower_source(src)?.remove(0);
-    let a = attention::recognize(&p.graph).expect("recognized");
-    let g = if split {
-        attention::split_kv(&p.graph, &a, 4, 256 / 64, 64)?
-    } else {
-        attention::online_softmax(&p.graph, &a, 1, 1024 / 64, 64)?
-    };
-    Ok((g, p.dims))
-}
 
 /// Per kernel, its arguments and their recorded alignments.
 type Recorded = Vec<(Vec<ArgRef>, Vec<usize>)>;
@@ -103,18 +30,18 @@ fn recorded(plan: &LaunchPlan) -> Result<Recorded, Box<dyn std::error::Error>> {
 #[test]
 fn a_static_gated_mlp_needs_its_vectors_alignment() -> TestResult {
     use ArgRef::{Input, Output};
-    let g = generate(&gated_mlp()?, "gmlp", &KernelOptions::default())?;
+    let g = generate(&gated_mlp(8, 256)?, "gmlp", &KernelOptions::default())?;
     // x's 16-row tiles of 128 halves and the weights' 8-column tiles (16 bytes a row) are copied
     // in 16-byte vectors; y is stored element by element.
     assert_eq!(recorded(&g.plan)?, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 16, 16, 2])]);
-    let g = generate(&gated_mlp_narrow()?, "gmlp4", &KernelOptions::default())?;
+    let g = generate(&gated_mlp(4, 128)?, "gmlp4", &KernelOptions::default())?;
     // 4 columns of halves: 8 bytes a row, 8-byte vectors.
     assert_eq!(recorded(&g.plan)?, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 8, 8, 2])]);
 
     // The launcher's check on these plans: x 2 bytes past a 16-byte boundary is an error naming
     // x; w1 8 bytes past passes in the narrow program only; the output may start anywhere its
     // element does.
-    let wide = generate(&gated_mlp()?, "gmlp", &KernelOptions::default())?.plan;
+    let wide = generate(&gated_mlp(8, 256)?, "gmlp", &KernelOptions::default())?.plan;
     let e = check_pointers("gmlp", &wide, [&[0x1002, 0x2000, 0x3000], &[0x4000], &[]]).expect_err("x misaligned");
     let e = e.to_string();
     assert!(e.starts_with("`gmlp`: parameter `input 0`: expected a device pointer aligned to 16 bytes"), "{e}");
@@ -132,7 +59,7 @@ fn the_s_sized_attention_needs_only_elements_of_k() -> TestResult {
     // Split-KV: kernel 0 reads q (one row of 32 bf16 per head: 16-byte vectors), K through the
     // guarded copy (2: the guard checks K's base) and V's key tiles (rows of 32 bf16: 16); it
     // writes the per-range parts (f32 buffers). Kernel 1 combines the parts.
-    let (g, dims) = attention_over_s(true)?;
+    let (g, dims) = split_kv()?;
     let sk = generate_sized(&g, &dims, "attn_sk", &KernelOptions::default())?;
     let kernels = recorded(&sk.plan)?;
     assert_eq!(kernels.len(), 2, "{kernels:?}");
@@ -156,7 +83,7 @@ fn the_s_sized_attention_needs_only_elements_of_k() -> TestResult {
     assert!(e.to_string().contains("parameter `input 2`: expected a device pointer aligned to 16 bytes"), "{e}");
 
     // Online softmax: one kernel, the same for q, K and V.
-    let (g, dims) = attention_over_s(false)?;
+    let (g, dims) = online_softmax()?;
     let os = generate_sized(&g, &dims, "attn_os", &KernelOptions::default())?;
     let kernels = recorded(&os.plan)?;
     assert_eq!(kernels, vec![(vec![Input(0), Input(1), Input(2), Output(0)], vec![16, 2, 16, 2])]);

@@ -564,25 +564,19 @@ fn search_normalized_products(
     let one = SearchConfig { max_kernels: 1, partition: false, budget: left, max_states: states_left, ..cfg.clone() };
     let second = search(program, &one, None, &mut 0);
     match (first, second) {
-        (Ok(mut a), Ok(b)) => {
+        (Ok(a), Ok(b)) => {
             let note = format!(
                 "searched one-kernel µGraphs again keeping normalized products (rms_norm(x) * g before a matmul): {} states, {} candidates, best {:.2} µs",
                 b.stats.states, b.stats.candidates, b.best.cost.total_us
             );
-            let mut chosen = if b.best.cost.total_us < a.best.cost.total_us {
-                let mut b = b;
-                b.stats.states += a.stats.states;
-                b.stats.search_time += a.stats.search_time;
-                b.stats.verify_time += a.stats.verify_time;
-                b.stats.budget = cfg.budget;
-                b.stats.max_states = cfg.max_states;
-                b
-            } else {
-                a.stats.states += b.stats.states;
-                a.stats.search_time += b.stats.search_time;
-                a.stats.verify_time += b.stats.verify_time;
-                a
-            };
+            let (mut chosen, other) = if b.best.cost.total_us < a.best.cost.total_us { (b, a) } else { (a, b) };
+            chosen.stats.states += other.stats.states;
+            chosen.stats.search_time += other.stats.search_time;
+            chosen.stats.verify_time += other.stats.verify_time;
+            // The whole search's limits (the first search's result already reports them; the
+            // second ran on what the first left).
+            chosen.stats.budget = cfg.budget;
+            chosen.stats.max_states = cfg.max_states;
             chosen.notes.push(note);
             Ok(chosen)
         }
@@ -619,9 +613,9 @@ fn candidates_until(
     // A program that normalizes a product before a reduction (`(rms_norm(x) * g) @ w`: the
     // normal form has no `rms_norm(x) * g` to match) is searched for one kernel with the pruner
     // that keeps such products ([`search_normalized_products`]).
-    let products = (pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels <= 1)
-        .then(|| StructuralPruner::with_normalized_products(&targets))
-        .filter(|_| expr::has_normalized_products(&targets));
+    let products =
+        (pruner.is_none() && cfg.pruning && !cfg.z3 && cfg.max_kernels <= 1 && expr::has_normalized_products(&targets))
+            .then(|| StructuralPruner::with_normalized_products(&targets));
     let structural = StructuralPruner::new(&targets);
     let z3 = (pruner.is_none() && cfg.pruning && cfg.z3)
         .then(|| Z3Pruner::new(&targets, program.inputs().len(), crate::absexpr::OracleConfig::default()));

@@ -313,17 +313,7 @@ mod tests {
     }
 
     fn tile(shape: &[usize], strides: &[usize], offset: usize, pipelined: bool) -> Tile {
-        let numel: usize = shape.iter().product();
-        Tile {
-            var: "t".into(),
-            ctype: "__half",
-            dtype: DType::F16,
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-            offset,
-            bytes: numel * 2,
-            pipelined,
-        }
+        Tile::for_test(DType::F16, shape, strides, offset, pipelined)
     }
 
     #[test]

@@ -299,16 +299,7 @@ mod tests {
     }
 
     fn tile(dtype: DType, shape: &[usize], strides: &[usize], offset: usize) -> Tile {
-        Tile {
-            var: "t".into(),
-            ctype: ctype(dtype),
-            dtype,
-            shape: shape.to_vec(),
-            strides: strides.to_vec(),
-            offset,
-            bytes: shape.iter().product::<usize>() * dtype.size_bytes(),
-            pipelined: true,
-        }
+        Tile::for_test(dtype, shape, strides, offset, true)
     }
 
     #[test]

@@ -52,6 +52,24 @@ impl Tile {
     }
 }
 
+#[cfg(test)]
+impl Tile {
+    /// A tile `t` for the planner's unit tests: `shape` of `dtype` at element `strides` from byte
+    /// `offset`, one stage the bytes of its elements.
+    pub(super) fn for_test(dtype: DType, shape: &[usize], strides: &[usize], offset: usize, pipelined: bool) -> Tile {
+        Tile {
+            var: "t".into(),
+            ctype: ctype(dtype),
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            bytes: shape.iter().product::<usize>() * dtype.size_bytes(),
+            pipelined,
+        }
+    }
+}
+
 /// A live range that never ends: tiles alive for the whole kernel.
 const FOREVER: usize = usize::MAX / 2;
 

@@ -125,17 +125,24 @@ mod tests {
             u32::from_le_bytes([self.bytes[a], self.bytes[a + 1], self.bytes[a + 2], self.bytes[a + 3]])
         }
 
-        /// The unit of `vec` elements from element `e0` with `valid` valid elements, through the
-        /// window plan (or element by element where the plan says so), as bytes.
-        fn window(&self, e0: u64, vec: u64, valid: u64) -> Vec<u8> {
+        /// The window plan of the unit of `vec` elements from element `e0` with `valid` valid
+        /// elements.
+        fn plan(&self, e0: u64, vec: u64, valid: u64) -> WindowPlan {
             let hi = self.base + self.len * self.esize;
-            let p = WindowPlan::new(
+            WindowPlan::new(
                 self.base + e0 * self.esize,
                 (vec * self.esize) as u32,
                 (valid * self.esize) as u32,
                 self.base,
                 hi,
-            );
+            )
+        }
+
+        /// The unit of `vec` elements from element `e0` with `valid` valid elements, through the
+        /// window plan (or element by element where the plan says so), as bytes.
+        fn window(&self, e0: u64, vec: u64, valid: u64) -> Vec<u8> {
+            let hi = self.base + self.len * self.esize;
+            let p = self.plan(e0, vec, valid);
             if !p.whole {
                 return self.elements(e0, vec, valid);
             }
@@ -177,14 +184,7 @@ mod tests {
                     let got = mem.window(e0, vec, valid);
                     let want = mem.elements(e0, vec, valid);
                     assert_eq!(got, want, "S = {s}, base {base}, row {row}, key {s0}, vec {vec}, esize {esize}");
-                    let p = WindowPlan::new(
-                        base + e0 * esize,
-                        (vec * esize) as u32,
-                        (valid * esize) as u32,
-                        base,
-                        base + rows * s * esize,
-                    );
-                    by_elements += usize::from(!p.whole);
+                    by_elements += usize::from(!mem.plan(e0, vec, valid).whole);
                 }
             }
         }
