@@ -332,19 +332,19 @@ pub(super) enum TiledOut<'t> {
 }
 
 /// A 32-bit register holding two consecutive-k elements of A (`[m, k]`) at (`row`, `col`): a
-/// direct load when the tile holds the mma type with k contiguous, else two loads and a pack;
-/// zero outside the tile where the shape is not a multiple of the mma tile.
+/// direct load when the tile holds the mma type with k contiguous and even (a pair never straddles
+/// `k`: `col` is even), else two loads and a pack; zero outside the tile where the shape is not a
+/// multiple of the mma tile.
 fn a_pair_expr(a: &Tile, ty: &str, m: usize, k: usize, row: &str, col: &str) -> String {
     let r = a.shape.len();
     let (sa0, sa1) = (a.strides[r - 2], a.strides[r - 1]);
-    if a.ctype == ty && sa1 == 1 && sa0.is_multiple_of(2) && k.is_multiple_of(16) {
+    let lim = (!m.is_multiple_of(16)).then_some(m);
+    let kl = (!k.is_multiple_of(16)).then_some(k);
+    if a.ctype == ty && sa1 == 1 && sa0.is_multiple_of(2) && k.is_multiple_of(2) {
         let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row})*{sa0} + ({col})])", a.var);
-        if !m.is_multiple_of(16) { format!("(({row}) < {m} ? {load} : 0u)") } else { load }
+        guarded_pair(load, &pair_conds(row, col, lim, kl))
     } else {
-        let lim = (!m.is_multiple_of(16)).then_some(m);
-        let kl = (!k.is_multiple_of(16)).then_some(k);
-        let at = |row: &str, col: &str| guarded_load(a, row, col, lim, kl);
-        format!("mirage::pack2<{ty}>({}, {})", at(row, col), at(row, &format!("{col}+1")))
+        pack_pair(a, ty, (row, col), (row, &format!("{col}+1")), lim, kl)
     }
 }
 
@@ -352,20 +352,19 @@ fn a_pair_expr(a: &Tile, ty: &str, m: usize, k: usize, row: &str, col: &str) -> 
 fn b_pair_expr(b: &Tile, ty: &str, k: usize, n: usize, row: &str, col: &str) -> String {
     let r = b.shape.len();
     let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
-    if b.ctype == ty && sb0 == 1 && sb1.is_multiple_of(2) && k.is_multiple_of(16) {
+    let kl = (!k.is_multiple_of(16)).then_some(k);
+    let lim = (!n.is_multiple_of(8)).then_some(n);
+    if b.ctype == ty && sb0 == 1 && sb1.is_multiple_of(2) && k.is_multiple_of(2) {
         let load = format!("*reinterpret_cast<const uint32_t*>(&{}[({row}) + ({col})*{sb1}])", b.var);
-        if !n.is_multiple_of(8) { format!("(({col}) < {n} ? {load} : 0u)") } else { load }
+        guarded_pair(load, &pair_conds(row, col, kl, lim))
     } else {
-        let kl = (!k.is_multiple_of(16)).then_some(k);
-        let lim = (!n.is_multiple_of(8)).then_some(n);
-        let at = |row: &str, col: &str| guarded_load(b, row, col, kl, lim);
-        format!("mirage::pack2<{ty}>({}, {})", at(row, col), at(&format!("{row}+1"), col))
+        pack_pair(b, ty, (row, col), (&format!("{row}+1"), col), kl, lim)
     }
 }
 
-/// `to_f32(t[row, col])` of a matrix tile, `0.0f` where `row` reaches `rows` or `col` reaches
-/// `cols` (each given only when the tile is not a multiple of the mma tile along that dim).
-fn guarded_load(t: &Tile, row: &str, col: &str, rows: Option<usize>, cols: Option<usize>) -> String {
+/// The bounds a pair at (`row`, `col`) must meet: `row < rows`, `col < cols`, each given only when
+/// the tile is not a multiple of the mma tile along that dim.
+fn pair_conds(row: &str, col: &str, rows: Option<usize>, cols: Option<usize>) -> Vec<String> {
     let mut conds = Vec::new();
     if let Some(m) = rows {
         conds.push(format!("({row}) < {m}"));
@@ -373,6 +372,41 @@ fn guarded_load(t: &Tile, row: &str, col: &str, rows: Option<usize>, cols: Optio
     if let Some(n) = cols {
         conds.push(format!("({col}) < {n}"));
     }
+    conds
+}
+
+/// `load`, or zero where `conds` fail.
+fn guarded_pair(load: String, conds: &[String]) -> String {
+    if conds.is_empty() { load } else { format!("({} ? {load} : 0u)", conds.join(" && ")) }
+}
+
+/// Two elements of a matrix tile at `lo` and `hi` packed into one operand register: their bits
+/// when the tile holds the mma type (`bits16`, `pack_bits`: no round trip through f32), else
+/// converted (`pack2`, rounding f32 tiles to the mma type); zero outside the tile.
+fn pack_pair(
+    t: &Tile,
+    ty: &str,
+    lo: (&str, &str),
+    hi: (&str, &str),
+    rows: Option<usize>,
+    cols: Option<usize>,
+) -> String {
+    if t.ctype == ty {
+        let bits = |(row, col): (&str, &str)| {
+            let v = format!("mirage::bits16({}[{}])", t.var, t.offset_expr(&two(row, col, t.shape.len())));
+            guarded_pair(v, &pair_conds(row, col, rows, cols))
+        };
+        format!("mirage::pack_bits({}, {})", bits(lo), bits(hi))
+    } else {
+        let at = |(row, col): (&str, &str)| guarded_load(t, row, col, rows, cols);
+        format!("mirage::pack2<{ty}>({}, {})", at(lo), at(hi))
+    }
+}
+
+/// `to_f32(t[row, col])` of a matrix tile, `0.0f` where `row` reaches `rows` or `col` reaches
+/// `cols` (each given only when the tile is not a multiple of the mma tile along that dim).
+fn guarded_load(t: &Tile, row: &str, col: &str, rows: Option<usize>, cols: Option<usize>) -> String {
+    let conds = pair_conds(row, col, rows, cols);
     let v = t.load(&two(row, col, t.shape.len()));
     if conds.is_empty() { v } else { format!("(({}) ? {v} : 0.0f)", conds.join(" && ")) }
 }
