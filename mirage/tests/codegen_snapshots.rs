@@ -140,3 +140,36 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
     assert!(src.contains("if (warp == 0 && lane < 14)"), "only the 14 working lanes write:\n{src}");
     insta::assert_snapshot!(src);
 }
+
+/// Sixteen rows against K tiles of 28 (`x[16, 896] · w[896, 256]`, F 32: the Qwen-0.5B LM head's
+/// loop at 16 rows): `mma.sync` with k-steps past the tile's 28 rows. The A pairs load as one
+/// 32-bit word (k even: a pair never straddles 28), zero where `c0 ≥ 28`; the B pairs along k pack
+/// the two elements' bits (`bits16`, `pack_bits`) — no conversion through f32 and back.
+#[test]
+fn snapshot_mma_k_tile_of_28_bf16() {
+    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let (x, w) = (TensorDesc::new(&[16, 896], d), TensorDesc::new(&[896, 256], d));
+    let mut bg = BlockGraph::new(vec![x, w], [2, 1, 1], 256, 32).expect("block graph");
+    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
+    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
+    let p = bg.matmul(tx, tw).expect("x·w");
+    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
+    bg.output(acc, [Some(1), None, None]).expect("out");
+    let mut g = KernelGraph::new();
+    let gx = g.input(&[16, 896], d).expect("gx");
+    let gw = g.input(&[896, 256], d).expect("gw");
+    let outs = g.custom(&[gx, gw], bg).expect("custom");
+    g.output(outs[0], None).expect("y");
+    let out = generate(&g, "mma_k_tile_of_28", &KernelOptions::default()).expect("generates");
+    let src = format!(
+        "{}\n// plan\n{}",
+        out.kernels_source,
+        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
+    );
+    assert!(src.contains("mirage::mma_16816<__nv_bfloat16>("), "a 16-row matmul runs on mma.sync:\n{src}");
+    assert!(src.contains("(c0) < 28 ? *reinterpret_cast<const uint32_t*>("), "A pairs: one guarded word:\n{src}");
+    assert!(src.contains("mirage::pack_bits(") && src.contains("mirage::bits16("), "B pairs packed as bits:\n{src}");
+    assert!(!src.contains("pack2<"), "no operand goes through f32:\n{src}");
+    insta::assert_snapshot!(src);
+}
