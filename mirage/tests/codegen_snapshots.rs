@@ -143,8 +143,9 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
 
 /// Sixteen rows against K tiles of 28 (`x[16, 896] · w[896, 256]`, F 32: the Qwen-0.5B LM head's
 /// loop at 16 rows): `mma.sync` with k-steps past the tile's 28 rows. The A pairs load as one
-/// 32-bit word (k even: a pair never straddles 28), zero where `c0 ≥ 28`; the B pairs along k pack
-/// the two elements' bits (`bits16`, `pack_bits`) — no conversion through f32 and back.
+/// 32-bit word (k even: a pair never straddles 28), zero where `c0 ≥ 28`; B goes through
+/// `ldmatrix.trans`, the last k-step's rows past 28 reading row 27 and their registers zeroed —
+/// no conversion through f32 and back. (Bits packing of B pairs: `snapshot_matmul_odd_shapes_f16`.)
 #[test]
 fn snapshot_mma_k_tile_of_28_bf16() {
     use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
@@ -169,7 +170,11 @@ fn snapshot_mma_k_tile_of_28_bf16() {
     );
     assert!(src.contains("mirage::mma_16816<__nv_bfloat16>("), "a 16-row matmul runs on mma.sync:\n{src}");
     assert!(src.contains("(c0) < 28 ? *reinterpret_cast<const uint32_t*>("), "A pairs: one guarded word:\n{src}");
-    assert!(src.contains("mirage::pack_bits(") && src.contains("mirage::bits16("), "B pairs packed as bits:\n{src}");
+    assert!(src.contains("ldmatrix_x2_trans(fb, &t1[(kr < 28 ? kr : 27)*"), "B by ldmatrix, rows clamped:\n{src}");
+    assert!(
+        src.contains("if (ck >= 28) fb[0] = 0u; if (ck + 8 >= 28) fb[1] = 0u;"),
+        "B's registers past k zeroed:\n{src}"
+    );
     assert!(!src.contains("pack2<"), "no operand goes through f32:\n{src}");
     insta::assert_snapshot!(src);
 }

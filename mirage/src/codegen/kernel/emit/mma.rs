@@ -118,10 +118,16 @@ impl Emitter<'_> {
         let (k, n) = (b.shape[r - 2], b.shape[r - 1]);
         if ldmatrix {
             let sb0 = b.strides[r - 2];
-            self.line(
-                indent,
-                &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var),
-            );
+            if k.is_multiple_of(16) {
+                self.line(
+                    indent,
+                    &format!("mirage::ldmatrix_x2_trans(fb, &{}[(kt * 16 + (lane & 15))*{sb0} + nt * 8]);", b.var),
+                );
+                return;
+            }
+            // A last k-step past k: its rows read row k-1 (in the tile), their registers zeroed.
+            self.line(indent, &format!("{{ const int kr = kt * 16 + (lane & 15); mirage::ldmatrix_x2_trans(fb, &{}[(kr < {k} ? kr : {})*{sb0} + nt * 8]); }}", b.var, k - 1));
+            self.line(indent, &format!("{{ const int ck = kt * 16 + (lane & 3) * 2; if (ck >= {k}) fb[0] = 0u; if (ck + 8 >= {k}) fb[1] = 0u; }}"));
             return;
         }
         if declare_c0 {

@@ -90,7 +90,7 @@ pub struct TiledMatmul {
     /// (tile, slice) items per warp.
     pub per_warp: usize,
     /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
-    /// aligned rows).
+    /// aligned rows and an even k).
     pub b_ldmatrix: bool,
     /// Accumulates in registers across the iterations (its `acc_sum` has no code in the loop).
     pub accumulates: bool,
@@ -131,7 +131,7 @@ pub struct RowMatmul {
     /// The result.
     pub out: RowOut,
     /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
-    /// aligned rows).
+    /// aligned rows and an even k).
     pub b_ldmatrix: bool,
 }
 
@@ -246,7 +246,10 @@ pub fn k_split(tiles: usize, kt: usize, warps: usize) -> usize {
 }
 
 /// Whether B goes through `ldmatrix.trans`: a row-major `[k][n]` tile in the mma type `ty` with
-/// 16-byte aligned rows (every tile starts 16-byte aligned in shared memory).
+/// 16-byte aligned rows (every tile starts 16-byte aligned in shared memory) and an even `k`.
+/// When `k` is not a multiple of 16, the last k-step's rows past `k` are read from row `k - 1`
+/// (inside the tile, so no other tile's bytes and no race) and the registers holding them are
+/// zeroed after the load; an even `k` keeps each register's pair on one side of it.
 fn b_by_ldmatrix(b: &Tile, ty: &str, k: usize, n: usize) -> bool {
     let r = b.shape.len();
     let (sb0, sb1) = (b.strides[r - 2], b.strides[r - 1]);
@@ -254,7 +257,7 @@ fn b_by_ldmatrix(b: &Tile, ty: &str, k: usize, n: usize) -> bool {
         && sb1 == 1
         && sb0.is_multiple_of(8)
         && n.is_multiple_of(8)
-        && k.is_multiple_of(16)
+        && k.is_multiple_of(2)
         && b.offset.is_multiple_of(16)
         && b.bytes.is_multiple_of(16)
 }
