@@ -141,6 +141,44 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
     insta::assert_snapshot!(src);
 }
 
+/// Qwen2.5-7B's down projection at 16 rows, one K slice (`[16, 296] x [296, 112]` per iteration,
+/// 8 warps): 14 mma tiles of 19 k-steps. Its k-steps are dealt to the warps (warp w: k-steps w,
+/// w + 8, …), each loading the A fragment once per k-step for all 14 tiles, every tile into its
+/// own accumulator; after the loop the warps' partial sums meet in warp order, a barrier between
+/// rounds (DECISIONS change 43).
+#[test]
+fn snapshot_mma_k_strided_bf16() {
+    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let (x, w) = (TensorDesc::new(&[16, 4736], d), TensorDesc::new(&[4736, 224], d));
+    let mut bg = BlockGraph::new(vec![x, w], [2, 1, 1], 256, 16).expect("block graph");
+    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
+    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
+    let p = bg.matmul(tx, tw).expect("x·w");
+    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
+    bg.output(acc, [Some(1), None, None]).expect("out");
+    let mut g = KernelGraph::new();
+    let gx = g.input(&[16, 4736], d).expect("gx");
+    let gw = g.input(&[4736, 224], d).expect("gw");
+    let outs = g.custom(&[gx, gw], bg).expect("custom");
+    g.output(outs[0], None).expect("y");
+    let out = generate(&g, "mma_k_strided", &KernelOptions::default()).expect("generates");
+    let src = format!(
+        "{}\n// plan\n{}",
+        out.kernels_source,
+        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
+    );
+    assert!(src.contains("for (int kt = warp; kt < 19; kt += 8) {"), "k-steps dealt to the warps:\n{src}");
+    assert!(src.contains("mirage::mma_16816<__nv_bfloat16>(racc"), "into the register accumulator:\n{src}");
+    assert!(src.contains("[mt * 14 + nt], fa, fb);"), "every tile its own accumulator:\n{src}");
+    assert_eq!(src.matches("uint32_t fa[4];").count(), 1, "one A fragment per k-step:\n{src}");
+    for w in 0..8 {
+        assert!(src.contains(&format!("if (warp == {w}) {{")), "round of warp {w} after the loop:\n{src}");
+    }
+    assert!(src.contains("+= d[0];"), "the later warps add:\n{src}");
+    insta::assert_snapshot!(src);
+}
+
 /// Sixteen rows against K tiles of 28 (`x[16, 896] · w[896, 256]`, F 32: the Qwen-0.5B LM head's
 /// loop at 16 rows): `mma.sync` with k-steps past the tile's 28 rows. The A pairs load as one
 /// 32-bit word (k even: a pair never straddles 28), zero where `c0 ≥ 28`; B goes through

@@ -235,6 +235,21 @@ impl Emitter<'_> {
         let TiledMatmul { m, n, tiles, nt, split, per_warp, .. } = *p;
         let warps = self.plan.warps;
         let acc = register_accumulator(i);
+        if p.k_strided {
+            // Every warp holds a partial sum of every tile: one round per warp that ran k-steps,
+            // warp 0 stores, the others add in warp order (the same sums every run).
+            for round in 0..warps.min(p.kt) {
+                self.line(1, &format!("if (warp == {round}) {{"));
+                self.line(2, "#pragma unroll");
+                self.line(2, &format!("for (int j = 0; j < {tiles}; ++j) {{"));
+                self.line(3, &format!("const int mt = j / {nt}, nt = j % {nt}; const float* d = {acc}[j];"));
+                self.store_fragment(3, c, m, n, if round == 0 { "=" } else { "+=" });
+                self.line(2, "}");
+                self.line(1, "}");
+                self.sync(1);
+            }
+            return;
+        }
         if split > 1 {
             for round in 0..split {
                 self.line(1, "#pragma unroll");

@@ -33,6 +33,13 @@ impl Emitter<'_> {
         let TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, b_ldmatrix, .. } = *p;
         let ty = ctype(dtype);
         let warps = self.plan.warps;
+        if p.k_strided {
+            let TiledOut::Accumulator(i) = out else {
+                unreachable!("only register-accumulated matmuls deal their k-steps to the warps")
+            };
+            self.matmul_k_strided(indent, p, i, a, b);
+            return;
+        }
         let kt_range = kt / split;
         let split_note = if split > 1 { format!(", k-steps split {split} ways over the warps") } else { String::new() };
         self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps in {chains} chain(s){}{split_note}", if b_ldmatrix { ", B by ldmatrix.trans" } else { "" }));
@@ -81,6 +88,37 @@ impl Emitter<'_> {
         if let TiledOut::Smem(c) = out {
             self.store_fragment(indent + 3, c, m, n, "=");
         }
+        self.line(indent + 2, "}");
+        self.line(indent + 1, "}");
+        self.line(indent, "}");
+    }
+
+    /// Register-accumulated tensor-core matmul `a[m,k] x b[k,n]` of node `i` with its k-steps dealt
+    /// to the warps ([`TiledMatmul::k_strided`]): warp `w` runs k-steps `w, w + warps, …`; per
+    /// k-step it loads each 16-row band's A fragment once and runs every tile of the band on it,
+    /// each tile into its own accumulator fragment (independent chains: no `dc` staging).
+    fn matmul_k_strided(&mut self, indent: usize, p: &TiledMatmul, i: usize, a: &Tile, b: &Tile) {
+        let TiledMatmul { m, k, n, dtype, tiles, nt, kt, b_ldmatrix, .. } = *p;
+        let ty = ctype(dtype);
+        let warps = self.plan.warps;
+        let mt = tiles / nt;
+        let acc = register_accumulator(i);
+        self.line(indent, &format!("// matmul [{m}x{k}] x [{k}x{n}]: {tiles} mma tiles of 16x8, {kt} k-steps dealt to the {warps} warps (warp w: k-steps w, w + {warps}, ...), every tile per k-step{}", if b_ldmatrix { ", B by ldmatrix.trans" } else { "" }));
+        self.line(indent, "{");
+        self.line(indent + 1, &format!("for (int kt = warp; kt < {kt}; kt += {warps}) {{"));
+        self.line(indent + 2, "#pragma unroll");
+        self.line(indent + 2, &format!("for (int mt = 0; mt < {mt}; ++mt) {{"));
+        self.line(indent + 3, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
+        self.line(indent + 3, "uint32_t fa[4];");
+        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
+            self.line(indent + 3, &format!("fa[{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
+        }
+        self.line(indent + 3, "#pragma unroll");
+        self.line(indent + 3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
+        self.line(indent + 4, "uint32_t fb[2];");
+        self.b_fragment(indent + 4, b, ty, b_ldmatrix, true);
+        self.line(indent + 4, &format!("mirage::mma_16816<{ty}>({acc}[mt * {nt} + nt], fa, fb);"));
+        self.line(indent + 3, "}");
         self.line(indent + 2, "}");
         self.line(indent + 1, "}");
         self.line(indent, "}");

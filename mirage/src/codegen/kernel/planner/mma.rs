@@ -87,8 +87,12 @@ pub struct TiledMatmul {
     /// Independent accumulator chains over the k-steps: mma latency, not issue, bounds one chain;
     /// 4 chains keep the tensor pipe busy.
     pub chains: usize,
-    /// (tile, slice) items per warp.
+    /// (tile, slice) items per warp; with [`k_strided`](Self::k_strided), every tile.
     pub per_warp: usize,
+    /// The k-steps are dealt to the warps instead of the tiles ([`k_strided`]): warp `w` runs
+    /// k-steps `w, w + warps, …` of every tile, loading each A fragment once for all the tiles
+    /// of its band; the warps' partial sums meet after the loop.
+    pub k_strided: bool,
     /// B goes through `ldmatrix.trans` (a row-major `[k][n]` tile in the mma type with 16-byte
     /// aligned rows and an even k).
     pub b_ldmatrix: bool,
@@ -202,7 +206,14 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPl
     let chains = (kt / split).clamp(1, 4);
     let per_warp = (tiles * split).div_ceil(warps);
     let b_ldmatrix = b_by_ldmatrix(b, ctype(dtype), k, n);
-    MatmulPlan::Tiled(TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, b_ldmatrix, accumulates })
+    if accumulates && k_strided(mt, nt, kt, warps, per_warp, split) {
+        let (split, chains, per_warp, k_strided) = (1, 1, tiles, true);
+        return MatmulPlan::Tiled(TiledMatmul {
+            m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, k_strided, b_ldmatrix, accumulates,
+        });
+    }
+    let k_strided = false;
+    MatmulPlan::Tiled(TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, k_strided, b_ldmatrix, accumulates })
 }
 
 /// The CUDA-core plan of a register-accumulated matmul of tiles `a` and `b` run by `threads`
@@ -243,6 +254,34 @@ pub fn k_split(tiles: usize, kt: usize, warps: usize) -> usize {
     }
     let split = warps / gcd(tiles, warps);
     if split > 1 && kt.is_multiple_of(split) && kt / split >= 8 { split } else { 1 }
+}
+
+/// Most mma tiles of a matmul whose k-steps are dealt to the warps ([`k_strided`]): each warp
+/// holds an accumulator fragment (4 floats) of every tile.
+pub const K_STRIDED_MAX_TILES: usize = 16;
+
+/// Issue slots of one A fragment (four 32-bit shared-memory loads and their addresses) and of one
+/// tile's k-step (its B fragment and the `mma`), the units in which [`k_strided`] compares the
+/// two ways of dealing a register-accumulated matmul to the warps.
+const A_FRAGMENT_COST: usize = 4;
+const TILE_STEP_COST: usize = 3;
+
+/// Whether a register-accumulated matmul of `mt x nt` mma tiles and `kt` k-steps deals its
+/// k-steps to the `warps` warps (warp `w`: k-steps `w, w + warps, …` of every tile) instead of
+/// (tile, k-slice) items (`per_warp` items of `kt / split` k-steps each): when the tiles fit the
+/// registers ([`K_STRIDED_MAX_TILES`]), every warp gets at least two k-steps, and the busiest
+/// warp's issue slots per iteration are fewer. Dealing tiles loads a tile's A fragment once per
+/// tile; a band of one 16-row tile and many columns (a decode projection of 16 rows: Qwen2.5-7B's
+/// down projection has 14 tiles of 19 k-steps over 8 warps) then loads the same A fragments
+/// again for every tile and leaves warps unevenly loaded.
+pub fn k_strided(mt: usize, nt: usize, kt: usize, warps: usize, per_warp: usize, split: usize) -> bool {
+    let tiles = mt * nt;
+    if warps == 0 || split == 0 || tiles > K_STRIDED_MAX_TILES || kt < 2 * warps {
+        return false;
+    }
+    let items = per_warp * (kt / split) * (A_FRAGMENT_COST + TILE_STEP_COST);
+    let strided = kt.div_ceil(warps) * (mt * A_FRAGMENT_COST + tiles * TILE_STEP_COST);
+    strided < items
 }
 
 /// Whether B goes through `ldmatrix.trans`: a row-major `[k][n]` tile in the mma type `ty` with
@@ -290,6 +329,38 @@ pub(super) fn register_accumulators(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wide_band_of_many_k_steps_deals_its_k_steps_to_the_warps() {
+        // Qwen2.5-7B down projection, 16 rows: [16, 296] x [296, 112], 8 warps. Dealt as tiles:
+        // 2 tiles of 19 k-steps for the busiest warp (266 slots); as k-steps: 3 of 14 tiles (138).
+        assert!(k_strided(1, 14, 19, 8, 2, 1));
+        // One tile per warp: dealing tiles loads the band's A fragment in every warp for every
+        // k-step (32 A + 32 tile steps); dealt k-steps, 4 A + 32 tile steps.
+        assert!(k_strided(1, 8, 32, 8, 1, 1));
+        // Four bands of one tile, k split 2 ways (8 k-steps per item): every A fragment is used
+        // once either way, 56 slots each: no gain, tiles stay dealt.
+        assert!(!k_strided(4, 1, 16, 8, 1, 2));
+        // Too many tiles for the registers, too few k-steps for every warp to get two.
+        assert!(!k_strided(1, 32, 64, 8, 4, 1));
+        assert!(!k_strided(1, 6, 8, 8, 3, 4));
+        assert!(!k_strided(1, 14, 15, 8, 2, 1));
+        assert!(!k_strided(1, 14, 19, 0, 2, 1));
+    }
+
+    #[test]
+    fn the_k_strided_plan_holds_every_tile_per_warp() {
+        let bf = DType::Bf16;
+        let a = tile(bf, &[16, 296], &[296, 1], 0);
+        let b = tile(bf, &[296, 112], &[120, 1], 9472);
+        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, true, 8) else { panic!("a tensor-core plan") };
+        assert!(p.k_strided && p.b_ldmatrix);
+        assert_eq!((p.tiles, p.kt, p.per_warp, p.split, p.chains), (14, 19, 14, 1, 1));
+        // Not register-accumulated: the result goes to shared memory tile by tile, as before.
+        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, false, 8) else { panic!("a tensor-core plan") };
+        assert!(!p.k_strided);
+        assert_eq!(p.per_warp, 2);
+    }
 
     #[test]
     fn few_accumulated_tiles_split_their_k_steps_over_the_warps() {

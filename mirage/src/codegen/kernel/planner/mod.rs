@@ -31,7 +31,7 @@ pub mod window;
 
 pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
 pub use groups::ElementwiseGroups;
-pub use mma::{ASource, FmaMatmul, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul, k_split};
+pub use mma::{ASource, FmaMatmul, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul, K_STRIDED_MAX_TILES, k_split, k_strided};
 pub use reduce::{ReduceStrategy, Reduction, lanes_per_output};
 pub use schedule::Schedule;
 pub use tiles::{Tile, ctype};
