@@ -5,14 +5,27 @@ use std::fmt::Write;
 use crate::ir::{BlockOp, TensorRef};
 
 use super::super::super::CodegenError;
+use super::super::planner::{Tile, pass_vector};
 use super::Emitter;
 use super::expr::{binary_expr, unary_expr, unflatten};
 
-impl Emitter<'_> {
+/// The C type moving `bytes` bytes at once (a vector of the element-wise pass).
+fn vector_type(bytes: usize) -> &'static str {
+    match bytes {
+        16 => "uint4",
+        8 => "uint2",
+        4 => "unsigned int",
+        _ => "unsigned short",
+    }
+}
+
+impl<'a> Emitter<'a> {
     /// Emits element-wise group `gid` as one pass (see
     /// [`ElementwiseGroups`](super::super::planner::ElementwiseGroups)): an `rms_norm` head's row
     /// sums first, then one loop over the elements computing every member, storing the members
-    /// read outside the group and writing the group's savers.
+    /// read outside the group and writing the group's savers; `v` elements of a row per thread
+    /// and step where every tile allows vectors of them ([`pass_vector`]; not under an `rms_norm`
+    /// head, whose scaling reads its row sum per element).
     pub(super) fn group(&mut self, indent: usize, gid: usize) -> Result<(), CodegenError> {
         let plan = self.plan;
         let members = &plan.groups.groups[gid];
@@ -20,6 +33,12 @@ impl Emitter<'_> {
         let numel: usize = shape.iter().product();
         let nodes = self.bg().nodes();
         let names: Vec<String> = members.iter().map(|&i| nodes[i].op.name()).collect();
+        if !matches!(nodes[members[0]].op, BlockOp::RmsNorm { .. }) {
+            let v = pass_vector(shape, &self.group_tiles(gid));
+            if v > 1 {
+                return self.group_vector(indent, gid, v);
+            }
+        }
         self.line(indent, &format!("// one pass: {}", names.join(", ")));
         if let BlockOp::RmsNorm { .. } = nodes[members[0]].op {
             self.rms_row_sums(indent, members[0]);
@@ -52,6 +71,146 @@ impl Emitter<'_> {
             }
         }
         self.elementwise(indent, numel, body.trim_end());
+        Ok(())
+    }
+
+    /// The shared-memory tiles pass `gid` touches: the operands it reads from tiles (not members
+    /// in registers) and the members it stores.
+    fn group_tiles(&self, gid: usize) -> Vec<&'a Tile> {
+        let plan = self.plan;
+        let members = &plan.groups.groups[gid];
+        let nodes = self.bg().nodes();
+        let mut tiles = Vec::new();
+        for &i in members {
+            let nd = &nodes[i];
+            if matches!(nd.op, BlockOp::Output { .. }) {
+                continue;
+            }
+            for &t in &nd.inputs {
+                if !(t.port == 0 && members.contains(&t.node)) {
+                    tiles.push(self.tile(t));
+                }
+            }
+            if !plan.groups.in_register[i] {
+                tiles.push(plan.tiles[i][0].as_ref().expect("stored group members have tiles"));
+            }
+        }
+        tiles
+    }
+
+    /// Element-wise group `gid` with `v` consecutive elements of one row per thread and step
+    /// ([`pass_vector`]): each operand tile varying along the row is read as one vector into
+    /// registers, each stored member written as one vector; the members are computed element by
+    /// element (the same expressions as the scalar pass, so the same values), savers store per
+    /// element.
+    fn group_vector(&mut self, indent: usize, gid: usize, v: usize) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let members = &plan.groups.groups[gid];
+        let shape = &plan.groups.shapes[gid];
+        let numel: usize = shape.iter().product();
+        let r = shape.len();
+        let nodes = self.bg().nodes();
+        let names: Vec<String> = members.iter().map(|&i| nodes[i].op.name()).collect();
+        self.line(indent, &format!("// one pass: {} ({v} elements of a row per thread and step)", names.join(", ")));
+        let idx0 = unflatten("e0", shape);
+        let mut idx = idx0.clone();
+        idx[r - 1] = format!("({} + u)", idx0[r - 1]);
+        let vectored = |t: &Tile| t.shape.len() == r && t.shape[r - 1] > 1;
+        // Operand tiles read as vectors, in first-use order: (operand, register array).
+        let mut loads: Vec<(TensorRef, String)> = Vec::new();
+        let mut pre = String::new();
+        for &i in members {
+            if matches!(nodes[i].op, BlockOp::Output { .. }) {
+                continue;
+            }
+            for &t in &nodes[i].inputs {
+                if (t.port == 0 && members.contains(&t.node)) || loads.iter().any(|(l, _)| *l == t) {
+                    continue;
+                }
+                let tile = self.tile(t);
+                if !vectored(tile) {
+                    continue;
+                }
+                let name = format!("x{}_{}", t.node, t.port);
+                let vt = vector_type(v * if tile.ctype == "float" || tile.ctype == "int" { 4 } else { 2 });
+                writeln!(
+                    pre,
+                    "alignas(16) {} {name}[{v}];\n*reinterpret_cast<{vt}*>({name}) = *reinterpret_cast<const {vt}*>(&{}[{}]);",
+                    tile.ctype,
+                    tile.var,
+                    tile.offset_expr(&idx0)
+                )
+                .ok();
+                loads.push((t, name));
+            }
+        }
+        let operand = |t: TensorRef| -> String {
+            if t.port == 0 && members.contains(&t.node) {
+                return format!("v{}", t.node);
+            }
+            match loads.iter().find(|(l, _)| *l == t) {
+                Some((_, name)) if self.tile(t).ctype == "float" => format!("{name}[u]"),
+                Some((_, name)) => format!("mirage::to_f32({name}[u])"),
+                None => self.tile(t).load(&idx),
+            }
+        };
+        let mut body = String::new();
+        let mut post = String::new();
+        for &i in members {
+            let nd = &nodes[i];
+            let value = match &nd.op {
+                BlockOp::Unary { op } => unary_expr(op, &operand(nd.inputs[0])),
+                BlockOp::Binary { op } => binary_expr(*op, &operand(nd.inputs[0]), &operand(nd.inputs[1])),
+                BlockOp::Output { .. } => {
+                    let value = format!("v{}", nd.inputs[0].node);
+                    writeln!(body, "{}", self.saver_store(i, shape, &idx, &value)).ok();
+                    continue;
+                }
+                _ => return Err(CodegenError::Unsupported(format!("{} in an element-wise group", nd.op.name()))),
+            };
+            writeln!(body, "const float v{i} = {value};").ok();
+            if plan.groups.in_register[i] {
+                continue;
+            }
+            let t = plan.tiles[i][0].as_ref().expect("stored group members have tiles");
+            let stored = self.zero_padding(i, &idx, format!("v{i}"));
+            if !vectored(t) {
+                writeln!(body, "{}", t.store(&idx, &stored)).ok();
+                continue;
+            }
+            let name = format!("s{i}");
+            let vt = vector_type(v * if t.ctype == "float" || t.ctype == "int" { 4 } else { 2 });
+            writeln!(pre, "alignas(16) {} {name}[{v}];", t.ctype).ok();
+            if t.ctype == "float" {
+                writeln!(body, "{name}[u] = {stored};").ok();
+            } else {
+                writeln!(body, "{name}[u] = mirage::from_f32<{}>({stored});", t.ctype).ok();
+            }
+            writeln!(
+                post,
+                "*reinterpret_cast<{vt}*>(&{}[{}]) = *reinterpret_cast<const {vt}*>({name});",
+                t.var,
+                t.offset_expr(&idx0)
+            )
+            .ok();
+        }
+        let threads = plan.threads;
+        self.line(indent, &format!("for (int e0 = tid * {v}; e0 < {numel}; e0 += {}) {{", threads * v));
+        for l in pre.lines() {
+            self.line(indent + 1, l);
+        }
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int u = 0; u < {v}; ++u) {{"));
+        self.line(indent + 2, "const int e = e0 + u;");
+        self.line(indent + 2, "(void)e;");
+        for l in body.lines() {
+            self.line(indent + 2, l);
+        }
+        self.line(indent + 1, "}");
+        for l in post.lines() {
+            self.line(indent + 1, l);
+        }
+        self.line(indent, "}");
         Ok(())
     }
 }

@@ -30,7 +30,7 @@ mod tiles;
 pub mod window;
 
 pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
-pub use groups::ElementwiseGroups;
+pub use groups::{ElementwiseGroups, pass_vector};
 pub use mma::{ASource, FmaMatmul, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul, K_STRIDED_MAX_TILES, k_split, k_strided};
 pub use reduce::{ReduceStrategy, Reduction, lanes_per_output};
 pub use schedule::Schedule;
