@@ -161,7 +161,7 @@ pub(super) fn plan_matmuls(
             if accumulates && let Some(v) = vector_matmul(a, b, warps * 32) {
                 return Some(MatmulPlan::Vector(v));
             }
-            Some(tiled_matmul(a, b, accumulates, warps))
+            Some(tiled_matmul(a, b, accumulates, warps, bg.forloop_range()))
         })
         .collect()
 }
@@ -191,8 +191,8 @@ fn row_matmul(bg: &BlockGraph, rp: &RegisterPlan, i: usize, b: &Tile) -> RowMatm
 }
 
 /// The plan of a matmul of tiles `a` and `b` dealt to `warps` warps; `accumulates`: it adds to
-/// register accumulators across the iterations.
-fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPlan {
+/// register accumulators across the `iters` iterations.
+fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize, iters: usize) -> MatmulPlan {
     let r = a.shape.len();
     let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
     let dtype = if a.dtype != DType::F32 { a.dtype } else { b.dtype };
@@ -206,7 +206,7 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize) -> MatmulPl
     let chains = (kt / split).clamp(1, 4);
     let per_warp = (tiles * split).div_ceil(warps);
     let b_ldmatrix = b_by_ldmatrix(b, ctype(dtype), k, n);
-    if accumulates && k_strided(mt, nt, kt, warps, per_warp, split) {
+    if accumulates && k_strided(mt, nt, kt, warps, per_warp, split, iters) {
         let (split, chains, per_warp, k_strided) = (1, 1, tiles, true);
         return MatmulPlan::Tiled(TiledMatmul {
             m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, k_strided, b_ldmatrix, accumulates,
@@ -265,23 +265,32 @@ pub const K_STRIDED_MAX_TILES: usize = 16;
 /// two ways of dealing a register-accumulated matmul to the warps.
 const A_FRAGMENT_COST: usize = 4;
 const TILE_STEP_COST: usize = 3;
+/// Issue slots one tile of one warp costs in the sequential meeting of the warps' partial sums
+/// after the loop (a round per warp, a barrier between rounds, its `+=` on a row-strided f32 tile
+/// bank-conflicted). Calibrated on the H200 (DECISIONS change 43): dealing k-steps lost 3–27% on
+/// kernels whose saving over the loop was 3–10.5 times `rounds x tiles` and won 13.5% on the one
+/// at 18.3 times.
+const COMBINE_TILE_COST: usize = 16;
 
-/// Whether a register-accumulated matmul of `mt x nt` mma tiles and `kt` k-steps deals its
-/// k-steps to the `warps` warps (warp `w`: k-steps `w, w + warps, …` of every tile) instead of
-/// (tile, k-slice) items (`per_warp` items of `kt / split` k-steps each): when the tiles fit the
-/// registers ([`K_STRIDED_MAX_TILES`]), every warp gets at least two k-steps, and the busiest
-/// warp's issue slots per iteration are fewer. Dealing tiles loads a tile's A fragment once per
+/// Whether a register-accumulated matmul of `mt x nt` mma tiles and `kt` k-steps, run `iters`
+/// times by the loop, deals its k-steps to the `warps` warps (warp `w`: k-steps `w, w + warps, …`
+/// of every tile) instead of (tile, k-slice) items (`per_warp` items of `kt / split` k-steps
+/// each): when the tiles fit the registers ([`K_STRIDED_MAX_TILES`]), every warp gets at least
+/// two k-steps, and the issue slots the busiest warp saves over the loop exceed what the
+/// sequential meeting of the partial sums after it costs ([`COMBINE_TILE_COST`] per round and
+/// tile). Dealing tiles loads a tile's A fragment once per
 /// tile; a band of one 16-row tile and many columns (a decode projection of 16 rows: Qwen2.5-7B's
 /// down projection has 14 tiles of 19 k-steps over 8 warps) then loads the same A fragments
 /// again for every tile and leaves warps unevenly loaded.
-pub fn k_strided(mt: usize, nt: usize, kt: usize, warps: usize, per_warp: usize, split: usize) -> bool {
+pub fn k_strided(mt: usize, nt: usize, kt: usize, warps: usize, per_warp: usize, split: usize, iters: usize) -> bool {
     let tiles = mt * nt;
     if warps == 0 || split == 0 || tiles > K_STRIDED_MAX_TILES || kt < 2 * warps {
         return false;
     }
     let items = per_warp * (kt / split) * (A_FRAGMENT_COST + TILE_STEP_COST);
     let strided = kt.div_ceil(warps) * (mt * A_FRAGMENT_COST + tiles * TILE_STEP_COST);
-    strided < items
+    let combine = warps.min(kt) * tiles * COMBINE_TILE_COST;
+    strided < items && iters * (items - strided) > combine
 }
 
 /// Whether B goes through `ldmatrix.trans`: a row-major `[k][n]` tile in the mma type `ty` with
@@ -332,20 +341,23 @@ mod tests {
 
     #[test]
     fn a_wide_band_of_many_k_steps_deals_its_k_steps_to_the_warps() {
-        // Qwen2.5-7B down projection, 16 rows: [16, 296] x [296, 112], 8 warps. Dealt as tiles:
-        // 2 tiles of 19 k-steps for the busiest warp (266 slots); as k-steps: 3 of 14 tiles (138).
-        assert!(k_strided(1, 14, 19, 8, 2, 1));
-        // One tile per warp: dealing tiles loads the band's A fragment in every warp for every
-        // k-step (32 A + 32 tile steps); dealt k-steps, 4 A + 32 tile steps.
-        assert!(k_strided(1, 8, 32, 8, 1, 1));
+        // Qwen2.5-7B down projection, 16 rows: [16, 296] x [296, 112], 8 warps, 16 iterations.
+        // Dealt as tiles: 2 tiles of 19 k-steps for the busiest warp (266 slots an iteration); as
+        // k-steps: 3 of 14 tiles (138). 16 x 128 saved > 8 rounds x 14 tiles x 16.
+        assert!(k_strided(1, 14, 19, 8, 2, 1, 16));
+        // The same at 8 iterations: the meeting after the loop costs more than the loop saves.
+        assert!(!k_strided(1, 14, 19, 8, 2, 1, 8));
+        // Llama-3.2-1B gate/up at 16 rows ([16, 256] x [256, 64], 8 iterations): 448 saved, 1024
+        // for the meeting (H200: 21% slower dealt as k-steps).
+        assert!(!k_strided(1, 8, 16, 8, 1, 1, 8));
         // Four bands of one tile, k split 2 ways (8 k-steps per item): every A fragment is used
-        // once either way, 56 slots each: no gain, tiles stay dealt.
-        assert!(!k_strided(4, 1, 16, 8, 1, 2));
+        // once either way, 56 slots each: no gain however long the loop.
+        assert!(!k_strided(4, 1, 16, 8, 1, 2, 1000));
         // Too many tiles for the registers, too few k-steps for every warp to get two.
-        assert!(!k_strided(1, 32, 64, 8, 4, 1));
-        assert!(!k_strided(1, 6, 8, 8, 3, 4));
-        assert!(!k_strided(1, 14, 15, 8, 2, 1));
-        assert!(!k_strided(1, 14, 19, 0, 2, 1));
+        assert!(!k_strided(1, 32, 64, 8, 4, 1, 1000));
+        assert!(!k_strided(1, 6, 8, 8, 3, 4, 1000));
+        assert!(!k_strided(1, 14, 15, 8, 2, 1, 1000));
+        assert!(!k_strided(1, 14, 19, 0, 2, 1, 1000));
     }
 
     #[test]
@@ -353,11 +365,11 @@ mod tests {
         let bf = DType::Bf16;
         let a = tile(bf, &[16, 296], &[296, 1], 0);
         let b = tile(bf, &[296, 112], &[120, 1], 9472);
-        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, true, 8) else { panic!("a tensor-core plan") };
+        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, true, 8, 16) else { panic!("a tensor-core plan") };
         assert!(p.k_strided && p.b_ldmatrix);
         assert_eq!((p.tiles, p.kt, p.per_warp, p.split, p.chains), (14, 19, 14, 1, 1));
         // Not register-accumulated: the result goes to shared memory tile by tile, as before.
-        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, false, 8) else { panic!("a tensor-core plan") };
+        let MatmulPlan::Tiled(p) = tiled_matmul(&a, &b, false, 8, 16) else { panic!("a tensor-core plan") };
         assert!(!p.k_strided);
         assert_eq!(p.per_warp, 2);
     }
