@@ -34,7 +34,7 @@ impl<'a> Emitter<'a> {
         let nodes = self.bg().nodes();
         let names: Vec<String> = members.iter().map(|&i| nodes[i].op.name()).collect();
         if !matches!(nodes[members[0]].op, BlockOp::RmsNorm { .. }) {
-            let v = pass_vector(shape, &self.group_tiles(gid));
+            let v = pass_vector(shape, &self.group_tiles(gid), plan.threads);
             if v > 1 {
                 return self.group_vector(indent, gid, v);
             }

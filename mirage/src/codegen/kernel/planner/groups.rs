@@ -6,18 +6,25 @@ use super::fusion::RegisterPlan;
 use super::schedule::Schedule;
 use super::tiles::Tile;
 
-/// Elements per thread and step of an element-wise pass over `shape` whose shared-memory tiles
-/// (the operands it reads and the members it stores) are `tiles`: the widest of 8, 4 and 2 that
-/// divides the last dim and for which every tile varying along the last dim holds it contiguous
+/// Elements per thread and step of an element-wise pass over `shape` run by `threads` threads
+/// whose shared-memory tiles (the operands it reads and the members it stores) are `tiles`: the
+/// widest of 8, 4 and 2 that divides the last dim, leaves every thread at least one whole vector
+/// (a pass of fewer elements keeps one per thread: fewer threads with longer chains were slower,
+/// DECISIONS change 44), and for which every tile varying along the last dim holds it contiguous
 /// with its rows, its start and its stage buffers aligned to one vector of at most 16 bytes
 /// (one vector load or store per tile per step; a tile of extent 1 along the last dim is read
 /// element by element, the same element for the whole vector); 1 when none does. A step's
 /// elements lie in one row, so the row index is computed once per step instead of per element.
-pub fn pass_vector(shape: &[usize], tiles: &[&Tile]) -> usize {
+pub fn pass_vector(shape: &[usize], tiles: &[&Tile], threads: usize) -> usize {
     let Some(&last) = shape.last() else { return 1 };
+    let numel: usize = shape.iter().product();
     [8, 4, 2]
         .into_iter()
-        .find(|&v| last.is_multiple_of(v) && tiles.iter().all(|t| vector_aligned(t, v, shape.len())))
+        .find(|&v| {
+            last.is_multiple_of(v)
+                && numel >= threads * v
+                && tiles.iter().all(|t| vector_aligned(t, v, shape.len()))
+        })
         .unwrap_or(1)
 }
 
@@ -169,35 +176,43 @@ mod tests {
         let bf = DType::Bf16;
         // Qwen2.5-7B's down projection at 16 rows: silu(g) * u over [16, 296] bf16 tiles.
         let (g, u, p) = (tile(bf, &[16, 296], &[296, 1], 0), tile(bf, &[16, 296], &[296, 1], 9472), tile(bf, &[16, 296], &[296, 1], 18944));
-        assert_eq!(pass_vector(&[16, 296], &[&g, &u, &p]), 8);
+        assert_eq!(pass_vector(&[16, 296], &[&g, &u, &p], 1), 8);
         // An f32 tile caps the vector at 4 elements (16 bytes).
         let f = tile(DType::F32, &[16, 296], &[296, 1], 0);
-        assert_eq!(pass_vector(&[16, 296], &[&g, &f]), 4);
+        assert_eq!(pass_vector(&[16, 296], &[&g, &f], 1), 4);
         // A broadcast column ([16, 1]) is read per element and does not limit the vector.
         let col = tile(DType::F32, &[16, 1], &[1, 1], 4);
-        assert_eq!(pass_vector(&[16, 296], &[&g, &col]), 8);
+        assert_eq!(pass_vector(&[16, 296], &[&g, &col], 1), 8);
         // No tiles (members in registers, savers only): the last dim alone decides.
-        assert_eq!(pass_vector(&[1, 64], &[]), 8);
+        assert_eq!(pass_vector(&[1, 64], &[], 1), 8);
+        // 256 threads: [16, 296] leaves each of them two vectors of 8; Mistral-7B's [16, 28]
+        // (448 elements) not one vector of 2, so it stays element by element, as does a [1, 96]
+        // epilogue.
+        assert_eq!(pass_vector(&[16, 296], &[&g, &u, &p], 256), 8);
+        let m = tile(bf, &[16, 28], &[28, 1], 0);
+        assert_eq!(pass_vector(&[16, 28], &[&m], 256), 1);
+        assert_eq!(pass_vector(&[1, 96], &[], 256), 1);
+        assert_eq!(pass_vector(&[1, 1024], &[], 256), 4);
     }
 
     #[test]
     fn misaligned_or_strided_tiles_narrow_the_vector_or_refuse_it() {
         let bf = DType::Bf16;
         // Rows of 300 elements: 4 divides them, 8 does not.
-        assert_eq!(pass_vector(&[2, 300], &[&tile(bf, &[2, 300], &[300, 1], 0)]), 4);
+        assert_eq!(pass_vector(&[2, 300], &[&tile(bf, &[2, 300], &[300, 1], 0)], 1), 4);
         // A row stride of 298 elements: 2-element vectors only.
-        assert_eq!(pass_vector(&[2, 296], &[&tile(bf, &[2, 296], &[298, 1], 0)]), 2);
+        assert_eq!(pass_vector(&[2, 296], &[&tile(bf, &[2, 296], &[298, 1], 0)], 1), 2);
         // A start 4 bytes past a 16-byte boundary: 2 bf16 (4 bytes) at a time.
-        assert_eq!(pass_vector(&[2, 296], &[&tile(bf, &[2, 296], &[296, 1], 4)]), 2);
+        assert_eq!(pass_vector(&[2, 296], &[&tile(bf, &[2, 296], &[296, 1], 4)], 1), 2);
         // The last dim strided (a transposed tile), an odd last dim, a rank mismatch: scalar.
-        assert_eq!(pass_vector(&[64, 8], &[&tile(bf, &[64, 8], &[1, 64], 0)]), 1);
-        assert_eq!(pass_vector(&[4, 7], &[&tile(bf, &[4, 7], &[7, 1], 0)]), 1);
-        assert_eq!(pass_vector(&[4, 8], &[&tile(bf, &[32], &[1], 0)]), 1);
+        assert_eq!(pass_vector(&[64, 8], &[&tile(bf, &[64, 8], &[1, 64], 0)], 1), 1);
+        assert_eq!(pass_vector(&[4, 7], &[&tile(bf, &[4, 7], &[7, 1], 0)], 1), 1);
+        assert_eq!(pass_vector(&[4, 8], &[&tile(bf, &[32], &[1], 0)], 1), 1);
         // A pipelined tile whose stage buffers are 8 bytes apart.
         let mut t = tile(bf, &[1, 4], &[4, 1], 0);
         t.pipelined = true;
-        assert_eq!(pass_vector(&[1, 4], &[&t]), 4);
+        assert_eq!(pass_vector(&[1, 4], &[&t], 1), 4);
         t.bytes = 12;
-        assert_eq!(pass_vector(&[1, 4], &[&t]), 2);
+        assert_eq!(pass_vector(&[1, 4], &[&t], 1), 2);
     }
 }
