@@ -148,26 +148,7 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
 /// rounds (DECISIONS change 43).
 #[test]
 fn snapshot_mma_k_strided_bf16() {
-    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
-    let d = DType::Bf16;
-    let (x, w) = (TensorDesc::new(&[16, 4736], d), TensorDesc::new(&[4736, 224], d));
-    let mut bg = BlockGraph::new(vec![x, w], [2, 1, 1], 256, 16).expect("block graph");
-    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
-    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
-    let p = bg.matmul(tx, tw).expect("x·w");
-    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
-    bg.output(acc, [Some(1), None, None]).expect("out");
-    let mut g = KernelGraph::new();
-    let gx = g.input(&[16, 4736], d).expect("gx");
-    let gw = g.input(&[4736, 224], d).expect("gw");
-    let outs = g.custom(&[gx, gw], bg).expect("custom");
-    g.output(outs[0], None).expect("y");
-    let out = generate(&g, "mma_k_strided", &KernelOptions::default()).expect("generates");
-    let src = format!(
-        "{}\n// plan\n{}",
-        out.kernels_source,
-        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
-    );
+    let src = accumulated_bf16_matmul("mma_k_strided", [16, 4736], [4736, 224], 16);
     assert!(src.contains("for (int kt = warp; kt < 19; kt += 8) {"), "k-steps dealt to the warps:\n{src}");
     assert!(src.contains("mirage::mma_16816<__nv_bfloat16>(racc"), "into the register accumulator:\n{src}");
     assert!(src.contains("[mt * 14 + nt], fa, fb);"), "every tile its own accumulator:\n{src}");
@@ -186,26 +167,7 @@ fn snapshot_mma_k_strided_bf16() {
 /// no conversion through f32 and back. (Bits packing of B pairs: `snapshot_matmul_odd_shapes_f16`.)
 #[test]
 fn snapshot_mma_k_tile_of_28_bf16() {
-    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
-    let d = DType::Bf16;
-    let (x, w) = (TensorDesc::new(&[16, 896], d), TensorDesc::new(&[896, 256], d));
-    let mut bg = BlockGraph::new(vec![x, w], [2, 1, 1], 256, 32).expect("block graph");
-    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
-    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
-    let p = bg.matmul(tx, tw).expect("x·w");
-    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
-    bg.output(acc, [Some(1), None, None]).expect("out");
-    let mut g = KernelGraph::new();
-    let gx = g.input(&[16, 896], d).expect("gx");
-    let gw = g.input(&[896, 256], d).expect("gw");
-    let outs = g.custom(&[gx, gw], bg).expect("custom");
-    g.output(outs[0], None).expect("y");
-    let out = generate(&g, "mma_k_tile_of_28", &KernelOptions::default()).expect("generates");
-    let src = format!(
-        "{}\n// plan\n{}",
-        out.kernels_source,
-        serde_json::to_string_pretty(&out.plan).expect("plan serializes")
-    );
+    let src = accumulated_bf16_matmul("mma_k_tile_of_28", [16, 896], [896, 256], 32);
     assert!(src.contains("mirage::mma_16816<__nv_bfloat16>("), "a 16-row matmul runs on mma.sync:\n{src}");
     assert!(src.contains("(c0) < 28 ? *reinterpret_cast<const uint32_t*>("), "A pairs: one guarded word:\n{src}");
     assert!(src.contains("ldmatrix_x2_trans(fb, &t1[(kr < 28 ? kr : 27)*"), "B by ldmatrix, rows clamped:\n{src}");
@@ -215,4 +177,26 @@ fn snapshot_mma_k_tile_of_28_bf16() {
     );
     assert!(!src.contains("pack2<"), "no operand goes through f32:\n{src}");
     insta::assert_snapshot!(src);
+}
+
+/// The generated source and plan of one kernel `name` computing `x · w` (bf16) accumulated over
+/// a loop of `forloop` iterations along k, the output columns split over a grid of 2 blocks of
+/// 256 threads.
+fn accumulated_bf16_matmul(name: &str, xs: [usize; 2], ws: [usize; 2], forloop: usize) -> String {
+    use mirage::ir::{AccKind, BlockGraph, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let (x, w) = (TensorDesc::new(&xs, d), TensorDesc::new(&ws, d));
+    let mut bg = BlockGraph::new(vec![x, w], [2, 1, 1], 256, forloop).expect("block graph");
+    let tx = bg.input(0, [None, None, None], Some(1)).expect("x");
+    let tw = bg.input(1, [Some(1), None, None], Some(0)).expect("w");
+    let p = bg.matmul(tx, tw).expect("x·w");
+    let acc = bg.accum(AccKind::Sum, &[p]).expect("acc");
+    bg.output(acc, [Some(1), None, None]).expect("out");
+    let mut g = KernelGraph::new();
+    let gx = g.input(&xs, d).expect("gx");
+    let gw = g.input(&ws, d).expect("gw");
+    let outs = g.custom(&[gx, gw], bg).expect("custom");
+    g.output(outs[0], None).expect("y");
+    let out = generate(&g, name, &KernelOptions::default()).expect("generates");
+    format!("{}\n// plan\n{}", out.kernels_source, serde_json::to_string_pretty(&out.plan).expect("plan serializes"))
 }

@@ -9,9 +9,10 @@ use super::super::planner::{Tile, pass_vector};
 use super::Emitter;
 use super::expr::{binary_expr, unary_expr, unflatten};
 
-/// The C type moving `bytes` bytes at once (a vector of the element-wise pass).
-fn vector_type(bytes: usize) -> &'static str {
-    match bytes {
+/// The C type moving `v` elements of tile `t` at once (a vector of the element-wise pass).
+fn vector_type(v: usize, t: &Tile) -> &'static str {
+    let element = if matches!(t.ctype, "float" | "int") { 4 } else { 2 };
+    match v * element {
         16 => "uint4",
         8 => "uint2",
         4 => "unsigned int",
@@ -49,21 +50,7 @@ impl<'a> Emitter<'a> {
         };
         let mut body = String::new();
         for &i in members {
-            let nd = &nodes[i];
-            let value = match &nd.op {
-                BlockOp::Unary { op } => unary_expr(op, &operand(nd.inputs[0])),
-                BlockOp::Binary { op } => binary_expr(*op, &operand(nd.inputs[0]), &operand(nd.inputs[1])),
-                BlockOp::RmsNorm { eps } => {
-                    let row = shape.last().copied().unwrap_or(1);
-                    self.rms_scale(i, &operand(nd.inputs[0]), row, eps.0)
-                }
-                BlockOp::Output { .. } => {
-                    let value = format!("v{}", nd.inputs[0].node);
-                    writeln!(body, "{}", self.saver_store(i, shape, &idx, &value)).ok();
-                    continue;
-                }
-                _ => return Err(CodegenError::Unsupported(format!("{} in an element-wise group", nd.op.name()))),
-            };
+            let Some(value) = self.member_value(i, shape, &idx, &operand, &mut body)? else { continue };
             writeln!(body, "const float v{i} = {value};").ok();
             if !plan.groups.in_register[i] {
                 let t = plan.tiles[i][0].as_ref().expect("stored group members have tiles");
@@ -72,6 +59,33 @@ impl<'a> Emitter<'a> {
         }
         self.elementwise(indent, numel, body.trim_end());
         Ok(())
+    }
+
+    /// The f32 expression of group member `i` at multi-index `idx` of the pass over `shape`, its
+    /// operands given by `operand`; for a saver, its store is written to `body` instead (`None`).
+    fn member_value(
+        &self,
+        i: usize,
+        shape: &[usize],
+        idx: &[String],
+        operand: &dyn Fn(TensorRef) -> String,
+        body: &mut String,
+    ) -> Result<Option<String>, CodegenError> {
+        let nd = &self.bg().nodes()[i];
+        Ok(Some(match &nd.op {
+            BlockOp::Unary { op } => unary_expr(op, &operand(nd.inputs[0])),
+            BlockOp::Binary { op } => binary_expr(*op, &operand(nd.inputs[0]), &operand(nd.inputs[1])),
+            BlockOp::RmsNorm { eps } => {
+                let row = shape.last().copied().unwrap_or(1);
+                self.rms_scale(i, &operand(nd.inputs[0]), row, eps.0)
+            }
+            BlockOp::Output { .. } => {
+                let value = format!("v{}", nd.inputs[0].node);
+                writeln!(body, "{}", self.saver_store(i, shape, idx, &value)).ok();
+                return Ok(None);
+            }
+            _ => return Err(CodegenError::Unsupported(format!("{} in an element-wise group", nd.op.name()))),
+        }))
     }
 
     /// The shared-memory tiles pass `gid` touches: the operands it reads from tiles (not members
@@ -132,7 +146,7 @@ impl<'a> Emitter<'a> {
                     continue;
                 }
                 let name = format!("x{}_{}", t.node, t.port);
-                let vt = vector_type(v * if tile.ctype == "float" || tile.ctype == "int" { 4 } else { 2 });
+                let vt = vector_type(v, tile);
                 writeln!(
                     pre,
                     "alignas(16) {} {name}[{v}];\n*reinterpret_cast<{vt}*>({name}) = *reinterpret_cast<const {vt}*>(&{}[{}]);",
@@ -157,17 +171,7 @@ impl<'a> Emitter<'a> {
         let mut body = String::new();
         let mut post = String::new();
         for &i in members {
-            let nd = &nodes[i];
-            let value = match &nd.op {
-                BlockOp::Unary { op } => unary_expr(op, &operand(nd.inputs[0])),
-                BlockOp::Binary { op } => binary_expr(*op, &operand(nd.inputs[0]), &operand(nd.inputs[1])),
-                BlockOp::Output { .. } => {
-                    let value = format!("v{}", nd.inputs[0].node);
-                    writeln!(body, "{}", self.saver_store(i, shape, &idx, &value)).ok();
-                    continue;
-                }
-                _ => return Err(CodegenError::Unsupported(format!("{} in an element-wise group", nd.op.name()))),
-            };
+            let Some(value) = self.member_value(i, shape, &idx, &operand, &mut body)? else { continue };
             writeln!(body, "const float v{i} = {value};").ok();
             if plan.groups.in_register[i] {
                 continue;
@@ -179,7 +183,7 @@ impl<'a> Emitter<'a> {
                 continue;
             }
             let name = format!("s{i}");
-            let vt = vector_type(v * if t.ctype == "float" || t.ctype == "int" { 4 } else { 2 });
+            let vt = vector_type(v, t);
             writeln!(pre, "alignas(16) {} {name}[{v}];", t.ctype).ok();
             if t.ctype == "float" {
                 writeln!(body, "{name}[u] = {stored};").ok();

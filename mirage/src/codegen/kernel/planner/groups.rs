@@ -21,9 +21,7 @@ pub fn pass_vector(shape: &[usize], tiles: &[&Tile], threads: usize) -> usize {
     [8, 4, 2]
         .into_iter()
         .find(|&v| {
-            last.is_multiple_of(v)
-                && numel >= threads * v
-                && tiles.iter().all(|t| vector_aligned(t, v, shape.len()))
+            last.is_multiple_of(v) && numel >= threads * v && tiles.iter().all(|t| vector_aligned(t, v, shape.len()))
         })
         .unwrap_or(1)
 }
@@ -175,7 +173,11 @@ mod tests {
     fn a_pass_over_contiguous_aligned_rows_takes_16_byte_vectors() {
         let bf = DType::Bf16;
         // Qwen2.5-7B's down projection at 16 rows: silu(g) * u over [16, 296] bf16 tiles.
-        let (g, u, p) = (tile(bf, &[16, 296], &[296, 1], 0), tile(bf, &[16, 296], &[296, 1], 9472), tile(bf, &[16, 296], &[296, 1], 18944));
+        let (g, u, p) = (
+            tile(bf, &[16, 296], &[296, 1], 0),
+            tile(bf, &[16, 296], &[296, 1], 9472),
+            tile(bf, &[16, 296], &[296, 1], 18944),
+        );
         assert_eq!(pass_vector(&[16, 296], &[&g, &u, &p], 1), 8);
         // An f32 tile caps the vector at 4 elements (16 bytes).
         let f = tile(DType::F32, &[16, 296], &[296, 1], 0);

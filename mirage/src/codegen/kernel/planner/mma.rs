@@ -209,11 +209,37 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize, iters: usiz
     if accumulates && k_strided(mt, nt, kt, warps, per_warp, split, iters) {
         let (split, chains, per_warp, k_strided) = (1, 1, tiles, true);
         return MatmulPlan::Tiled(TiledMatmul {
-            m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, k_strided, b_ldmatrix, accumulates,
+            m,
+            k,
+            n,
+            dtype,
+            tiles,
+            nt,
+            kt,
+            split,
+            chains,
+            per_warp,
+            k_strided,
+            b_ldmatrix,
+            accumulates,
         });
     }
     let k_strided = false;
-    MatmulPlan::Tiled(TiledMatmul { m, k, n, dtype, tiles, nt, kt, split, chains, per_warp, k_strided, b_ldmatrix, accumulates })
+    MatmulPlan::Tiled(TiledMatmul {
+        m,
+        k,
+        n,
+        dtype,
+        tiles,
+        nt,
+        kt,
+        split,
+        chains,
+        per_warp,
+        k_strided,
+        b_ldmatrix,
+        accumulates,
+    })
 }
 
 /// The CUDA-core plan of a register-accumulated matmul of tiles `a` and `b` run by `threads`

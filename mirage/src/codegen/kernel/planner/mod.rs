@@ -31,7 +31,10 @@ pub mod window;
 
 pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
 pub use groups::{ElementwiseGroups, pass_vector};
-pub use mma::{ASource, FmaMatmul, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul, K_STRIDED_MAX_TILES, k_split, k_strided};
+pub use mma::{
+    ASource, FmaMatmul, K_STRIDED_MAX_TILES, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul,
+    k_split, k_strided,
+};
 pub use reduce::{ReduceStrategy, Reduction, lanes_per_output};
 pub use schedule::Schedule;
 pub use tiles::{Tile, ctype};
