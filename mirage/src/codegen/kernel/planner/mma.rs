@@ -303,7 +303,7 @@ const COMBINE_TILE_COST: usize = 16;
 /// of every tile) instead of (tile, k-slice) items (`per_warp` items of `kt / split` k-steps
 /// each): when the tiles fit the registers ([`K_STRIDED_MAX_TILES`]), every warp gets at least
 /// two k-steps, and the issue slots the busiest warp saves over the loop exceed what the
-/// sequential meeting of the partial sums after it costs ([`COMBINE_TILE_COST`] per round and
+/// sequential meeting of the partial sums after it costs (`COMBINE_TILE_COST` per round and
 /// tile). Dealing tiles loads a tile's A fragment once per
 /// tile; a band of one 16-row tile and many columns (a decode projection of 16 rows: Qwen2.5-7B's
 /// down projection has 14 tiles of 19 k-steps over 8 warps) then loads the same A fragments
