@@ -76,9 +76,7 @@ impl Emitter<'_> {
         self.line(indent + 5, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(indent + 5, "const int nb = nt * 8 + (lane >> 2);");
         self.line(indent + 5, "uint32_t fa[4], fb[2];");
-        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-            self.line(indent + 5, &format!("fa[{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
-        }
+        self.a_fragment(indent + 5, "fa", a, ty, (m, k));
         self.b_fragment(indent + 5, b, ty, b_ldmatrix, false);
         self.line(indent + 5, &format!("mirage::mma_16816<{ty}>(dc[c], fa, fb);"));
         self.line(indent + 4, "}");
@@ -110,9 +108,7 @@ impl Emitter<'_> {
         self.line(indent + 2, &format!("for (int mt = 0; mt < {mt}; ++mt) {{"));
         self.line(indent + 3, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
         self.line(indent + 3, "uint32_t fa[4];");
-        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-            self.line(indent + 3, &format!("fa[{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
-        }
+        self.a_fragment(indent + 3, "fa", a, ty, (m, k));
         self.line(indent + 3, "#pragma unroll");
         self.line(indent + 3, &format!("for (int nt = 0; nt < {nt}; ++nt) {{"));
         self.line(indent + 4, "uint32_t fb[2];");
@@ -258,9 +254,7 @@ impl Emitter<'_> {
             ASource::Smem(t) => {
                 let a = self.tile(t);
                 self.line(indent, "const int r0 = mt * 16 + (lane >> 2), c0 = kt * 16 + (lane & 3) * 2;");
-                for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-                    self.line(indent, &format!("fa[{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
-                }
+                self.a_fragment(indent, "fa", a, ty, (m, k));
             }
             ASource::Preloaded => {
                 let name = preloaded_a(i);
@@ -309,12 +303,18 @@ impl Emitter<'_> {
             &format!("{name}[mi][kt][0] = {name}[mi][kt][1] = {name}[mi][kt][2] = {name}[mi][kt][3] = 0u;"),
         );
         self.line(indent + 2, &format!("if (mt < {mt}) {{"));
-        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
-            self.line(indent + 3, &format!("{name}[mi][kt][{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
-        }
+        self.a_fragment(indent + 3, &format!("{name}[mi][kt]"), a, ty, (m, k));
         self.line(indent + 2, "}");
         self.line(indent + 1, "}");
         self.line(indent, "}");
+    }
+
+    /// The four registers `target[0..4]` of the m16n8k16 A fragment at lane row `r0` and column
+    /// `c0` (declared by the caller) of tile `a` (`[m, k]`) in the mma type `ty`.
+    fn a_fragment(&mut self, indent: usize, target: &str, a: &Tile, ty: &str, (m, k): (usize, usize)) {
+        for (q, (row, col)) in A_FRAGMENT.iter().enumerate() {
+            self.line(indent, &format!("{target}[{q}] = {};", a_pair_expr(a, ty, m, k, row, col)));
+        }
     }
 
     /// Register value `out = f(x)` of node `out_node` on the fragments of register value `x`

@@ -206,25 +206,9 @@ fn tiled_matmul(a: &Tile, b: &Tile, accumulates: bool, warps: usize, iters: usiz
     let chains = (kt / split).clamp(1, 4);
     let per_warp = (tiles * split).div_ceil(warps);
     let b_ldmatrix = b_by_ldmatrix(b, ctype(dtype), k, n);
-    if accumulates && k_strided(mt, nt, kt, warps, per_warp, split, iters) {
-        let (split, chains, per_warp, k_strided) = (1, 1, tiles, true);
-        return MatmulPlan::Tiled(TiledMatmul {
-            m,
-            k,
-            n,
-            dtype,
-            tiles,
-            nt,
-            kt,
-            split,
-            chains,
-            per_warp,
-            k_strided,
-            b_ldmatrix,
-            accumulates,
-        });
-    }
-    let k_strided = false;
+    let k_strided = accumulates && k_strided(mt, nt, kt, warps, per_warp, split, iters);
+    // Dealt k-steps: every warp holds every tile, one chain per tile, no k-slices.
+    let (split, chains, per_warp) = if k_strided { (1, 1, tiles) } else { (split, chains, per_warp) };
     MatmulPlan::Tiled(TiledMatmul {
         m,
         k,
