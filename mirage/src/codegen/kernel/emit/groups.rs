@@ -205,8 +205,6 @@ impl<'a> Emitter<'a> {
         }
         self.line(indent + 1, "#pragma unroll");
         self.line(indent + 1, &format!("for (int u = 0; u < {v}; ++u) {{"));
-        self.line(indent + 2, "const int e = e0 + u;");
-        self.line(indent + 2, "(void)e;");
         for l in body.lines() {
             self.line(indent + 2, l);
         }
