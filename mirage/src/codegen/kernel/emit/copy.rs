@@ -110,11 +110,21 @@ impl Emitter<'_> {
             self.line(indent + 1, "const int v = tid;");
             self.line(indent + 1, &format!("const {ty}* src = {src} + ({});", gterms.join(" + ")));
             self.line(indent + 1, &format!("{ty}* dst = {buf} + ({soff});"));
-            self.line(indent + 1, &format!("for (int w = tid; w < {total}; w += {threads}, src += {src_step}, dst += {dst_step}) {cp_async}(dst, src);"));
+            // The thread's copies at a compile-time count (straight code; only a last partial
+            // trip guarded).
+            let (full, trips) = (total / threads, total.div_ceil(threads));
+            if trips <= super::UNROLL_TRIPS {
+                self.line(indent + 1, "#pragma unroll");
+            }
+            let issue = format!("{cp_async}(dst + q * {dst_step}, src + (long long)q * {src_step});");
+            let guarded =
+                if full == trips { issue } else { format!("if (q < {full} || tid + q * {threads} < {total}) {issue}") };
+            self.line(indent + 1, &format!("for (int q = 0; q < {trips}; ++q) {guarded}"));
             self.line(indent, "}");
             return;
         }
-        self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
+        let close = self.open_strided(indent, "v", "tid", total, plan.threads);
+        let indent = indent + close - 1;
         self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
         match (bound, method.is_async()) {
             (None, true) => self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
@@ -133,7 +143,7 @@ impl Emitter<'_> {
                 self.line(indent + 1, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
             }
         }
-        self.line(indent, "}");
+        self.close(indent + 1 - close, close);
     }
 
     /// The index expressions of input tile `i`'s copy units (`units` of `vec` elements along
@@ -202,13 +212,14 @@ impl Emitter<'_> {
         if !others.is_empty() {
             valid = format!("({}) ? {valid} : 0", others.join(" && "));
         }
-        self.line(indent, &format!("for (int v = tid; v < {}; v += {}) {{", copy.total, plan.threads));
-        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        let close = self.open_strided(indent, "v", "tid", copy.total, plan.threads);
+        let inner = indent + close;
+        self.line(inner, &format!("const long long go = {};", gterms.join(" + ")));
         self.line(
-            indent + 1,
+            inner,
             &format!("mirage::window_copy<{vec}>({buf} + ({soff}), {src} + go, {valid}, {src}, {src} + {len});"),
         );
-        self.line(indent, "}");
+        self.close(indent, close);
     }
 
     /// Copies input tile `i` of iteration `iter` into `buf` row by row with the bulk-copy engine
@@ -237,10 +248,11 @@ impl Emitter<'_> {
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
         let total = bulk.rows;
         let bytes = bulk.row_bytes;
-        self.line(indent, &format!("for (int v = tid; v < {total}; v += {}) {{", plan.threads));
-        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
-        self.line(indent + 1, &format!("mirage::bulk_copy({buf} + ({soff}), {src} + go, {bytes}u, {bar});"));
-        self.line(indent, "}");
+        let close = self.open_strided(indent, "v", "tid", total, plan.threads);
+        let inner = indent + close;
+        self.line(inner, &format!("const long long go = {};", gterms.join(" + ")));
+        self.line(inner, &format!("mirage::bulk_copy({buf} + ({soff}), {src} + go, {bytes}u, {bar});"));
+        self.close(indent, close);
     }
 
     /// Closes the group of asynchronous copies issued since the last commit.

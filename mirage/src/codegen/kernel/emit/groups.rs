@@ -199,20 +199,21 @@ impl<'a> Emitter<'a> {
             .ok();
         }
         let threads = plan.threads;
-        self.line(indent, &format!("for (int e0 = tid * {v}; e0 < {numel}; e0 += {}) {{", threads * v));
+        let close = self.open_strided(indent, "e0", &format!("tid * {v}"), numel, threads * v);
+        let inner = indent + close;
         for l in pre.lines() {
-            self.line(indent + 1, l);
+            self.line(inner, l);
         }
-        self.line(indent + 1, "#pragma unroll");
-        self.line(indent + 1, &format!("for (int u = 0; u < {v}; ++u) {{"));
+        self.line(inner, "#pragma unroll");
+        self.line(inner, &format!("for (int u = 0; u < {v}; ++u) {{"));
         for l in body.lines() {
-            self.line(indent + 2, l);
+            self.line(inner + 1, l);
         }
-        self.line(indent + 1, "}");
+        self.line(inner, "}");
         for l in post.lines() {
-            self.line(indent + 1, l);
+            self.line(inner, l);
         }
-        self.line(indent, "}");
+        self.close(indent, close);
         Ok(())
     }
 }

@@ -133,14 +133,22 @@ impl Emitter<'_> {
         self.line(indent + 1, &format!("const int vc = (tid % {lanes}) * 8;"));
         // Lanes past the row's n / 8 vectors (n / 8 not a power of two) idle.
         let idle = if n / 8 < lanes { format!("if (vc < {n}) ") } else { String::new() };
-        self.line(indent + 1, &format!("{idle}for (int r = tid / {lanes}; r < {k}; r += {groups}) {{"));
-        self.line(indent + 2, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
+        if !idle.is_empty() {
+            self.line(indent + 1, &format!("{idle}{{"));
+        }
+        let open = indent + 1 + usize::from(!idle.is_empty());
+        let close = self.open_strided(open, "r", &format!("tid / {lanes}"), k, groups);
+        let inner = open + close;
+        self.line(inner, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
         let ra = a.shape.len();
         for mi in 0..m {
             let av = a.load(&two(&mi.to_string(), "r", ra));
-            self.line(indent + 2, &format!("mirage::fma8<{ty}>({acc}[{}], {acc}[{}], bv, {av});", 2 * mi, 2 * mi + 1));
+            self.line(inner, &format!("mirage::fma8<{ty}>({acc}[{}], {acc}[{}], bv, {av});", 2 * mi, 2 * mi + 1));
         }
-        self.line(indent + 1, "}");
+        self.close(open, close);
+        if !idle.is_empty() {
+            self.line(indent + 1, "}");
+        }
         self.line(indent, "}");
     }
 

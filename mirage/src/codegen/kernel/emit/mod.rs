@@ -29,6 +29,9 @@ use super::{DimSize, KernelSizes};
 /// The C names of the block's index along x, y and z in the kernel body.
 const BLOCK_INDEX: [&str; 3] = ["bx", "by", "bz"];
 
+/// The most trips of a thread-strided loop [`Emitter::open_strided`] unrolls fully.
+const UNROLL_TRIPS: usize = 8;
+
 /// The kernel parameter of block-graph input `j`.
 fn input_param(j: usize) -> String {
     format!("in{j}")
@@ -136,13 +139,48 @@ impl<'a> Emitter<'a> {
         self.out.push('\n');
     }
 
-    /// `for (int e = tid; e < n; e += THREADS) { body(e) }`.
+    /// `body(e)` for `e = tid, tid + THREADS, …` below `n` (see [`Emitter::open_strided`]).
     fn elementwise(&mut self, indent: usize, n: usize, body: &str) {
-        self.line(indent, &format!("for (int e = tid; e < {n}; e += {}) {{", self.plan.threads));
+        let close = self.open_strided(indent, "e", "tid", n, self.plan.threads);
         for l in body.lines() {
-            self.line(indent + 1, l);
+            self.line(indent + close, l);
         }
-        self.line(indent, "}");
+        self.close(indent, close);
+    }
+
+    /// Opens the loop of a strided index `var = start, start + step, …` below `n`, where
+    /// `start` is a thread's (or warp's) place in its stride, in `0..step`: every thread then
+    /// runs the same ⌈n / step⌉ trips, all but the last full. So the loop has a compile-time
+    /// trip count (unrolled up to [`UNROLL_TRIPS`] trips), becomes one `if` when `n ≤ step`, and
+    /// guards only its last trip when `step` does not divide `n` — straight code where a loop
+    /// whose trip count depends on the thread left the compiler a remainder loop and its
+    /// branches (the megakernel's task bodies stalled on instruction fetch at them: DECISIONS,
+    /// change 45). Declares `const int var`; returns the braces [`Emitter::close`] shuts.
+    fn open_strided(&mut self, indent: usize, var: &str, start: &str, n: usize, step: usize) -> usize {
+        let (full, trips) = (n / step, n.div_ceil(step));
+        if trips <= 1 {
+            let open = if n == step { "{".to_string() } else { format!("if ({start} < {n}) {{") };
+            self.line(indent, &format!("{open} const int {var} = {start};"));
+            return 1;
+        }
+        let q = format!("q_{var}");
+        if trips <= UNROLL_TRIPS {
+            self.line(indent, "#pragma unroll");
+        }
+        self.line(indent, &format!("for (int {q} = 0; {q} < {trips}; ++{q}) {{"));
+        self.line(indent + 1, &format!("const int {var} = {start} + {q} * {step};"));
+        if full == trips {
+            return 1;
+        }
+        self.line(indent + 1, &format!("if ({q} < {full} || {var} < {n}) {{"));
+        2
+    }
+
+    /// Shuts `braces` nested blocks opened at `indent`.
+    fn close(&mut self, indent: usize, braces: usize) {
+        for b in (0..braces).rev() {
+            self.line(indent + b, "}");
+        }
     }
 
     /// A block-wide barrier.

@@ -129,14 +129,12 @@ impl Emitter<'_> {
     }
 
     fn reduce_per_thread(&mut self, indent: usize, p: &Parts) {
-        self.line(indent, &format!("for (int o = tid; o < {}; o += {}) {{", p.outputs, self.plan.threads));
-        self.line(indent + 1, p.combine.declare());
-        self.line(
-            indent + 1,
-            &format!("for (int r = {}; r < {}; r += {}) {{ {} }}", p.start, p.extent, p.width, p.step),
-        );
-        self.line(indent + 1, &p.store);
-        self.line(indent, "}");
+        let close = self.open_strided(indent, "o", "tid", p.outputs, self.plan.threads);
+        let inner = indent + close;
+        self.line(inner, p.combine.declare());
+        self.line(inner, &format!("for (int r = {}; r < {}; r += {}) {{ {} }}", p.start, p.extent, p.width, p.step));
+        self.line(inner, &p.store);
+        self.close(indent, close);
     }
 
     fn reduce_split_warps(&mut self, indent: usize, p: &Parts, wpo: usize) {
@@ -222,10 +220,11 @@ impl Emitter<'_> {
     }
 
     fn reduce_per_warp(&mut self, indent: usize, p: &Parts) {
-        self.line(indent, &format!("for (int o = warp; o < {}; o += {}) {{", p.outputs, self.plan.warps));
-        self.line(indent + 1, p.combine.declare());
+        let close = self.open_strided(indent, "o", "warp", p.outputs, self.plan.warps);
+        let inner = indent + close;
+        self.line(inner, p.combine.declare());
         self.line(
-            indent + 1,
+            inner,
             &format!(
                 "for (int r = {} + lane * {}; r < {}; r += {}) {{ {} }}",
                 p.start,
@@ -235,8 +234,8 @@ impl Emitter<'_> {
                 p.step
             ),
         );
-        self.line(indent + 1, p.combine.warp());
-        self.line(indent + 1, &format!("if (lane == 0) {{ {} }}", p.store));
-        self.line(indent, "}");
+        self.line(inner, p.combine.warp());
+        self.line(inner, &format!("if (lane == 0) {{ {} }}", p.store));
+        self.close(indent, close);
     }
 }
