@@ -138,7 +138,8 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
     assert!(src.contains("const int vc = (tid % 16) * 8;"), "16 lanes per B row:\n{src}");
     assert!(src.contains("if (vc < 112) {"), "idle lanes skip the loop:\n{src}");
     assert!(src.contains("const int r = tid / 16 + q_r * 8;"), "a loop of static trips over the row groups:\n{src}");
-    assert!(src.contains("if (warp == 0 && lane < 14)"), "only the 14 working lanes write:\n{src}");
+    assert!(src.contains("if (lane < 14) {"), "only the 14 working lanes write:\n{src}");
+    assert!(src.contains("meet[(warp) * 112 + 0 + vc + 0] = racc"), "every warp's sums at once:\n{src}");
     insta::assert_snapshot!(src);
 }
 

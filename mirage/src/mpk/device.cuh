@@ -162,16 +162,17 @@ __device__ __forceinline__ bool wait_counters(const Params& p, unsigned n, Count
   return __syncthreads_or(threadIdx.x == 0 && !ok) == 0;
 }
 
-// Streams a task's prefetch patterns into L2: every thread takes 128-byte lines of the runs.
-template <int THREADS>
-__device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, unsigned begin, unsigned end) {
+// Streams a task's prefetch patterns into L2: thread `first` of `stride` threads takes every
+// stride-th 128-byte line of the runs.
+__device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, unsigned begin, unsigned end,
+                                         unsigned first, unsigned stride) {
   for (unsigned r = begin; r < end; ++r) {
     const Prefetch q = f[r];
     const char* base = static_cast<const char*>(p.buffers[q.buffer]) + q.offset;
     const unsigned head = (unsigned)((uintptr_t)base & 127u);
     const unsigned lines = (head + q.run_bytes + 127u) >> 7;
     const unsigned runs = q.count[0] * q.count[1] * q.count[2];
-    for (unsigned i = threadIdx.x; i < runs * lines; i += THREADS) {
+    for (unsigned i = first; i < runs * lines; i += stride) {
       const unsigned run = i / lines, line = i % lines;
       const unsigned i2 = run % q.count[2], i1 = (run / q.count[2]) % q.count[1], i0 = run / (q.count[2] * q.count[1]);
       const char* at = base + i0 * q.stride[0] + i1 * q.stride[1] + i2 * q.stride[2];
@@ -183,8 +184,8 @@ __device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, uns
 // The worker loop of block blockIdx.x: for every step of the launch, wait for the step barrier
 // (all workers done with the previous step), then run the worker's tasks in order: stamp,
 // prefetch weights into L2 (a window of the worker's next `prefetch_ahead` tasks, so that a
-// task's weights stream in while the ones before it wait and run), wait for
-// its counters, run its body, signal its counters with release atomics after a block barrier,
+// task's weights stream in while the ones before it wait and run; warps 1.. prefetch while warp 0
+// waits for the task's counters), run its body, signal its counters with release atomics after a block barrier,
 // stamp. Stops at the first failed wait.
 template <int THREADS, class Dispatch>
 __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, unsigned char* smem) {
@@ -212,10 +213,16 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
       if (ts && tid == 0) ts[0] = globaltimer();
       // A window of this worker's tasks k..k+ahead streams into L2: the step's first task fills
       // it, every later task adds the one `ahead` places on (ahead = 0: each task its own).
+      // Warps 1.. issue it while warp 0 polls the task's counters (wait_counters), so the
+      // window's chain of dependent table loads overlaps the wait instead of preceding it (a
+      // one-warp worker does both in turn).
       const unsigned ahead = p.prefetch_ahead;
-      for (unsigned j = (k == first || ahead == 0) ? k : k + ahead; j <= k + ahead && j < last; ++j) {
-        const unsigned a = t.worker_list[j];
-        prefetch<THREADS>(p, t.prefetch, t.tasks[a].prefetch_begin, t.tasks[a + 1].prefetch_begin);
+      if (THREADS <= 32 || tid >= 32) {
+        const unsigned lane0 = THREADS <= 32 ? tid : tid - 32, lanes = THREADS <= 32 ? THREADS : THREADS - 32;
+        for (unsigned j = (k == first || ahead == 0) ? k : k + ahead; j <= k + ahead && j < last; ++j) {
+          const unsigned a = t.worker_list[j];
+          prefetch(p, t.prefetch, t.tasks[a].prefetch_begin, t.tasks[a + 1].prefetch_begin, lane0, lanes);
+        }
       }
       const Wait* waits = t.waits + task.wait_begin;
       if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
