@@ -204,46 +204,43 @@ impl Emitter<'_> {
             (groups, format!("tid / {lanes}"), String::new())
         };
         let slot = m * n;
-        if turns > 1 {
-            if let Some(at) = self.dead_stage_buffers(turns * slot * 4) {
-                // Every turn's partial sums at once into the loop's stage buffers (dead after it:
-                // every copy into them was waited for and every read of them precedes the
-                // barrier after the loop), then each element summed over the turns in turn
-                // order — the sums of the sequential turns below, bit for bit, with two barriers
-                // instead of one per turn.
-                self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
-                let writer = writer.trim_start_matches(" && ");
-                self.line(2, &format!("if ({}) {{", if writer.is_empty() { "true" } else { writer }));
-                for mi in 0..m {
-                    for h in 0..2 {
-                        for q in 0..4 {
-                            self.line(
-                                3,
-                                &format!(
-                                    "meet[({who}) * {slot} + {} + vc + {}] = {acc}[{}][{q}];",
-                                    mi * n,
-                                    h * 4 + q,
-                                    2 * mi + h
-                                ),
-                            );
-                        }
+        if turns > 1
+            && let Some(at) = self.dead_stage_buffers(turns * slot * 4)
+        {
+            // Every turn's partial sums at once into the loop's stage buffers (dead after it:
+            // every copy into them was waited for and every read of them precedes the
+            // barrier after the loop), then each element summed over the turns in turn
+            // order — the sums of the sequential turns below, bit for bit, with two barriers
+            // instead of one per turn.
+            self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
+            let writer = writer.trim_start_matches(" && ");
+            self.line(2, &format!("if ({}) {{", if writer.is_empty() { "true" } else { writer }));
+            for mi in 0..m {
+                for h in 0..2 {
+                    for q in 0..4 {
+                        self.line(
+                            3,
+                            &format!(
+                                "meet[({who}) * {slot} + {} + vc + {}] = {acc}[{}][{q}];",
+                                mi * n,
+                                h * 4 + q,
+                                2 * mi + h
+                            ),
+                        );
                     }
                 }
-                self.line(2, "}");
-                self.sync(2);
-                let sum = (1..turns).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
-                let store = format!(
-                    "{}[{}] = {sum};",
-                    c.var,
-                    c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r))
-                );
-                let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
-                self.line(2 + close, &store);
-                self.close(2, close);
-                self.sync(2);
-                self.line(1, "}");
-                return;
             }
+            self.line(2, "}");
+            self.sync(2);
+            let sum = (1..turns).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
+            let store =
+                format!("{}[{}] = {sum};", c.var, c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r)));
+            let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
+            self.line(2 + close, &store);
+            self.close(2, close);
+            self.sync(2);
+            self.line(1, "}");
+            return;
         }
         for turn in 0..turns {
             let op = if turn == 0 { "=" } else { "+=" };
