@@ -197,11 +197,11 @@ impl Emitter<'_> {
             );
             self.line(3, "}");
             self.line(2, "}");
-            (self.plan.warps, "warp".to_string(), format!(" && lane < {}", n / 8))
+            (self.plan.warps, "warp".to_string(), Some(format!("lane < {}", n / 8)))
         } else if n / 8 < lanes {
-            (groups, format!("tid / {lanes}"), format!(" && vc < {n}"))
+            (groups, format!("tid / {lanes}"), Some(format!("vc < {n}")))
         } else {
-            (groups, format!("tid / {lanes}"), String::new())
+            (groups, format!("tid / {lanes}"), None)
         };
         let slot = m * n;
         if turns > 1
@@ -213,8 +213,7 @@ impl Emitter<'_> {
             // order — the sums of the sequential turns below, bit for bit, with two barriers
             // instead of one per turn.
             self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
-            let writer = writer.trim_start_matches(" && ");
-            self.line(2, &format!("if ({}) {{", if writer.is_empty() { "true" } else { writer }));
+            self.line(2, &format!("if ({}) {{", writer.as_deref().unwrap_or("true")));
             for mi in 0..m {
                 for h in 0..2 {
                     for q in 0..4 {
@@ -244,7 +243,8 @@ impl Emitter<'_> {
         }
         for turn in 0..turns {
             let op = if turn == 0 { "=" } else { "+=" };
-            self.line(2, &format!("if ({who} == {turn}{writer}) {{"));
+            let and_writer = writer.as_deref().map(|w| format!(" && {w}")).unwrap_or_default();
+            self.line(2, &format!("if ({who} == {turn}{and_writer}) {{"));
             for mi in 0..m {
                 for h in 0..2 {
                     for q in 0..4 {

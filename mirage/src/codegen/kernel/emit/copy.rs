@@ -124,26 +124,26 @@ impl Emitter<'_> {
             return;
         }
         let close = self.open_strided(indent, "v", "tid", total, plan.threads);
-        let indent = indent + close - 1;
-        self.line(indent + 1, &format!("const long long go = {};", gterms.join(" + ")));
+        let inner = indent + close;
+        self.line(inner, &format!("const long long go = {};", gterms.join(" + ")));
         match (bound, method.is_async()) {
-            (None, true) => self.line(indent + 1, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
-            (None, false) => self.line(indent + 1, &format!("{buf}[{soff}] = {src}[go];")),
+            (None, true) => self.line(inner, &format!("{cp_async}({buf} + ({soff}), {src} + go);")),
+            (None, false) => self.line(inner, &format!("{buf}[{soff}] = {src}[go];")),
             (Some(n), true) => {
                 let zero = match bytes {
                     16 => "*reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);",
                     8 => "*reinterpret_cast<uint2*>(d) = make_uint2(0u, 0u);",
                     _ => "*reinterpret_cast<unsigned int*>(d) = 0u;",
                 };
-                self.line(indent + 1, &format!("auto* d = {buf} + ({soff});"));
-                self.line(indent + 1, &format!("if ({n}) {cp_async}(d, {src} + go); else {{ {zero} }}"));
+                self.line(inner, &format!("auto* d = {buf} + ({soff});"));
+                self.line(inner, &format!("if ({n}) {cp_async}(d, {src} + go); else {{ {zero} }}"));
             }
             (Some(n), false) => {
                 let ty = ctype(kdesc.dtype);
-                self.line(indent + 1, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
+                self.line(inner, &format!("{buf}[{soff}] = {n} ? {src}[go] : mirage::from_f32<{ty}>(0.0f);"));
             }
         }
-        self.close(indent + 1 - close, close);
+        self.close(indent, close);
     }
 
     /// The index expressions of input tile `i`'s copy units (`units` of `vec` elements along

@@ -132,11 +132,11 @@ impl Emitter<'_> {
         self.line(indent, "{");
         self.line(indent + 1, &format!("const int vc = (tid % {lanes}) * 8;"));
         // Lanes past the row's n / 8 vectors (n / 8 not a power of two) idle.
-        let idle = if n / 8 < lanes { format!("if (vc < {n}) ") } else { String::new() };
-        if !idle.is_empty() {
-            self.line(indent + 1, &format!("{idle}{{"));
+        let idle = n / 8 < lanes;
+        if idle {
+            self.line(indent + 1, &format!("if (vc < {n}) {{"));
         }
-        let open = indent + 1 + usize::from(!idle.is_empty());
+        let open = indent + 1 + usize::from(idle);
         let close = self.open_strided(open, "r", &format!("tid / {lanes}"), k, groups);
         let inner = open + close;
         self.line(inner, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
@@ -146,7 +146,7 @@ impl Emitter<'_> {
             self.line(inner, &format!("mirage::fma8<{ty}>({acc}[{}], {acc}[{}], bv, {av});", 2 * mi, 2 * mi + 1));
         }
         self.close(open, close);
-        if !idle.is_empty() {
+        if idle {
             self.line(indent + 1, "}");
         }
         self.line(indent, "}");
