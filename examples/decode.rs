@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use mirage::ir::DType;
 use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, random_weights};
-use mirage::mpk::decoder::{decoder_step, profile, step_name};
+use mirage::mpk::decoder::{decoder_step, layer_timeline, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
 use mirage::mpk::{Megakernel, MpkPlan, ParamValues, Session, TensorId, TensorKind};
@@ -337,7 +337,7 @@ fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
     kinds.sort_by(|a, b| b.share.total_cmp(&a.share));
     println!(
         "profile per operator kind (each kind's operators of every layer together; qkv.k0/k1/k2: the q, k, v \
-         projections, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
+         projections, attention: RoPE, the cache append, split-KV attention and the merge, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
     );
     println!(
         "  {:<20} {:>4} {:>6} {:>10} {:>10} {:>10} {:>7}",
@@ -357,6 +357,14 @@ fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
     }
     let shares: f64 = kinds.iter().map(|k| k.share).sum();
     println!("  {:<20} {:>52.1}%", "between tasks", 100.0 * (1.0 - shares).max(0.0));
+    let layers = names.iter().filter(|n| n.starts_with('l') && n.ends_with(".mlp.k1")).count();
+    if layers > 0 {
+        let layer = layers / 2;
+        println!("layer {layer}'s operators (µs from the layer's first task ready, mean over the steps):");
+        for w in layer_timeline(&names, &task_op, &timeline.tasks(), layer) {
+            println!("  {:<24} {:>8.2} .. {:>8.2}", w.name, w.first_ready_ns / 1e3, w.last_end_ns / 1e3);
+        }
+    }
 }
 
 /// Step `p` in a launch of its own: the device time between `events` recorded around it (µs) and

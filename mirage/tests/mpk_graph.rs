@@ -129,29 +129,27 @@ fn decode_tasks_depend_on_their_heads() -> R {
     let g = decoder_step("toy", &cfg)?;
     let c = compile(&g, &opts(8))?;
     let attn = tasks_of(&c, "l0.attention");
-    let combine = tasks_of(&c, "l0.attention_combine");
-    let rope = tasks_of(&c, "l0.rope_q");
-    let (ak, av) = (tasks_of(&c, "l0.append_k"), tasks_of(&c, "l0.append_v"));
+    let (q, k, v) = (tasks_of(&c, "l0.qkv.k0"), tasks_of(&c, "l0.qkv.k1"), tasks_of(&c, "l0.qkv.k2"));
     // split-KV: 132 / kv_heads chunks per KV head would fill an H200's workers, but each chunk
     // keeps at least MIN_CHUNK_KEYS keys of the full cache
     let chunks = (132 / cfg.kv_heads).min(cfg.capacity.div_ceil(mirage::mpk::builtin::MIN_CHUNK_KEYS));
     assert!(chunks < 132 / cfg.kv_heads, "the toy's cache is short enough to cap the chunks");
-    assert_eq!(
-        (attn.len(), combine.len(), rope.len(), ak.len()),
-        (chunks * cfg.kv_heads, cfg.heads, cfg.heads, cfg.kv_heads)
-    );
-    let group = cfg.heads / cfg.kv_heads;
+    assert_eq!(attn.len(), chunks * cfg.kv_heads);
+    let (d, group) = (cfg.head_dim, cfg.heads / cfg.kv_heads);
+    // The projection task `i` of a tiling of `cols` columns, for the columns [lo, hi).
+    let cover = |tasks: &[usize], width: usize, lo: usize, hi: usize| -> Vec<usize> {
+        let cols = mirage::mpk::decoder::projection_tiling(cfg.hidden, width).cols;
+        tasks.iter().enumerate().filter(|(i, _)| i * cols < hi && (i + 1) * cols > lo).map(|(_, &t)| t).collect()
+    };
     for &t in &attn {
-        // a chunk of KV head `kvh` reads the query heads of its group and its KV head's cache rows
+        // a chunk of KV head `kvh` reads the projections of its group's query heads and its KV
+        // head's new key and value (RoPE, the appends and the merge are the operator's own)
         let kvh = c.tasks[t].tile[1];
-        let mut want: Vec<usize> = rope[kvh * group..(kvh + 1) * group].to_vec();
-        want.extend([ak[kvh], av[kvh]]);
+        let mut want = cover(&q, cfg.heads * d, kvh * group * d, (kvh + 1) * group * d);
+        want.extend(cover(&k, cfg.kv_heads * d, kvh * d, (kvh + 1) * d));
+        want.extend(cover(&v, cfg.kv_heads * d, kvh * d, (kvh + 1) * d));
         want.sort();
         assert_eq!(c.deps[t], want, "attention chunk {:?}", c.tasks[t].tile);
-    }
-    for (h, &t) in combine.iter().enumerate() {
-        let want: Vec<usize> = attn.iter().copied().filter(|&p| c.tasks[p].tile[1] == h / group).collect();
-        assert_eq!(c.deps[t], want, "the combine of head {h} waits for its KV head's chunks");
     }
     // The next step's token is written after this step's embedding read it.
     let emb = tasks_of(&c, "embedding");

@@ -81,6 +81,38 @@ pub enum Builtin {
         /// The output's element type (the query's).
         dtype: DType,
     },
+    /// Decode attention of one query row as one operator: at the runtime position `pos`, RoPE
+    /// of the query heads and of the new key (each head first RMS-normalized with its gain when
+    /// `norm` is given, as [`Builtin::Rope`]), the append of the new key and value at row `pos`
+    /// of the caches, split-KV attention over keys `0..=pos` ([`Builtin::AttentionPartial`])
+    /// and the merge of the chunks ([`Builtin::AttentionCombine`]): one dependency hop where the
+    /// separate operators take four.
+    ///
+    /// Inputs: `q [1, heads·d]`, `k`, `v [1, kv_heads·d]` (the projections, before RoPE),
+    /// `inv_freq [d/2]` f32, and with `norm` the gains `q_norm`, `k_norm [1, d]` (q's type).
+    /// Outputs: `out [1, heads·d]` (q's type), `partials [kv_heads, chunks, group, d + 2]` f32,
+    /// and the states `k_cache`, `v_cache [kv_heads, capacity, d]` (q's type). Tiles:
+    /// `chunks × kv_heads`. Tile `(c, h)`: when key `pos` falls in chunk `c`
+    /// ([`chunk_range`]`(pos + 1, chunks, c)`), appends the new key (after RoPE, rounded to q's
+    /// type) and value at row `pos` of KV head `h`; writes chunk `c`'s partial of the group's
+    /// query heads (after RoPE, rounded to q's type, as a rope operator's output would be)
+    /// into `partials[h, c]`; and the tile that finishes last among KV head `h`'s chunks — on
+    /// the device the holder of the step's last ticket of an atomic counter per KV head
+    /// ([`Builtin::ticket_counters`]), on the CPU chunk `chunks − 1` — merges the KV head's
+    /// partials into its query heads of `out`. Every tile of a KV head therefore declares the
+    /// same writes of `out` and of the caches ([`Builtin::overlapping_writes`]). A position out
+    /// of range (`pos < 0` or `pos ≥ capacity`) writes zeros and neutral partials, leaves the
+    /// caches alone and is `ERR_INDEX`.
+    DecodeAttention {
+        /// The position of the query row (the new key's row of the caches).
+        pos: ParamExpr,
+        /// Multiplies the scores (usually `1/√d`).
+        scale: Scalar,
+        /// Key chunks per KV head (static; see [`split_kv_chunks`]).
+        chunks: usize,
+        /// The per-head RMSNorm's epsilon of q and k before RoPE (Qwen3), when given.
+        norm: Option<Scalar>,
+    },
     /// First half of argmax over the last dim: each tile finds the largest value (smallest
     /// index among equals) of `chunk` columns. Input: `logits [rows, vocab]`. Output:
     /// `[rows, vocab / chunk, 2]` f32 (value, index). Tiles: `vocab / chunk` × `rows`.
@@ -141,6 +173,7 @@ impl Builtin {
             Builtin::KvAppend { .. } => "kv_append",
             Builtin::AttentionPartial { .. } => "attention_partial",
             Builtin::AttentionCombine { .. } => "attention_combine",
+            Builtin::DecodeAttention { .. } => "decode_attention",
             Builtin::ArgmaxPartial { .. } => "argmax_partial",
             Builtin::ArgmaxReduce => "argmax_reduce",
             Builtin::Nop { .. } => "nop",
@@ -152,7 +185,33 @@ impl Builtin {
         match self {
             Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } => 2,
             Builtin::AttentionPartial { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
+            Builtin::DecodeAttention { norm: None, .. } => 4,
+            Builtin::DecodeAttention { norm: Some(_), .. } => 6,
             _ => 1,
+        }
+    }
+
+    /// Number of output operands.
+    pub fn num_outputs(&self) -> usize {
+        match self {
+            Builtin::DecodeAttention { .. } => 4,
+            _ => 1,
+        }
+    }
+
+    /// Whether tiles of one operator of this kind declare the same output elements, of which
+    /// one tile writes each at run time (see [`Builtin::DecodeAttention`]): every such tile
+    /// signals before its consumers run, so they wait for all of them.
+    pub fn overlapping_writes(&self) -> bool {
+        matches!(self, Builtin::DecodeAttention { .. })
+    }
+
+    /// Counters of the megakernel private to an operator of this kind with tile grid `grid`,
+    /// which its tiles take tickets from (not dependency counters: nothing waits on them).
+    pub fn ticket_counters(&self, grid: [usize; 3]) -> usize {
+        match self {
+            Builtin::DecodeAttention { .. } => grid[1],
+            _ => 0,
         }
     }
 
@@ -161,13 +220,14 @@ impl Builtin {
         match self {
             Builtin::Rope { pos, .. } | Builtin::KvAppend { pos } => vec![*pos],
             Builtin::AttentionPartial { keylen, .. } => vec![*keylen],
+            Builtin::DecodeAttention { pos, .. } => vec![*pos],
             _ => vec![],
         }
     }
 
-    /// Whether its output must be a state tensor (it writes only part of it each step).
+    /// Whether its outputs include a state tensor (it writes only part of it each step).
     pub fn writes_state(&self) -> bool {
-        matches!(self, Builtin::KvAppend { .. })
+        matches!(self, Builtin::KvAppend { .. } | Builtin::DecodeAttention { .. })
     }
 
     /// The outputs it writes for these inputs (for kinds whose outputs are new buffers; a
@@ -186,6 +246,9 @@ impl Builtin {
             Builtin::Rope { .. } => vec![d(&inputs[0].shape, inputs[0].dtype)],
             Builtin::KvAppend { .. } => {
                 return Err("kv_append writes an existing state tensor (the cache): use add_builtin".into());
+            }
+            Builtin::DecodeAttention { .. } => {
+                return Err("decode_attention writes the caches' existing states: use decode_attention()".into());
             }
             Builtin::AttentionPartial { chunks, .. } => {
                 let (kvh, group, d) = attention_dims(inputs[0], inputs[1])?;
@@ -217,11 +280,12 @@ impl Builtin {
     /// Checks the operands and returns the tile grid. `params` is the graph's number of runtime
     /// parameters.
     pub fn check(&self, inputs: &[&TensorDesc], outputs: &[&TensorDesc], params: usize) -> Result<[usize; 3], String> {
-        expect(inputs.len() == self.num_inputs() && outputs.len() == 1, || {
+        expect(inputs.len() == self.num_inputs() && outputs.len() == self.num_outputs(), || {
             format!(
-                "{}: expected {} inputs and 1 output, found {} and {}",
+                "{}: expected {} inputs and {} output(s), found {} and {}",
                 self.name(),
                 self.num_inputs(),
+                self.num_outputs(),
                 inputs.len(),
                 outputs.len()
             )
@@ -232,7 +296,9 @@ impl Builtin {
         for (i, d) in inputs.iter().enumerate() {
             row_major(d, &format!("input {i}"))?;
         }
-        row_major(outputs[0], "output")?;
+        for (i, d) in outputs.iter().enumerate() {
+            row_major(d, &format!("output {i}"))?;
+        }
         let out = outputs[0];
         let same = |want: &TensorDesc| {
             expect(out.shape == want.shape && out.dtype == want.dtype, || {
@@ -313,6 +379,49 @@ impl Builtin {
                 same(&want[0])?;
                 Ok([p.shape[0] * p.shape[2], 1, 1])
             }
+            Builtin::DecodeAttention { scale, chunks, norm, .. } => {
+                let (q, k, v, inv) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+                let (partials, kc, vc) = (outputs[1], outputs[2], outputs[3]);
+                expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
+                let (kvh, group, d) = attention_dims(q, kc)?;
+                let row = d * q.dtype.size_bytes();
+                expect(row.is_power_of_two() && (16..=MAX_HEAD_ROW_BYTES).contains(&row), || {
+                    format!(
+                        "head dim {d}: a head's row of {row} bytes must be a power of two from 16 to {MAX_HEAD_ROW_BYTES} bytes"
+                    )
+                })?;
+                expect(group <= MAX_GROUP, || format!("at most {MAX_GROUP} query heads per KV head, found {group}"))?;
+                expect(*chunks >= 1, || "chunks: expected at least one key chunk per KV head".to_string())?;
+                expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
+                let kv_row = TensorDesc::new(&[1, kvh * d], q.dtype);
+                for (t, what) in [(k, "k"), (v, "v")] {
+                    expect(t.shape == kv_row.shape && t.dtype == kv_row.dtype, || {
+                        format!("{what}: expected {} (one row of the KV heads), found {}", fmt(&kv_row), fmt(t))
+                    })?;
+                }
+                rank(inv, 1, "inv_freq")?;
+                f32_typed(inv, "inv_freq")?;
+                expect(2 * inv.shape[0] == d, || {
+                    format!("inv_freq: expected [{}] (head dim / 2), found {}", d / 2, fmt(inv))
+                })?;
+                if let Some(eps) = norm {
+                    let want = TensorDesc::new(&[1, d], q.dtype);
+                    for (t, what) in [(inputs[4], "q_norm"), (inputs[5], "k_norm")] {
+                        expect(t.shape == want.shape && t.dtype == want.dtype, || {
+                            format!("{what}: expected {} (one head), found {}", fmt(&want), fmt(t))
+                        })?;
+                    }
+                    expect(eps.0.is_finite() && eps.0 >= 0.0, || {
+                        format!("eps: expected a finite number >= 0, found {}", eps.0)
+                    })?;
+                }
+                same(q)?;
+                let want = TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32);
+                expect(partials.shape == want.shape && partials.dtype == want.dtype, || {
+                    format!("partials: expected {}, found {}", fmt(&want), fmt(partials))
+                })?;
+                Ok([*chunks, kvh, 1])
+            }
             Builtin::ArgmaxPartial { chunk } => {
                 let want = self.output_descs(inputs)?;
                 expect(inputs[0].shape[1] <= MAX_VOCAB, || {
@@ -349,9 +458,9 @@ impl Builtin {
         &self,
         tile: [usize; 3],
         inputs: &[(TensorId, &TensorDesc)],
-        output: (TensorId, &TensorDesc),
+        outputs: &[(TensorId, &TensorDesc)],
     ) -> (Vec<(Region, bool)>, Vec<Region>) {
-        let (out, od) = output;
+        let (out, od) = outputs[0];
         let whole = |(t, d): (TensorId, &TensorDesc)| Region::whole(t, &d.shape);
         let [x, y, _] = tile;
         match self {
@@ -392,6 +501,24 @@ impl Builtin {
                 let read = Region::at(p, vec![x / group, 0, x % group, 0], &[1, chunks, 1, d2]);
                 (vec![(read, false)], vec![Region::at(out, vec![0, x * (d2 - 2)], &[1, d2 - 2])])
             }
+            Builtin::DecodeAttention { .. } => {
+                let (kc, kd) = outputs[2];
+                let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
+                let group = od.shape[1] / d / kvh;
+                let heads = Region::at(out, vec![0, y * group * d], &[1, group * d]);
+                let cache = |t| Region::at(t, vec![y, 0, 0], &[1, cap, d]);
+                let mut reads = vec![
+                    (Region::at(inputs[0].0, vec![0, y * group * d], &[1, group * d]), false),
+                    (Region::at(inputs[1].0, vec![0, y * d], &[1, d]), false),
+                    (Region::at(inputs[2].0, vec![0, y * d], &[1, d]), false),
+                    (whole(inputs[3]), false),
+                    (cache(kc), false),
+                    (cache(outputs[3].0), false),
+                ];
+                reads.extend(inputs[4..].iter().map(|&gain| (whole(gain), true)));
+                let partial = Region::at(outputs[1].0, vec![y, x, 0, 0], &[1, 1, group, d + 2]);
+                (reads, vec![heads, partial, cache(kc), cache(outputs[3].0)])
+            }
             Builtin::ArgmaxPartial { chunk } => {
                 let read = Region::at(inputs[0].0, vec![y, x * chunk], &[1, *chunk]);
                 (vec![(read, false)], vec![Region::at(out, vec![y, x, 0], &[1, 1, 2])])
@@ -417,8 +544,16 @@ impl Builtin {
             Builtin::AttentionPartial { .. } => {
                 let d = inputs[1].shape[2];
                 let group = inputs[0].shape[1] / d / inputs[1].shape[0];
-                // q, the scores of one key tile, (m, l, correction), the cross-warp reduction
-                group * (d + threads + 3 + warps * d) * 4
+                attention_smem_floats(group, d, threads) * 4
+            }
+            Builtin::DecodeAttention { chunks, .. } => {
+                // inv_freq is [d/2]; k is [1, kv_heads·d].
+                let d = 2 * inputs[3].shape[0];
+                let group = inputs[0].shape[1] / inputs[1].shape[1];
+                // attention_chunk's, then cos and sin of the angles and a norm scale per head;
+                // the merge reuses the space for (m, l) of every chunk of the group.
+                let attend = attention_smem_floats(group, d, threads) + d + group + 1;
+                attend.max(2 * group * chunks) * 4
             }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
@@ -434,12 +569,18 @@ impl Builtin {
         &self,
         tile: [usize; 3],
         inputs: &[(&[f32], &TensorDesc)],
-        output: (&mut [f32], &TensorDesc),
+        outputs: &mut [(&mut [f32], &TensorDesc)],
         params: &[i32],
         names: &dyn Fn(IndexSource) -> String,
     ) -> Result<(), IndexError> {
-        let (out, od) = output;
         let [x, y, _] = tile;
+        if let Builtin::DecodeAttention { pos, scale, chunks, norm } = self {
+            let p = pos.eval(params);
+            return decode_attention_tile([x, y], inputs, outputs, p, *scale, *chunks, *norm)
+                .map_err(|bound| IndexError { value: p, bound, source_name: names(IndexSource::Param(pos.param.0)) });
+        }
+        let [(out, od)] = outputs else { unreachable!("checked: one output") };
+        let (out, od): (&mut [f32], &TensorDesc) = (out, od);
         match self {
             Builtin::Embedding { chunk } => {
                 let (table, td) = inputs[0];
@@ -475,14 +616,7 @@ impl Builtin {
                         source_name: names(IndexSource::Param(pos.param.0)),
                     });
                 }
-                let h = d / 2;
-                for i in 0..h {
-                    let (s, c) = (p as f64 * f64::from(inv[i])).sin_cos();
-                    let (s, c) = (s as f32, c as f32);
-                    let (a, b) = (head[i], head[i + h]);
-                    out[at + i] = a * c - b * s;
-                    out[at + i + h] = b * c + a * s;
-                }
+                out[at..at + d].copy_from_slice(&rope_head(&head, inv, p));
                 Ok(())
             }
             Builtin::KvAppend { pos } => {
@@ -512,13 +646,7 @@ impl Builtin {
                 let l = keylen.eval(params);
                 let dst = (y * chunks + x) * group * d2;
                 let partials = &mut out[dst..dst + group * d2];
-                let neutral = |p: &mut [f32]| {
-                    for row in p.chunks_mut(d2) {
-                        row[..d].fill(0.0);
-                        row[d] = f32::NEG_INFINITY;
-                        row[d + 1] = 0.0;
-                    }
-                };
+                let neutral = |p: &mut [f32]| neutral_partials(p, d);
                 if l < 1 || l > cap as i64 {
                     neutral(partials);
                     return Err(IndexError {
@@ -532,27 +660,11 @@ impl Builtin {
                     neutral(partials);
                     return Ok(());
                 }
+                let at = |j: usize| (y * cap + j) * d;
                 for (g, row) in partials.chunks_mut(d2).enumerate() {
                     let h = y * group + g;
                     let qh = &q[h * d..(h + 1) * d];
-                    let at = |j: usize| (y * cap + j) * d;
-                    let scores: Vec<f64> = keys
-                        .clone()
-                        .map(|j| {
-                            let kr = &kc[at(j)..at(j) + d];
-                            f64::from(scale.0)
-                                * qh.iter().zip(kr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
-                        })
-                        .collect();
-                    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                    let total: f64 = w.iter().sum();
-                    for i in 0..d {
-                        let v: f64 = keys.clone().zip(&w).map(|(j, wj)| wj * f64::from(vc[at(j) + i])).sum();
-                        row[i] = (v / total) as f32;
-                    }
-                    row[d] = m as f32;
-                    row[d + 1] = total as f32;
+                    chunk_partial(qh, keys.clone(), |j| &kc[at(j)..at(j) + d], |j| &vc[at(j)..at(j) + d], scale.0, row);
                 }
                 Ok(())
             }
@@ -562,18 +674,7 @@ impl Builtin {
                 let d = d2 - 2;
                 let (kvh, g) = (x / group, x % group);
                 let row = |c: usize| &p[((kvh * chunks + c) * group + g) * d2..][..d2];
-                let m = (0..chunks).map(|c| f64::from(row(c)[d])).fold(f64::NEG_INFINITY, f64::max);
-                let weights: Vec<f64> = (0..chunks)
-                    .map(|c| {
-                        let r = row(c);
-                        if r[d] == f32::NEG_INFINITY { 0.0 } else { f64::from(r[d + 1]) * (f64::from(r[d]) - m).exp() }
-                    })
-                    .collect();
-                let total: f64 = weights.iter().sum();
-                for i in 0..d {
-                    let v: f64 = weights.iter().enumerate().map(|(c, w)| w * f64::from(row(c)[i])).sum();
-                    out[x * d + i] = if total > 0.0 { (v / total) as f32 } else { 0.0 };
-                }
+                merge_partials(chunks, row, &mut out[x * d..(x + 1) * d]);
                 Ok(())
             }
             Builtin::ArgmaxPartial { chunk } => {
@@ -599,6 +700,7 @@ impl Builtin {
                 out[x] = if best.1.is_finite() { best.1 } else { p[x * n * 2 + 1] };
                 Ok(())
             }
+            Builtin::DecodeAttention { .. } => unreachable!("run before the match"),
             Builtin::Nop { all } => {
                 let xs = inputs[0].0;
                 let v = if *all { xs.iter().copied().fold(f32::NEG_INFINITY, f32::max) } else { xs[x] };
@@ -611,6 +713,150 @@ impl Builtin {
 
 /// `(kv_heads, group, d)` of attention operands `q [1, heads·d]` and a cache `[kv_heads,
 /// capacity, d]` of `q`'s type, `group = heads / kv_heads`.
+/// The rotation of one head (rotate-half layout) at position `pos`: for `i < d/2`, angle
+/// `pos · inv[i]` (in f64, sine and cosine rounded to f32), `(a, b) = (x[i], x[i + d/2])` to
+/// `(a cos − b sin, b cos + a sin)` in f32.
+fn rope_head(x: &[f32], inv: &[f32], pos: i64) -> Vec<f32> {
+    let h = inv.len();
+    let mut out = vec![0.0f32; 2 * h];
+    for i in 0..h {
+        let (s, c) = (pos as f64 * f64::from(inv[i])).sin_cos();
+        let (s, c) = (s as f32, c as f32);
+        let (a, b) = (x[i], x[i + h]);
+        out[i] = a * c - b * s;
+        out[i + h] = b * c + a * s;
+    }
+    out
+}
+
+/// One query head's split-KV partial over `keys` (key `j`'s row `key(j)`, value row `val(j)`)
+/// into `row [d + 2]`: `(o / l, m, l)` with scores `scale · q · K[j]`, `m = max`, `l = Σ exp(s −
+/// m)`, `o = Σ exp(s − m) V[j]`, all in f64, stored in f32. `keys` is not empty.
+fn chunk_partial<'a>(
+    qh: &[f32],
+    keys: std::ops::Range<usize>,
+    key: impl Fn(usize) -> &'a [f32],
+    val: impl Fn(usize) -> &'a [f32],
+    scale: f32,
+    row: &mut [f32],
+) {
+    let d = qh.len();
+    let scores: Vec<f64> = keys
+        .clone()
+        .map(|j| f64::from(scale) * qh.iter().zip(key(j)).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>())
+        .collect();
+    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+    let total: f64 = w.iter().sum();
+    for i in 0..d {
+        let v: f64 = keys.clone().zip(&w).map(|(j, wj)| wj * f64::from(val(j)[i])).sum();
+        row[i] = (v / total) as f32;
+    }
+    row[d] = m as f32;
+    row[d + 1] = total as f32;
+}
+
+/// The neutral partial `(0, −∞, 0)` of an empty chunk, for each `[d + 2]` row of `rows`.
+fn neutral_partials(rows: &mut [f32], d: usize) {
+    for row in rows.chunks_mut(d + 2) {
+        row[..d].fill(0.0);
+        row[d] = f32::NEG_INFINITY;
+        row[d + 1] = 0.0;
+    }
+}
+
+/// One query head's merge of its `chunks` partials (`row(c)`, `[d + 2]` each) into `out [d]`:
+/// `Σ_c w_c o_c / Σ_c w_c` with `w_c = l_c · exp(m_c − max m)` in f64, empty chunks weighing
+/// nothing, zeros when all are empty.
+fn merge_partials<'a>(chunks: usize, row: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    let d = out.len();
+    let m = (0..chunks).map(|c| f64::from(row(c)[d])).fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = (0..chunks)
+        .map(|c| {
+            let r = row(c);
+            if r[d] == f32::NEG_INFINITY { 0.0 } else { f64::from(r[d + 1]) * (f64::from(r[d]) - m).exp() }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    for (i, o) in out.iter_mut().enumerate() {
+        let v: f64 = weights.iter().enumerate().map(|(c, w)| w * f64::from(row(c)[i])).sum();
+        *o = if total > 0.0 { (v / total) as f32 } else { 0.0 };
+    }
+}
+
+/// The CPU reference of tile `[c, h]` of a [`Builtin::DecodeAttention`] at position `pos`
+/// (outputs: out, partials, k_cache, v_cache); `Err(bound)` for a position out of range.
+#[allow(clippy::too_many_arguments)]
+fn decode_attention_tile(
+    [c, h]: [usize; 2],
+    inputs: &[(&[f32], &TensorDesc)],
+    outputs: &mut [(&mut [f32], &TensorDesc)],
+    pos: i64,
+    scale: Scalar,
+    chunks: usize,
+    norm: Option<Scalar>,
+) -> Result<(), i64> {
+    let [(out, od), (partials, _), (kc, kd), (vc, _)] = outputs else { unreachable!("checked: four outputs") };
+    let dtype = od.dtype;
+    let (cap, d) = (kd.shape[1], kd.shape[2]);
+    let group = od.shape[1] / d / kd.shape[0];
+    let d2 = d + 2;
+    let heads = h * group * d..(h + 1) * group * d;
+    let slot = (h * chunks + c) * group * d2..(h * chunks + c + 1) * group * d2;
+    if !(0..cap as i64).contains(&pos) {
+        out[heads].fill(0.0);
+        neutral_partials(&mut partials[slot], d);
+        return Err(cap as i64);
+    }
+    let pos = pos as usize;
+    let (q, k, v, inv) = (inputs[0].0, inputs[1].0, inputs[2].0, inputs[3].0);
+    let gain = |i: usize| norm.map(|eps| (eps.0, inputs[i].0));
+    // RoPE'd heads, rounded to the type as a rope operator's output buffer holds them.
+    let roped = |x: &[f32], gain| -> Vec<f32> {
+        rope_head(&head_rms_norm(x, gain), inv, pos as i64).into_iter().map(|v| dtype.round(v)).collect()
+    };
+    let qs: Vec<Vec<f32>> = (0..group).map(|g| roped(&q[(h * group + g) * d..][..d], gain(4))).collect();
+    let k_new = roped(&k[h * d..(h + 1) * d], gain(5));
+    let v_new = &v[h * d..(h + 1) * d];
+    let row = |j: usize| (h * cap + j) * d;
+    if chunk_range(pos + 1, chunks, c).contains(&pos) {
+        kc[row(pos)..row(pos) + d].copy_from_slice(&k_new);
+        vc[row(pos)..row(pos) + d].copy_from_slice(v_new);
+    }
+    // Key `pos` comes from the new row (the tile that appends it may not have run yet).
+    let (kc, vc): (&[f32], &[f32]) = (kc, vc);
+    let key = |j: usize| if j == pos { &k_new[..] } else { &kc[row(j)..row(j) + d] };
+    let val = |j: usize| if j == pos { v_new } else { &vc[row(j)..row(j) + d] };
+    let chunk_rows = |cc: usize| -> Vec<f32> {
+        let mut rows = vec![0.0f32; group * d2];
+        let keys = chunk_range(pos + 1, chunks, cc);
+        if keys.is_empty() {
+            neutral_partials(&mut rows, d);
+        } else {
+            for (g, r) in rows.chunks_mut(d2).enumerate() {
+                chunk_partial(&qs[g], keys.clone(), key, val, scale.0, r);
+            }
+        }
+        rows
+    };
+    partials[slot].copy_from_slice(&chunk_rows(c));
+    if c + 1 == chunks {
+        let all: Vec<Vec<f32>> = (0..chunks).map(chunk_rows).collect();
+        for g in 0..group {
+            let at = (h * group + g) * d;
+            merge_partials(chunks, |cc| &all[cc][g * d2..(g + 1) * d2], &mut out[at..at + d]);
+        }
+    }
+    Ok(())
+}
+
+/// Floats of shared memory one split-KV chunk (`attention_chunk` of `device.cuh`) uses: the
+/// group's queries, the scores of one key tile, (m, l, correction) per head and the cross-warp
+/// reduction.
+fn attention_smem_floats(group: usize, d: usize, threads: usize) -> usize {
+    group * (d + threads + 3 + threads / 32 * d)
+}
+
 fn attention_dims(q: &TensorDesc, kc: &TensorDesc) -> Result<(usize, usize, usize), String> {
     rank(q, 2, "q")?;
     rank(kc, 3, "k_cache")?;
@@ -669,6 +915,44 @@ pub fn split_kv_attention(
     let chunks = split_kv_chunks(kv_heads, capacity, workers);
     let partial = g.builtin(name, Builtin::AttentionPartial { keylen, scale, chunks }, &[q, k_cache, v_cache])?[0];
     Ok(g.builtin(&format!("{name}_combine"), Builtin::AttentionCombine { dtype }, &[partial])?[0])
+}
+
+/// Adds [`Builtin::DecodeAttention`] `name` at position `pos`: RoPE of the projections `q`, `k`
+/// (after the per-head norm with gains `q_norm`, `k_norm` when `norm` is given), the append of
+/// `k` and `v` to `k_cache`/`v_cache`, attention over keys `0..=pos` in
+/// [`split_kv_chunks`]`(kv_heads, capacity, workers)` chunks per KV head, and the merge. Writes
+/// the buffers `{name}.out` (the result, like `q`, which it returns) and `{name}.partials`.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention(
+    g: &mut StepGraph,
+    name: &str,
+    [q, k, v, inv_freq]: [TensorId; 4],
+    norm: Option<(Scalar, [TensorId; 2])>,
+    [k_cache, v_cache]: [TensorId; 2],
+    pos: ParamExpr,
+    scale: Scalar,
+    workers: usize,
+) -> Result<TensorId, GraphError> {
+    let desc = |t: TensorId| g.tensors().get(t.0).map(|t| t.desc.clone());
+    let (Some(qd), Some(kd)) = (desc(q), desc(k_cache)) else {
+        return Err(GraphError::Operand {
+            graph: g.name().into(),
+            op: name.into(),
+            reason: "an operand is not a tensor of this graph".into(),
+        });
+    };
+    // Shapes are the builtin's to check (add_builtin below); these only size the buffers.
+    let dim = |i: usize| kd.shape.get(i).copied().unwrap_or(1).max(1);
+    let (kv_heads, capacity, d) = (dim(0), dim(1), dim(2));
+    let group = qd.shape.get(1).map_or(1, |w| w / d / kv_heads);
+    let chunks = split_kv_chunks(kv_heads, capacity, workers);
+    let out = g.buffer(&format!("{name}.out"), &qd.shape, qd.dtype)?;
+    let partials = g.buffer(&format!("{name}.partials"), &[kv_heads, chunks, group, d + 2], DType::F32)?;
+    let mut inputs = vec![q, k, v, inv_freq];
+    inputs.extend(norm.iter().flat_map(|(_, gains)| *gains));
+    let b = Builtin::DecodeAttention { pos, scale, chunks, norm: norm.map(|(eps, _)| eps) };
+    g.add_builtin(name, b, &inputs, &[out, partials, k_cache, v_cache])?;
+    Ok(out)
 }
 
 /// Grouped-query attention of one query row in f64, the ground truth of the split-KV tasks:
@@ -917,7 +1201,8 @@ mod tests {
         let od = g.tensor(o).desc.clone();
         let mut out = vec![f32::NAN; 4 * 64];
         for h in 0..4 {
-            c.run_tile([h, 0, 0], &[(&partial, &pd)], (&mut out, &od), &[], &|_| String::new()).expect("no index");
+            c.run_tile([h, 0, 0], &[(&partial, &pd)], &mut [(&mut out[..], &od)], &[], &|_| String::new())
+                .expect("no index");
         }
         assert!(out.iter().all(|&v| v == 0.0));
     }
@@ -949,26 +1234,196 @@ mod tests {
     }
 
     #[test]
-    fn the_decoder_waits_for_the_combine_before_o_proj() {
+    fn the_decoder_waits_for_every_attention_tile_before_o_proj() {
         use crate::mpk::decoder::{DecoderConfig, decoder_step};
+        use crate::mpk::deps::CounterOf;
         use crate::mpk::{MpkOptions, compile};
         let g = decoder_step("toy", &DecoderConfig { layers: 1, ..DecoderConfig::toy() }).expect("a step graph");
         let c = compile(&g, &MpkOptions::default()).expect("compiles");
-        let op = |n: &str| g.op_named(n).expect("an operator");
-        let comb = op("l0.attention_combine");
-        let part = op("l0.attention");
-        let combs: Vec<usize> = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == comb).collect();
-        let parts = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == part).count();
+        let attn = g.op_named("l0.attention").expect("an operator");
+        let parts: Vec<usize> = (0..c.tasks.len()).filter(|&t| c.tasks[t].op == attn).collect();
         // 2 KV heads over a 128-key cache: 2 chunks of 64 keys each (MIN_CHUNK_KEYS), not the
         // 66 each that would fill the 132 workers
-        assert_eq!((combs.len(), parts), (4, 4));
+        assert_eq!(parts.len(), 4);
         let o_proj: Vec<usize> =
             (0..c.tasks.len()).filter(|&t| g.ops()[c.tasks[t].op.0].name.starts_with("l0.o_proj")).collect();
         assert!(!o_proj.is_empty());
         for t in o_proj {
-            assert!(combs.iter().all(|k| c.deps[t].contains(k)), "o_proj task {t} must wait for every combine");
-            assert!(c.deps[t].iter().all(|&p| c.tasks[p].op != part), "o_proj waits for the combine, not the chunks");
+            // whichever tile of a KV head takes the last ticket writes its heads: wait for all
+            assert!(parts.iter().all(|k| c.deps[t].contains(k)), "o_proj task {t} must wait for every attention tile");
         }
+        // one ticket counter per KV head, two increments per step each, before the barrier
+        let first = c.sync.first_ticket(attn).expect("tickets");
+        for kvh in 0..2 {
+            let k = c.sync.counters[first + kvh];
+            assert_eq!((k.of, k.triggers), (CounterOf::Ticket(attn, kvh as u32), 2));
+        }
+        assert!(first + 2 <= c.sync.barrier());
+        assert!(c.sync.waits.iter().flatten().all(|&k| !matches!(c.sync.counters[k].of, CounterOf::Ticket(..))));
+        // the fused operator replaces rope, append and the combine
+        for gone in ["l0.rope_q", "l0.rope_k", "l0.append_k", "l0.append_v", "l0.attention_combine"] {
+            assert!(g.op_named(gone).is_none(), "{gone}");
+        }
+    }
+
+    /// Inputs and states of a decode-attention test: `[q, k, v, inv_freq, q_norm, k_norm,
+    /// k_cache, v_cache]` of `heads`, `kvh`, `dim`, `cap`.
+    fn attention_operands(
+        g: &mut StepGraph,
+        heads: usize,
+        kvh: usize,
+        dim: usize,
+        cap: usize,
+        dtype: DType,
+    ) -> [TensorId; 8] {
+        let q = g.input("q", &[1, heads * dim], dtype).expect("q");
+        let k = g.input("k", &[1, kvh * dim], dtype).expect("k");
+        let v = g.input("v", &[1, kvh * dim], dtype).expect("v");
+        let inv = g.input("inv_freq", &[dim / 2], DType::F32).expect("inv_freq");
+        let qn = g.input("q_norm", &[1, dim], dtype).expect("q_norm");
+        let kn = g.input("k_norm", &[1, dim], dtype).expect("k_norm");
+        let kc = g.state("k_cache", &[kvh, cap, dim], dtype).expect("k_cache");
+        let vc = g.state("v_cache", &[kvh, cap, dim], dtype).expect("v_cache");
+        [q, k, v, inv, qn, kn, kc, vc]
+    }
+
+    /// The step of the separate operators the fused one replaces (rope of q and k, the two
+    /// appends, split-KV attention and its combine), and the fused step; each with its
+    /// operands and its result.
+    fn fused_and_separate(
+        heads: usize,
+        kvh: usize,
+        dim: usize,
+        cap: usize,
+        chunks: usize,
+        dtype: DType,
+        eps: Option<Scalar>,
+    ) -> [(StepGraph, [TensorId; 8], TensorId); 2] {
+        let scale = Scalar(1.0 / (dim as f32).sqrt());
+        let mut a = StepGraph::new("separate").expect("a name");
+        let pos = a.param("pos").expect("a parameter");
+        let ops = attention_operands(&mut a, heads, kvh, dim, cap, dtype);
+        let [q, k, v, inv, qn, kn, kc, vc] = ops;
+        let rope = Builtin::Rope { pos: ParamExpr::of(pos), norm: eps };
+        let gains = |x: TensorId, n: TensorId| if eps.is_some() { vec![x, inv, n] } else { vec![x, inv] };
+        let qr = a.builtin("rope_q", rope.clone(), &gains(q, qn)).expect("rope_q")[0];
+        let kr = a.builtin("rope_k", rope, &gains(k, kn)).expect("rope_k")[0];
+        a.add_builtin("append_k", Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[kr], &[kc]).expect("append_k");
+        a.add_builtin("append_v", Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[v], &[vc]).expect("append_v");
+        let part = Builtin::AttentionPartial { keylen: ParamExpr::of(pos).plus(1), scale, chunks };
+        let p = a.builtin("attention", part, &[qr, kc, vc]).expect("partials")[0];
+        let out_a = a.builtin("combine", Builtin::AttentionCombine { dtype }, &[p]).expect("combine")[0];
+
+        let mut b = StepGraph::new("fused").expect("a name");
+        let pos = b.param("pos").expect("a parameter");
+        let ops_b = attention_operands(&mut b, heads, kvh, dim, cap, dtype);
+        let [q, k, v, inv, qn, kn, kc, vc] = ops_b;
+        // the chunk count of `workers` that gives `chunks` per KV head (caches of >= 64·chunks)
+        let workers = chunks * kvh;
+        assert_eq!(split_kv_chunks(kvh, cap, workers), chunks, "test setup");
+        let out_b = decode_attention(
+            &mut b,
+            "attention",
+            [q, k, v, inv],
+            eps.map(|e| (e, [qn, kn])),
+            [kc, vc],
+            ParamExpr::of(pos),
+            scale,
+            workers,
+        )
+        .expect("fused");
+        [(a, ops, out_a), (b, ops_b, out_b)]
+    }
+
+    #[test]
+    fn decode_attention_equals_the_operators_it_fuses() {
+        // (heads, KV heads, head dim, chunks, type, norm): steps at positions 0.. over a cache
+        // of 64·chunks + 5 keys, every output and both caches bit for bit.
+        let cases = [
+            (4, 2, 64, 2, DType::Bf16, None),
+            (8, 2, 64, 3, DType::F32, None),
+            (4, 1, 128, 4, DType::F16, Some(Scalar(1e-6))),
+            (16, 2, 32, 1, DType::Bf16, Some(Scalar(1e-5))),
+        ];
+        for (heads, kvh, dim, chunks, dtype, eps) in cases {
+            let cap = 64 * chunks + 5;
+            let [(a, ops_a, out_a), (b, ops_b, out_b)] = fused_and_separate(heads, kvh, dim, cap, chunks, dtype, eps);
+            let (mut ha, mut hb) = (crate::mpk::exec::HostTensors::zeros(&a), crate::mpk::exec::HostTensors::zeros(&b));
+            let mut rng = crate::mpk::exec::SplitMix((heads * 100 + dim + chunks) as u64);
+            let inv: Vec<f32> = (0..dim / 2).map(|i| 10000f32.powf(-2.0 * i as f32 / dim as f32)).collect();
+            ha.set(ops_a[3], &inv).expect("inv");
+            hb.set(ops_b[3], &inv).expect("inv");
+            for i in [4, 5] {
+                let gain: Vec<f32> = (0..dim).map(|_| rng.uniform(0.5, 1.5)).collect();
+                ha.set(ops_a[i], &gain).expect("gain");
+                hb.set(ops_b[i], &gain).expect("gain");
+            }
+            let positions: Vec<usize> = (0..cap).filter(|p| p % 7 == 0 || *p < 4 || *p + 2 >= cap).collect();
+            for (n, &pos) in positions.iter().enumerate() {
+                // new q, k, v each step; the caches keep what earlier steps appended (and zeros)
+                for i in 0..3 {
+                    let len: usize = a.tensor(ops_a[i]).desc.shape.iter().product();
+                    let x: Vec<f32> = (0..len).map(|_| rng.uniform(-2.0, 2.0)).collect();
+                    ha.set(ops_a[i], &x).expect("x");
+                    hb.set(ops_b[i], &x).expect("x");
+                }
+                crate::mpk::exec::reference_step(&a, &mut ha, &[pos as i32]).expect("in range");
+                crate::mpk::exec::reference_step(&b, &mut hb, &[pos as i32]).expect("in range");
+                let what =
+                    format!("heads {heads}/{kvh}, d {dim}, {chunks} chunks, {dtype}, norm {eps:?}, step {n} at {pos}");
+                assert_eq!(hb.get(out_b), ha.get(out_a), "out: {what}");
+                assert_eq!(hb.get(ops_b[6]), ha.get(ops_a[6]), "k_cache: {what}");
+                assert_eq!(hb.get(ops_b[7]), ha.get(ops_a[7]), "v_cache: {what}");
+                assert!(hb.get(out_b).iter().all(|v| v.is_finite()), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn decode_attention_runs_in_any_order_the_counters_allow() {
+        use crate::mpk::{MpkOptions, compile};
+        let [_, (g, ops, out)] = fused_and_separate(8, 2, 64, 64 * 5 + 5, 5, DType::Bf16, Some(Scalar(1e-6)));
+        let c = compile(&g, &MpkOptions { workers: 6, ..MpkOptions::default() }).expect("compiles");
+        let mut host = random_inputs(&g, &ops, 3);
+        let mut want = host.clone();
+        crate::mpk::exec::reference_step(&g, &mut want, &[200]).expect("in range");
+        for seed in 0..4 {
+            let mut h = host.clone();
+            crate::mpk::exec::execute_step(&c, &mut h, &[200], seed).expect("runs");
+            assert_eq!(h.get(out), want.get(out), "seed {seed}");
+            assert_eq!(h.get(ops[6]), want.get(ops[6]), "seed {seed}");
+        }
+        // out of range: zeros, the caches untouched, an index error naming the parameter
+        for pos in [64 * 5 + 5, -1] {
+            let e = crate::mpk::exec::reference_step(&g, &mut host, &[pos]).expect_err("out of range").to_string();
+            assert!(e.contains(&format!("found {pos}")) && e.contains("expected 0 <= index < 325"), "{e}");
+            assert!(e.contains("runtime parameter `pos`"), "{e}");
+            assert!(host.get(out).iter().all(|&v| v == 0.0));
+        }
+        assert_eq!(host.get(ops[6]), random_inputs(&g, &ops, 3).get(ops[6]), "the caches are left alone");
+    }
+
+    #[test]
+    fn decode_attention_operand_errors() {
+        let mut g = StepGraph::new("bad").expect("a name");
+        let pos = g.param("pos").expect("a parameter");
+        let [q, k, v, inv, qn, _, kc, vc] = attention_operands(&mut g, 8, 2, 64, 128, DType::Bf16);
+        let out = g.buffer("out", &[1, 8 * 64], DType::Bf16).expect("out");
+        let partials = g.buffer("partials", &[2, 2, 4, 66], DType::F32).expect("partials");
+        let b = |norm| Builtin::DecodeAttention { pos: ParamExpr::of(pos), scale: Scalar(0.125), chunks: 2, norm };
+        let e = g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc]).expect_err("three outputs");
+        assert!(e.to_string().contains("expected 4 inputs and 4 output(s), found 4 and 3"), "{e}");
+        let e = g.add_builtin("a", b(None), &[q, v, v, qn], &[out, partials, kc, vc]).expect_err("inv_freq");
+        assert!(e.to_string().contains("inv_freq: expected rank 1"), "{e}");
+        let e = g.add_builtin("a", b(None), &[q, q, v, inv], &[out, partials, kc, vc]).expect_err("k");
+        assert!(e.to_string().contains("k: expected bf16 [1, 128] (one row of the KV heads)"), "{e}");
+        let e = g.add_builtin("a", b(Some(Scalar(1e-6))), &[q, k, v, inv, qn, inv], &[out, partials, kc, vc]);
+        assert!(e.expect_err("k_norm").to_string().contains("k_norm: expected bf16 [1, 64] (one head)"));
+        let e = g.add_builtin("a", b(None), &[q, k, v, inv], &[out, out, kc, vc]).expect_err("partials");
+        assert!(e.to_string().contains("partials: expected f32 [2, 2, 4, 66]"), "{e}");
+        let e = b(None).output_descs(&[&g.tensor(q).desc; 4]).expect_err("no new outputs");
+        assert!(e.contains("use decode_attention()"), "{e}");
+        g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc, vc]).expect("well formed");
     }
 
     #[test]
@@ -986,7 +1441,8 @@ mod tests {
         let inv = [1.0, 0.5];
         let mut out = [0.0f32; 4];
         let names = |_| String::from("pos");
-        r.run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[1], &names).expect("in range");
+        r.run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], &mut [(&mut out[..], &xd)], &[1], &names)
+            .expect("in range");
         // position 2: angles 2 and 1.
         let (s2, c2) = 2.0f64.sin_cos();
         let (s1, c1) = 1.0f64.sin_cos();
@@ -995,7 +1451,7 @@ mod tests {
             assert!((a - b).abs() < 1e-6, "{out:?} vs {want:?}");
         }
         let e = r
-            .run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], (&mut out, &xd), &[-5], &names)
+            .run_tile([0, 0, 0], &[(&x, &xd), (&inv, &inv_d)], &mut [(&mut out[..], &xd)], &[-5], &names)
             .expect_err("a negative position");
         assert_eq!((e.value, e.source_name.as_str()), (-4, "pos"));
     }

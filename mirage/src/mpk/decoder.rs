@@ -7,8 +7,9 @@
 //! The projections are streamed block graphs built here ([`projection_tiling`]: 16 to 64
 //! weight columns per task, enough tasks for every worker where the width allows), each RMSNorm
 //! folded into the projections that consume it (no norm operator of its own), the residual add
-//! and `silu(gate) · up` in their epilogues; embedding, RoPE (with Qwen3's per-head q/k norm),
-//! the cache append, attention and argmax are built-in tasks.
+//! and `silu(gate) · up` in their epilogues; embedding and argmax are built-in tasks, and so is
+//! each layer's attention: one operator ([`Builtin::DecodeAttention`]) for RoPE (with Qwen3's
+//! per-head q/k norm), the cache append, split-KV attention and the merge of its chunks.
 //! Batch 1: one token per step at position `pos` (a runtime parameter), attending to keys
 //! `0..=pos`.
 //!
@@ -24,7 +25,7 @@
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
 use super::TaskTimes;
-use super::builtin::{Builtin, split_kv_attention};
+use super::builtin::{Builtin, decode_attention};
 use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 
 /// The shape of a decoder.
@@ -119,22 +120,25 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         let qkv = streamed_norm_projections(cfg, &[qw, kvw, kvw]).map_err(ir(name, &p("qkv")))?;
         let out = g.mugraph(&p("qkv"), &qkv, &[x, attn_norm, wq, wk, wv])?;
         let (q, k, v) = (out[0], out[1], out[2]);
-        let (q, k) = if cfg.qk_norm {
+        let norm = if cfg.qk_norm {
             let q_norm = g.input(&p("q_norm"), &[1, cfg.head_dim], dt)?;
             let k_norm = g.input(&p("k_norm"), &[1, cfg.head_dim], dt)?;
-            let rope = Builtin::Rope { pos: ParamExpr::of(pos), norm: Some(Scalar(cfg.eps)) };
-            let q = g.builtin(&p("rope_q"), rope.clone(), &[q, inv_freq, q_norm])?[0];
-            (q, g.builtin(&p("rope_k"), rope, &[k, inv_freq, k_norm])?[0])
+            Some((Scalar(cfg.eps), [q_norm, k_norm]))
         } else {
-            let rope = Builtin::Rope { pos: ParamExpr::of(pos), norm: None };
-            let q = g.builtin(&p("rope_q"), rope.clone(), &[q, inv_freq])?[0];
-            (q, g.builtin(&p("rope_k"), rope, &[k, inv_freq])?[0])
+            None
         };
-        g.add_builtin(&p("append_k"), Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[k], &[k_cache])?;
-        g.add_builtin(&p("append_v"), Builtin::KvAppend { pos: ParamExpr::of(pos) }, &[v], &[v_cache])?;
         let scale = Scalar(1.0 / (cfg.head_dim as f32).sqrt());
-        let (keylen, workers) = (ParamExpr::of(pos).plus(1), super::MpkOptions::default().workers);
-        let a = split_kv_attention(&mut g, &p("attention"), [q, k_cache, v_cache], keylen, scale, workers)?;
+        let workers = super::MpkOptions::default().workers;
+        let a = decode_attention(
+            &mut g,
+            &p("attention"),
+            [q, k, v, inv_freq],
+            norm,
+            [k_cache, v_cache],
+            ParamExpr::of(pos),
+            scale,
+            workers,
+        )?;
         let o = streamed_projection_residual(cfg, qw).map_err(ir(name, &p("o_proj")))?;
         x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
         let mlp = streamed_gated_mlp(cfg).map_err(ir(name, &p("mlp")))?;
@@ -454,6 +458,59 @@ pub fn profile(op_names: &[String], task_op: &[usize], runs: &[TaskTimes], worke
         .collect()
 }
 
+/// One operator's place in a layer's timeline ([`layer_timeline`]), in ns from the layer's
+/// first task ready, means over the steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpWindow {
+    /// The operator.
+    pub name: String,
+    /// Its first task ready.
+    pub first_ready_ns: f64,
+    /// Its last task's end.
+    pub last_end_ns: f64,
+}
+
+/// The operators of layer `layer` (named `l{layer}.…`), in graph order, with when each begins
+/// (its first task ready) and ends (its last task's end) relative to the layer's first task
+/// ready, averaged over the steps of `runs`: the chain of a layer's operators and the gaps
+/// between them (what [`profile`]'s spans do not show).
+pub fn layer_timeline(op_names: &[String], task_op: &[usize], runs: &[TaskTimes], layer: usize) -> Vec<OpWindow> {
+    use std::collections::BTreeMap;
+    let prefix = format!("l{layer}.");
+    let ops: Vec<usize> = (0..op_names.len()).filter(|&o| op_names[o].starts_with(&prefix)).collect();
+    // Per (step, op): first ready, last end.
+    let mut per: BTreeMap<(u32, usize), (u64, u64)> = BTreeMap::new();
+    for r in runs {
+        let op = task_op[r.task as usize];
+        if op_names[op].starts_with(&prefix) {
+            let e = per.entry((r.step, op)).or_insert((r.ready, r.end));
+            *e = (e.0.min(r.ready), e.1.max(r.end));
+        }
+    }
+    let mut t0: BTreeMap<u32, u64> = BTreeMap::new();
+    for (&(step, _), &(ready, _)) in &per {
+        let e = t0.entry(step).or_insert(ready);
+        *e = (*e).min(ready);
+    }
+    ops.into_iter()
+        .filter_map(|op| {
+            let w: Vec<(f64, f64)> = per
+                .iter()
+                .filter(|((_, o), _)| *o == op)
+                .map(|(&(step, _), &(ready, end))| {
+                    let base = t0[&step];
+                    (ready.saturating_sub(base) as f64, end.saturating_sub(base) as f64)
+                })
+                .collect();
+            (!w.is_empty()).then(|| OpWindow {
+                name: op_names[op].clone(),
+                first_ready_ns: w.iter().map(|x| x.0).sum::<f64>() / w.len() as f64,
+                last_end_ns: w.iter().map(|x| x.1).sum::<f64>() / w.len() as f64,
+            })
+        })
+        .collect()
+}
+
 /// The names of a decoder step's weight inputs with their shapes, in graph order (what a
 /// checkpoint must provide, `token` and `inv_freq` excluded).
 pub fn weight_names(g: &StepGraph) -> Vec<(String, Vec<usize>)> {
@@ -484,6 +541,28 @@ mod tests {
         assert_eq!(op_kind("logits.k0"), "logits.k0");
         assert_eq!(op_kind("lx.a"), "lx.a");
         assert_eq!(op_kind("l.a"), "l.a");
+    }
+
+    #[test]
+    fn the_layer_timeline_is_relative_to_the_layer_start() {
+        let names: Vec<String> = ["embedding", "l0.a", "l0.b", "l1.a"].map(String::from).to_vec();
+        let task_op = [0, 1, 1, 2, 3];
+        let run = |task, step, ready, end| TaskTimes { task, step, worker: 0, start: ready, ready, end };
+        let runs = [
+            run(0, 0, 0, 5),
+            run(1, 0, 10, 20),
+            run(2, 0, 12, 25),
+            run(3, 0, 30, 40),
+            run(4, 0, 45, 50),
+            run(1, 1, 100, 104),
+            run(2, 1, 101, 106),
+            run(3, 1, 110, 130),
+        ];
+        let t = layer_timeline(&names, &task_op, &runs, 0);
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].name.as_str(), t[0].first_ready_ns, t[0].last_end_ns), ("l0.a", 0.0, (15.0 + 6.0) / 2.0));
+        assert_eq!((t[1].name.as_str(), t[1].first_ready_ns, t[1].last_end_ns), ("l0.b", 15.0, 30.0));
+        assert!(layer_timeline(&names, &task_op, &runs, 7).is_empty());
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub enum CounterOf {
     Op(OpId),
     /// One task.
     Task(usize),
+    /// Ticket `i` of an operator whose tiles take tickets (not signalled nor waited on: the
+    /// tiles increment it themselves, [`super::builtin::Builtin::ticket_counters`]).
+    Ticket(OpId, u32),
     /// Every worker's end of step (the step barrier; always the last counter).
     StepBarrier,
 }
@@ -85,6 +88,12 @@ impl Sync {
     /// The step barrier's index.
     pub fn barrier(&self) -> usize {
         self.counters.len() - 1
+    }
+
+    /// The index of operator `op`'s first ticket counter (its tickets are consecutive), if it
+    /// has any.
+    pub fn first_ticket(&self, op: OpId) -> Option<usize> {
+        self.counters.iter().position(|c| c.of == CounterOf::Ticket(op, 0))
     }
 }
 
@@ -145,7 +154,7 @@ pub fn counters(g: &StepGraph, tasks: &[Task], deps: &[Vec<usize>], workers: usi
                     s
                 }
                 CounterOf::Task(p) => closure[p].clone(),
-                CounterOf::StepBarrier => OpSet::new(nops),
+                CounterOf::StepBarrier | CounterOf::Ticket(..) => OpSet::new(nops),
             }
         };
         let reach: Vec<OpSet> = w.iter().map(|c| via(c, &closure, &implied)).collect();
@@ -157,7 +166,7 @@ pub fn counters(g: &StepGraph, tasks: &[Task], deps: &[Vec<usize>], workers: usi
                 match *c {
                     CounterOf::Op(op) => !covered_by_other(op),
                     CounterOf::Task(p) => !covered_by_other(tasks[p].op),
-                    CounterOf::StepBarrier => true,
+                    CounterOf::StepBarrier | CounterOf::Ticket(..) => true,
                 }
             })
             .collect();
@@ -201,6 +210,15 @@ pub fn counters(g: &StepGraph, tasks: &[Task], deps: &[Vec<usize>], workers: usi
         }
         if let Some(&c) = index.get(&CounterOf::Task(t)) {
             signals[t].push(c);
+        }
+    }
+    // 4. Ticket counters: `tiles / tickets` increments per step each.
+    for (i, op) in g.ops().iter().enumerate() {
+        if let super::graph::OpKind::Builtin(b) = &op.kind {
+            let n = b.ticket_counters(op.grid);
+            for k in 0..n {
+                list.push(Counter { of: CounterOf::Ticket(OpId(i), k as u32), triggers: (op.num_tasks() / n) as u32 });
+            }
         }
     }
     list.push(Counter { of: CounterOf::StepBarrier, triggers: workers as u32 });

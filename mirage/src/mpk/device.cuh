@@ -352,18 +352,24 @@ __device__ __forceinline__ void chunk_range(long long keylen, int chunks, int c,
   hi = (int)(l + per < keylen ? l + per : keylen);
 }
 
-// Split-KV attention, first half: key chunk `chunk` of KV head `kvh` for the G query heads of its
-// group (q and the caches [kv_heads, cap, D]; partial [kv_heads, chunks, G, D + 2] f32 of
-// (o[D] / l, m, l)). Keys are walked in tiles of THREADS: (1) one key per thread, its K row read
-// in 16-byte vectors (all in flight), G dot products against q in shared memory; (2) per query
-// head a warp takes the tile's max and exp-sum (online softmax across tiles); (3) P·V with
-// threads over (key lane, 16-byte column slot), V rows read in 16-byte vectors, accumulators per
-// head in registers; then lanes, warps and the normalization. An empty chunk writes the neutral
-// partial (0, -inf, 0); a key length out of range writes it everywhere and reports ERR_INDEX.
+// Floats of shared memory attention_chunk uses: q, the scores of one key tile, (m, l,
+// correction), the cross-warp reduction (mirrors mirage::mpk::builtin::attention_smem_floats).
+__host__ __device__ constexpr int attention_smem_floats(int G, int D, int THREADS) {
+  return G * (D + THREADS + 3 + (THREADS / 32) * D);
+}
+
+// The split-KV core: keys [lo, hi) (hi > lo) of one KV head (kbase, vbase: its cache rows
+// [cap, D]) for the G query heads of its group, whose f32 values the caller has written to
+// smem[0 .. G·D] and synchronized; writes the chunk's partial (o[D] / l, m, l) of every head to
+// out[g·(D + 2) ..]. Keys are walked in tiles of THREADS: (1) one key per thread, its K row
+// read in 16-byte vectors (all in flight), G dot products against q in shared memory; (2) per
+// query head a warp takes the tile's max and exp-sum (online softmax across tiles); (3) P·V
+// with threads over (key lane, 16-byte column slot), V rows read in 16-byte vectors,
+// accumulators per head in registers; then lanes, warps and the normalization. Shared memory:
+// attention_smem_floats(G, D, THREADS) floats.
 template <typename T, int THREADS, int D, int G>
-__device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, const T* kc, const T* vc,
-                                  float* partial, int chunks, int cap, long long keylen, float scale, unsigned source,
-                                  float* smem) {
+__device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, int lo, int hi, float scale,
+                                                float* smem, float* out) {
   constexpr int WARPS = THREADS / 32;
   constexpr int VEC = Vec16<T>::N;
   constexpr int SLOTS = D / VEC;        // 16-byte vectors per row
@@ -377,19 +383,6 @@ __device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, 
   float* corr = lrun + G;               // [G]
   float* red = corr + G;                // [WARPS][G][D]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  float* out = partial + ((size_t)kvh * chunks + chunk) * G * (D + 2);
-  const bool ok = keylen >= 1 && keylen <= cap;
-  if (!ok && chunk == 0 && kvh == 0 && tid == 0) report_index(c, keylen, (long long)cap + 1, source);
-  int lo = 0, hi = 0;
-  if (ok) chunk_range(keylen, chunks, chunk, lo, hi);
-  if (hi <= lo) {
-    for (int e = tid; e < G * (D + 2); e += THREADS) {
-      const int i = e % (D + 2);
-      out[e] = i == D ? -INFINITY : 0.0f;
-    }
-    return;
-  }
-  for (int e = tid; e < G * D; e += THREADS) qs[e] = mirage::to_f32(load(q + (size_t)kvh * G * D + e));
   if (tid < G) {
     mrun[tid] = -INFINITY;
     lrun[tid] = 0.0f;
@@ -400,8 +393,6 @@ __device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, 
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) acc[g][e] = 0.0f;
-  const T* kbase = kc + ((size_t)kvh * cap) * D;
-  const T* vbase = vc + ((size_t)kvh * cap) * D;
   __syncthreads();
   for (int t0 = lo; t0 < hi; t0 += THREADS) {
     const int n = hi - t0 < THREADS ? hi - t0 : THREADS;
@@ -500,6 +491,179 @@ __device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, 
     }
   }
   (void)KL;
+}
+
+// The neutral partial (0, -inf, 0) of the G heads of an empty chunk.
+template <int THREADS, int D, int G> __device__ __forceinline__ void attention_neutral(float* out) {
+  for (int e = threadIdx.x; e < G * (D + 2); e += THREADS) {
+    const int i = e % (D + 2);
+    out[e] = i == D ? -INFINITY : 0.0f;
+  }
+}
+
+// Split-KV attention, first half: key chunk `chunk` of KV head `kvh` for the G query heads of its
+// group (q and the caches [kv_heads, cap, D]; partial [kv_heads, chunks, G, D + 2] f32 of
+// (o[D] / l, m, l)), by attention_chunk. An empty chunk writes the neutral partial (0, -inf, 0);
+// a key length out of range writes it everywhere and reports ERR_INDEX.
+template <typename T, int THREADS, int D, int G>
+__device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, const T* kc, const T* vc,
+                                  float* partial, int chunks, int cap, long long keylen, float scale, unsigned source,
+                                  float* smem) {
+  float* out = partial + ((size_t)kvh * chunks + chunk) * G * (D + 2);
+  const bool ok = keylen >= 1 && keylen <= cap;
+  if (!ok && chunk == 0 && kvh == 0 && threadIdx.x == 0) report_index(c, keylen, (long long)cap + 1, source);
+  int lo = 0, hi = 0;
+  if (ok) chunk_range(keylen, chunks, chunk, lo, hi);
+  if (hi <= lo) {
+    attention_neutral<THREADS, D, G>(out);
+    return;
+  }
+  for (int e = threadIdx.x; e < G * D; e += THREADS) smem[e] = mirage::to_f32(load(q + (size_t)kvh * G * D + e));
+  attention_chunk<T, THREADS, D, G>(kc + ((size_t)kvh * cap) * D, vc + ((size_t)kvh * cap) * D, lo, hi, scale, smem,
+                                    out);
+}
+
+// The merge of the CHUNKS partials of one KV head's G query heads (part [CHUNKS][G][D + 2],
+// written by other blocks of this launch: read through L2), out[g·D + i] = Σ_c w_c o_c[i] /
+// Σ_c w_c with w_c = l_c exp(m_c − max m) (empty chunks weigh nothing; zeros when all are
+// empty): the (m, l) pairs through shared memory (2·G·CHUNKS floats), then every o_c[i] of a
+// thread's elements in flight at once.
+template <typename T, int THREADS, int D, int G, int CHUNKS>
+__device__ __forceinline__ void attention_merge(const float* part, T* out, float* smem) {
+  float* ms = smem;                // [G][CHUNKS]
+  float* ls = ms + G * CHUNKS;     // [G][CHUNKS]
+  for (int e = threadIdx.x; e < G * CHUNKS; e += THREADS) {
+    const int g = e / CHUNKS, c = e % CHUNKS;
+    ms[e] = load(part + ((size_t)c * G + g) * (D + 2) + D);
+    ls[e] = load(part + ((size_t)c * G + g) * (D + 2) + D + 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += THREADS) {
+    const int g = e / D, i = e % D;
+    float o[CHUNKS];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) o[c] = load(part + ((size_t)c * G + g) * (D + 2) + i);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) mx = fmaxf(mx, ms[g * CHUNKS + c]);
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const float m = ms[g * CHUNKS + c];
+      if (m == -INFINITY) continue;
+      const float w = ls[g * CHUNKS + c] * __expf(m - mx);
+      den += w;
+      num += w * o[c];
+    }
+    out[e] = mirage::from_f32<T>(den > 0.0f ? num / den : 0.0f);
+  }
+}
+
+// Decode attention, fused (mirage::mpk::builtin::Builtin::DecodeAttention): tile (chunk, kvh)
+// of one query row at position `pos` (keys 0..=pos). (1) RoPE (after the per-head RMSNorm of
+// Qwen3 when q_gain is not null) of the G query heads of the KV head's group, rounded to T as
+// the projection's type stores them, into shared memory; the tile whose chunk holds key `pos`
+// also ropes the new key and appends it and the new value to the caches (row pos of KV head
+// kvh). (2) The chunk's partial by attention_chunk into partial [kv_heads, CHUNKS, G, D + 2].
+// (3) A ticket per KV head (tickets[kvh], a counter of the megakernel, CHUNKS increments per
+// step): the tile that takes the step's last ticket merges the KV head's partials into out
+// (attention_merge), so no separate merge operator and dependency hop follow. A position out of
+// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)).
+template <typename T, int THREADS, int D, int G, int CHUNKS>
+__device__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
+                                 const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out,
+                                 float* partial, T* kc, T* vc, unsigned* tickets, int cap, long long pos,
+                                 float scale, unsigned source, float* smem) {
+  constexpr int WARPS = THREADS / 32;
+  constexpr int H = D / 2;
+  static_assert(D % 2 == 0, "an even head dim");
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  float* part = partial + (size_t)kvh * CHUNKS * G * (D + 2);
+  if (pos < 0 || pos >= cap) {
+    if (chunk == 0 && kvh == 0 && tid == 0) report_index(c, pos, cap, source);
+    attention_neutral<THREADS, D, G>(part + (size_t)chunk * G * (D + 2));
+    for (int e = tid; e < G * D; e += THREADS) out[(size_t)kvh * G * D + e] = mirage::from_f32<T>(0.0f);
+    return;
+  }
+  int lo = 0, hi = 0;
+  chunk_range(pos + 1, CHUNKS, chunk, lo, hi);
+  const bool owner = lo <= pos && pos < hi;
+  const size_t crow = (size_t)kvh * cap;
+  // The chunk's first key tile streams into L2 while the rotations run.
+  if (tid < hi - lo && tid < THREADS) {
+    const char* kr = reinterpret_cast<const char*>(kc + (crow + lo + tid) * D);
+    const char* vr = reinterpret_cast<const char*>(vc + (crow + lo + tid) * D);
+#pragma unroll
+    for (int b = 0; b < (int)(D * sizeof(T)); b += 128) {
+      prefetch_l2(kr + b);
+      prefetch_l2(vr + b);
+    }
+  }
+  float* qs = smem;                                          // [G][D], attention_chunk's
+  float* cs = smem + attention_smem_floats(G, D, THREADS);  // [H] cos
+  float* sn = cs + H;                                        // [H] sin
+  float* hs = sn + H;                                        // [G + 1] per-head norm scales
+  for (int i = tid; i < H; i += THREADS) {
+    double s, co;
+    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
+    cs[i] = (float)co;
+    sn[i] = (float)s;
+  }
+  const int heads = owner ? G + 1 : G;  // head G: the new key
+  auto head_src = [&](int g) { return g < G ? q + ((size_t)kvh * G + g) * D : k + (size_t)kvh * D; };
+  if (q_gain != nullptr) {
+    for (int g = warp; g < heads; g += WARPS) {
+      const T* x = head_src(g);
+      float ss = 0.0f;
+      for (int i = lane; i < D; i += 32) {
+        const float a = mirage::to_f32(load(x + i));
+        ss += a * a;
+      }
+      ss = mirage::warp_sum(ss);
+      if (lane == 0) hs[g] = (float)(1.0 / sqrt((double)ss / D + (double)eps));
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < heads * H; e += THREADS) {
+    const int g = e / H, i = e % H;
+    const T* x = head_src(g);
+    float a = mirage::to_f32(load(x + i)), b = mirage::to_f32(load(x + i + H));
+    if (q_gain != nullptr) {
+      const T* gain = g < G ? q_gain : k_gain;
+      a = a * hs[g] * mirage::to_f32(load(gain + i));
+      b = b * hs[g] * mirage::to_f32(load(gain + i + H));
+    }
+    const T ra = mirage::from_f32<T>(a * cs[i] - b * sn[i]), rb = mirage::from_f32<T>(b * cs[i] + a * sn[i]);
+    if (g < G) {
+      qs[g * D + i] = mirage::to_f32(ra);
+      qs[g * D + i + H] = mirage::to_f32(rb);
+    } else {
+      kc[(crow + pos) * D + i] = ra;
+      kc[(crow + pos) * D + i + H] = rb;
+    }
+  }
+  if (owner) {
+    for (int i = tid; i < D; i += THREADS) vc[(crow + pos) * D + i] = load(v + (size_t)kvh * D + i);
+  }
+  // attention_chunk synchronizes before reading qs and the caches: the appended row is the
+  // block's own write, visible to it after the barrier.
+  float* mine = part + (size_t)chunk * G * (D + 2);
+  if (hi > lo) {
+    attention_chunk<T, THREADS, D, G>(kc + crow * D, vc + crow * D, lo, hi, scale, smem, mine);
+  } else {
+    attention_neutral<THREADS, D, G>(mine);
+  }
+  // Every thread's partial writes reach the device before the ticket is taken.
+  __threadfence();
+  __syncthreads();
+  unsigned last = 0;
+  if (tid == 0) {
+    const unsigned old = atomicAdd(tickets + kvh, 1u);
+    last = old + 1u == c.step * (unsigned)CHUNKS;
+    __threadfence();
+  }
+  if (__syncthreads_or(last) == 0) return;
+  attention_merge<T, THREADS, D, G, CHUNKS>(part, out + (size_t)kvh * G * D, smem);
 }
 
 // Split-KV attention, second half: query head `head` merges its KV head's chunks,

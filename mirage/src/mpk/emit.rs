@@ -120,7 +120,9 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
                 args.extend(op.outputs.iter().map(|&t| ptr(g, t, true)));
                 format!("{}({});", body_of[bg.as_ref()], args.join(", "))
             }
-            OpKind::Builtin(b) => builtin_call(g, b, &op.inputs, op.outputs[0], threads),
+            OpKind::Builtin(b) => {
+                builtin_call(g, b, &op.inputs, &op.outputs, c.sync.first_ticket(super::graph::OpId(i)), threads)
+            }
         };
         writeln!(out, "      case {i}: {call} break;  // {}", op.name).ok();
     }
@@ -202,8 +204,17 @@ fn tables(out: &mut String, c: &Compiled) {
     out.push('\n');
 }
 
-/// The call of a built-in task's template for operator inputs `ins` and output `out`.
-fn builtin_call(g: &StepGraph, b: &Builtin, ins: &[TensorId], out: TensorId, threads: usize) -> String {
+/// The call of a built-in task's template for operator inputs `ins` and outputs `outs`;
+/// `ticket` is the operator's first ticket counter, if it has any.
+fn builtin_call(
+    g: &StepGraph,
+    b: &Builtin,
+    ins: &[TensorId],
+    outs: &[TensorId],
+    ticket: Option<usize>,
+    threads: usize,
+) -> String {
+    let out = outs[0];
     let d = |t: TensorId| &g.tensor(t).desc;
     let ty = |t: TensorId| ctype(d(t).dtype);
     let param = |e: &super::graph::ParamExpr| format!("((long long)prm[{}] + {}ll)", e.param.0, e.offset);
@@ -278,6 +289,35 @@ fn builtin_call(g: &StepGraph, b: &Builtin, ins: &[TensorId], out: TensorId, thr
                 ptr(g, out, true),
                 p.shape[2],
                 p.shape[1]
+            )
+        }
+        Builtin::DecodeAttention { pos, scale, chunks, norm } => {
+            let kc = d(outs[2]);
+            let hd = kc.shape[2];
+            let group = d(ins[0]).shape[1] / hd / kc.shape[0];
+            let (q_gain, k_gain, eps) = match norm {
+                Some(eps) => (ptr(g, ins[4], false), ptr(g, ins[5], false), eps.0),
+                None => {
+                    let null = format!("static_cast<const {}*>(nullptr)", ty(ins[0]));
+                    (null.clone(), null, 0.0)
+                }
+            };
+            format!(
+                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                ty(ins[0]),
+                ptr(g, ins[0], false),
+                ptr(g, ins[1], false),
+                ptr(g, ins[2], false),
+                ptr(g, ins[3], false),
+                ptr(g, out, true),
+                ptr(g, outs[1], true),
+                ptr(g, outs[2], true),
+                ptr(g, outs[3], true),
+                ticket.unwrap_or(0),
+                kc.shape[1],
+                param(pos),
+                scale.0,
+                param_source(pos)
             )
         }
         Builtin::ArgmaxPartial { chunk } => {

@@ -169,8 +169,8 @@ fn run_tile(
             Ok(())
         }
         OpKind::Builtin(b) => {
-            let out = o.outputs[0];
-            let mut out_values = std::mem::take(&mut state.values[out.0].data);
+            let mut out_values: Vec<Vec<f32>> =
+                o.outputs.iter().map(|t| std::mem::take(&mut state.values[t.0].data)).collect();
             let result = {
                 let inputs: Vec<(&[f32], &crate::ir::TensorDesc)> =
                     o.inputs.iter().map(|t| (state.values[t.0].data.as_slice(), &g.tensor(*t).desc)).collect();
@@ -178,11 +178,19 @@ fn run_tile(
                     IndexSource::Input(i) => format!("tensor `{}`", g.tensor(o.inputs[i]).name),
                     IndexSource::Param(p) => format!("runtime parameter `{}`", g.params()[p]),
                 };
-                b.run_tile(tile, &inputs, (&mut out_values, &g.tensor(out).desc), params, &names)
+                let mut outs: Vec<(&mut [f32], &crate::ir::TensorDesc)> = out_values
+                    .iter_mut()
+                    .zip(&o.outputs)
+                    .map(|(v, t)| (v.as_mut_slice(), &g.tensor(*t).desc))
+                    .collect();
+                b.run_tile(tile, &inputs, &mut outs, params, &names)
             };
-            state.values[out.0].data = out_values;
+            for (t, v) in o.outputs.iter().zip(out_values) {
+                state.values[t.0].data = v;
+            }
             let ins: Vec<_> = o.inputs.iter().map(|&t| (t, &g.tensor(t).desc)).collect();
-            for w in b.regions(tile, &ins, (out, &g.tensor(out).desc)).1 {
+            let outs: Vec<_> = o.outputs.iter().map(|&t| (t, &g.tensor(t).desc)).collect();
+            for w in b.regions(tile, &ins, &outs).1 {
                 state.round_region(&w);
             }
             result.map_err(|error| ExecError::Index { task: tile_name(g, op, tile), error })

@@ -185,6 +185,10 @@ pub fn validate(
     }
     signallers[sync.barrier()] = workers;
     for (c, counter) in sync.counters.iter().enumerate() {
+        // A ticket counter's increments are its operator's own (nothing signals or waits on it).
+        if matches!(counter.of, CounterOf::Ticket(..)) {
+            continue;
+        }
         if counter.triggers as usize != signallers[c] {
             return Err(ScheduleError::Triggers {
                 graph,
@@ -291,6 +295,7 @@ fn simulate(
                                     CounterOf::Op(op) => format!("all of `{}`", g.ops()[op.0].name),
                                     CounterOf::Task(p) => format!("`{}`", task_name(g, tasks, p)),
                                     CounterOf::StepBarrier => "the step barrier".into(),
+                                    CounterOf::Ticket(op, i) => format!("ticket {i} of `{}`", g.ops()[op.0].name),
                                 };
                                 format!("{what} ({}/{})", count[c], step * u64::from(sync.counters[c].triggers))
                             })

@@ -39,8 +39,8 @@ pub fn expand(g: &StepGraph, order: &[OpId]) -> Result<Vec<Task>, GraphError> {
                 OpKind::Block(bg) => block_regions(g, bg, &op.inputs, &op.outputs, tile),
                 OpKind::Builtin(b) => {
                     let ins: Vec<_> = op.inputs.iter().map(|&t| (t, &g.tensor(t).desc)).collect();
-                    let out = (op.outputs[0], &g.tensor(op.outputs[0]).desc);
-                    let (reads, writes) = b.regions(tile, &ins, out);
+                    let outs: Vec<_> = op.outputs.iter().map(|&t| (t, &g.tensor(t).desc)).collect();
+                    let (reads, writes) = b.regions(tile, &ins, &outs);
                     let prefetch = reads
                         .iter()
                         .filter(|(r, p)| *p && g.tensor(r.tensor).kind == TensorKind::Input)
@@ -51,7 +51,8 @@ pub fn expand(g: &StepGraph, order: &[OpId]) -> Result<Vec<Task>, GraphError> {
             };
             tasks.push(Task { op: id, tile, reads, prefetch, writes });
         }
-        check_writes(g, &op.name, &tasks[first..])?;
+        let shared = matches!(&op.kind, OpKind::Builtin(b) if b.overlapping_writes());
+        check_writes(g, &op.name, &tasks[first..], shared)?;
     }
     Ok(tasks)
 }
@@ -69,12 +70,18 @@ fn block_regions(
 }
 
 /// Tiles of one operator must not write the same element (they run concurrently), and a
-/// buffer's writer must write all of it (a buffer holds nothing from earlier steps).
-fn check_writes(g: &StepGraph, op: &str, tasks: &[Task]) -> Result<(), GraphError> {
+/// buffer's writer must write all of it (a buffer holds nothing from earlier steps). With
+/// `shared` (a kind whose tiles declare the same writes, one of them writing at run time:
+/// [`super::builtin::Builtin::overlapping_writes`]) tiles may declare identical boxes, never
+/// boxes that merely overlap.
+fn check_writes(g: &StepGraph, op: &str, tasks: &[Task], shared: bool) -> Result<(), GraphError> {
     let mut by_tensor: std::collections::BTreeMap<usize, Vec<&Region>> = Default::default();
     for t in tasks {
         for w in &t.writes {
-            by_tensor.entry(w.tensor.0).or_default().push(w);
+            let list = by_tensor.entry(w.tensor.0).or_default();
+            if !(shared && list.contains(&w)) {
+                list.push(w);
+            }
         }
     }
     for (tensor, regions) in by_tensor {
