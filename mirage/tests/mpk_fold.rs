@@ -72,9 +72,9 @@ fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
 
 /// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden
 /// 512 with a gate/up of 8192 (64 columns) and a 2048-wide q (16 columns); hidden 1024 with
-/// 4096-wide outputs (32 columns).
-const CASES: [(usize, usize, &[usize]); 3] =
-    [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096])];
+/// 4096-wide outputs (32 columns); an LM head of 16 384 outputs (128 columns).
+const CASES: [(usize, usize, &[usize]); 4] =
+    [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096]), (256, 512, &[16_384])];
 
 #[test]
 fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
@@ -122,11 +122,16 @@ fn the_streamed_mlp_and_output_projection_equal_the_plain_graphs() -> R {
 fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
     let t = |cols, step| ProjectionTiling { cols, step };
     // Llama-3.2-1B: q and o_proj/down (2048 outputs) at 16 columns, gate/up (8192) at 64, the
-    // head (128 256) at 64; 16 KiB of a bf16 weight per iteration at every width.
+    // head (128 256) at 128; 16 KiB of a bf16 weight per iteration at every width.
     assert_eq!(projection_tiling(2048, 2048), t(16, 512));
     assert_eq!(projection_tiling(8192, 2048), t(16, 512));
     assert_eq!(projection_tiling(2048, 8192), t(64, 128));
-    assert_eq!(projection_tiling(2048, 128_256), t(64, 128));
+    assert_eq!(projection_tiling(2048, 128_256), t(128, 64));
+    // The LM heads of Qwen3-0.6B and Llama-3.1-8B at 128 columns too (1187 and 1002 tasks).
+    assert_eq!(projection_tiling(1024, 151_936), t(128, 64));
+    assert_eq!(projection_tiling(4096, 128_256), t(128, 64));
+    // 8B's gate/up stays at 64 columns (14 336 / 128 = 112 tasks: fewer than the workers).
+    assert_eq!(projection_tiling(4096, 14_336), t(64, 128));
     // Llama-3.1-8B: 4096 outputs at 32 columns (128 tasks), down's 14 336 inputs in steps of 256.
     assert_eq!(projection_tiling(14_336, 4096), t(32, 256));
     // k and v at 1B (512 outputs): the narrowest, 32 tasks.

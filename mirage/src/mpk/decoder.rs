@@ -193,14 +193,16 @@ pub struct ProjectionTiling {
     pub step: usize,
 }
 
-/// The tiling of a streamed projection of `k` inputs and `n` outputs: the widest of 64, 32 and
-/// 16 columns (128-, 64- or 32-byte row segments of a 16-bit weight) that dividing `n` still
-/// gives at least [`PROJECTION_TASKS`] tasks, else the narrowest that divides `n` (or `n`
-/// whole); and `128 · 64 / cols` rows per iteration (the largest divisor of `k` up to it), so
-/// that an iteration moves the same 16 KiB of each weight whatever the width (the mma planner
-/// splits a narrow tile's k-steps over the warps: every warp keeps 8 k-steps).
+/// The tiling of a streamed projection of `k` inputs and `n` outputs: the widest of 128, 64, 32
+/// and 16 columns (256-, 128-, 64- or 32-byte row segments of a 16-bit weight) that dividing
+/// `n` still gives at least [`PROJECTION_TASKS`] tasks, else the narrowest that divides `n` (or
+/// `n` whole); and `128 · 64 / cols` rows per iteration (the largest divisor of `k` up to it),
+/// so that an iteration moves the same 16 KiB of each weight whatever the width (the mma planner
+/// splits a narrow tile's k-steps over the warps: every warp keeps 8 k-steps). 128 columns serve
+/// only outputs of 16 384 and more (an LM head): half as many tasks as at 64, each streaming
+/// twice as long between its pipeline's fill and drain (DECISIONS change 49).
 pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
-    let widths = [64, 32, 16];
+    let widths = [128, 64, 32, 16];
     let cols = widths
         .into_iter()
         .find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS)
