@@ -8,8 +8,9 @@
 
 use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
-    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, gated_mlp, norm_projections, projection_residual,
-    projection_tiling, streamed_gated_mlp, streamed_norm_projections, streamed_projection_residual,
+    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, gated_mlp, grouped_tilings, norm_projections,
+    projection_residual, projection_tiling, streamed_gated_mlp, streamed_norm_projections,
+    streamed_projection_residual,
 };
 use mirage::mpk::exec::{HostTensors, reference_step};
 use mirage::mpk::{MpkOptions, StepGraph, TensorId, compile};
@@ -142,6 +143,16 @@ fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
     // Widths no tile divides: whole; reduced dims without a large divisor: the largest one.
     assert_eq!(projection_tiling(100, 24), t(24, 100));
     assert_eq!(projection_tiling(2 * 389, 64), t(16, 389));
+    // q, k and v side by side in one round of tasks (at most 128): 1B q widens to 32 columns;
+    // Qwen3-0.6B's three to 32 each (64 + 32 + 32); 8B's q to 64, k and v to 32 (64 + 32 + 32).
+    let cols = |k, widths: &[usize]| grouped_tilings(k, widths).iter().map(|t| t.cols).collect::<Vec<_>>();
+    assert_eq!(cols(2048, &[2048, 512, 512]), [32, 16, 16]);
+    assert_eq!(cols(1024, &[2048, 1024, 1024]), [32, 32, 32]);
+    assert_eq!(cols(4096, &[4096, 1024, 1024]), [64, 32, 32]);
+    assert_eq!(grouped_tilings(4096, &[4096, 1024, 1024])[0], t(64, 128));
+    // the toy's (32 tasks) and a projection alone keep their own tilings
+    assert_eq!(cols(256, &[256, 128, 128]), [16, 16, 16]);
+    assert_eq!(grouped_tilings(2048, &[128_256]), [projection_tiling(2048, 128_256)]);
     for (k, n) in [(2048, 2048), (2048, 8192), (4096, 4096), (4096, 14_336)] {
         assert!(n / projection_tiling(k, n).cols >= PROJECTION_TASKS, "{k}x{n}");
     }

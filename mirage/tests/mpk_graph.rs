@@ -137,8 +137,10 @@ fn decode_tasks_depend_on_their_heads() -> R {
     assert_eq!(attn.len(), chunks * cfg.kv_heads);
     let (d, group) = (cfg.head_dim, cfg.heads / cfg.kv_heads);
     // The projection task `i` of a tiling of `cols` columns, for the columns [lo, hi).
+    let (qw, kvw) = (cfg.heads * d, cfg.kv_heads * d);
+    let tilings = mirage::mpk::decoder::grouped_tilings(cfg.hidden, &[qw, kvw, kvw]);
     let cover = |tasks: &[usize], width: usize, lo: usize, hi: usize| -> Vec<usize> {
-        let cols = mirage::mpk::decoder::projection_tiling(cfg.hidden, width).cols;
+        let cols = tilings[if width == qw { 0 } else { 1 }].cols;
         tasks.iter().enumerate().filter(|(i, _)| i * cols < hi && (i + 1) * cols > lo).map(|(_, &t)| t).collect()
     };
     for &t in &attn {

@@ -213,6 +213,31 @@ pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
     ProjectionTiling { cols, step }
 }
 
+/// The tilings of projections of `k` inputs to each of `widths` outputs that run side by side
+/// (one operator each, all ready at once: a layer's q, k and v): [`projection_tiling`]'s, then,
+/// while their tasks together outnumber [`PROJECTION_TASKS`] (a second round of tasks on some
+/// workers, which every consumer waits for), the projection with the most tasks — the one of
+/// the narrowest tiles among equals — widens its tiles twofold, up to 64 columns. Llama-3.2-1B:
+/// q 32 columns (64 tasks), k and v 16 (32 each) where each alone takes 16 (192 tasks in all);
+/// a projection alone keeps its tiling (DECISIONS change 50).
+pub fn grouped_tilings(k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
+    let mut t: Vec<ProjectionTiling> = widths.iter().map(|&n| projection_tiling(k, n)).collect();
+    loop {
+        let tasks = |i: usize, t: &[ProjectionTiling]| widths[i] / t[i].cols;
+        if (0..widths.len()).map(|i| tasks(i, &t)).sum::<usize>() <= PROJECTION_TASKS {
+            return t;
+        }
+        let widen = (0..widths.len())
+            .filter(|&i| t[i].cols * 2 <= 64 && widths[i].is_multiple_of(t[i].cols * 2))
+            .max_by_key(|&i| (tasks(i, &t), std::cmp::Reverse(t[i].cols), std::cmp::Reverse(i)));
+        let Some(i) = widen else { return t };
+        let cols = t[i].cols * 2;
+        let target = 128 * 64 / cols;
+        let step = (1..=k.min(target)).rev().find(|&s| k.is_multiple_of(s)).unwrap_or(1);
+        t[i] = ProjectionTiling { cols, step };
+    }
+}
+
 /// The block graph of a batch-1 projection `x [1, k] · W_j [k, n]` for each `W_j` (all of the
 /// same `n`), as weight streaming wants it: each block owns the [`projection_tiling`] columns
 /// of every `W_j` and walks `k` in the for-loop.
@@ -231,6 +256,7 @@ pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
 fn streamed_block(
     k: usize,
     n: usize,
+    ProjectionTiling { cols, step }: ProjectionTiling,
     norm: Option<Scalar>,
     weights: usize,
     extra: usize,
@@ -241,7 +267,6 @@ fn streamed_block(
         &[crate::ir::TensorRef],
     ) -> Result<crate::ir::TensorRef, crate::ir::IrError>,
 ) -> Result<BlockGraph, crate::ir::IrError> {
-    let ProjectionTiling { cols, step } = projection_tiling(k, n);
     let gain = usize::from(norm.is_some());
     let mut inputs = vec![TensorDesc::new(&[1, k], dtype); 1 + gain];
     inputs.extend((0..weights).map(|_| TensorDesc::new(&[k, n], dtype)));
@@ -291,9 +316,10 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
     let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let weights: Vec<_> = widths.iter().map(|&n| k.input(&[cfg.hidden, n], cfg.dtype)).collect::<Result<_, _>>()?;
-    for (&width, wj) in widths.iter().zip(weights) {
-        let block =
-            streamed_block(cfg.hidden, width, Some(Scalar(cfg.eps)), 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+    let tilings = grouped_tilings(cfg.hidden, widths);
+    for ((&width, wj), tiling) in widths.iter().zip(weights).zip(tilings) {
+        let norm = Some(Scalar(cfg.eps));
+        let block = streamed_block(cfg.hidden, width, tiling, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
         let y = k.custom(&[x, w, wj], block)?[0];
         k.output(y, None)?;
     }
@@ -306,7 +332,8 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
     let a = k.input(&[1, width], cfg.dtype)?;
     let w = k.input(&[width, cfg.hidden], cfg.dtype)?;
     let r = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let block = streamed_block(width, cfg.hidden, None, 1, 1, cfg.dtype, |b, accs, carried| {
+    let tiling = projection_tiling(width, cfg.hidden);
+    let block = streamed_block(width, cfg.hidden, tiling, None, 1, 1, cfg.dtype, |b, accs, carried| {
         b.binary(BinaryOp::Add, carried[0], accs[0])
     })?;
     let out = k.custom(&[a, w, r], block)?[0];
@@ -324,13 +351,15 @@ pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir:
     let wg = k.input(&[h, i], cfg.dtype)?;
     let wu = k.input(&[h, i], cfg.dtype)?;
     let wd = k.input(&[i, h], cfg.dtype)?;
-    let gate_up = streamed_block(h, i, Some(Scalar(cfg.eps)), 2, 0, cfg.dtype, |b, accs, _| {
-        let s = b.unary(UnaryOp::Silu, accs[0])?;
-        b.binary(BinaryOp::Mul, s, accs[1])
-    })?;
+    let gate_up =
+        streamed_block(h, i, projection_tiling(h, i), Some(Scalar(cfg.eps)), 2, 0, cfg.dtype, |b, accs, _| {
+            let s = b.unary(UnaryOp::Silu, accs[0])?;
+            b.binary(BinaryOp::Mul, s, accs[1])
+        })?;
     let m = k.custom(&[x, w, wg, wu], gate_up)?[0];
-    let down =
-        streamed_block(i, h, None, 1, 1, cfg.dtype, |b, accs, carried| b.binary(BinaryOp::Add, carried[0], accs[0]))?;
+    let down = streamed_block(i, h, projection_tiling(i, h), None, 1, 1, cfg.dtype, |b, accs, carried| {
+        b.binary(BinaryOp::Add, carried[0], accs[0])
+    })?;
     let out = k.custom(&[m, wd, x], down)?[0];
     k.output(out, None)?;
     Ok(k)
