@@ -37,7 +37,12 @@ echo "-- mpk_gpu tests of S ($((SECONDS-t0)) s)"
 timeout 200 benchS/mpk_gpu --include-ignored 2>&1 | grep -E "^test |test result|match|agree|panick" | head -20
 left=$((585 - SECONDS + t0))
 echo "-- torch decode ($((SECONDS-t0)) s, $left s left)"
-[ $left -gt 60 ] && timeout $((left - 10)) python3 benches/py/decode_baseline.py llama-3.2-1b qwen3-0.6b --pos 512 --json "$OUT/torch-decode3.json" 2>&1 | grep -vE "Warning|warn" | tail -8
+for m in llama-3.2-1b qwen3-0.6b; do
+  left=$((585 - SECONDS + t0))
+  [ $left -gt 60 ] || { echo "torch $m: not run (time)"; continue; }
+  echo "-- torch $m ($((SECONDS-t0)) s)"
+  timeout $((left - 10)) python3 benches/py/decode_baseline.py $m --pos 512 --json "$OUT/torch-decode3-$m.json" 2>&1 | grep -vE "Warning|warn" | tail -6
+done
 echo "== done ($((SECONDS-t0)) s)"
 } > "$log" 2>&1
 tail -c 11000 "$log"
