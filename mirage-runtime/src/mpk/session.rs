@@ -228,8 +228,11 @@ pub struct Session {
     prefetch_ahead: u32,
 }
 
-/// Tasks a worker prefetches ahead by default ([`Session::set_prefetch_ahead`]).
-pub const DEFAULT_PREFETCH_AHEAD: u32 = 1;
+/// Tasks a worker prefetches ahead by default ([`Session::set_prefetch_ahead`]): none, each
+/// task streams its own weights into L2 just before its dependency wait (faster than one task
+/// ahead for all three decode models once q, k and v run in one round of tasks: DECISIONS,
+/// session 20).
+pub const DEFAULT_PREFETCH_AHEAD: u32 = 0;
 
 /// The widest prefetch window [`Session::set_prefetch_ahead`] takes (far more than any worker's
 /// tasks in one step, far below where the device's task indices would overflow).
