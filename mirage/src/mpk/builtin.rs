@@ -748,9 +748,9 @@ fn chunk_partial<'a>(
     let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
     let total: f64 = w.iter().sum();
-    for i in 0..d {
+    for (i, o) in row[..d].iter_mut().enumerate() {
         let v: f64 = keys.clone().zip(&w).map(|(j, wj)| wj * f64::from(val(j)[i])).sum();
-        row[i] = (v / total) as f32;
+        *o = (v / total) as f32;
     }
     row[d] = m as f32;
     row[d + 1] = total as f32;
