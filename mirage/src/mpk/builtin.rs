@@ -329,13 +329,7 @@ impl Builtin {
                     format!("x: expected rows of whole heads of {d} (2 × inv_freq), found {}", fmt(x))
                 })?;
                 if let Some(eps) = norm {
-                    let want = TensorDesc::new(&[1, d], x.dtype);
-                    expect(inputs[2].shape == want.shape && inputs[2].dtype == want.dtype, || {
-                        format!("gain: expected {} (one head), found {}", fmt(&want), fmt(inputs[2]))
-                    })?;
-                    expect(eps.0.is_finite() && eps.0 >= 0.0, || {
-                        format!("eps: expected a finite number >= 0, found {}", eps.0)
-                    })?;
+                    head_norm(*eps, &[(inputs[2], "gain")], d, x.dtype)?;
                 }
                 same(x)?;
                 Ok([x.shape[1] / d, x.shape[0], 1])
@@ -357,17 +351,7 @@ impl Builtin {
             }
             Builtin::AttentionPartial { scale, chunks, .. } => {
                 let (q, kc, vc) = (inputs[0], inputs[1], inputs[2]);
-                expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
-                let (kvh, group, d) = attention_dims(q, kc)?;
-                let row = d * q.dtype.size_bytes();
-                expect(row.is_power_of_two() && (16..=MAX_HEAD_ROW_BYTES).contains(&row), || {
-                    format!(
-                        "head dim {d}: a head's row of {row} bytes must be a power of two from 16 to {MAX_HEAD_ROW_BYTES} bytes"
-                    )
-                })?;
-                expect(group <= MAX_GROUP, || format!("at most {MAX_GROUP} query heads per KV head, found {group}"))?;
-                expect(*chunks >= 1, || "chunks: expected at least one key chunk per KV head".to_string())?;
-                expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
+                let (kvh, group, d) = split_kv_dims(q, kc, vc, *scale, *chunks)?;
                 f32_typed(out, "partials")?;
                 same(&TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32))?;
                 Ok([*chunks, kvh, 1])
@@ -382,17 +366,7 @@ impl Builtin {
             Builtin::DecodeAttention { scale, chunks, norm, .. } => {
                 let (q, k, v, inv) = (inputs[0], inputs[1], inputs[2], inputs[3]);
                 let (partials, kc, vc) = (outputs[1], outputs[2], outputs[3]);
-                expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
-                let (kvh, group, d) = attention_dims(q, kc)?;
-                let row = d * q.dtype.size_bytes();
-                expect(row.is_power_of_two() && (16..=MAX_HEAD_ROW_BYTES).contains(&row), || {
-                    format!(
-                        "head dim {d}: a head's row of {row} bytes must be a power of two from 16 to {MAX_HEAD_ROW_BYTES} bytes"
-                    )
-                })?;
-                expect(group <= MAX_GROUP, || format!("at most {MAX_GROUP} query heads per KV head, found {group}"))?;
-                expect(*chunks >= 1, || "chunks: expected at least one key chunk per KV head".to_string())?;
-                expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
+                let (kvh, group, d) = split_kv_dims(q, kc, vc, *scale, *chunks)?;
                 let kv_row = TensorDesc::new(&[1, kvh * d], q.dtype);
                 for (t, what) in [(k, "k"), (v, "v")] {
                     expect(t.shape == kv_row.shape && t.dtype == kv_row.dtype, || {
@@ -405,15 +379,7 @@ impl Builtin {
                     format!("inv_freq: expected [{}] (head dim / 2), found {}", d / 2, fmt(inv))
                 })?;
                 if let Some(eps) = norm {
-                    let want = TensorDesc::new(&[1, d], q.dtype);
-                    for (t, what) in [(inputs[4], "q_norm"), (inputs[5], "k_norm")] {
-                        expect(t.shape == want.shape && t.dtype == want.dtype, || {
-                            format!("{what}: expected {} (one head), found {}", fmt(&want), fmt(t))
-                        })?;
-                    }
-                    expect(eps.0.is_finite() && eps.0 >= 0.0, || {
-                        format!("eps: expected a finite number >= 0, found {}", eps.0)
-                    })?;
+                    head_norm(*eps, &[(inputs[4], "q_norm"), (inputs[5], "k_norm")], d, q.dtype)?;
                 }
                 same(q)?;
                 let want = TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32);
@@ -713,6 +679,43 @@ impl Builtin {
 
 /// `(kv_heads, group, d)` of attention operands `q [1, heads·d]` and a cache `[kv_heads,
 /// capacity, d]` of `q`'s type, `group = heads / kv_heads`.
+/// The split-KV operand rules shared by [`Builtin::AttentionPartial`] and
+/// [`Builtin::DecodeAttention`]: `(kv_heads, group, d)` of `q` and caches `kc`, `vc` (equal),
+/// a head's row a power of two from 16 to [`MAX_HEAD_ROW_BYTES`] bytes, at most [`MAX_GROUP`]
+/// query heads per KV head, at least one chunk, a finite scale.
+fn split_kv_dims(
+    q: &TensorDesc,
+    kc: &TensorDesc,
+    vc: &TensorDesc,
+    scale: Scalar,
+    chunks: usize,
+) -> Result<(usize, usize, usize), String> {
+    expect(kc == vc, || format!("v_cache: expected the k_cache's {}, found {}", fmt(kc), fmt(vc)))?;
+    let (kvh, group, d) = attention_dims(q, kc)?;
+    let row = d * q.dtype.size_bytes();
+    expect(row.is_power_of_two() && (16..=MAX_HEAD_ROW_BYTES).contains(&row), || {
+        format!(
+            "head dim {d}: a head's row of {row} bytes must be a power of two from 16 to {MAX_HEAD_ROW_BYTES} bytes"
+        )
+    })?;
+    expect(group <= MAX_GROUP, || format!("at most {MAX_GROUP} query heads per KV head, found {group}"))?;
+    expect(chunks >= 1, || "chunks: expected at least one key chunk per KV head".to_string())?;
+    expect(scale.0.is_finite(), || format!("scale: expected a finite number, found {}", scale.0))?;
+    Ok((kvh, group, d))
+}
+
+/// The per-head RMSNorm's operand rules ([`Builtin::Rope`], [`Builtin::DecodeAttention`]):
+/// each gain one head `[1, d]` of `dtype`, `eps` finite and not negative.
+fn head_norm(eps: Scalar, gains: &[(&TensorDesc, &str)], d: usize, dtype: DType) -> Result<(), String> {
+    let want = TensorDesc::new(&[1, d], dtype);
+    for &(t, what) in gains {
+        expect(t.shape == want.shape && t.dtype == want.dtype, || {
+            format!("{what}: expected {} (one head), found {}", fmt(&want), fmt(t))
+        })?;
+    }
+    expect(eps.0.is_finite() && eps.0 >= 0.0, || format!("eps: expected a finite number >= 0, found {}", eps.0))
+}
+
 /// The rotation of one head (rotate-half layout) at position `pos`: for `i < d/2`, angle
 /// `pos · inv[i]` (in f64, sine and cosine rounded to f32), `(a, b) = (x[i], x[i + d/2])` to
 /// `(a cos − b sin, b cos + a sin)` in f32.

@@ -219,6 +219,13 @@ fn builtin_call(
     let ty = |t: TensorId| ctype(d(t).dtype);
     let param = |e: &super::graph::ParamExpr| format!("((long long)prm[{}] + {}ll)", e.param.0, e.offset);
     let param_source = |e: &super::graph::ParamExpr| g.tensors().len() + e.param.0;
+    // A per-head norm's gain (input `i`, when the norm is on), else a null pointer of the input's
+    // type: the device templates test the gain for null.
+    let gain = |norm: &Option<crate::ir::Scalar>, i: usize| match norm {
+        Some(_) => ptr(g, ins[i], false),
+        None => format!("static_cast<const {}*>(nullptr)", ty(ins[0])),
+    };
+    let eps = |norm: &Option<crate::ir::Scalar>| norm.map_or(0.0, |e| e.0);
     match b {
         Builtin::Embedding { chunk } => format!(
             "mpk::embedding<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {}, {chunk}, {}u);",
@@ -232,10 +239,7 @@ fn builtin_call(
         ),
         Builtin::Rope { pos, norm } => {
             let hd = 2 * d(ins[1]).shape[0];
-            let (gain, eps) = match norm {
-                Some(eps) => (ptr(g, ins[2], false), eps.0),
-                None => (format!("static_cast<const {}*>(nullptr)", ty(ins[0])), 0.0),
-            };
+            let (gain, eps) = (gain(norm, 2), eps(norm));
             format!(
                 "mpk::rope<{}, {threads}>(ctx, task.x, task.y, {}, {}, {}, {}, {hd}, {}, {}u, {gain}, {eps:?}f, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
@@ -295,13 +299,7 @@ fn builtin_call(
             let kc = d(outs[2]);
             let hd = kc.shape[2];
             let group = d(ins[0]).shape[1] / hd / kc.shape[0];
-            let (q_gain, k_gain, eps) = match norm {
-                Some(eps) => (ptr(g, ins[4], false), ptr(g, ins[5], false), eps.0),
-                None => {
-                    let null = format!("static_cast<const {}*>(nullptr)", ty(ins[0]));
-                    (null.clone(), null, 0.0)
-                }
-            };
+            let (q_gain, k_gain, eps) = (gain(norm, 4), gain(norm, 5), eps(norm));
             format!(
                 "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
