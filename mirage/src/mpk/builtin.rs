@@ -516,9 +516,10 @@ impl Builtin {
                 // inv_freq is [d/2]; k is [1, kv_heads·d].
                 let d = 2 * inputs[3].shape[0];
                 let group = inputs[0].shape[1] / inputs[1].shape[1];
-                // attention_chunk's, then cos and sin of the angles and a norm scale per head;
-                // the merge reuses the space for (m, l) of every chunk of the group.
-                let attend = attention_smem_floats(group, d, threads) + d + group + 1;
+                // attention_chunk's, then cos and sin of the angles, a norm scale per head, the
+                // heads and the new value as loaded, and the two gains; the merge reuses the
+                // space for (m, l) of every chunk of the group.
+                let attend = attention_smem_floats(group, d, threads) + d + group + 1 + (group + 2) * d + 2 * d;
                 attend.max(2 * group * chunks) * 4
             }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,

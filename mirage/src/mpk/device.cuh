@@ -526,23 +526,39 @@ __device__ void attention_partial(const Ctx& c, int chunk, int kvh, const T* q, 
 // The merge of the CHUNKS partials of one KV head's G query heads (part [CHUNKS][G][D + 2],
 // written by other blocks of this launch: read through L2), out[g·D + i] = Σ_c w_c o_c[i] /
 // Σ_c w_c with w_c = l_c exp(m_c − max m) (empty chunks weigh nothing; zeros when all are
-// empty): the (m, l) pairs through shared memory (2·G·CHUNKS floats), then every o_c[i] of a
-// thread's elements in flight at once.
+// empty): the (m, l) pairs through shared memory (2·G·CHUNKS floats), every o_c[i] of a
+// thread's elements loaded with them.
 template <typename T, int THREADS, int D, int G, int CHUNKS>
 __device__ __forceinline__ void attention_merge(const float* part, T* out, float* smem) {
+  constexpr int PER = (G * D + THREADS - 1) / THREADS;  // elements of out per thread
+  // Every o_c of a thread's elements is loaded with the (m, l) pairs, in one round, where the
+  // registers allow; else after them.
+  constexpr bool EARLY = PER * CHUNKS <= 64;
   float* ms = smem;                // [G][CHUNKS]
   float* ls = ms + G * CHUNKS;     // [G][CHUNKS]
+  float o[EARLY ? PER : 1][EARLY ? CHUNKS : 1];
+  if constexpr (EARLY) {
+#pragma unroll
+    for (int r = 0; r < PER; ++r) {
+      const int e = threadIdx.x + r * THREADS;
+      if (e < G * D) {
+        const int g = e / D, i = e % D;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) o[r][c] = load(part + ((size_t)c * G + g) * (D + 2) + i);
+      }
+    }
+  }
   for (int e = threadIdx.x; e < G * CHUNKS; e += THREADS) {
     const int g = e / CHUNKS, c = e % CHUNKS;
     ms[e] = load(part + ((size_t)c * G + g) * (D + 2) + D);
     ls[e] = load(part + ((size_t)c * G + g) * (D + 2) + D + 1);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += THREADS) {
-    const int g = e / D, i = e % D;
-    float o[CHUNKS];
 #pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) o[c] = load(part + ((size_t)c * G + g) * (D + 2) + i);
+  for (int r = 0; r < PER; ++r) {
+    const int e = threadIdx.x + r * THREADS;
+    if (e >= G * D) break;
+    const int g = e / D, i = e % D;
     float mx = -INFINITY;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) mx = fmaxf(mx, ms[g * CHUNKS + c]);
@@ -552,8 +568,9 @@ __device__ __forceinline__ void attention_merge(const float* part, T* out, float
       const float m = ms[g * CHUNKS + c];
       if (m == -INFINITY) continue;
       const float w = ls[g * CHUNKS + c] * __expf(m - mx);
+      const float oc = EARLY ? o[EARLY ? r : 0][EARLY ? c : 0] : load(part + ((size_t)c * G + g) * (D + 2) + i);
       den += w;
-      num += w * o[c];
+      num += w * oc;
     }
     out[e] = mirage::from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
@@ -603,35 +620,46 @@ __device__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, c
   float* cs = smem + attention_smem_floats(G, D, THREADS);  // [H] cos
   float* sn = cs + H;                                        // [H] sin
   float* hs = sn + H;                                        // [G + 1] per-head norm scales
+  float* raw = hs + G + 1;                                   // [G + 2][D]: q heads, new k, new v
+  float* gs = raw + (G + 2) * D;                             // [2][D]: q and k gains
+  const int heads = owner ? G + 1 : G;  // head G: the new key
+  const int rows = owner ? G + 2 : G;   // row G + 1: the new value
+  // (1) Everything the rotations read, in one round of loads: the heads, the new value, the
+  // gains and the angles.
+  for (int e = tid; e < rows * D; e += THREADS) {
+    const int g = e / D, i = e % D;
+    const T* src = g < G ? q + ((size_t)kvh * G + g) * D : (g == G ? k : v) + (size_t)kvh * D;
+    raw[e] = mirage::to_f32(load(src + i));
+  }
+  if (q_gain != nullptr) {
+    for (int i = tid; i < 2 * D; i += THREADS) gs[i] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
+  }
   for (int i = tid; i < H; i += THREADS) {
     double s, co;
     sincos((double)pos * (double)load(inv_freq + i), &s, &co);
     cs[i] = (float)co;
     sn[i] = (float)s;
   }
-  const int heads = owner ? G + 1 : G;  // head G: the new key
-  auto head_src = [&](int g) { return g < G ? q + ((size_t)kvh * G + g) * D : k + (size_t)kvh * D; };
+  __syncthreads();
+  // (2) The per-head norms (Qwen3): a warp per head.
   if (q_gain != nullptr) {
     for (int g = warp; g < heads; g += WARPS) {
-      const T* x = head_src(g);
       float ss = 0.0f;
-      for (int i = lane; i < D; i += 32) {
-        const float a = mirage::to_f32(load(x + i));
-        ss += a * a;
-      }
+      for (int i = lane; i < D; i += 32) ss += raw[g * D + i] * raw[g * D + i];
       ss = mirage::warp_sum(ss);
       if (lane == 0) hs[g] = (float)(1.0 / sqrt((double)ss / D + (double)eps));
     }
+    __syncthreads();
   }
-  __syncthreads();
+  // (3) The rotations, rounded to T: the queries into qs, the new key into its cache row; the
+  // new value copied.
   for (int e = tid; e < heads * H; e += THREADS) {
     const int g = e / H, i = e % H;
-    const T* x = head_src(g);
-    float a = mirage::to_f32(load(x + i)), b = mirage::to_f32(load(x + i + H));
+    float a = raw[g * D + i], b = raw[g * D + i + H];
     if (q_gain != nullptr) {
-      const T* gain = g < G ? q_gain : k_gain;
-      a = a * hs[g] * mirage::to_f32(load(gain + i));
-      b = b * hs[g] * mirage::to_f32(load(gain + i + H));
+      const float* gain = gs + (g < G ? 0 : D);
+      a = a * hs[g] * gain[i];
+      b = b * hs[g] * gain[i + H];
     }
     const T ra = mirage::from_f32<T>(a * cs[i] - b * sn[i]), rb = mirage::from_f32<T>(b * cs[i] + a * sn[i]);
     if (g < G) {
@@ -643,7 +671,7 @@ __device__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, c
     }
   }
   if (owner) {
-    for (int i = tid; i < D; i += THREADS) vc[(crow + pos) * D + i] = load(v + (size_t)kvh * D + i);
+    for (int i = tid; i < D; i += THREADS) vc[(crow + pos) * D + i] = mirage::from_f32<T>(raw[(G + 1) * D + i]);
   }
   // attention_chunk synchronizes before reading qs and the caches: the appended row is the
   // block's own write, visible to it after the barrier.
