@@ -585,9 +585,11 @@ __device__ __forceinline__ void attention_merge(const float* part, T* out, float
 // (3) A ticket per KV head (tickets[kvh], a counter of the megakernel, CHUNKS increments per
 // step): the tile that takes the step's last ticket merges the KV head's partials into out
 // (attention_merge), so no separate merge operator and dependency hop follow. A position out of
-// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)).
+// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)). Not inlined: inlined
+// into the resident kernel's dispatch, its registers (the merge's o[PER][CHUNKS]) set the whole
+// kernel's allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
 template <typename T, int THREADS, int D, int G, int CHUNKS>
-__device__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
+__device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
                                  const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out,
                                  float* partial, T* kc, T* vc, unsigned* tickets, int cap, long long pos,
                                  float scale, unsigned source, float* smem) {
