@@ -114,7 +114,7 @@ const DECODE_CAPACITY: usize = 4096 + 64;
 /// The decode megakernels at the widths of the benchmark models (`mirage::model::ModelConfig::
 /// PRESETS`), named `decode_<preset>` (`.` and `-` as `_`): two-layer variants of Llama-3.2-1B
 /// and Qwen3-0.6B always (`tests/mpk_gpu.rs` checks them against the CPU), and with
-/// `MIRAGE_DECODE=1` the three whole models (`examples/decode.rs`; minutes of CPU time and
+/// `MIRAGE_DECODE=1` a two-layer Llama-3.1-8B and the three whole models (`examples/decode.rs`; minutes of CPU time and
 /// nvcc, so CI builds without them). Listed in `$OUT_DIR/mpk/decode_index.rs` as
 /// `DECODE_MEGAKERNELS` with `DECODE_CAPACITY`.
 fn decode_megakernels() -> Result<(), String> {
@@ -142,6 +142,8 @@ fn decode_megakernels() -> Result<(), String> {
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {
+        // The 8B's shapes (its gate/up's 112-column tiles) checkable against the CPU reference.
+        builds.push(("llama-3.1-8b".into(), 2));
         for preset in ModelConfig::PRESETS {
             let layers = ModelConfig::preset(preset).ok_or("a preset without a configuration")?.layers;
             builds.push((preset.into(), layers));

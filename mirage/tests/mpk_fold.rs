@@ -73,9 +73,15 @@ fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
 
 /// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden
 /// 512 with a gate/up of 8192 (64 columns) and a 2048-wide q (16 columns); hidden 1024 with
-/// 4096-wide outputs (32 columns); an LM head of 16 384 outputs (128 columns).
-const CASES: [(usize, usize, &[usize]); 4] =
-    [(256, 512, &[256, 128, 128]), (512, 8192, &[2048, 512]), (1024, 4096, &[4096]), (256, 512, &[16_384])];
+/// 4096-wide outputs (32 columns); an LM head of 16 384 outputs (128 columns); 8B's gate/up
+/// width, 14 336 (112 columns), with a 3072-wide output (32 columns).
+const CASES: [(usize, usize, &[usize]); 5] = [
+    (256, 512, &[256, 128, 128]),
+    (512, 8192, &[2048, 512]),
+    (1024, 4096, &[4096]),
+    (256, 512, &[16_384]),
+    (128, 14_336, &[3072]),
+];
 
 #[test]
 fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
@@ -131,14 +137,16 @@ fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
     // The LM heads of Qwen3-0.6B and Llama-3.1-8B at 128 columns too (1187 and 1002 tasks).
     assert_eq!(projection_tiling(1024, 151_936), t(128, 64));
     assert_eq!(projection_tiling(4096, 128_256), t(128, 64));
-    // 8B's gate/up stays at 64 columns (14 336 / 128 = 112 tasks: fewer than the workers).
-    assert_eq!(projection_tiling(4096, 14_336), t(64, 128));
+    // 8B's gate/up at 112 columns: 128 tasks in one round (64 columns made 224, two rounds);
+    // 64 rows of 112 columns per iteration (14 KiB).
+    assert_eq!(projection_tiling(4096, 14_336), t(112, 64));
     // Llama-3.1-8B: 4096 outputs at 32 columns (128 tasks), down's 14 336 inputs in steps of 256.
     assert_eq!(projection_tiling(14_336, 4096), t(32, 256));
     // k and v at 1B (512 outputs): the narrowest, 32 tasks.
     assert_eq!(projection_tiling(2048, 512), t(16, 512));
-    // Qwen3-0.6B's gate/up (3072) at 16 columns: 192 tasks; its down in steps of 512.
-    assert_eq!(projection_tiling(1024, 3072), t(16, 512));
+    // Qwen3-0.6B's gate/up (3072) at 32 columns: 96 tasks in one round (16 made 192); its down
+    // in steps of 512.
+    assert_eq!(projection_tiling(1024, 3072), t(32, 256));
     assert_eq!(projection_tiling(3072, 1024), t(16, 512));
     // Widths no tile divides: whole; reduced dims without a large divisor: the largest one.
     assert_eq!(projection_tiling(100, 24), t(24, 100));
@@ -153,7 +161,18 @@ fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
     // the toy's (32 tasks) and a projection alone keep their own tilings
     assert_eq!(cols(256, &[256, 128, 128]), [16, 16, 16]);
     assert_eq!(grouped_tilings(2048, &[128_256]), [projection_tiling(2048, 128_256)]);
+    // One round of exactly PROJECTION_TASKS tasks where a width gives it.
     for (k, n) in [(2048, 2048), (2048, 8192), (4096, 4096), (4096, 14_336)] {
-        assert!(n / projection_tiling(k, n).cols >= PROJECTION_TASKS, "{k}x{n}");
+        assert_eq!(n / projection_tiling(k, n).cols, PROJECTION_TASKS, "{k}x{n}");
     }
+    // One round never wider than needed: no narrower width of 16·j divides n into ≤ 128 tasks.
+    for n in [512, 1024, 2048, 3072, 4096, 5120, 8192, 11_008, 14_336] {
+        let c = projection_tiling(4096, n).cols;
+        assert!(n / c <= PROJECTION_TASKS, "{n}: {c}");
+        assert!((16..c).step_by(16).all(|d| !n.is_multiple_of(d) || n / d > PROJECTION_TASKS), "{n}: {c}");
+    }
+    // 11 008 (2^8 · 43): 86 tasks of 128 columns, one round. 18 944 (2^9 · 37): no tile of at
+    // most 128 columns serves it in one round: at least PROJECTION_TASKS tasks, as an LM head.
+    assert_eq!(projection_tiling(4096, 11_008), t(128, 64));
+    assert_eq!(projection_tiling(4096, 18_944), t(128, 64));
 }

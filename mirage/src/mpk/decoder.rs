@@ -4,8 +4,8 @@
 //! gated MLP (silu(x·Wg) · (x·Wu)) · Wd with its residual add; then the final norm, the LM head
 //! and argmax, which writes the next token back into the `token` state the next step embeds.
 //!
-//! The projections are streamed block graphs built here ([`projection_tiling`]: 16 to 64
-//! weight columns per task, enough tasks for every worker where the width allows), each RMSNorm
+//! The projections are streamed block graphs built here ([`projection_tiling`]: 16 to 128
+//! weight columns per task, one round of tasks over the workers where a width allows), each RMSNorm
 //! folded into the projections that consume it (no norm operator of its own), the residual add
 //! and `silu(gate) · up` in their epilogues; embedding and argmax are built-in tasks, and so is
 //! each layer's attention: one operator ([`Builtin::DecodeAttention`]) for RoPE (with Qwen3's
@@ -193,19 +193,24 @@ pub struct ProjectionTiling {
     pub step: usize,
 }
 
-/// The tiling of a streamed projection of `k` inputs and `n` outputs: the widest of 128, 64, 32
-/// and 16 columns (256-, 128-, 64- or 32-byte row segments of a 16-bit weight) that dividing
-/// `n` still gives at least [`PROJECTION_TASKS`] tasks, else the narrowest that divides `n` (or
-/// `n` whole); and `128 · 64 / cols` rows per iteration (the largest divisor of `k` up to it),
-/// so that an iteration moves the same 16 KiB of each weight whatever the width (the mma planner
-/// splits a narrow tile's k-steps over the warps: every warp keeps 8 k-steps). 128 columns serve
-/// only outputs of 16 384 and more (an LM head): half as many tasks as at 64, each streaming
-/// twice as long between its pipeline's fill and drain (DECISIONS change 49).
+/// The tiling of a streamed projection of `k` inputs and `n` outputs. When a width of 16 to 128
+/// columns in steps of 16 (32- to 256-byte row segments of a 16-bit weight) dividing `n` gives at
+/// most [`PROJECTION_TASKS`] tasks, the narrowest such: one round of tasks, each worker streaming
+/// the fewest columns (Llama-3.1-8B's gate/up, 14 336 outputs: 112 columns, 128 tasks, where 64
+/// columns made 224 tasks, a second round on 92 of the 132 workers; Qwen3-0.6B's, 3072: 32
+/// columns, 96 tasks instead of 192 of 16; DECISIONS change 56). Else (an LM head) the widest of
+/// 128, 64, 32 and 16 that still gives at least [`PROJECTION_TASKS`] tasks, else the narrowest
+/// of them that divides `n` (or `n` whole). The reduced dim is walked in steps of
+/// `128 · 64 / cols` rows (the largest divisor of `k` up to it), so that an iteration moves about
+/// 16 KiB of each weight whatever the width (the mma planner splits a narrow tile's k-steps over
+/// the warps: every warp keeps 8 k-steps). 128 columns serve outputs of 16 384 and more (an LM
+/// head): half as many tasks as at 64, each streaming twice as long between its pipeline's fill
+/// and drain (DECISIONS change 49).
 pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
     let widths = [128, 64, 32, 16];
-    let cols = widths
-        .into_iter()
-        .find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS)
+    let one_round = (16..=128).step_by(16).find(|&c| n.is_multiple_of(c) && n / c <= PROJECTION_TASKS);
+    let cols = one_round
+        .or_else(|| widths.into_iter().find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS))
         .or_else(|| widths.into_iter().rev().find(|&c| n.is_multiple_of(c)))
         .unwrap_or(n);
     let target = (128 * 64 / cols).max(1);
