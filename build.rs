@@ -114,8 +114,8 @@ const DECODE_CAPACITY: usize = 4096 + 64;
 /// The decode megakernels at the widths of the benchmark models (`mirage::model::ModelConfig::
 /// PRESETS`), named `decode_<preset>` (`.` and `-` as `_`): two-layer variants of Llama-3.2-1B
 /// and Qwen3-0.6B always (`tests/mpk_gpu.rs` checks them against the CPU), and with
-/// `MIRAGE_DECODE=1` a two-layer Llama-3.1-8B and the three whole models (`examples/decode.rs`; minutes of CPU time and
-/// nvcc, so CI builds without them). Listed in `$OUT_DIR/mpk/decode_index.rs` as
+/// `MIRAGE_DECODE=1` a two-layer Llama-3.1-8B and the three whole models (`examples/decode.rs`;
+/// minutes of CPU time and nvcc, so CI builds without them). Listed in `$OUT_DIR/mpk/decode_index.rs` as
 /// `DECODE_MEGAKERNELS` with `DECODE_CAPACITY`.
 fn decode_megakernels() -> Result<(), String> {
     use mirage::model::ModelConfig;

@@ -239,8 +239,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect::<Result<_, _>>()?;
 
     // Warm-up: all steps in one launch, repeated for at least WARMUP_MIN, then the states back
-    // to their initial values: timed right after the upload, the first steps of an idle GPU run
-    // slower (DECISIONS change 54's outcome).
+    // to their initial values, so that no cold start is timed (DECISIONS change 55: on the H200
+    // it made no measurable difference; the spread between processes is larger).
     let warm = Instant::now();
     while warm.elapsed() < WARMUP_MIN {
         s.launch_async(&steps)?;

@@ -678,8 +678,6 @@ impl Builtin {
     }
 }
 
-/// `(kv_heads, group, d)` of attention operands `q [1, heads·d]` and a cache `[kv_heads,
-/// capacity, d]` of `q`'s type, `group = heads / kv_heads`.
 /// The split-KV operand rules shared by [`Builtin::AttentionPartial`] and
 /// [`Builtin::DecodeAttention`]: `(kv_heads, group, d)` of `q` and caches `kc`, `vc` (equal),
 /// a head's row a power of two from 16 to [`MAX_HEAD_ROW_BYTES`] bytes, at most [`MAX_GROUP`]
@@ -861,6 +859,8 @@ fn attention_smem_floats(group: usize, d: usize, threads: usize) -> usize {
     group * (d + threads + 3 + threads / 32 * d)
 }
 
+/// `(kv_heads, group, d)` of attention operands `q [1, heads·d]` and a cache `[kv_heads,
+/// capacity, d]` of `q`'s type, `group = heads / kv_heads`.
 fn attention_dims(q: &TensorDesc, kc: &TensorDesc) -> Result<(usize, usize, usize), String> {
     rank(q, 2, "q")?;
     rank(kc, 3, "k_cache")?;

@@ -200,12 +200,10 @@ pub struct ProjectionTiling {
 /// columns made 224 tasks, a second round on 92 of the 132 workers; Qwen3-0.6B's, 3072: 32
 /// columns, 96 tasks instead of 192 of 16; DECISIONS change 56). Else (an LM head) the widest of
 /// 128, 64, 32 and 16 that still gives at least [`PROJECTION_TASKS`] tasks, else the narrowest
-/// of them that divides `n` (or `n` whole). The reduced dim is walked in steps of
-/// `128 · 64 / cols` rows (the largest divisor of `k` up to it), so that an iteration moves about
-/// 16 KiB of each weight whatever the width (the mma planner splits a narrow tile's k-steps over
-/// the warps: every warp keeps 8 k-steps). 128 columns serve outputs of 16 384 and more (an LM
-/// head): half as many tasks as at 64, each streaming twice as long between its pipeline's fill
-/// and drain (DECISIONS change 49).
+/// of them that divides `n` (or `n` whole); in that fallback 128 columns serve outputs of
+/// 16 384 and more (an LM head): half as many tasks as at 64, each streaming twice as long
+/// between its pipeline's fill and drain (DECISIONS change 49). The reduced dim is walked in
+/// steps of about `128 · 64 / cols` rows ([`ProjectionTiling::of`]).
 pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
     let widths = [128, 64, 32, 16];
     let one_round = (16..=128).step_by(16).find(|&c| n.is_multiple_of(c) && n / c <= PROJECTION_TASKS);
@@ -213,9 +211,19 @@ pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
         .or_else(|| widths.into_iter().find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS))
         .or_else(|| widths.into_iter().rev().find(|&c| n.is_multiple_of(c)))
         .unwrap_or(n);
-    let target = (128 * 64 / cols).max(1);
-    let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
-    ProjectionTiling { cols, step }
+    ProjectionTiling::of(k, cols)
+}
+
+impl ProjectionTiling {
+    /// `cols` columns per task over a reduced dim of `k`, walked in steps of `128 · 64 / cols`
+    /// rows (the largest divisor of `k` up to it), so that an iteration moves about 16 KiB of
+    /// each weight whatever the width (the mma planner splits a narrow tile's k-steps over the
+    /// warps: every warp keeps 8 k-steps).
+    pub fn of(k: usize, cols: usize) -> ProjectionTiling {
+        let target = (128 * 64 / cols.max(1)).max(1);
+        let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
+        ProjectionTiling { cols, step }
+    }
 }
 
 /// The tilings of projections of `k` inputs to each of `widths` outputs that run side by side
@@ -236,10 +244,7 @@ pub fn grouped_tilings(k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
             .filter(|&i| t[i].cols * 2 <= 64 && widths[i].is_multiple_of(t[i].cols * 2))
             .max_by_key(|&i| (tasks(i, &t), std::cmp::Reverse(t[i].cols), std::cmp::Reverse(i)));
         let Some(i) = widen else { return t };
-        let cols = t[i].cols * 2;
-        let target = 128 * 64 / cols;
-        let step = (1..=k.min(target)).rev().find(|&s| k.is_multiple_of(s)).unwrap_or(1);
-        t[i] = ProjectionTiling { cols, step };
+        t[i] = ProjectionTiling::of(k, t[i].cols * 2);
     }
 }
 
