@@ -139,6 +139,16 @@ fn decode_megakernels() -> Result<(), String> {
             .filter(|&n| (1..=16).contains(&n))
             .ok_or_else(|| format!("MIRAGE_DECODE_STAGES={v:?}: expected a number of stages from 1 to 16"))?;
     }
+    // MIRAGE_DECODE_PREFETCH_KIB=n: each task's L2 prefetch at most n KiB, 0 = none (an
+    // experiment's knob; the default is MpkOptions's).
+    println!("cargo:rerun-if-env-changed=MIRAGE_DECODE_PREFETCH_KIB");
+    if let Ok(v) = std::env::var("MIRAGE_DECODE_PREFETCH_KIB") {
+        let kib = v.trim().parse::<usize>().ok().filter(|&n| n <= 16 * 1024).ok_or_else(|| {
+            format!("MIRAGE_DECODE_PREFETCH_KIB={v:?}: expected a number of KiB from 0 (no prefetch) to 16384")
+        })?;
+        opts.prefetch = kib > 0;
+        opts.prefetch_limit_bytes = kib * 1024;
+    }
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {
@@ -163,8 +173,9 @@ fn decode_megakernels() -> Result<(), String> {
         }
         names.push(name);
     }
+    let prefetch_bytes = if opts.prefetch { opts.prefetch_limit_bytes } else { 0 };
     let mut index = format!(
-        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
         names.len()
     );
     for n in &names {

@@ -203,6 +203,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Some(a) = args.prefetch_ahead {
         s.set_prefetch_ahead(a);
     }
+    if DECODE_PREFETCH_BYTES == 0 && (args.prefetch_ahead.is_some() || !args.prefetch_sweep.is_empty()) {
+        println!(
+            "note: these megakernels were built without the L2 prefetch (the default; MIRAGE_DECODE_PREFETCH_KIB=n builds it in): --prefetch-ahead and --prefetch-sweep change nothing"
+        );
+    }
     // The step graph (for the CPU reference) only when checking: at full size it takes seconds.
     let graph = if args.check > 0 { Some(decoder_step(&name, &cfg)?) } else { None };
     let weights: Box<dyn Iterator<Item = Result<Weight, mirage::model::ModelError>>> = match &checkpoint {

@@ -91,6 +91,20 @@ fn weights_are_prefetched_in_strided_runs() -> R {
         );
         assert!(t.prefetch.iter().any(|r| r.tensor == w));
     }
+    // The tables carry those runs only when the options ask for the prefetch (off by default,
+    // DECISIONS change 58), and then at most `prefetch_limit_bytes` per task.
+    // The declared table: `[1]` holding the all-zero placeholder when no task prefetches.
+    let table = |opts: &MpkOptions| -> Result<String, Box<dyn std::error::Error>> {
+        let k = generate(&compile(&case.graph, opts)?)?;
+        let at = k.source.find("mpk::Prefetch mpk_prefetch[").ok_or("no prefetch table")?;
+        let end = k.source[at..].find(';').ok_or("an unterminated table")?;
+        Ok(k.source[at..at + end].to_string())
+    };
+    let off = MpkOptions { workers: 8, ..MpkOptions::default() };
+    assert!(!off.prefetch);
+    assert_eq!(table(&off)?, "mpk::Prefetch mpk_prefetch[1] = {{0ull,{0ull,0ull,0ull},{0,0,0},0,0,0}}");
+    let on = table(&MpkOptions { prefetch: true, ..off.clone() })?;
+    assert!(!on.starts_with("mpk::Prefetch mpk_prefetch[1]") && on.contains("ull,{"), "{on}");
     Ok(())
 }
 

@@ -267,6 +267,8 @@ impl Session {
     /// can evict from L2 what the running tasks still read. Takes effect at the next launch;
     /// results do not depend on it (prefetches are hints). Values above
     /// [`MAX_PREFETCH_AHEAD`] are taken as it (the device adds the window to task indices).
+    /// No effect on a megakernel built without the prefetch (`mirage::mpk::MpkOptions::prefetch`,
+    /// off by default): its tasks have nothing to prefetch.
     pub fn set_prefetch_ahead(&mut self, tasks: u32) {
         self.prefetch_ahead = tasks.min(MAX_PREFETCH_AHEAD);
     }

@@ -88,9 +88,13 @@ pub struct MpkOptions {
     pub threads: usize,
     /// Code generation options of the task bodies (shared memory per worker, stages).
     pub kernel: KernelOptions,
-    /// Whether tasks stream their weights into L2 before waiting for their dependencies.
+    /// Whether tasks stream their weights into L2 before waiting for their dependencies (off by
+    /// default: on the H200 it made every decode model slower — its prefetches are issued by
+    /// the worker's warps before the task may start, which delayed every task past its
+    /// dependencies for bodies no faster; DECISIONS change 58).
     pub prefetch: bool,
-    /// At most this many bytes prefetched per task (keeps all workers' prefetches inside L2).
+    /// At most this many bytes prefetched per task when [`prefetch`](Self::prefetch) is on
+    /// (keeps all workers' prefetches inside L2).
     pub prefetch_limit_bytes: usize,
     /// Table capacities.
     pub limits: TableLimits,
@@ -102,7 +106,7 @@ impl Default for MpkOptions {
             workers: 132,
             threads: 256,
             kernel: KernelOptions::default(),
-            prefetch: true,
+            prefetch: false,
             prefetch_limit_bytes: 192 * 1024,
             limits: TableLimits::default(),
         }
