@@ -65,7 +65,7 @@ struct Args {
 
 fn usage() -> String {
     format!(
-        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S] [--profile] [--prefetch-ahead A] [--prefetch-sweep A,B,..]\n  NAME: one of {}\n  --prefetch-ahead: tasks each worker streams into L2 ahead of the one it runs (default {})\n  --prefetch-sweep: after the timed runs, one launch per token again at each of these (same tokens required)",
+        "usage: decode (--random NAME | --model DIR) [--layers L] [--tokens N] [--pos P] [--token T] [--check K] [--seed S] [--profile] [--prefetch-ahead A] [--prefetch-sweep A,B,..]\n  NAME: one of {}\n  --prefetch-ahead: tasks each worker streams into L2 ahead of the one it runs (default {}; only in megakernels built with the prefetch, MIRAGE_DECODE_PREFETCH_KIB=n)\n  --prefetch-sweep: after the timed runs, one launch per token again at each of these (same tokens required)",
         ModelConfig::PRESETS.join(", "),
         mirage_runtime::mpk::DEFAULT_PREFETCH_AHEAD
     )
