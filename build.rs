@@ -108,6 +108,15 @@ fn megakernels() -> Result<(), String> {
     write_if_changed(&dest.join("index.rs"), index.as_bytes())
 }
 
+/// The number an experiment's knob `name` holds, if set (the build reruns when it changes):
+/// an error naming the variable, its value and `expected` when it is not a number in `range`.
+fn env_number(name: &str, range: std::ops::RangeInclusive<usize>, expected: &str) -> Result<Option<usize>, String> {
+    println!("cargo:rerun-if-env-changed={name}");
+    let Ok(v) = std::env::var(name) else { return Ok(None) };
+    let n = v.trim().parse::<usize>().ok().filter(|n| range.contains(n));
+    n.map(Some).ok_or_else(|| format!("{name}={v:?}: expected {expected}"))
+}
+
 /// Positions the decode megakernels' KV caches hold: position 4096 and 64 tokens after it.
 const DECODE_CAPACITY: usize = 4096 + 64;
 
@@ -130,22 +139,13 @@ fn decode_megakernels() -> Result<(), String> {
     let mut opts = mirage::mpk::MpkOptions::default();
     // MIRAGE_DECODE_STAGES=n: the task bodies' most pipeline stages (an experiment's knob; the
     // default is MpkOptions's).
-    println!("cargo:rerun-if-env-changed=MIRAGE_DECODE_STAGES");
-    if let Ok(v) = std::env::var("MIRAGE_DECODE_STAGES") {
-        opts.kernel.max_stages = v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| (1..=16).contains(&n))
-            .ok_or_else(|| format!("MIRAGE_DECODE_STAGES={v:?}: expected a number of stages from 1 to 16"))?;
+    if let Some(n) = env_number("MIRAGE_DECODE_STAGES", 1..=16, "a number of stages from 1 to 16")? {
+        opts.kernel.max_stages = n;
     }
     // MIRAGE_DECODE_PREFETCH_KIB=n: each task's L2 prefetch at most n KiB, 0 = none (an
     // experiment's knob; the default is MpkOptions's).
-    println!("cargo:rerun-if-env-changed=MIRAGE_DECODE_PREFETCH_KIB");
-    if let Ok(v) = std::env::var("MIRAGE_DECODE_PREFETCH_KIB") {
-        let kib = v.trim().parse::<usize>().ok().filter(|&n| n <= 16 * 1024).ok_or_else(|| {
-            format!("MIRAGE_DECODE_PREFETCH_KIB={v:?}: expected a number of KiB from 0 (no prefetch) to 16384")
-        })?;
+    let prefetch_kib = "a number of KiB from 0 (no prefetch) to 16384";
+    if let Some(kib) = env_number("MIRAGE_DECODE_PREFETCH_KIB", 0..=16 * 1024, prefetch_kib)? {
         opts.prefetch = kib > 0;
         opts.prefetch_limit_bytes = kib * 1024;
     }

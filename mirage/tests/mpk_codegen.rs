@@ -92,8 +92,7 @@ fn weights_are_prefetched_in_strided_runs() -> R {
         assert!(t.prefetch.iter().any(|r| r.tensor == w));
     }
     // The tables carry those runs only when the options ask for the prefetch (off by default,
-    // DECISIONS change 58), and then at most `prefetch_limit_bytes` per task.
-    // The declared table: `[1]` holding the all-zero placeholder when no task prefetches.
+    // DECISIONS change 58); without them the declared table is `[1]`, the all-zero placeholder.
     let table = |opts: &MpkOptions| -> Result<String, Box<dyn std::error::Error>> {
         let k = generate(&compile(&case.graph, opts)?)?;
         let at = k.source.find("mpk::Prefetch mpk_prefetch[").ok_or("no prefetch table")?;
