@@ -95,9 +95,20 @@ pub fn run(a: &SearchArgs) -> Result<()> {
     cfg.pruning = !a.no_pruning;
     cfg.offline = Some(false);
 
-    let name = path_of(&program);
+    // A program of runtime-sized dims is searched as the build searches it: over its declared
+    // ranges, one search per size bucket.
+    for (bucket, built) in program.builds() {
+        let label = bucket.map_or(String::new(), |i| format!(" bucket {i} {:?}", program.buckets[i].ranges));
+        let sized = SearchConfig { dims: built.dims.clone(), ..cfg.clone() };
+        search_one(&built, &format!("{}{label}", path_of(&program)), &arch_name, &sized)?;
+    }
+    Ok(())
+}
+
+/// Searches one program (or one size bucket of one) and prints the summary.
+fn search_one(program: &mirage::lower::Program, name: &str, arch_name: &str, cfg: &SearchConfig) -> Result<()> {
     let what = format!("searching `{name}` for {arch_name}");
-    let result = progress::timed(&what, cfg.budget, || superoptimize(&program.graph, &cfg, None))
+    let result = progress::timed(&what, cfg.budget, || superoptimize(&program.graph, cfg, None))
         .map_err(|e| CliError::new(format!("`{name}`: {e}")))?;
     let s = &result.stats;
     println!("search of `{name}` for {arch_name} (cost model of the {}):", cfg.arch.gpu);

@@ -158,6 +158,30 @@ fn search_prints_a_summary_table() {
 }
 
 #[test]
+fn search_searches_a_runtime_sized_program_over_its_ranges_per_bucket() {
+    // Two buckets of a small attention over S: one search each, over its sub-range, ranked at
+    // the bucket's representative sizes (the note names them).
+    let pkg = Package::new();
+    let file = pkg.write(
+        "src/attn.rs",
+        "#[mugraph(dims(S = 1..=256), buckets(S = [64, 256]))]
+fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>) -> Tensor<bf16, 2, 1, 32> {
+    softmax(q.matmul(k) * 0.17677669, 2).matmul(v)
+}
+",
+    );
+    mirage()
+        .args(["search", &format!("{}::attn", file.display()), "--budget", "20", "--top", "3"])
+        .assert()
+        .success()
+        .stdout(contains("search of `attn bucket 0 [(1, 64)]`"))
+        .stdout(contains("search of `attn bucket 1 [(65, 256)]`"))
+        .stdout(contains("ranked over the declared ranges at S = 1; S = 8; S = 64"))
+        .stdout(contains("ranked over the declared ranges at S = 65; S = 129; S = 256"));
+    assert!(!pkg.path(".mirage").exists());
+}
+
+#[test]
 fn search_rejects_bad_limits() {
     let pkg = Package::new();
     let t = format!("{}::scale", pkg.kernels());

@@ -28,8 +28,9 @@
 
 use std::fmt;
 
-use crate::codegen::default_blocks::default_block_graph;
+use crate::codegen::default_blocks::{default_block_graph, lower_to_blocks};
 use crate::codegen::{CodegenError, KernelOptions, plan_kernel};
+use crate::dims::{DimPlan, Dims};
 use crate::ir::{AccKind, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, Phase, TensorDesc, num_elements};
 
 /// Constants of a GPU architecture.
@@ -284,6 +285,82 @@ pub fn estimate(graph: &KernelGraph, arch: &Arch) -> Result<CostReport, CostErro
     Ok(CostReport { total_us, kernels })
 }
 
+/// Estimates `graph` — a µGraph built at the compile size of `dims` (every variable at its upper
+/// bound) — at each size vector of `sizes` (one size per variable): every kernel with the grid,
+/// for-loop iterations and tensor bytes it has at that size ([`DimPlan::run_shapes`]: axes that
+/// split a runtime-sized dim launch `ceil(n / slab)` blocks, a loop over one runs
+/// `ceil(min(n, slab) / tile)` iterations), and what its code generator plans at the compile
+/// size (shared memory, pipeline stages, copies per iteration). The search ranks the candidates
+/// of a runtime-sized program at representative sizes of its ranges with it
+/// ([`crate::search::ranges::rank_sizes`]).
+pub fn estimate_sizes(
+    graph: &KernelGraph,
+    dims: &Dims,
+    sizes: &[Vec<usize>],
+    arch: &Arch,
+) -> Result<Vec<CostReport>, CostError> {
+    let lowered = lower_to_blocks(graph)?;
+    let plan = DimPlan::analyze(&lowered, dims)?;
+    let runs = sizes.iter().map(|s| plan.run_shapes(&lowered, s)).collect::<Result<Vec<_>, _>>()?;
+    let mut reports: Vec<CostReport> =
+        sizes.iter().map(|_| CostReport { total_us: 0.0, kernels: Vec::new() }).collect();
+    for (i, node) in lowered.nodes().iter().enumerate() {
+        let KernelOp::Custom { block } = &node.op else { continue };
+        let facts = plan_facts(block, arch, SmemMode::Planned);
+        let in_types: Vec<DType> = block.inputs().iter().map(|d| d.dtype).collect();
+        let out_types: Vec<DType> = block.output_descs().iter().map(|d| d.dtype).collect();
+        for ((report, run), s) in reports.iter_mut().zip(&runs).zip(sizes) {
+            let Some(b) = run.blocks.get(i).and_then(Option::as_ref) else { continue };
+            let bytes = |shape: &[usize], t: DType| num_elements(shape) as f64 * t.size_bytes() as f64;
+            let launch = Launch {
+                grid: b.grid,
+                blocks: b.grid.iter().product::<usize>().max(1),
+                frange: b.forloop_range.max(1),
+                input_bytes: node
+                    .inputs
+                    .iter()
+                    .zip(&in_types)
+                    .map(|(&t, &ty)| bytes(&plan.shape_at(t, s), ty))
+                    .collect(),
+                written: b.outputs.iter().zip(&out_types).map(|(shape, &ty)| bytes(shape, ty)).sum(),
+            };
+            let k = estimate_launch(block, arch, &facts, &launch);
+            report.total_us += k.us;
+            report.kernels.push(k);
+        }
+    }
+    Ok(reports)
+}
+
+/// How a kernel is launched: its blocks, for-loop iterations and the bytes of the tensors it
+/// reads and writes — its block graph's own at the compile size ([`Launch::compiled`]), or those
+/// of a runtime size ([`estimate_sizes`]).
+struct Launch {
+    /// Blocks along x, y, z.
+    grid: [usize; 3],
+    /// Their product.
+    blocks: usize,
+    /// For-loop iterations.
+    frange: usize,
+    /// Bytes of each input tensor, in the block graph's input order.
+    input_bytes: Vec<f64>,
+    /// Bytes of the outputs the kernel writes.
+    written: f64,
+}
+
+impl Launch {
+    /// The launch a block graph describes (its compile-size geometry).
+    fn compiled(bg: &BlockGraph) -> Self {
+        Launch {
+            grid: bg.grid(),
+            blocks: bg.num_blocks(),
+            frange: bg.forloop_range(),
+            input_bytes: bg.inputs().iter().map(tensor_bytes).collect(),
+            written: bg.output_descs().iter().map(tensor_bytes).sum(),
+        }
+    }
+}
+
 /// How shared memory per block is obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmemMode {
@@ -404,10 +481,9 @@ struct Work {
     mma_chain: f64,
 }
 
-/// Counts the arithmetic of `bg`.
-fn work(bg: &BlockGraph) -> Work {
-    let blocks = bg.num_blocks();
-    let frange = bg.forloop_range();
+/// Counts the arithmetic of `bg` launched as `g` says.
+fn work(bg: &BlockGraph, g: &Launch) -> Work {
+    let (blocks, frange) = (g.blocks, g.frange);
     let mut flops = 0f64;
     let mut fma = 0f64;
     let mut mma_chain = 0f64;
@@ -458,16 +534,19 @@ fn work(bg: &BlockGraph) -> Work {
 
 /// Estimates one block graph with shared memory obtained as `mode` says.
 pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> KernelCost {
-    let blocks = bg.num_blocks();
-    let frange = bg.forloop_range();
-    let (mut dram, l2) = input_traffic(bg, arch, true);
-    let Work { flops, fma, mma_chain } = work(bg);
-    let warps = (bg.threads() / 32).max(1);
-    let written: f64 = bg.output_descs().iter().map(tensor_bytes).sum();
-    dram += written;
+    estimate_launch(bg, arch, &plan_facts(bg, arch, mode), &Launch::compiled(bg))
+}
 
-    let facts = plan_facts(bg, arch, mode);
-    let (smem_how, stages) = (facts.how, facts.stages);
+/// Estimates one block graph launched as `g` says, with its code generator's facts `facts` (taken
+/// at the compile size: shared memory, copies per iteration; the stages at most the iterations).
+fn estimate_launch(bg: &BlockGraph, arch: &Arch, facts: &PlanFacts, g: &Launch) -> KernelCost {
+    let (blocks, frange) = (g.blocks, g.frange);
+    let (mut dram, l2) = input_traffic(bg, arch, true, g);
+    let Work { flops, fma, mma_chain } = work(bg, g);
+    let warps = (bg.threads() / 32).max(1);
+    dram += g.written;
+
+    let (smem_how, stages) = (facts.how, facts.stages.min(frange.max(1)));
     let Some(smem) = facts.smem else {
         return KernelCost {
             bytes: dram,
@@ -480,7 +559,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
             us: f64::INFINITY,
             why: format!(
                 "grid {:?} × {} threads, F {}: shared memory exceeds {} KB per block",
-                bg.grid(),
+                g.grid,
                 bg.threads(),
                 frange,
                 arch.smem_per_block / 1024
@@ -524,7 +603,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
     let us = body + arch.launch_us;
     let why = format!(
         "grid {:?} × {} threads, F {} ({} stage(s){}): {:.2} MB DRAM + {:.2} MB L2, {:.3} GFLOP tensor ({:.2} µs mma chain per warp) + {:.3} GFLOP FMA, {:.0} + {:.0} × F copies per thread, smem {:.1} KB ({smem_how}) → {} block(s)/SM, {} wave(s); {:.2} µs + launch {:.1} µs",
-        bg.grid(),
+        g.grid,
         bg.threads(),
         frange,
         stages,
@@ -551,7 +630,7 @@ pub fn estimate_block_with(bg: &BlockGraph, arch: &Arch, mode: SmemMode) -> Kern
 /// exceeds the best µGraph found.
 pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
     let frange = bg.forloop_range();
-    let (dram, l2) = input_traffic(bg, arch, false);
+    let (dram, l2) = input_traffic(bg, arch, false, &Launch::compiled(bg));
     arch.launch_us
         + arch.latency_us
         + frange as f64 * arch.iteration_us
@@ -563,9 +642,9 @@ pub fn lower_bound_us(bg: &BlockGraph, arch: &Arch) -> f64 {
 /// times the blocks), split into device memory (each tensor once, plus replicated reads of tensors
 /// too large for L2) and L2 (replicated reads of tensors that fit); with `segments`, device-memory
 /// bytes are weighted by [`Arch::segment_factor`] (the estimate), without it they are not (the bound).
-fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
-    let blocks = bg.num_blocks() as f64;
-    let frange = bg.forloop_range();
+fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool, g: &Launch) -> (f64, f64) {
+    let blocks = g.blocks as f64;
+    let frange = g.frange;
     let inputs = bg.inputs();
     let mut requested = vec![0f64; inputs.len()];
     let mut dram_factor = vec![1f64; inputs.len()];
@@ -588,14 +667,14 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool) -> (f64, f64) {
         }
     }
     let (mut dram, mut l2) = (0f64, 0f64);
-    for ((desc, req), factor) in inputs.iter().zip(&requested).zip(&dram_factor) {
+    for ((bytes, req), factor) in g.input_bytes.iter().zip(&requested).zip(&dram_factor) {
         if *req == 0.0 {
             continue;
         }
-        let unique = tensor_bytes(desc).min(*req);
+        let unique = bytes.min(*req);
         let replicated = req - unique;
         dram += unique * factor;
-        if tensor_bytes(desc) * 2.0 <= arch.l2_bytes as f64 {
+        if bytes * 2.0 <= arch.l2_bytes as f64 {
             l2 += replicated;
         } else {
             dram += replicated * factor;

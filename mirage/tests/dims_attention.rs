@@ -13,10 +13,12 @@ use support::{attention_over_s, online_softmax, split_kv};
 use std::time::Duration;
 
 use mirage::codegen::{GeneratedProgram, KernelOptions, generate_sized, sized_support};
+use mirage::cost::{Arch, estimate, estimate_sizes};
 use mirage::dims::Dims;
-use mirage::ir::{DType, KernelGraph, TensorDesc};
+use mirage::ir::{BlockOp, DType, KernelGraph, KernelOp, TensorDesc};
 use mirage::nvcc::{CompileOptions, compile_cubin};
-use mirage::search::{SearchConfig, attention, superoptimize};
+use mirage::search::ranges::{rank, rank_sizes};
+use mirage::search::{Candidate, SearchConfig, attention, superoptimize};
 use mirage_runtime::plan::{GridDim, LaunchPlan, PlanDim};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -204,6 +206,116 @@ fn the_issue_shape_has_code_at_runtime_sizes() -> TestResult {
             let cubin = compile_cubin(&out.source, name, &opts)?;
             assert!(cubin.bytes.starts_with(b"\x7fELF"), "{name} for {arch}: an ELF cubin");
         }
+    }
+    Ok(())
+}
+
+/// The two split-KV µGraphs of the issue's shape the ranking tests compare: 4 key ranges of 8192
+/// (the cheapest at the upper bound) and 32 ranges of 1024, key tiles of 128 and 32.
+fn issue_split_kv(p: &KernelGraph) -> Result<[KernelGraph; 2], Box<dyn std::error::Error>> {
+    let a = attention::recognize(p).expect("recognized");
+    Ok([attention::split_kv(p, &a, 4, 8192 / 128, 256)?, attention::split_kv(p, &a, 32, 1024 / 32, 256)?])
+}
+
+#[test]
+fn the_cost_at_a_runtime_size_follows_the_launch_there() -> TestResult {
+    let (p, dims) = attention_over_s(32, 128, 32768);
+    let [wide, narrow] = issue_split_kv(&p)?;
+    for g in [&wide, &narrow] {
+        // At the upper bound, the launch is the block graph's own: the estimate is the search's.
+        let at_hi = estimate_sizes(g, &dims, &[vec![32768]], &Arch::sm90())?;
+        let plain = estimate(g, &Arch::sm90())?;
+        assert!((at_hi[0].total_us - plain.total_us).abs() < 1e-6 * plain.total_us, "{} vs {}", at_hi[0], plain);
+        assert_eq!(at_hi[0].kernels.len(), plain.kernels.len());
+    }
+    // At S = 4097, the 8192-key ranges give one block per head (32 blocks, 33 key tiles each);
+    // the 1024-key ranges give 5 per head (160 blocks): fewer bytes, and the narrow one cheaper.
+    let [w, n] = [&wide, &narrow].map(|g| estimate_sizes(g, &dims, &[vec![4097], vec![32768]], &Arch::sm90()));
+    let (w, n) = (w?, n?);
+    assert!(w[0].kernels[0].why.starts_with("grid [32, 1, 1] × 256 threads, F 33 "), "{}", w[0]);
+    assert!(n[0].kernels[0].why.starts_with("grid [32, 5, 1] × 256 threads, F 32 "), "{}", n[0]);
+    assert!(w[0].kernels[0].bytes < w[1].kernels[0].bytes / 7.0, "{} vs {}", w[0], w[1]);
+    assert!(n[0].total_us < w[0].total_us, "at S = 4097: {} vs {}", n[0], w[0]);
+    assert!(w[1].total_us < n[1].total_us, "at S = 32768 the wide ranges are the cheaper: {} vs {}", w[1], n[1]);
+    Ok(())
+}
+
+#[test]
+fn the_representative_sizes_are_the_ends_and_the_geometric_middle() -> TestResult {
+    let (_, dims) = attention_over_s(2, 32, 32768);
+    assert_eq!(rank_sizes(&dims), vec![vec![1], vec![181], vec![32768]]);
+    assert_eq!(rank_sizes(&dims.bucket(&[(4097, 32768)])?), vec![vec![4097], vec![11587], vec![32768]]);
+    assert_eq!(rank_sizes(&dims.bucket(&[(8, 8)])?), vec![vec![8]]);
+    assert_eq!(rank_sizes(&dims.bucket(&[(8, 9)])?), vec![vec![8], vec![9]]);
+    Ok(())
+}
+
+#[test]
+fn candidates_over_a_range_are_ranked_by_their_worst_ratio() -> TestResult {
+    let (p, dims) = attention_over_s(32, 128, 32768);
+    let dims = dims.bucket(&[(4097, 32768)])?;
+    let [wide, narrow] = issue_split_kv(&p)?;
+    let candidate = |graph: KernelGraph| -> Result<Candidate, Box<dyn std::error::Error>> {
+        Ok(Candidate { cost: estimate(&graph, &Arch::sm90())?, hash: graph.canonical_hash(), graph, verified: None })
+    };
+    let (wide_hash, narrow_hash) = (wide.canonical_hash(), narrow.canonical_hash());
+    // The search's order: cheapest at the upper bound first.
+    let mut cands = vec![candidate(wide.clone())?, candidate(narrow.clone())?];
+    assert!(cands[0].cost.total_us < cands[1].cost.total_us);
+    let note = rank(&mut cands, &dims, &Arch::sm90()).expect("a note for a ranged program");
+    // Each candidate's worst ratio over the sizes, recomputed here: the first has the smaller.
+    let sizes = rank_sizes(&dims);
+    let costs: Vec<Vec<f64>> = [&wide, &narrow]
+        .iter()
+        .map(|g| Ok(estimate_sizes(g, &dims, &sizes, &Arch::sm90())?.iter().map(|r| r.total_us).collect()))
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let best: Vec<f64> = (0..sizes.len()).map(|i| costs[0][i].min(costs[1][i])).collect();
+    let worst = |c: &[f64]| c.iter().zip(&best).map(|(x, b)| x / b).fold(0.0, f64::max);
+    assert!(worst(&costs[1]) < worst(&costs[0]), "{costs:?}");
+    assert_eq!(cands[0].hash, narrow_hash, "{note}");
+    assert_eq!(cands[1].hash, wide_hash);
+    assert!(note.contains("S = 4097; S = 11587; S = 32768"), "{note}");
+    assert!(note.contains("the cheapest at the compile size would be"), "{note}");
+    // A range of one size keeps the compile-size order, with no note.
+    let mut kept = vec![candidate(wide)?, candidate(narrow)?];
+    assert!(rank(&mut kept, &dims.bucket(&[(32768, 32768)])?, &Arch::sm90()).is_none());
+    assert_eq!(kept[0].hash, wide_hash);
+    Ok(())
+}
+
+#[test]
+fn attention_candidates_walk_key_tiles_of_whole_lines() -> TestResult {
+    // K is [heads, dim, S]: a key tile reads a segment of each of K's rows. Every candidate that
+    // loops over the keys reads at least 128 bytes of each row per iteration (64 bf16 keys, 32
+    // f32); a block without a loop may take any slab.
+    for (dtype, elem, hi) in [("bf16", 2, 32768), ("f32", 4, 4096)] {
+        let src = format!(
+            "#[mugraph(dims(S = 1..={hi}))]
+             fn attn(q: Tensor<{dtype}, 32, 1, 128>, k: Tensor<{dtype}, 32, 128, S>, v: Tensor<{dtype}, 32, S, 128>)
+                 -> Tensor<{dtype}, 32, 1, 128>
+             {{
+                 softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+             }}"
+        );
+        let p = mirage::lower::lower_source(&src)?.remove(0).graph;
+        let cands = attention::candidates(&p, &SearchConfig::default());
+        assert!(cands.len() >= 10, "{dtype}: {} candidates", cands.len());
+        let mut looped = 0;
+        for g in &cands {
+            for node in g.nodes() {
+                let KernelOp::Custom { block } = &node.op else { continue };
+                for n in block.nodes() {
+                    if let BlockOp::Input { input: 1, forloop_dim: Some(_), .. } = n.op
+                        && block.forloop_range() > 1
+                    {
+                        let keys = *n.outputs[0].shape.last().expect("a tile has dims");
+                        assert!(keys * elem >= attention::MIN_KEY_TILE_BYTES, "{dtype}: a key tile of {keys}");
+                        looped += 1;
+                    }
+                }
+            }
+        }
+        assert!(looped > 0, "{dtype}: no candidate loops over the keys");
     }
     Ok(())
 }

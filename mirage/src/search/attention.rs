@@ -103,6 +103,14 @@ pub fn recognize(g: &KernelGraph) -> Option<Attention> {
     Some(Attention { inputs, scale, heads, rows: dq.shape[rank - 2], keys: dk.shape[rank - 1], rank })
 }
 
+/// The narrowest key tile a loop over the keys walks, in bytes of one row of K (`k [h.., d, n]` is
+/// row-major, so a key tile reads a segment of each of K's `d` rows): 128, one full L2 line per
+/// row. Narrower tiles read partial lines; measured on the H200 (DECISIONS change 60), split-KV
+/// with tiles of 16 bf16 keys (32 bytes) ran 1.38× a fixed build with tiles of 128 at 32768 keys,
+/// while the cost model put it within 1.10×. A block without a loop (one tile for its whole key
+/// range) is not limited.
+pub const MIN_KEY_TILE_BYTES: usize = 128;
+
 /// The most query rows per head split-KV is offered for (module docs).
 pub const SPLIT_KV_MAX_ROWS: usize = 16;
 
@@ -256,12 +264,16 @@ fn combine(
 /// not apply: these graphs are written, not enumerated.
 pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph> {
     let Some(a) = recognize(program) else { return Vec::new() };
+    let elem = program.inputs().get(a.inputs[1]).map_or(2, |d| d.dtype.size_bytes());
+    // A loop walks key tiles of at least MIN_KEY_TILE_BYTES of each row of K (module docs).
+    let wide_enough =
+        |keys_per_block: usize, frange: usize| frange == 1 || (keys_per_block / frange) * elem >= MIN_KEY_TILE_BYTES;
     let mut out = Vec::new();
     for &threads in &cfg.threads {
         for &frange in std::iter::once(&1).chain(&cfg.forloop_ranges) {
             for row_blocks in [1, 2, 4, 8, 16, 32, 64] {
                 let fits = a.rows.is_multiple_of(row_blocks) && a.heads * row_blocks <= cfg.max_blocks;
-                if fits && a.keys.is_multiple_of(frange) {
+                if fits && a.keys.is_multiple_of(frange) && wide_enough(a.keys, frange) {
                     out.extend(online_softmax(program, &a, row_blocks, frange, threads).ok());
                 }
             }
@@ -272,7 +284,7 @@ pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph>
                 let fits = a.heads * splits * a.rows <= cfg.max_blocks
                     && splits <= cfg.max_axis_blocks
                     && a.rows <= cfg.max_axis_blocks;
-                if fits && a.keys.is_multiple_of(splits * frange) {
+                if fits && a.keys.is_multiple_of(splits * frange) && wide_enough(a.keys / splits, frange) {
                     out.extend(split_kv(program, &a, splits, frange, threads).ok());
                 }
             }

@@ -205,7 +205,14 @@ impl SearchConfig {
             text
         } else {
             let vars: Vec<String> = self.dims.vars.iter().map(ToString::to_string).collect();
-            format!("{text}|dims {} {:?}", vars.join(", "), self.dims.inputs)
+            // Ranked at representative sizes of the ranges ([`ranges::rank`]), not at the upper
+            // bounds alone.
+            format!(
+                "{text}|dims {} {:?}|ranked by worst ratio at {:?}",
+                vars.join(", "),
+                self.dims.inputs,
+                ranges::rank_sizes(&self.dims)
+            )
         };
         let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
@@ -216,10 +223,20 @@ impl SearchConfig {
     /// ([`has_wide_splits`](Self::has_wide_splits)). Those splits joined the search later; only
     /// the programs they exist for hash differently, so every other cache entry keeps its key.
     pub fn version_for(&self, program: &KernelGraph) -> String {
+        let version = self.version();
+        // The attention candidates' narrowest key tile joined later ([`attention::MIN_KEY_TILE_BYTES`]):
+        // only the programs [`attention::recognize`] takes hash differently.
+        let version = if attention::recognize(program).is_some() {
+            let text = format!("{version}|attention key tiles {}", attention::MIN_KEY_TILE_BYTES);
+            let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
+            format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+        } else {
+            version
+        };
         if !self.has_wide_splits(program) {
-            return self.version();
+            return version;
         }
-        let text = format!("{}|wide {}", self.version(), enumerate::WIDE_SPLIT_MIN_TILE);
+        let text = format!("{version}|wide {}", enumerate::WIDE_SPLIT_MIN_TILE);
         let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
         format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
     }
@@ -303,6 +320,9 @@ pub struct SearchStats {
     pub unfused: Vec<UnfusedOperator>,
     /// Fused parts composed by a partitioned search (0: the µGraph is of the whole program).
     pub parts: usize,
+    /// How a runtime-sized program's candidates were ranked over its declared ranges
+    /// ([`ranges::rank`]): the sizes, and what the ranking changed (`None` for a static program).
+    pub ranked: Option<String>,
 }
 
 impl SearchStats {
@@ -656,7 +676,10 @@ fn candidates_until(
         .collect();
     cands.sort_by(|a, b| a.cost.total_us.total_cmp(&b.cost.total_us).then_with(|| a.hash.cmp(&b.hash)));
     cands.dedup_by(|a, b| a.hash == b.hash);
+    // Runtime-sized dims: ranked for the whole of the declared ranges, not the compile size alone.
+    let ranked = ranges::rank(&mut cands, &cfg.dims, &cfg.arch);
     let stats = SearchStats {
+        ranked,
         states: run.states.load(Ordering::Relaxed),
         pruned: run.pruned.load(Ordering::Relaxed),
         bounded: run.bounded.load(Ordering::Relaxed),
@@ -735,6 +758,7 @@ fn search(
         }
     }
     let vstart = Instant::now();
+    notes.extend(stats.ranked.clone());
     if cands.is_empty() {
         let stopped = match stats.never_computed.as_slice() {
             [] => String::new(),

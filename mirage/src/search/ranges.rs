@@ -15,9 +15,10 @@
 
 use std::collections::HashMap;
 
-use super::{SearchConfig, SearchError, float_check_at};
+use super::{Candidate, SearchConfig, SearchError, float_check_at};
 use crate::codegen::default_blocks::lower_to_blocks;
 use crate::codegen::{KernelOptions, sized_support};
+use crate::cost::{Arch, estimate_sizes};
 use crate::dims::{DimPlan, Dims, Extent};
 use crate::fingerprint::{FingerprintContext, Verdict};
 use crate::ir::{KernelGraph, KernelOp};
@@ -196,4 +197,75 @@ pub fn reduction_over_a_variable(program: &KernelGraph, plan: &DimPlan) -> Optio
         }?;
         Some(format!("{} (%{i}) over {over}", node.op.name()))
     })
+}
+
+/// The size vectors the search ranks the candidates of a runtime-sized program at (one size per
+/// variable): every variable at its lower bound, at the geometric mean of its bounds (rounded),
+/// and at its upper bound — the compile size — without repeats (a variable of one size gives
+/// one vector).
+pub fn rank_sizes(dims: &Dims) -> Vec<Vec<usize>> {
+    let at = |f: fn(usize, usize) -> usize| dims.vars.iter().map(|v| f(v.lo, v.hi)).collect::<Vec<_>>();
+    let mid = |lo: usize, hi: usize| ((lo as f64 * hi as f64).sqrt().round() as usize).clamp(lo, hi);
+    let mut out = vec![at(|lo, _| lo), at(mid), at(|_, hi| hi)];
+    out.dedup();
+    out
+}
+
+/// Orders the candidates of a runtime-sized program, found and costed at the compile size (every
+/// variable at its upper bound; `cands` cheapest first there), for the whole of its ranges: by
+/// the worst over [`rank_sizes`] of a candidate's estimate at a size
+/// ([`crate::cost::estimate_sizes`]) divided by the cheapest candidate's estimate at that size —
+/// the slowdown it risks against the best of the candidates at any of those sizes — then by the
+/// compile-size estimate and the hash. A candidate whose geometry cannot follow the sizes goes
+/// last (verification over the ranges rejects it anyway). Returns a note for the build report
+/// naming the sizes and, when the ranking changes the first candidate, what it changed. A
+/// static program, or a range of one size, keeps its order and gets no note.
+pub fn rank(cands: &mut Vec<Candidate>, dims: &Dims, arch: &Arch) -> Option<String> {
+    use rayon::prelude::*;
+    let sizes = rank_sizes(dims);
+    if dims.is_static() || sizes.len() < 2 || cands.len() < 2 {
+        return None;
+    }
+    let costs: Vec<Option<Vec<f64>>> = cands
+        .par_iter()
+        .map(|c| estimate_sizes(&c.graph, dims, &sizes, arch).ok().map(|r| r.iter().map(|k| k.total_us).collect()))
+        .collect();
+    let best: Vec<f64> =
+        (0..sizes.len()).map(|i| costs.iter().flatten().map(|c| c[i]).fold(f64::INFINITY, f64::min)).collect();
+    let worst = |c: &Option<Vec<f64>>| -> (f64, usize) {
+        c.as_ref().map_or((f64::INFINITY, 0), |c| {
+            c.iter()
+                .zip(&best)
+                .map(|(x, b)| x / b)
+                .enumerate()
+                .fold((0.0, 0), |w, (i, r)| if r > w.0 { (r, i) } else { w })
+        })
+    };
+    let (first_hash, (first_worst, first_at)) = (cands[0].hash, worst(&costs[0]));
+    let mut keyed: Vec<(f64, usize)> = costs.iter().map(|c| worst(c).0).zip(0..).collect();
+    keyed.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| cands[a.1].cost.total_us.total_cmp(&cands[b.1].cost.total_us))
+            .then_with(|| cands[a.1].hash.cmp(&cands[b.1].hash))
+    });
+    let order: Vec<usize> = keyed.iter().map(|k| k.1).collect();
+    let top = order[0];
+    let (top_worst, top_at) = worst(&costs[top]);
+    let mut old: Vec<Option<Candidate>> = std::mem::take(cands).into_iter().map(Some).collect();
+    *cands = order.iter().filter_map(|&i| old[i].take()).collect();
+    let at = sizes.iter().map(|s| fmt_sizes(dims, s)).collect::<Vec<_>>().join("; ");
+    let mut note = format!(
+        "ranked over the declared ranges at {at} (the worst ratio of a candidate's estimate to the cheapest estimate at each size): the first is within {top_worst:.2}× everywhere (worst at {})",
+        fmt_sizes(dims, &sizes[top_at])
+    );
+    if cands[0].hash != first_hash {
+        let us = |c: &Option<Vec<f64>>| c.as_ref().map_or(f64::NAN, |c| c[first_at]);
+        note.push_str(&format!(
+            "; the cheapest at the compile size would be {first_worst:.2}× at {} (estimated {:.2} µs there, the first {:.2} µs)",
+            fmt_sizes(dims, &sizes[first_at]),
+            us(&costs[0]),
+            us(&costs[top]),
+        ));
+    }
+    Some(note)
 }
