@@ -379,31 +379,79 @@ fn main() -> Result<(), Box<dyn Error>> {
     if failures.is_empty() { Ok(()) } else { Err(failures.join("; ").into()) }
 }
 
-/// The programs of the `dims` group (`benches/kernels/dims.rs`): the gated MLP over `B` built
-/// once and built as size buckets, and its fixed builds at 17 and 64 rows.
+/// One runtime-sized program of the `dims` group (`benches/kernels/dims.rs`): built once, built as
+/// size buckets, and its fixed-shape builds by size.
+#[cfg_attr(not(mirage_dims_bench), allow(dead_code))]
+struct SizedCase {
+    variable: &'static mirage::Program,
+    bucketed: &'static mirage::Program,
+    fixed: Vec<(usize, &'static mirage::Program)>,
+}
+
+#[cfg_attr(not(mirage_dims_bench), allow(dead_code))]
+impl SizedCase {
+    /// The fixed-shape build at size `n`, if there is one.
+    fn fixed_at(&self, n: usize) -> Option<&'static mirage::Program> {
+        self.fixed.iter().find(|f| f.0 == n).map(|f| f.1)
+    }
+}
+
+/// The programs of the `dims` group: the gated MLP over `B` (fixed builds at every size the group
+/// runs: the examples' at 1 and 8, the others from `dims.rs`), and decode attention over `S`
+/// (fixed builds at every size it runs).
 #[cfg(mirage_dims_bench)]
-fn dims_programs() -> Option<[&'static mirage::Program; 4]> {
-    Some([
-        &dims::gated_mlp_over_b::PROGRAM,
-        &dims::gated_mlp_over_b_buckets::PROGRAM,
-        &dims::gated_mlp_bs17::PROGRAM,
-        &dims::gated_mlp_bs64::PROGRAM,
-    ])
+fn dims_programs() -> Option<[SizedCase; 2]> {
+    let gated = SizedCase {
+        variable: &dims::gated_mlp_over_b::PROGRAM,
+        bucketed: &dims::gated_mlp_over_b_buckets::PROGRAM,
+        fixed: vec![
+            (1, &kernels::gated_mlp_bs1::PROGRAM),
+            (2, &dims::gated_mlp_bs2::PROGRAM),
+            (3, &dims::gated_mlp_bs3::PROGRAM),
+            (8, &kernels::gated_mlp_bs8::PROGRAM),
+            (17, &dims::gated_mlp_bs17::PROGRAM),
+            (31, &dims::gated_mlp_bs31::PROGRAM),
+            (33, &dims::gated_mlp_bs33::PROGRAM),
+            (48, &dims::gated_mlp_bs48::PROGRAM),
+            (63, &dims::gated_mlp_bs63::PROGRAM),
+            (64, &dims::gated_mlp_bs64::PROGRAM),
+        ],
+    };
+    let attention = SizedCase {
+        variable: &dims::attn_decode_over_s::PROGRAM,
+        bucketed: &dims::attn_decode_over_s_buckets::PROGRAM,
+        fixed: vec![
+            (1, &dims::attn_decode_s1::PROGRAM),
+            (3, &dims::attn_decode_s3::PROGRAM),
+            (16, &dims::attn_decode_s16::PROGRAM),
+            (17, &dims::attn_decode_s17::PROGRAM),
+            (255, &dims::attn_decode_s255::PROGRAM),
+            (256, &dims::attn_decode_s256::PROGRAM),
+            (512, &dims::attn_decode_s512::PROGRAM),
+            (4096, &dims::attn_decode_s4096::PROGRAM),
+            (4097, &dims::attn_decode_s4097::PROGRAM),
+            (8191, &dims::attn_decode_s8191::PROGRAM),
+            (16384, &dims::attn_decode_s16384::PROGRAM),
+            (32767, &dims::attn_decode_s32767::PROGRAM),
+            (32768, &dims::attn_decode_s32768::PROGRAM),
+        ],
+    };
+    Some([gated, attention])
 }
 
 /// Without `MIRAGE_DIMS_BENCH=1` at build time the `dims` group is not built: no rows.
 #[cfg(not(mirage_dims_bench))]
-fn dims_programs() -> Option<[&'static mirage::Program; 4]> {
+fn dims_programs() -> Option<[SizedCase; 2]> {
     None
 }
 
 /// The `dims` group (case name `dims`; built with `MIRAGE_DIMS_BENCH=1`):
 /// the gated MLP for `B` in 1..=64 (`benches/kernels/dims.rs`) built once and built as the default
-/// size buckets, next to fixed-shape builds at B = 1, 8 (the examples' `gated_mlp_bs1`/`bs8`), 17
-/// and 64, on the same inputs, timed the same way (CUDA events, L2 flushed, median of `iters`
-/// launches; the bucketed program through its dispatcher); both variable builds' outputs at each
-/// B are checked against the CPU reference first, at ten sizes (ratio `-` where no fixed build
-/// exists). A second table: B, single-build µs, bucketed µs (and the bucket), fixed µs, the
+/// size buckets, next to a fixed-shape build at each of the ten sizes it runs (1, 2, 3, 8, 17, 31,
+/// 33, 48, 63, 64; the examples' `gated_mlp_bs1`/`bs8` at 1 and 8), on the same inputs, timed the
+/// same way (CUDA events, L2 flushed, median of `iters` launches; the bucketed program through
+/// its dispatcher); both variable builds' outputs at each B are checked against the CPU
+/// reference first (ratio `-` where no fixed build exists). A second table: B, single-build µs, bucketed µs (and the bucket), fixed µs, the
 /// ratios; [`criterion_table`] sums both groups up against issue 16's bar.
 fn dims_group(
     gpu: &Gpu,
@@ -413,34 +461,25 @@ fn dims_group(
     failures: &mut Vec<String>,
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::ErrorModel;
-    use mirage::{AnyTensor, DType, Program, TensorArg};
-    let Some([variable, bucketed, bs17, bs64]) = dims_programs() else { return Ok(()) };
+    use mirage::{AnyTensor, DType, TensorArg};
+    let Some([case, _]) = dims_programs() else { return Ok(()) };
+    let (variable, bucketed) = (case.variable, case.bucketed);
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
     let source = lowered.iter().find(|p| p.name == "gated_mlp_over_b").ok_or("no #[mugraph] fn gated_mlp_over_b")?;
     let sized = mirage::dims::DimPlan::analyze(&source.graph, &source.dims)?;
     let vplan = variable.plan()?;
     let stream = gpu.stream();
-    // Issue 16's bar: ≥ 10 sizes, 1, 3, 17 and the range's ends among them; fixed builds exist at
-    // 1, 8, 17 and 64 (ratio `-` at the others).
-    let fixed: [(usize, Option<&'static Program>); 10] = [
-        (1, Some(&kernels::gated_mlp_bs1::PROGRAM)),
-        (2, None),
-        (3, None),
-        (8, Some(&kernels::gated_mlp_bs8::PROGRAM)),
-        (17, Some(bs17)),
-        (31, None),
-        (33, None),
-        (48, None),
-        (63, None),
-        (64, Some(bs64)),
-    ];
+    // Issue 16's bar: ≥ 10 sizes, 1, 3, 17 and the range's ends among them, each beside a
+    // fixed-shape build of its size.
+    let sizes = [1, 2, 3, 8, 17, 31, 33, 48, 63, 64];
     writeln!(table)?;
     writeln!(
         table,
         "| gated MLP 4096², B | one build µs (B = 1..=64) | bucketed µs (bucket) | fixed µs | one build / fixed | bucketed / fixed | worst element / tol. |"
     )?;
     writeln!(table, "|---:|---:|---:|---:|---:|---:|---:|")?;
-    for (b, fixed) in fixed {
+    for b in sizes {
+        let fixed = case.fixed_at(b);
         let specs = vplan.inputs_at(&[b]);
         let scales = [1.0f32, 0.02, 0.02];
         let (inputs, want) = sized_inputs(stream, &source.graph, &sized, &specs, "gated_mlp_over_b", b, &scales)?;
@@ -476,38 +515,17 @@ fn dims_group(
     Ok(())
 }
 
-/// The attention programs of the `dims` group (`benches/kernels/dims.rs`): decode attention over
-/// `S` in 1..=32768 built once and as three size buckets, and its fixed builds at 512, 4096 and
-/// 32768 keys.
-#[cfg(mirage_dims_bench)]
-fn dims_attention_programs() -> Option<[&'static mirage::Program; 5]> {
-    Some([
-        &dims::attn_decode_over_s::PROGRAM,
-        &dims::attn_decode_over_s_buckets::PROGRAM,
-        &dims::attn_decode_s512::PROGRAM,
-        &dims::attn_decode_s4096::PROGRAM,
-        &dims::attn_decode_s32768::PROGRAM,
-    ])
-}
-
-/// Without `MIRAGE_DIMS_BENCH=1` at build time the `dims` group is not built: no rows.
-#[cfg(not(mirage_dims_bench))]
-fn dims_attention_programs() -> Option<[&'static mirage::Program; 5]> {
-    None
-}
-
 /// The attention rows of the `dims` group (issue 16's bar): decode attention at the issue's shape
 /// (32 query heads of one row, head dim 128, bf16, safe softmax, K `[heads, dim, S]`, V
-/// `[heads, S, dim]`) built once for `S` in 1..=32768 (`attn_decode_over_s`), next to fixed-shape
-/// builds of the same program at S = 512, 4096 and 32768 on the same inputs, and built as three
-/// size buckets (`attn_decode_over_s_buckets`: 512, 4096, 32768), timed the same way
+/// `[heads, S, dim]`) built once for `S` in 1..=32768 (`attn_decode_over_s`) and as three size
+/// buckets (`attn_decode_over_s_buckets`: 512, 4096, 32768), next to a fixed-shape build of the
+/// same program at each of the thirteen sizes it runs, on the same inputs, timed the same way
 /// (CUDA events, L2 flushed, median of `iters` launches). Every output is checked against the CPU
-/// reference first; the builds also run (checked and timed) at sizes without a fixed build
-/// (ratio `-`), among them sizes that are not multiples of 8, where K's copies go through
-/// aligned-down windows (`mirage::window_copy`) instead of 16-byte `cp.async`.
-/// A third table: S, one-build µs, bucketed µs (and the bucket), fixed µs, the ratios, PyTorch's best of the torch JSON (row
-/// `attn_decode_over_s@S`, when given: `torch_baselines.py --set dims`), the memory
-/// floor (bytes of Q, K, V and the output at the JSON's copy bandwidth).
+/// reference first. Among the sizes are some that are not multiples of 8, where the sized builds
+/// copy K through aligned-down windows (`mirage::window_copy`) instead of 16-byte `cp.async`.
+/// A third table: S, one-build µs, bucketed µs (and the bucket), fixed µs, the ratios, PyTorch's
+/// best of the torch JSON (row `attn_decode_over_s@S`, when given: `torch_baselines.py --set
+/// dims`), the memory floor (bytes of Q, K, V and the output at the JSON's copy bandwidth).
 fn dims_attention(
     gpu: &Gpu,
     iters: usize,
@@ -518,7 +536,8 @@ fn dims_attention(
 ) -> Result<(), Box<dyn Error>> {
     use mirage::testing::compare::{ErrorModel, reduction_len};
     use mirage::{AnyTensor, DType, Program, TensorArg};
-    let Some([variable, bucketed, s512, s4096, s32768]) = dims_attention_programs() else { return Ok(()) };
+    let Some([_, case]) = dims_programs() else { return Ok(()) };
+    let (variable, bucketed) = (case.variable, case.bucketed);
     let lowered = mirage::lower::lower_source(include_str!("kernels/dims.rs"))?;
     let source =
         lowered.iter().find(|p| p.name == "attn_decode_over_s").ok_or("no #[mugraph] fn attn_decode_over_s")?;
@@ -526,31 +545,18 @@ fn dims_attention(
     let vplan = variable.plan()?;
     let stream = gpu.stream();
     let copy_bw = torch.and_then(|t| t["copy_bw"].as_f64());
-    // Issue 16's bar: ≥ 10 sizes, 1, 3, 17, 255, 4097 and the range's ends among them; fixed
-    // builds exist at 512, 4096 and 32768 (ratio `-` at the others). 16 and 256 beside 17 and 255:
-    // the same builds on K's vector path next to its window path (not a multiple of 8).
-    let sizes: [(usize, Option<&'static Program>); 13] = [
-        (1, None),
-        (3, None),
-        (16, None),
-        (17, None),
-        (255, None),
-        (256, None),
-        (512, Some(s512)),
-        (4096, Some(s4096)),
-        (4097, None),
-        (8191, None),
-        (16384, None),
-        (32767, None),
-        (32768, Some(s32768)),
-    ];
+    // Issue 16's bar: ≥ 10 sizes, 1, 3, 17, 255, 4097 and the range's ends among them, each
+    // beside a fixed-shape build of its size. 16 and 256 beside 17 and 255: the same builds on
+    // K's vector path next to its window path (not a multiple of 8).
+    let sizes = [1, 3, 16, 17, 255, 256, 512, 4096, 4097, 8191, 16384, 32767, 32768];
     writeln!(table)?;
     writeln!(
         table,
         "| decode attention 32 × 128 bf16, S | one build µs (S = 1..=32768) | bucketed µs (bucket) | fixed µs | one build / fixed | bucketed / fixed | best PyTorch µs (variant) | floor µs | worst element / tol. (one build, bucketed, fixed) |"
     )?;
     writeln!(table, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
-    for (s, fixed) in sizes {
+    for s in sizes {
+        let fixed = case.fixed_at(s);
         let specs = vplan.inputs_at(&[s]);
         // Q and K uniform in [-1.7, 1.7) (the attention group's scales), V in [-1, 1).
         let scales = [1.7f32, 1.7, 1.0];

@@ -1,12 +1,13 @@
 //! The runtime-sized-dims rows of the GPU bench (`benches/gpu.rs`, group `dims`): the benchmark's
 //! gated MLP (f16, 4096 × 4096 weights) for any batch `B` in 1..=64 built once (at 64), built as
-//! the default size buckets (1, 2..=8, 9..=16, 17..=32, 33..=64, each at its upper bound), and
-//! fixed-shape builds of it at 17 and 64 rows (the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the
-//! fixed builds at 1 and 8); and decode attention at issue 16's shape (32 query heads of one row,
-//! head dim 128, bf16, safe softmax, scale 1/√128, K as `[heads, dim, S]`, V as `[heads, S, dim]`)
-//! for any key length `S` in 1..=32768 built once (at 32768) and as three size buckets (512, 4096,
-//! 32768), beside fixed-shape builds of the same
-//! program at S = 512, 4096 and 32768 (same layouts). Built by the root build.rs with
+//! six size buckets (1, 2..=8, 9..=16, 17..=32, 33..=48, 49..=64, each searched for its whole
+//! sub-range), and fixed-shape builds of it at every other size the bench runs (2, 3, 17, 31, 33,
+//! 48, 63 and 64 rows; the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the fixed builds at 1
+//! and 8); and decode attention at issue 16's shape (32 query heads of one row, head dim 128, bf16,
+//! safe softmax, scale 1/√128, K as `[heads, dim, S]`, V as `[heads, S, dim]`) for any key length
+//! `S` in 1..=32768 built once and as six size buckets (16, 64, 256, 1024, 4096, 32768), beside
+//! fixed-shape builds of the same program at every size the bench runs (S = 1, 3, 16, 17, 255,
+//! 256, 512, 4096, 4097, 8191, 16384, 32767 and 32768; same layouts). Built by the root build.rs with
 //! `MIRAGE_DIMS_BENCH=1`: verifying these µGraphs over their ranges at these shapes takes minutes
 //! of CPU time.
 // The bench uses the programs through their modules.
@@ -24,9 +25,11 @@ pub fn gated_mlp_over_b(
     silu(x.matmul(w1)) * x.matmul(w2)
 }
 
-/// `silu(X @ W1) * (X @ W2)` for any batch `B` in 1..=64, built as the default size buckets
-/// (1, 8, 16, 32, 64): a call runs the bucket holding its `B`.
-#[mugraph(dims(B = 1..=64))]
+/// `silu(X @ W1) * (X @ W2)` for any batch `B` in 1..=64, built as six size buckets (1, 2..=8,
+/// 9..=16, 17..=32, 33..=48, 49..=64): a call runs the bucket holding its `B`. The default ladder
+/// (1, 8, 16, 32, 64) with a bound at 48 added, where the fixed builds' cost steps on the H200
+/// (45–52 µs at 33–48 rows, 76 at 63–64: another µGraph family; DECISIONS change 61).
+#[mugraph(dims(B = 1..=64), buckets(B = [1, 8, 16, 32, 48, 64]))]
 pub fn gated_mlp_over_b_buckets(
     x: Tensor<f16, B, 4096>,
     w1: Tensor<f16, 4096, 4096>,
@@ -66,10 +69,11 @@ pub fn attn_decode_over_s(
     softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
 }
 
-/// Decode attention for any key length `S` in 1..=32768 built as three size buckets (1..=512,
-/// 513..=4096, 4097..=32768, each searched at its upper bound): a call runs the bucket holding
-/// its `S`.
-#[mugraph(dims(S = 1..=32768), buckets(S = [512, 4096, 32768]))]
+/// Decode attention for any key length `S` in 1..=32768 built as six size buckets (1..=16,
+/// 17..=64, 65..=256, 257..=1024, 1025..=4096, 4097..=32768, each ranked over its sub-range):
+/// a call runs the bucket holding its `S`. Bounds at most 4× apart up to 4096 (DECISIONS change
+/// 61: with three buckets, 1..=512 ran 1.2–2.1× the fixed builds at 1–17 and 512).
+#[mugraph(dims(S = 1..=32768), buckets(S = [16, 64, 256, 1024, 4096, 32768]))]
 pub fn attn_decode_over_s_buckets(
     q: Tensor<bf16, 32, 1, 128>,
     k: Tensor<bf16, 32, 128, S>,
@@ -104,6 +108,166 @@ pub fn attn_decode_s32768(
     q: Tensor<bf16, 32, 1, 128>,
     k: Tensor<bf16, 32, 128, 32768>,
     v: Tensor<bf16, 32, 32768, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 2.
+#[mugraph]
+pub fn gated_mlp_bs2(
+    x: Tensor<f16, 2, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 2, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 3.
+#[mugraph]
+pub fn gated_mlp_bs3(
+    x: Tensor<f16, 3, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 3, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 31.
+#[mugraph]
+pub fn gated_mlp_bs31(
+    x: Tensor<f16, 31, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 31, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 33.
+#[mugraph]
+pub fn gated_mlp_bs33(
+    x: Tensor<f16, 33, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 33, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 48.
+#[mugraph]
+pub fn gated_mlp_bs48(
+    x: Tensor<f16, 48, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 48, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// `silu(X @ W1) * (X @ W2)`, batch 63.
+#[mugraph]
+pub fn gated_mlp_bs63(
+    x: Tensor<f16, 63, 4096>,
+    w1: Tensor<f16, 4096, 4096>,
+    w2: Tensor<f16, 4096, 4096>,
+) -> Tensor<f16, 63, 4096> {
+    silu(x.matmul(w1)) * x.matmul(w2)
+}
+
+/// Decode attention, 1 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s1(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 1>,
+    v: Tensor<bf16, 32, 1, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 3 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s3(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 3>,
+    v: Tensor<bf16, 32, 3, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 16 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s16(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 16>,
+    v: Tensor<bf16, 32, 16, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 17 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s17(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 17>,
+    v: Tensor<bf16, 32, 17, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 255 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s255(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 255>,
+    v: Tensor<bf16, 32, 255, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 256 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s256(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 256>,
+    v: Tensor<bf16, 32, 256, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 4097 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s4097(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 4097>,
+    v: Tensor<bf16, 32, 4097, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 8191 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s8191(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 8191>,
+    v: Tensor<bf16, 32, 8191, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 16384 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s16384(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 16384>,
+    v: Tensor<bf16, 32, 16384, 128>,
+) -> Tensor<bf16, 32, 1, 128> {
+    softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
+}
+
+/// Decode attention, 32767 keys (the fixed-shape build beside `attn_decode_over_s`).
+#[mugraph]
+pub fn attn_decode_s32767(
+    q: Tensor<bf16, 32, 1, 128>,
+    k: Tensor<bf16, 32, 128, 32767>,
+    v: Tensor<bf16, 32, 32767, 128>,
 ) -> Tensor<bf16, 32, 1, 128> {
     softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
 }
