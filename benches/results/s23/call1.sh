@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session 23, device call 1: the bench's `dims` group (issue 16's table; change 59's ranking over
+# the ranges, a fixed build at every size) beside PyTorch's attention over S of the same call,
+# then compute-sanitizer memcheck over the same group (every program at every size, 2 launches).
+set -u
+python3 -c "import tarfile; tarfile.open('.gpu-bundle/dims.tar.xz').extractall('.')"
+C=$(cat benchD/COMMIT); D=$(date -u +%F)
+log=$OUT/call1.txt
+t0=$SECONDS
+{
+echo "== torch dims, $(date -u +%T)"
+timeout 90 python3 benchD/torch_baselines.py --set dims --compile-mode default --json "$OUT/torch-dims.json" 2>&1 | tail -8
+echo "== ours dims, $(date -u +%T) ($((SECONDS-t0)) s)"
+timeout 300 benchD/gpu --out "$OUT/ours" --commit "$C" --date "$D" --torch "$OUT/torch-dims.json" dims 2>&1 | grep -v "^test\|seed" | tail -60
+echo "== memcheck dims (2 launches per size), $(date -u +%T) ($((SECONDS-t0)) s)"
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 benchD/gpu --iters 2 dims > "$OUT/memcheck.txt" 2>&1; echo "memcheck exit $?"
+tail -5 "$OUT/memcheck.txt"
+echo "== done ($((SECONDS-t0)) s)"
+} > "$log" 2>&1
+tail -c 11000 "$log"
