@@ -30,6 +30,18 @@ pub fn path_of(p: &Program) -> String {
     p.module_path.iter().map(String::as_str).chain([p.name.as_str()]).collect::<Vec<_>>().join("::")
 }
 
+/// What is searched and cached for a program, as the build does it: the program itself, or one
+/// program per size bucket, each with the label that names its bucket in messages
+/// (` bucket 0 [(1, 16)]`; empty for a program without buckets).
+pub fn bucket_builds(p: &Program) -> Vec<(String, Program)> {
+    p.builds()
+        .into_iter()
+        .map(|(bucket, built)| {
+            (bucket.map_or(String::new(), |i| format!(" bucket {i} {:?}", p.buckets[i].ranges)), built)
+        })
+        .collect()
+}
+
 /// Every `#[mugraph]` function of a file (an error when there is none).
 pub fn programs_of(file: &Path) -> Result<Vec<Program>> {
     if file.extension().is_none_or(|e| e != "rs") {

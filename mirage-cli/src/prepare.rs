@@ -9,7 +9,7 @@ use mirage::cache::Cache;
 use mirage::lower::lower_file;
 use mirage::search::{SearchConfig, superoptimize};
 
-use crate::input::{arch, path_of, programs_of};
+use crate::input::{arch, bucket_builds, path_of, programs_of};
 use crate::{CliError, Result, progress};
 
 /// The flags of `mirage prepare`.
@@ -100,8 +100,7 @@ pub fn run(a: &PrepareArgs) -> Result<()> {
         };
         // A program of several size buckets: one cache entry per bucket, as in the build.
         for p in programs {
-            for (bucket, built) in p.builds() {
-                let label = bucket.map_or(String::new(), |i| format!(" bucket {i} {:?}", p.buckets[i].ranges));
+            for (label, built) in bucket_builds(&p) {
                 jobs.push((f.clone(), built, label));
             }
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use mirage::search::{SearchConfig, describe, superoptimize};
 
-use crate::input::{arch, one_program, path_of};
+use crate::input::{arch, bucket_builds, one_program, path_of};
 use crate::{CliError, Result, progress};
 
 /// The flags of `mirage search` (defaults: the build's limits).
@@ -97,8 +97,7 @@ pub fn run(a: &SearchArgs) -> Result<()> {
 
     // A program of runtime-sized dims is searched as the build searches it: over its declared
     // ranges, one search per size bucket.
-    for (bucket, built) in program.builds() {
-        let label = bucket.map_or(String::new(), |i| format!(" bucket {i} {:?}", program.buckets[i].ranges));
+    for (label, built) in bucket_builds(&program) {
         let sized = SearchConfig { dims: built.dims.clone(), ..cfg.clone() };
         search_one(&built, &format!("{}{label}", path_of(&program)), &arch_name, &sized)?;
     }

@@ -311,7 +311,6 @@ pub fn estimate_sizes(
         let out_types: Vec<DType> = block.output_descs().iter().map(|d| d.dtype).collect();
         for ((report, run), s) in reports.iter_mut().zip(&runs).zip(sizes) {
             let Some(b) = run.blocks.get(i).and_then(Option::as_ref) else { continue };
-            let bytes = |shape: &[usize], t: DType| num_elements(shape) as f64 * t.size_bytes() as f64;
             let launch = Launch {
                 grid: b.grid,
                 blocks: b.grid.iter().product::<usize>().max(1),
@@ -320,9 +319,9 @@ pub fn estimate_sizes(
                     .inputs
                     .iter()
                     .zip(&in_types)
-                    .map(|(&t, &ty)| bytes(&plan.shape_at(t, s), ty))
+                    .map(|(&t, &ty)| shape_bytes(&plan.shape_at(t, s), ty))
                     .collect(),
-                written: b.outputs.iter().zip(&out_types).map(|(shape, &ty)| bytes(shape, ty)).sum(),
+                written: b.outputs.iter().zip(&out_types).map(|(shape, &ty)| shape_bytes(shape, ty)).sum(),
             };
             let k = estimate_launch(block, arch, &facts, &launch);
             report.total_us += k.us;
@@ -684,7 +683,12 @@ fn input_traffic(bg: &BlockGraph, arch: &Arch, segments: bool, g: &Launch) -> (f
 }
 
 fn tensor_bytes(d: &TensorDesc) -> f64 {
-    num_elements(&d.shape) as f64 * d.dtype.size_bytes() as f64
+    shape_bytes(&d.shape, d.dtype)
+}
+
+/// Bytes of a tensor of `shape` and element type `t`.
+fn shape_bytes(shape: &[usize], t: DType) -> f64 {
+    num_elements(shape) as f64 * t.size_bytes() as f64
 }
 
 #[cfg(test)]

@@ -166,6 +166,13 @@ impl Default for SearchConfig {
     }
 }
 
+/// A search version string, `s{SEARCH_ALGORITHM_VERSION}-xxxxxxxx`, from the text of what it
+/// covers (the configuration, and the tokens of later additions that only some programs carry).
+fn hashed_version(text: &str) -> String {
+    let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
+    format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+}
+
 impl SearchConfig {
     /// One fused kernel only: the fast preset for element-wise, norm and GEMM-epilogue programs.
     pub fn single_kernel() -> Self {
@@ -214,8 +221,7 @@ impl SearchConfig {
                 ranges::rank_sizes(&self.dims)
             )
         };
-        let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
-        format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+        hashed_version(&text)
     }
 
     /// The version string of a search of `program`: [`SearchConfig::version`], with a `wide`
@@ -227,18 +233,14 @@ impl SearchConfig {
         // The attention candidates' narrowest key tile joined later ([`attention::MIN_KEY_TILE_BYTES`]):
         // only the programs [`attention::recognize`] takes hash differently.
         let version = if attention::recognize(program).is_some() {
-            let text = format!("{version}|attention key tiles {}", attention::MIN_KEY_TILE_BYTES);
-            let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
-            format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+            hashed_version(&format!("{version}|attention key tiles {}", attention::MIN_KEY_TILE_BYTES))
         } else {
             version
         };
         if !self.has_wide_splits(program) {
             return version;
         }
-        let text = format!("{version}|wide {}", enumerate::WIDE_SPLIT_MIN_TILE);
-        let h = text.bytes().fold(0x243f_6a88_85a3_08d3u64, |h, b| mix64(h ^ b as u64));
-        format!("s{SEARCH_ALGORITHM_VERSION}-{:08x}", h as u32)
+        hashed_version(&format!("{version}|wide {}", enumerate::WIDE_SPLIT_MIN_TILE))
     }
 
     /// Whether some tensor dim of `program` splits into more than `max_axis_blocks` blocks of a

@@ -241,16 +241,18 @@ pub fn rank(cands: &mut Vec<Candidate>, dims: &Dims, arch: &Arch) -> Option<Stri
                 .fold((0.0, 0), |w, (i, r)| if r > w.0 { (r, i) } else { w })
         })
     };
-    let (first_hash, (first_worst, first_at)) = (cands[0].hash, worst(&costs[0]));
-    let mut keyed: Vec<(f64, usize)> = costs.iter().map(|c| worst(c).0).zip(0..).collect();
-    keyed.sort_by(|a, b| {
-        a.0.total_cmp(&b.0)
-            .then_with(|| cands[a.1].cost.total_us.total_cmp(&cands[b.1].cost.total_us))
-            .then_with(|| cands[a.1].hash.cmp(&cands[b.1].hash))
+    let worsts: Vec<(f64, usize)> = costs.iter().map(worst).collect();
+    let (first_hash, (first_worst, first_at)) = (cands[0].hash, worsts[0]);
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by(|&a, &b| {
+        worsts[a]
+            .0
+            .total_cmp(&worsts[b].0)
+            .then_with(|| cands[a].cost.total_us.total_cmp(&cands[b].cost.total_us))
+            .then_with(|| cands[a].hash.cmp(&cands[b].hash))
     });
-    let order: Vec<usize> = keyed.iter().map(|k| k.1).collect();
     let top = order[0];
-    let (top_worst, top_at) = worst(&costs[top]);
+    let (top_worst, top_at) = worsts[top];
     let mut old: Vec<Option<Candidate>> = std::mem::take(cands).into_iter().map(Some).collect();
     *cands = order.iter().filter_map(|&i| old[i].take()).collect();
     let at = sizes.iter().map(|s| fmt_sizes(dims, s)).collect::<Vec<_>>().join("; ");
