@@ -446,8 +446,8 @@ fn dims_programs() -> Option<[SizedCase; 2]> {
 }
 
 /// The `dims` group (case name `dims`; built with `MIRAGE_DIMS_BENCH=1`):
-/// the gated MLP for `B` in 1..=64 (`benches/kernels/dims.rs`) built once and built as the default
-/// size buckets, next to a fixed-shape build at each of the ten sizes it runs (1, 2, 3, 8, 17, 31,
+/// the gated MLP for `B` in 1..=64 (`benches/kernels/dims.rs`) built once and built as six size
+/// buckets (the default ladder and a bound at 48), next to a fixed-shape build at each of the ten sizes it runs (1, 2, 3, 8, 17, 31,
 /// 33, 48, 63, 64; the examples' `gated_mlp_bs1`/`bs8` at 1 and 8), on the same inputs, timed the
 /// same way (CUDA events, L2 flushed, median of `iters` launches; the bucketed program through
 /// its dispatcher); both variable builds' outputs at each B are checked against the CPU
@@ -517,8 +517,8 @@ fn dims_group(
 
 /// The attention rows of the `dims` group (issue 16's bar): decode attention at the issue's shape
 /// (32 query heads of one row, head dim 128, bf16, safe softmax, K `[heads, dim, S]`, V
-/// `[heads, S, dim]`) built once for `S` in 1..=32768 (`attn_decode_over_s`) and as three size
-/// buckets (`attn_decode_over_s_buckets`: 512, 4096, 32768), next to a fixed-shape build of the
+/// `[heads, S, dim]`) built once for `S` in 1..=32768 (`attn_decode_over_s`) and as the default
+/// size buckets (`attn_decode_over_s_buckets`: twelve, 2× apart up to 4096), next to a fixed-shape build of the
 /// same program at each of the thirteen sizes it runs, on the same inputs, timed the same way
 /// (CUDA events, L2 flushed, median of `iters` launches). Every output is checked against the CPU
 /// reference first. Among the sizes are some that are not multiples of 8, where the sized builds

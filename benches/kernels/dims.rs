@@ -5,7 +5,7 @@
 //! 48, 63 and 64 rows; the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the fixed builds at 1
 //! and 8); and decode attention at issue 16's shape (32 query heads of one row, head dim 128, bf16,
 //! safe softmax, scale 1/√128, K as `[heads, dim, S]`, V as `[heads, S, dim]`) for any key length
-//! `S` in 1..=32768 built once and as six size buckets (16, 64, 256, 1024, 4096, 32768), beside
+//! `S` in 1..=32768 built once and as the default size buckets (twelve, 2× apart to 4096), beside
 //! fixed-shape builds of the same program at every size the bench runs (S = 1, 3, 16, 17, 255,
 //! 256, 512, 4096, 4097, 8191, 16384, 32767 and 32768; same layouts). Built by the root build.rs with
 //! `MIRAGE_DIMS_BENCH=1`: verifying these µGraphs over their ranges at these shapes takes minutes
@@ -69,11 +69,12 @@ pub fn attn_decode_over_s(
     softmax(q.matmul(k) * 0.088388346, 2).matmul(v)
 }
 
-/// Decode attention for any key length `S` in 1..=32768 built as six size buckets (1..=16,
-/// 17..=64, 65..=256, 257..=1024, 1025..=4096, 4097..=32768, each ranked over its sub-range):
-/// a call runs the bucket holding its `S`. Bounds at most 4× apart up to 4096 (DECISIONS change
-/// 61: with three buckets, 1..=512 ran 1.2–2.1× the fixed builds at 1–17 and 512).
-#[mugraph(dims(S = 1..=32768), buckets(S = [16, 64, 256, 1024, 4096, 32768]))]
+/// Decode attention for any key length `S` in 1..=32768 built as the default size buckets (1,
+/// 2..=8, 9..=16, 17..=32, 33..=64, then doubling to 2049..=4096, and 4097..=32768: twelve, each
+/// ranked over its sub-range): a call runs the bucket holding its `S`. DECISIONS change 62: with
+/// buckets 4× apart (16, 64, 256, 1024, 4096, 32768) it ran 1.16–1.32× the fixed builds at 17,
+/// 256, 512 and 4096 keys.
+#[mugraph(dims(S = 1..=32768))]
 pub fn attn_decode_over_s_buckets(
     q: Tensor<bf16, 32, 1, 128>,
     k: Tensor<bf16, 32, 128, S>,

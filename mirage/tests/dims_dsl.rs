@@ -259,9 +259,11 @@ fn the_default_ladder_and_the_product_of_two_dims() -> TestResult {
     assert_eq!(default_buckets(1, 64), vec![1, 8, 16, 32, 64]);
     assert_eq!(default_buckets(1, 1), vec![1]);
     assert_eq!(default_buckets(4, 12), vec![8, 12]);
-    assert_eq!(default_buckets(1, 1000), vec![1, 8, 16, 32, 64, 1000]);
-    assert_eq!(default_buckets(100, 5000), vec![256, 1024, 4096, 5000]);
-    assert_eq!(default_buckets(100, 200), vec![200]);
+    assert_eq!(default_buckets(1, 1000), vec![1, 8, 16, 32, 64, 128, 256, 512, 1000]);
+    assert_eq!(default_buckets(1, 32768), vec![1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 32768]);
+    assert_eq!(default_buckets(100, 5000), vec![128, 256, 512, 1024, 2048, 4096, 5000]);
+    assert_eq!(default_buckets(100, 200), vec![128, 200]);
+    assert_eq!(default_buckets(100, 120), vec![120]);
     // Two dims: the product, the first dim outermost.
     let two = r#"
 use mirage::prelude::*;
@@ -289,7 +291,7 @@ fn f(x: Tensor<f32, B, 32>, y: Tensor<f32, C, 32>) -> Tensor<f32, B, 32> {
             his.len()
         })
         .collect();
-    assert_eq!(per_dim, vec![6, 1]);
+    assert_eq!(per_dim, vec![11, 1]);
     assert!(p[0].buckets.len() <= MAX_BUCKETS);
     Ok(())
 }

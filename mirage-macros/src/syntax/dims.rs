@@ -29,19 +29,23 @@ const FORM: &str = "expected `#[mugraph]` or `#[mugraph(dims(B = 1..=64, ...))]`
 pub const MAX_BUCKETS: usize = 16;
 
 /// The most buckets [`default_buckets`] gives one dim.
-pub const MAX_DEFAULT_BUCKETS: usize = 6;
+pub const MAX_DEFAULT_BUCKETS: usize = 12;
 
-/// The default bucket upper bounds of a dim declared `lo..=hi`: the ladder 1, 8, 16, 32, 64,
-/// then times 4 (256, 1024, ...) below `hi`, at most [`MAX_DEFAULT_BUCKETS`] - 1 of them, then
-/// `hi` (for `1..=64`: 1, 8, 16, 32, 64).
+/// The default bucket upper bounds of a dim declared `lo..=hi`: the ladder 1, 8, then doubling
+/// (16, 32, 64, 128, ...) below `hi`, at most [`MAX_DEFAULT_BUCKETS`] - 1 of them, then `hi`
+/// (for `1..=64`: 1, 8, 16, 32, 64; for `1..=32768`: 1, 8, 16, ..., 4096, 32768).
 ///
-/// Why these: a bucket's kernels run at its upper bound's cost, so its bounds belong where the
-/// cost of a fixed-size build steps. On the H200 (gated MLP, 4096 × 4096 weights) a fixed build
-/// costs about the same from 1 to 8 rows (29.6 and 31.2 µs) and steps up past 16 (46.3 µs at 17,
-/// 77.0 at 64: row tiles of 16 and more); decoding (one row) is the most common size, so it gets
-/// a bucket of its own. Past 64 the ladder grows by 4× so that a long range needs few searches
-/// (each bucket is a search, a verification and an nvcc run: the build time grows with the
-/// count).
+/// Why these: a bucket's kernels are ranked over its range and run at its sizes, so its bounds
+/// belong where the µGraph a fixed-size build would choose changes. On the H200 (gated MLP,
+/// 4096 × 4096 weights) a fixed build costs about the same from 1 to 8 rows (29.6 and 31.2 µs)
+/// and steps up past 16 (46.3 µs at 17, 77.0 at 64: row tiles of 16 and more); decoding (one
+/// row) is the most common size, so it gets a bucket of its own. Decode attention over a key
+/// length changes µGraph family every doubling or two (one block per head holding every key up
+/// to about 512 keys, split key ranges past it, more ranges as the keys grow): with buckets 4×
+/// apart it ran 1.16–1.32× the fixed builds at 256, 512 and 4096 keys (DECISIONS change 62),
+/// with 2× apart it takes their µGraphs. Each bucket is a search, a verification and an nvcc
+/// run: the build time grows with the count, hence the cap (past the cap the last bucket runs
+/// from the previous bound to `hi`).
 pub fn default_buckets(lo: usize, hi: usize) -> Vec<usize> {
     let mut out = Vec::new();
     let mut b = 1usize;
@@ -49,11 +53,7 @@ pub fn default_buckets(lo: usize, hi: usize) -> Vec<usize> {
         if b >= lo {
             out.push(b);
         }
-        b = match b {
-            1 => 8,
-            8..=32 => b * 2,
-            _ => b * 4,
-        };
+        b = if b == 1 { 8 } else { b * 2 };
     }
     out.push(hi);
     out
