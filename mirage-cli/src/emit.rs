@@ -1,30 +1,51 @@
-//! `mirage emit`: the generated CUDA or Triton source of a program's chosen µGraph.
+//! `mirage emit`: the generated CUDA or Triton source of a program's chosen µGraph. A program of
+//! runtime-sized dims gets the CUDA the build compiles: kernels taking the sizes at launch, one
+//! translation unit per size bucket.
 
 use std::path::Path;
 
-use mirage::build::artifact_stem;
-use mirage::codegen::{KernelOptions, generate};
+use mirage::build::{artifact_stem, bucket_stem};
+use mirage::codegen::{KernelOptions, generate_sized};
 
-use crate::input::{Chosen, chosen, one_program};
-use crate::show::write;
+use crate::input::{Chosen, bucket_builds, chosen, one_program};
+use crate::show::{fmt_ranges, write};
 use crate::{CliError, Result, Target};
 
 /// Runs `mirage emit`.
 pub fn run(target: &str, cuda: bool, output: Option<&Path>, offline: bool, opts: &Target) -> Result<()> {
     let (file, program) = one_program(target)?;
-    let (how, graph) = chosen(&program, opts, &file, offline)?;
-    if let Chosen::Fallback(why) = &how {
-        eprintln!("note: not superoptimized ({why}): emitting the program's own kernel graph");
+    if !cuda && !program.dims.is_static() {
+        return Err(CliError::new(format!(
+            "`{}` has runtime-sized dims ({}): the Triton emitter writes static programs only; `--cuda` gives the kernels the build compiles",
+            program.name,
+            fmt_ranges(&program)
+        )));
     }
-    let source = if cuda {
-        // Kernel names as the build gives them.
-        let stem = artifact_stem(&program.name, &program.fingerprint_hash);
-        let prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        generate(&graph, &prefix, &KernelOptions::default()).map_err(|e| CliError::new(e.to_string()))?.source
-    } else {
-        let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
-        mirage::triton::generate(&graph, &program.name, Some(&names)).map_err(|e| CliError::new(e.to_string()))?
-    };
+    let builds = bucket_builds(&program);
+    let several = builds.len() > 1;
+    let mut source = String::new();
+    for (i, (_, built)) in builds.iter().enumerate() {
+        let (how, graph) = chosen(built, opts, &file, offline)?;
+        if let Chosen::Fallback(why) = &how {
+            eprintln!("note: not superoptimized ({why}): emitting the program's own kernel graph");
+        }
+        if cuda {
+            // Kernel names as the build gives them (a bucket's: its own stem).
+            let stem = artifact_stem(&program.name, &program.fingerprint_hash);
+            let stem = if several { bucket_stem(&stem, i) } else { stem };
+            let prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+            if several {
+                source.push_str(&format!("// size bucket {i}: {}\n", fmt_ranges(built)));
+            }
+            let g = generate_sized(&graph, &built.dims, &prefix, &KernelOptions::default())
+                .map_err(|e| CliError::new(e.to_string()))?;
+            source.push_str(&g.source);
+        } else {
+            let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
+            source = mirage::triton::generate(&graph, &program.name, Some(&names))
+                .map_err(|e| CliError::new(e.to_string()))?;
+        }
+    }
     match output {
         Some(path) => write(path, source.as_bytes()),
         None => {

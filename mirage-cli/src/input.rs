@@ -130,7 +130,9 @@ pub enum Chosen {
 /// with a progress bar; `offline` makes a cache miss an error.
 pub fn chosen(program: &Program, opts: &Target, file: &Path, offline: bool) -> Result<(Chosen, KernelGraph)> {
     let (_, model) = arch(opts.arch.as_deref())?;
-    let cfg = SearchConfig { offline: Some(offline), ..SearchConfig::for_arch(model) };
+    // A program of runtime-sized dims (or one size bucket of one: [`bucket_builds`]) is searched
+    // over its ranges, as the build searches it, so its cache entry is the build's.
+    let cfg = SearchConfig { offline: Some(offline), dims: program.dims.clone(), ..SearchConfig::for_arch(model) };
     let cache = cache_for(file, opts.cache_dir.as_deref());
     let what = format!("`{}`: search cache {}, else searching", path_of(program), cache.dir().display());
     match progress::timed(&what, cfg.budget, || superoptimize(&program.graph, &cfg, Some(&cache))) {

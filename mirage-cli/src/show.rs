@@ -1,12 +1,13 @@
 //! `mirage show`: a program, its chosen µGraph with the cost model's explanation, the top
-//! candidates; pictures of the µGraph.
+//! candidates; pictures of the µGraph. A program of runtime-sized dims shows the µGraph the build
+//! chooses over its ranges, for each of its size buckets.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mirage::lower::Program;
 use mirage::search::describe;
 
-use crate::input::{Chosen, chosen, path_of, programs_of, select, signature, split_target};
+use crate::input::{Chosen, bucket_builds, chosen, path_of, programs_of, select, signature, split_target};
 use crate::{CliError, Result, Target};
 
 /// Runs `mirage show`.
@@ -47,32 +48,57 @@ fn show_one(
     let outs: Vec<String> = program.outputs.iter().map(|d| format!("{:?} {}", d.shape, d.dtype)).collect();
     println!("  outputs: {}", outs.join(", "));
     print!("{}", describe(&program.graph));
-    println!();
-    let (how, graph) = chosen(program, opts, file, offline)?;
-    match how {
-        Chosen::Searched(result) => print!("{result}"),
-        Chosen::Fallback(why) => {
-            println!(
-                "not superoptimized ({why}): the build compiles the program's own kernel graph, every operator lowered to a default block graph"
-            );
+    // A program of runtime-sized dims built as size buckets: each bucket's µGraph, as built.
+    let builds = bucket_builds(program);
+    let several = builds.len() > 1;
+    for (i, (label, built)) in builds.iter().enumerate() {
+        println!();
+        if several {
+            println!("size{label}: {}", fmt_ranges(built));
+        }
+        let (how, graph) = chosen(built, opts, file, offline)?;
+        match how {
+            Chosen::Searched(result) => print!("{result}"),
+            Chosen::Fallback(why) => {
+                println!(
+                    "not superoptimized ({why}): the build compiles the program's own kernel graph, every operator lowered to a default block graph"
+                );
+            }
+        }
+        if dot.is_none() && svg.is_none() {
+            continue;
+        }
+        let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
+        let title = format!("{}{label} — chosen µGraph", path_of(program));
+        let text = mirage::dot::to_dot(&graph, &title, &names);
+        // One file per bucket: `attn-b0.dot`, `attn-b1.dot`, ...
+        let named = |path: &Path| if several { per_bucket(path, i) } else { path.to_path_buf() };
+        if let Some(path) = dot {
+            write(&named(path), text.as_bytes())?;
+            println!("wrote {}", named(path).display());
+        }
+        if let Some(path) = svg {
+            let svg = mirage::dot::render_svg(&text).map_err(|e| CliError::new(e.to_string()))?;
+            write(&named(path), svg.as_bytes())?;
+            println!("wrote {}", named(path).display());
         }
     }
-    if dot.is_none() && svg.is_none() {
-        return Ok(());
-    }
-    let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
-    let title = format!("{} — chosen µGraph", path_of(program));
-    let text = mirage::dot::to_dot(&graph, &title, &names);
-    if let Some(path) = dot {
-        write(path, text.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
-    if let Some(path) = svg {
-        let svg = mirage::dot::render_svg(&text).map_err(|e| CliError::new(e.to_string()))?;
-        write(path, svg.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
     Ok(())
+}
+
+/// The declared ranges of a (bucket's) program as in messages: `S = 65..=256`.
+pub fn fmt_ranges(p: &Program) -> String {
+    p.dims.vars.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// `path` with `-b{bucket}` before its extension.
+fn per_bucket(path: &Path, bucket: usize) -> PathBuf {
+    let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-b{bucket}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-b{bucket}"),
+    };
+    path.with_file_name(name)
 }
 
 /// Writes a file, creating its directory.

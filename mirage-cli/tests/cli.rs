@@ -182,6 +182,42 @@ fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2,
 }
 
 #[test]
+fn show_and_emit_give_what_the_build_builds_for_each_size_bucket() {
+    // Each bucket's µGraph as the build chooses it (over the bucket's range), and the CUDA the
+    // build compiles for it: kernels taking the key length at launch, named per bucket.
+    let pkg = Package::new();
+    let file = pkg.write(
+        "src/attn.rs",
+        "#[mugraph(dims(S = 1..=256), buckets(S = [64, 256]))]
+fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>) -> Tensor<bf16, 2, 1, 32> {
+    softmax(q.matmul(k) * 0.17677669, 2).matmul(v)
+}
+",
+    );
+    let target = format!("{}::attn", file.display());
+    mirage()
+        .args(["show", &target])
+        .assert()
+        .success()
+        .stdout(contains("size bucket 0 [(1, 64)]: S = 1..=64"))
+        .stdout(contains("size bucket 1 [(65, 256)]: S = 65..=256"))
+        .stdout(contains("ranked over the declared ranges at S = 65; S = 129; S = 256"));
+    mirage()
+        .args(["emit", "--cuda", "--offline", &target])
+        .assert()
+        .success()
+        .stdout(contains("// size bucket 0: S = 1..=64"))
+        .stdout(contains("// size bucket 1: S = 65..=256"))
+        .stdout(contains("-b1_k0(").or(contains("_b1_k0(")))
+        .stdout(contains("const int n0)"));
+    fails(
+        mirage().args(["emit", "--triton", "--offline", &target]),
+        2,
+        "the Triton emitter writes static programs only",
+    );
+}
+
+#[test]
 fn search_rejects_bad_limits() {
     let pkg = Package::new();
     let t = format!("{}::scale", pkg.kernels());

@@ -150,6 +150,21 @@ pub enum Extent {
         /// The width each block writes.
         tile: usize,
     },
+    /// `copies` copies of variable `var`'s dim side by side, each laid out at the compile size
+    /// `whole` (the variable's upper bound) and valid on its first `n` positions at size `n`: a
+    /// dim along which a grid axis that splits a fixed dim stacks the blocks' tiles while each
+    /// tile covers `var` whole (the partial sums of split-K over a batch of runtime size, one
+    /// copy per range of the contraction). The tensor keeps its compile-size layout (the buffer is
+    /// allocated at the upper bound); a custom kernel reads it one copy per block or iteration,
+    /// the positions past `n` of each copy as padding (zeros), and nothing else reads it.
+    Stacked {
+        /// The variable each copy holds.
+        var: usize,
+        /// The number of copies (the stacking axis's blocks).
+        copies: usize,
+        /// The compile-size extent of one copy (the variable's upper bound).
+        whole: usize,
+    },
 }
 
 impl Extent {
@@ -157,7 +172,7 @@ impl Extent {
     pub fn var(self) -> Option<usize> {
         match self {
             Extent::Fixed(_) => None,
-            Extent::Var(v) | Extent::Blocks { var: v, .. } => Some(v),
+            Extent::Var(v) | Extent::Blocks { var: v, .. } | Extent::Stacked { var: v, .. } => Some(v),
         }
     }
 }
@@ -197,6 +212,10 @@ pub struct KernelDims {
     /// ([`crate::eval::Valid`]) they skip the padding, which code has to do with masks. Each is
     /// described as in messages (`reduce_max over S`).
     pub masked: Vec<String>,
+    /// The dims of the kernel's inputs that hold stacked copies of a variable
+    /// ([`Extent::Stacked`]), each read one copy per block or iteration: `(input, dim, var)`.
+    /// At size `n` of `var` a tile of such a dim holds `n` valid positions, the rest padding.
+    pub stacked: Vec<(usize, usize, usize)>,
 }
 
 /// The extent of a tile dim inside a block: a literal, or a part of a runtime-sized dim (the
@@ -253,6 +272,17 @@ impl DimPlan {
             let args: Vec<&[Extent]> = node.inputs.iter().map(|t| extents[t.node][t.port].as_slice()).collect();
             let name = node.op.name();
             let mut kernel = None;
+            // Stacked copies are laid out at the upper bound with padding inside: only a custom
+            // kernel reading one copy per block or iteration knows where each copy ends.
+            if !matches!(node.op, KernelOp::Custom { .. })
+                && let Some(a) = args.iter().find(|a| a.iter().any(|x| matches!(x, Extent::Stacked { .. })))
+            {
+                return Err(err(
+                    &name,
+                    names(a),
+                    "stacked copies of a runtime-sized dim are read by a custom kernel one copy at a time, not by this operator nor as a program output",
+                ));
+            }
             let out: Vec<Vec<Extent>> = match &node.op {
                 KernelOp::Input { desc } => {
                     let marks = dims.inputs.get(next_input).cloned().unwrap_or_else(|| vec![None; desc.shape.len()]);
@@ -435,7 +465,8 @@ impl DimPlan {
                     }
                     let forloop_range = k.forloop.map_or(block.forloop_range(), |s| s.parts(sizes[s.var]));
                     let outputs = (0..node.outputs.len()).map(|p| self.shape_at(TensorRef { node: i, port: p }, sizes));
-                    Some(BlockRun { grid, forloop_range, outputs: outputs.collect() })
+                    let stacked = k.stacked.iter().map(|&(input, dim, v)| (input, dim, sizes[v])).collect();
+                    Some(BlockRun { grid, forloop_range, outputs: outputs.collect(), stacked })
                 }
                 _ => None,
             });
@@ -450,6 +481,7 @@ pub fn extent_at(e: Extent, sizes: &[usize]) -> usize {
         Extent::Fixed(n) => n,
         Extent::Var(v) => sizes[v],
         Extent::Blocks { var, slab, tile } => sizes[var].div_ceil(slab) * tile,
+        Extent::Stacked { copies, whole, .. } => copies * whole,
     }
 }
 
@@ -461,6 +493,9 @@ pub fn fmt_extents(e: &[Extent], dims: &Dims) -> String {
             Extent::Fixed(n) => n.to_string(),
             Extent::Var(v) => var_name(*v, dims),
             Extent::Blocks { var, slab, tile } => format!("ceil({}/{slab})*{tile}", var_name(*var, dims)),
+            Extent::Stacked { var, copies, whole } => {
+                format!("{copies} copies of {} (each {whole})", var_name(*var, dims))
+            }
         })
         .collect();
     format!("[{}]", names.join(", "))
@@ -567,6 +602,16 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                 what.to_string(),
                 format!("it splits {}, a dim of per-block parts: not supported", fmt_extents(&[e], dims)),
             )),
+            // One copy per part: as many parts at every size (a fixed split).
+            Extent::Stacked { whole: w, .. } if part == w => Ok(None),
+            Extent::Stacked { .. } => Err(err(
+                "custom",
+                what.to_string(),
+                format!(
+                    "it splits {} in parts of {part}: a block or iteration reads one copy whole",
+                    fmt_extents(&[e], dims)
+                ),
+            )),
         }
     };
     let mut tiles: Vec<Vec<Vec<TileExt>>> = Vec::with_capacity(bg.nodes().len());
@@ -576,6 +621,7 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
     // Accumulators folding padding in: masked when the for-loop walks a runtime-sized dim.
     let mut folded = Vec::new();
     let mut outputs = Vec::new();
+    let mut stacked = Vec::new();
     for node in bg.nodes() {
         let name = node.op.name();
         let t: Vec<&[TileExt]> = node.inputs.iter().map(|r| tiles[r.node][r.port].as_slice()).collect();
@@ -637,13 +683,29 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                     let s = split_of(e[*f], slab[*f] / bg.forloop_range(), slab[*f], "the for-loop")?;
                     bind(&mut forloop, s, "the for-loop")?;
                 }
-                let tile = e
-                    .iter()
-                    .map(|x| match x {
+                let shape = &node.outputs[0].shape;
+                let mut tile = Vec::with_capacity(e.len());
+                for (d, x) in e.iter().enumerate() {
+                    tile.push(match *x {
                         Extent::Fixed(_) => TileExt::Fixed,
-                        e => TileExt::Part(*e),
-                    })
-                    .collect();
+                        // One copy of a variable: its positions past the size are padding.
+                        Extent::Stacked { var, whole, .. } if shape[d] == whole => {
+                            stacked.push((*input, d, var));
+                            TileExt::Part(Extent::Var(var))
+                        }
+                        Extent::Stacked { .. } => {
+                            return Err(err(
+                                "custom",
+                                format!("input {input}'s tile {shape:?}"),
+                                format!(
+                                    "dim {d} holds {}: a block or iteration reads one copy whole",
+                                    fmt_extents(&[*x], dims)
+                                ),
+                            ));
+                        }
+                        e => TileExt::Part(e),
+                    });
+                }
                 (vec![tile], vec![true])
             }
             BlockOp::Output { omap, .. } => {
@@ -656,6 +718,14 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
                     o[d] = match (x, along, by) {
                         (TileExt::Part(Extent::Var(v)), _, Some(s)) if s.var == *v && s.part == ts[d] => {
                             Extent::Var(*v)
+                        }
+                        // A tile covering a variable whole, stacked by an axis over a fixed dim.
+                        (TileExt::Part(Extent::Var(v)), Some(a), None) if hi[*v] == ts[d] => {
+                            if grid[a] == 1 {
+                                Extent::Var(*v)
+                            } else {
+                                Extent::Stacked { var: *v, copies: grid[a], whole: ts[d] }
+                            }
                         }
                         (TileExt::Part(e), None, None) if extent_at(*e, &hi) == ts[d] => *e,
                         (TileExt::Fixed, Some(a), None) => Extent::Fixed(ts[d] * grid[a]),
@@ -789,7 +859,7 @@ fn analyze_block(bg: &BlockGraph, args: &[&[Extent]], dims: &Dims) -> Result<(Ke
     if forloop.flatten().is_some() {
         masked.extend(folded);
     }
-    let k = KernelDims { grid: axis.map(Option::flatten), forloop: forloop.flatten(), vars, masked };
+    let k = KernelDims { grid: axis.map(Option::flatten), forloop: forloop.flatten(), vars, masked, stacked };
     Ok((k, outputs))
 }
 

@@ -504,6 +504,10 @@ pub struct BlockRun {
     pub forloop_range: usize,
     /// The shapes of the tensors the output savers write, in order.
     pub outputs: Vec<Vec<usize>>,
+    /// `(input, dim, n)`: dim `dim` of input `input` holds stacked copies of a variable at size
+    /// `n` ([`crate::dims::Extent::Stacked`], laid out at the compile size): each tile of it is
+    /// one copy, valid on its first `n` positions, the rest padding (zeros).
+    pub stacked: Vec<(usize, usize, usize)>,
 }
 
 /// A kernel graph evaluated at run sizes: the shape of every input and, for each node that is a
@@ -617,7 +621,7 @@ pub fn evaluate_block_tile<D: Domain>(
     inputs: &[&Tensor<D::V>],
     block: [usize; 3],
 ) -> Vec<(Vec<usize>, Tensor<D::V>)> {
-    run_block(bg, &Ops(domain), inputs, block, bg.forloop_range())
+    run_block(bg, &Ops(domain), inputs, block, bg.forloop_range(), &[])
 }
 
 /// Per-block loop-carried state of one node.
@@ -647,11 +651,12 @@ fn evaluate_block<D: Domain>(
     run: Option<&BlockRun>,
 ) -> Vec<Tensor<D::V>> {
     let (grid, frange) = run.map_or((bg.grid(), bg.forloop_range()), |r| (r.grid, r.forloop_range));
+    let stacked = run.map_or(&[][..], |r| r.stacked.as_slice());
     let per_block: Vec<BlockTiles<D::V>> = (0..grid.iter().product::<usize>())
         .into_par_iter()
         .map(|flat| {
             let b = [flat % grid[0], (flat / grid[0]) % grid[1], flat / (grid[0] * grid[1])];
-            run_block(bg, ops, inputs, b, frange)
+            run_block(bg, ops, inputs, b, frange, stacked)
         })
         .collect();
     let shapes: Vec<Vec<usize>> = match run {
@@ -691,13 +696,15 @@ fn gather_block<D: Domain>(
 /// Runs block `b` over `frange` loop iterations: returns, for each output saver in order, the
 /// offset and the tile it writes. Tiles keep their compile-size extents and offsets; an input
 /// tile reaching past its tensor is padded there, and every reduction skips the padding (see
-/// [`Valid`]).
+/// [`Valid`]); a tile of stacked copies (`stacked`, as [`BlockRun::stacked`]) is padded past the
+/// copy's valid positions.
 fn run_block<D: Domain>(
     bg: &BlockGraph,
     ops: &Ops<'_, D>,
     inputs: &[&Tensor<D::V>],
     b: [usize; 3],
     frange: usize,
+    stacked: &[(usize, usize, usize)],
 ) -> BlockTiles<D::V> {
     let d = ops.0;
     let grid = bg.grid();
@@ -779,8 +786,21 @@ fn run_block<D: Domain>(
                     if let Some(f) = forloop_dim {
                         offset[*f] += it * tile[*f];
                     }
-                    let v = (0..tile.len()).map(|k| tile[k].min(src.shape[k].saturating_sub(offset[k]))).collect();
-                    (vec![src.region_padded(&offset, tile, d.zero())], vec![v])
+                    let mut v: Valid =
+                        (0..tile.len()).map(|k| tile[k].min(src.shape[k].saturating_sub(offset[k]))).collect();
+                    let mut region = src.region_padded(&offset, tile, d.zero());
+                    let mut copies = stacked.iter().filter(|s| s.0 == *input).peekable();
+                    if copies.peek().is_some() {
+                        // One copy per tile: its positions past the size hold another size's
+                        // padding (whatever the producer computed there), read as zeros.
+                        for &(_, dim, n) in copies {
+                            if let Some(x) = v.get_mut(dim) {
+                                *x = (*x).min(n);
+                            }
+                        }
+                        region = ops.fill_padding(&region, &v, d.zero()).into_owned();
+                    }
+                    (vec![region], vec![v])
                 }
                 BlockOp::Gather { table, imap } => {
                     let ids = &values[node.inputs[0].node][node.inputs[0].port];

@@ -209,6 +209,7 @@ fn kernel_sizes(sized: Option<&DimPlan>, graph: &KernelGraph, node: usize) -> Ke
                 Extent::Fixed(_) => DimSize::Fixed,
                 Extent::Var(v) => DimSize::Var(slot(v)),
                 Extent::Blocks { var, slab, tile } => DimSize::Blocks { param: slot(var), slab, tile },
+                Extent::Stacked { var, whole, .. } => DimSize::Stacked { param: slot(var), whole },
             })
             .collect()
     };

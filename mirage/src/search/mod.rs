@@ -213,9 +213,10 @@ impl SearchConfig {
         } else {
             let vars: Vec<String> = self.dims.vars.iter().map(ToString::to_string).collect();
             // Ranked at representative sizes of the ranges ([`ranges::rank`]), not at the upper
-            // bounds alone.
+            // bounds alone; candidates that stack copies of a runtime-sized dim
+            // ([`crate::dims::Extent::Stacked`]: split-K over a batch) joined later.
             format!(
-                "{text}|dims {} {:?}|ranked by worst ratio at {:?}",
+                "{text}|dims {} {:?}|ranked by worst ratio at {:?}|stacked copies",
                 vars.join(", "),
                 self.dims.inputs,
                 ranges::rank_sizes(&self.dims)

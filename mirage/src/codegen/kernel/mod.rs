@@ -108,6 +108,16 @@ pub enum DimSize {
         /// The width each producing block wrote.
         tile: usize,
     },
+    /// Stacked copies of parameter `param`'s dim (`mirage::dims::Extent::Stacked`: split-K's
+    /// partial sums over a runtime-sized batch), each `whole` long at the compile-size layout and
+    /// valid on its first `n` positions: a tile holds one copy, so a position is valid where its
+    /// coordinate modulo `whole` is below `n` (stores past it are skipped, loads read zeros).
+    Stacked {
+        /// The size parameter.
+        param: usize,
+        /// The compile-size extent of one copy.
+        whole: usize,
+    },
 }
 
 /// A for-loop walking a runtime-sized dim: `min(forloop_range, ceil(valid / part))` iterations,

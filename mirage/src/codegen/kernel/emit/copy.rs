@@ -9,7 +9,7 @@ use crate::ir::{BlockGraph, BlockOp};
 
 use super::super::planner::{CopyMethod, Tile, ctype, window};
 use super::expr::unflatten;
-use super::{BLOCK_INDEX, DimSize, Emitter, input_param, layout_strides, size_bound};
+use super::{BLOCK_INDEX, DimSize, Emitter, bound_coord, input_param, layout_strides, size_bound};
 
 /// The C expressions of the first element of input tile `i` of `bg` in iteration `iter`, one
 /// per device dim: the block's slab along the dims its grid axes map, plus the iteration's slab
@@ -169,8 +169,8 @@ impl Emitter<'_> {
             if tile.shape[d] > 1 {
                 terms.sterms.push(format!("({local})*{}", tile.strides[d]));
             }
-            if let Some(b) = dims.get(d).and_then(|&s| size_bound(self.sizes, s)) {
-                terms.bounds.push((d, format!("({} + {local})", boff[d]), b));
+            if let Some((&s, b)) = dims.get(d).and_then(|s| Some((s, size_bound(self.sizes, *s)?))) {
+                terms.bounds.push((d, bound_coord(s, &format!("({} + {local})", boff[d])), b));
             }
         }
         terms

@@ -197,6 +197,16 @@ pub(super) fn size_bound(sizes: &KernelSizes, s: DimSize) -> Option<String> {
         DimSize::Blocks { param, slab, tile } => {
             Some(format!("((({} + {}) / {slab}) * {tile})", sizes.params[param], slab - 1))
         }
+        DimSize::Stacked { param, .. } => Some(sizes.params[param].clone()),
+    }
+}
+
+/// The coordinate compared with [`size_bound`] for a device coordinate `coord` along a dim sized
+/// as `s`: the coordinate itself, or for stacked copies its position inside its copy.
+pub(super) fn bound_coord(s: DimSize, coord: &str) -> String {
+    match s {
+        DimSize::Stacked { whole, .. } => format!("(({coord}) % {whole})"),
+        _ => coord.to_string(),
     }
 }
 
@@ -256,9 +266,9 @@ pub(super) fn tile_bounds(plan: &KernelPlan<'_>, sizes: &KernelSizes) -> Vec<Vec
                         (0..rank)
                             .map(|d| {
                                 size_bound(sizes, dims[d]).map(|bound| Bound {
-                                    offset: boff[d].clone(),
+                                    offset: bound_coord(dims[d], &boff[d]),
                                     bound,
-                                    first: first[d].clone(),
+                                    first: bound_coord(dims[d], &first[d]),
                                 })
                             })
                             .collect(),

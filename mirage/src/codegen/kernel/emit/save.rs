@@ -4,7 +4,7 @@ use crate::ir::{BlockOp, row_major_strides};
 
 use super::super::planner::ctype;
 use super::expr::unflatten;
-use super::{BLOCK_INDEX, Emitter, layout_strides, output_param, size_bound};
+use super::{BLOCK_INDEX, Emitter, bound_coord, layout_strides, output_param, size_bound};
 
 impl Emitter<'_> {
     /// Saver `i` writes its operand tile to its output, element by element.
@@ -49,7 +49,8 @@ impl Emitter<'_> {
         // Runtime-sized dims: elements at or past a size are not written.
         let conds: Vec<String> = (0..shape.len())
             .filter_map(|d| {
-                dims.get(d).and_then(|&s| size_bound(self.sizes, s)).map(|n| format!("({}) < {n}", coords[d]))
+                dims.get(d)
+                    .and_then(|&s| size_bound(self.sizes, s).map(|n| format!("({}) < {n}", bound_coord(s, &coords[d]))))
             })
             .collect();
         if conds.is_empty() { store } else { format!("if ({}) {store}", conds.join(" && ")) }

@@ -61,7 +61,9 @@ pub(super) fn vector_copy_sized(desc: &TensorDesc, tile: &[usize], sizes: &[DimS
             }
             return VectorCopy { vec_dim: Some(c), vec: 1, guard: None };
         }
-        Some(DimSize::Blocks { .. }) => return VectorCopy { vec_dim: Some(c), vec: 1, guard: None },
+        Some(DimSize::Blocks { .. } | DimSize::Stacked { .. }) => {
+            return VectorCopy { vec_dim: Some(c), vec: 1, guard: None };
+        }
         Some(DimSize::Fixed) | None => {}
     }
     // The strides at the smallest sizes: every runtime-sized (row-major) dim at 1.
