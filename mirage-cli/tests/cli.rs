@@ -157,19 +157,19 @@ fn search_prints_a_summary_table() {
     assert!(!pkg.path(".mirage").exists());
 }
 
+/// A small attention over a runtime key length `S`, built as two size buckets.
+const ATTN_OVER_S_BUCKETS: &str = "#[mugraph(dims(S = 1..=256), buckets(S = [64, 256]))]
+fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>) -> Tensor<bf16, 2, 1, 32> {
+    softmax(q.matmul(k) * 0.17677669, 2).matmul(v)
+}
+";
+
 #[test]
 fn search_searches_a_runtime_sized_program_over_its_ranges_per_bucket() {
     // Two buckets of a small attention over S: one search each, over its sub-range, ranked at
     // the bucket's representative sizes (the note names them).
     let pkg = Package::new();
-    let file = pkg.write(
-        "src/attn.rs",
-        "#[mugraph(dims(S = 1..=256), buckets(S = [64, 256]))]
-fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>) -> Tensor<bf16, 2, 1, 32> {
-    softmax(q.matmul(k) * 0.17677669, 2).matmul(v)
-}
-",
-    );
+    let file = pkg.write("src/attn.rs", ATTN_OVER_S_BUCKETS);
     mirage()
         .args(["search", &format!("{}::attn", file.display()), "--budget", "20", "--top", "3"])
         .assert()
@@ -186,14 +186,7 @@ fn show_and_emit_give_what_the_build_builds_for_each_size_bucket() {
     // Each bucket's µGraph as the build chooses it (over the bucket's range), and the CUDA the
     // build compiles for it: kernels taking the key length at launch, named per bucket.
     let pkg = Package::new();
-    let file = pkg.write(
-        "src/attn.rs",
-        "#[mugraph(dims(S = 1..=256), buckets(S = [64, 256]))]
-fn attn(q: Tensor<bf16, 2, 1, 32>, k: Tensor<bf16, 2, 32, S>, v: Tensor<bf16, 2, S, 32>) -> Tensor<bf16, 2, 1, 32> {
-    softmax(q.matmul(k) * 0.17677669, 2).matmul(v)
-}
-",
-    );
+    let file = pkg.write("src/attn.rs", ATTN_OVER_S_BUCKETS);
     let target = format!("{}::attn", file.display());
     mirage()
         .args(["show", &target])
