@@ -6,9 +6,10 @@ use std::path::Path;
 
 use mirage::build::{artifact_stem, bucket_stem};
 use mirage::codegen::{KernelOptions, generate_sized};
+use mirage::search::ranges::fmt_vars;
 
 use crate::input::{Chosen, bucket_builds, chosen, one_program};
-use crate::show::{fmt_ranges, write};
+use crate::show::write;
 use crate::{CliError, Result, Target};
 
 /// Runs `mirage emit`.
@@ -18,11 +19,13 @@ pub fn run(target: &str, cuda: bool, output: Option<&Path>, offline: bool, opts:
         return Err(CliError::new(format!(
             "`{}` has runtime-sized dims ({}): the Triton emitter writes static programs only; `--cuda` gives the kernels the build compiles",
             program.name,
-            fmt_ranges(&program)
+            fmt_vars(&program.dims)
         )));
     }
     let builds = bucket_builds(&program);
     let several = builds.len() > 1;
+    // Kernel names as the build gives them (a bucket's: its own stem).
+    let stem = artifact_stem(&program.name, &program.fingerprint_hash);
     let mut source = String::new();
     for (i, (_, built)) in builds.iter().enumerate() {
         let (how, graph) = chosen(built, opts, &file, offline)?;
@@ -30,12 +33,10 @@ pub fn run(target: &str, cuda: bool, output: Option<&Path>, offline: bool, opts:
             eprintln!("note: not superoptimized ({why}): emitting the program's own kernel graph");
         }
         if cuda {
-            // Kernel names as the build gives them (a bucket's: its own stem).
-            let stem = artifact_stem(&program.name, &program.fingerprint_hash);
-            let stem = if several { bucket_stem(&stem, i) } else { stem };
+            let stem = if several { bucket_stem(&stem, i) } else { stem.clone() };
             let prefix: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
             if several {
-                source.push_str(&format!("// size bucket {i}: {}\n", fmt_ranges(built)));
+                source.push_str(&format!("// size bucket {i}: {}\n", fmt_vars(&built.dims)));
             }
             let g = generate_sized(&graph, &built.dims, &prefix, &KernelOptions::default())
                 .map_err(|e| CliError::new(e.to_string()))?;

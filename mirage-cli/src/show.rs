@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use mirage::lower::Program;
 use mirage::search::describe;
+use mirage::search::ranges::fmt_vars;
 
 use crate::input::{Chosen, bucket_builds, chosen, path_of, programs_of, select, signature, split_target};
 use crate::{CliError, Result, Target};
@@ -51,10 +52,11 @@ fn show_one(
     // A program of runtime-sized dims built as size buckets: each bucket's µGraph, as built.
     let builds = bucket_builds(program);
     let several = builds.len() > 1;
+    let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
     for (i, (label, built)) in builds.iter().enumerate() {
         println!();
         if several {
-            println!("size{label}: {}", fmt_ranges(built));
+            println!("size{label}: {}", fmt_vars(&built.dims));
         }
         let (how, graph) = chosen(built, opts, file, offline)?;
         match how {
@@ -68,7 +70,6 @@ fn show_one(
         if dot.is_none() && svg.is_none() {
             continue;
         }
-        let names: Vec<String> = program.params.iter().map(|p| p.name.clone()).collect();
         let title = format!("{}{label} — chosen µGraph", path_of(program));
         let text = mirage::dot::to_dot(&graph, &title, &names);
         // One file per bucket: `attn-b0.dot`, `attn-b1.dot`, ...
@@ -84,11 +85,6 @@ fn show_one(
         }
     }
     Ok(())
-}
-
-/// The declared ranges of a (bucket's) program as in messages: `S = 65..=256`.
-pub fn fmt_ranges(p: &Program) -> String {
-    p.dims.vars.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// `path` with `-b{bucket}` before its extension.

@@ -169,7 +169,9 @@ impl Emitter<'_> {
             if tile.shape[d] > 1 {
                 terms.sterms.push(format!("({local})*{}", tile.strides[d]));
             }
-            if let Some((&s, b)) = dims.get(d).and_then(|s| Some((s, size_bound(self.sizes, *s)?))) {
+            if let Some(&s) = dims.get(d)
+                && let Some(b) = size_bound(self.sizes, s)
+            {
                 terms.bounds.push((d, bound_coord(s, &format!("({} + {local})", boff[d])), b));
             }
         }
