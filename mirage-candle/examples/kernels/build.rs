@@ -1,0 +1,3 @@
+fn main() {
+    mirage::build::compile_or_exit(["src/lib.rs"]);
+}
