@@ -3,7 +3,7 @@
 # errors), then every CPU test of the
 # workspace (GPU tests are ignored here and run on a GPU machine: scripts/gpu-pack.sh, then
 # scripts/gpu-run-all.sh there), then the API docs with warnings as errors, then what a user of
-# the published crates does: `cargo package` of every crate (offline, without the verification
+# the published crates does: `cargo package` of every crate (mirage-candle's too) (offline, without the verification
 # build, which needs crates.io), the README's quick start (fixtures/quickstart/, a crate outside
 # the workspace) built and run, and a crate using mirage next to candle's cudarc features
 # (fixtures/with-candle-cudarc/) checked. The fixtures share the workspace's target directory,
@@ -27,6 +27,10 @@ step lints cargo clippy --workspace --all-targets --all-features -- -D warnings
 step tests cargo test --workspace --all-features --no-fail-fast
 step docs env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 step package cargo package --workspace --exclude mirage-workspace --no-verify --offline --allow-dirty
+# mirage-rs-candle's package, against the workspace's unpublished crates (patched in; online:
+# candle's index entries are not in a CI machine's offline cache).
+step package-candle cargo package --manifest-path mirage-candle/Cargo.toml -p mirage-rs-candle --no-verify --allow-dirty \
+  --config "patch.crates-io.mirage-rs-runtime.path=\"$PWD/mirage-runtime\"" --config "patch.crates-io.mirage-rs-core.path=\"$PWD/mirage-core\""
 target="$PWD/target"
 step quickstart env CARGO_TARGET_DIR="$target" MIRAGE_OFFLINE=1 cargo run --offline --manifest-path fixtures/quickstart/Cargo.toml
 # cudarc's `cuda-version-from-build-system` asks `nvcc --version` on PATH; where nvcc is not on
