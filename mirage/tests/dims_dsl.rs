@@ -255,8 +255,12 @@ fn a_program_is_lowered_as_its_default_buckets_each_at_its_upper_bound() -> Test
 
 #[test]
 fn the_default_ladder_and_the_product_of_two_dims() -> TestResult {
-    use mirage::lower::syntax::{MAX_BUCKETS, default_buckets};
+    use mirage::lower::syntax::{MAX_BUCKETS, default_buckets, thin_buckets};
     assert_eq!(default_buckets(1, 64), vec![1, 8, 16, 32, 64]);
+    assert_eq!(thin_buckets(&[1, 8, 16, 32, 64]), vec![1, 16, 64]);
+    assert_eq!(thin_buckets(&[1, 8, 16, 32]), vec![1, 16, 32]);
+    assert_eq!(thin_buckets(&[8, 12]), vec![12]);
+    assert_eq!(thin_buckets(&[12]), vec![12]);
     assert_eq!(default_buckets(1, 1), vec![1]);
     assert_eq!(default_buckets(4, 12), vec![8, 12]);
     assert_eq!(default_buckets(1, 1000), vec![1, 8, 16, 32, 64, 128, 256, 512, 1000]);
@@ -276,22 +280,39 @@ fn f(x: Tensor<f32, B, 32>, y: Tensor<f32, C, 32>) -> Tensor<f32, B, 32> {
     let p = lower_source(two)?;
     let ranges: Vec<Vec<(usize, usize)>> = p[0].buckets.iter().map(|b| b.ranges.clone()).collect();
     assert_eq!(ranges, vec![vec![(1, 4), (1, 2)], vec![(1, 4), (3, 8)], vec![(5, 16), (1, 2)], vec![(5, 16), (3, 8)]]);
-    // Default ladders whose product is over the cap: the last dims fall back to one bucket.
+    // Default ladders whose product is over the cap are thinned, the longer first (the later dim
+    // on a tie), each keeping its first and last bound: no dim loses all of its buckets.
+    let his = |p: &[mirage::lower::Program], d: usize| -> Vec<usize> {
+        let mut his: Vec<usize> = p[0].buckets.iter().map(|b| b.ranges[d].1).collect();
+        his.sort_unstable();
+        his.dedup();
+        his
+    };
     let p = lower_source(
         &two.replace(", buckets(B = [4, 16], C = [2, 8])", "")
             .replace("1..=16", "1..=4096")
             .replace("1..=8", "1..=4096"),
     )?;
-    let per_dim: Vec<usize> = (0..2)
-        .map(|d| {
-            let mut his: Vec<usize> = p[0].buckets.iter().map(|b| b.ranges[d].1).collect();
-            his.dedup();
-            his.sort_unstable();
-            his.dedup();
-            his.len()
-        })
-        .collect();
-    assert_eq!(per_dim, vec![11, 1]);
+    assert_eq!(his(&p, 0), vec![1, 64, 1024, 4096]);
+    assert_eq!(his(&p, 1), vec![1, 64, 1024, 4096]);
+    assert_eq!(p[0].buckets.len(), 16);
+    // A batch and a key length: S keeps more buckets than B, and 1 stays a bucket of each.
+    let p = lower_source(
+        &two.replace(", buckets(B = [4, 16], C = [2, 8])", "")
+            .replace("1..=16", "1..=64")
+            .replace("1..=8", "1..=32768"),
+    )?;
+    assert_eq!(his(&p, 0), vec![1, 16, 64]);
+    assert_eq!(his(&p, 1), vec![1, 64, 1024, 32768]);
+    assert_eq!(p[0].buckets.len(), 12);
+    // An explicit list is never thinned: the default one gives way.
+    let p = lower_source(
+        &two.replace("buckets(B = [4, 16], C = [2, 8])", "buckets(B = [1, 2, 4, 8, 16, 32, 64])")
+            .replace("1..=16", "1..=64")
+            .replace("1..=8", "1..=4096"),
+    )?;
+    assert_eq!(his(&p, 0), vec![1, 2, 4, 8, 16, 32, 64]);
+    assert_eq!(his(&p, 1), vec![1, 4096]);
     assert!(p[0].buckets.len() <= MAX_BUCKETS);
     Ok(())
 }

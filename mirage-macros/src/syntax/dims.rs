@@ -137,21 +137,39 @@ const BUCKETS_FORM: &str =
     "expected `buckets(B = [1, 8, 16, 64], ...)` after `dims(...)` (each dim's bucket upper bounds)";
 
 /// Gives the dims not in `explicit` the default buckets; while the product is over
-/// [`MAX_BUCKETS`], the last such dims fall back to one bucket.
+/// [`MAX_BUCKETS`], thins the default list with the most buckets (the later dim on a tie):
+/// [`thin_buckets`] keeps every other bound, so the dim's buckets grow from 2× to 4× apart (then
+/// 16×, ...) rather than one dim losing all of its own. With `B = 1..=64, S = 1..=32768`: B's
+/// 1, 16, 64 and S's 1, 64, 1024, 32768 (12 buckets; S alone would get twelve, B alone five).
 fn apply_default_buckets(dims: &mut [DimDecl], explicit: &[usize]) {
     for (i, d) in dims.iter_mut().enumerate() {
         if !explicit.contains(&i) {
             d.buckets = default_buckets(d.lo, d.hi);
         }
     }
-    for i in (0..dims.len()).rev() {
-        if dims.iter().map(|d| d.buckets.len()).product::<usize>() <= MAX_BUCKETS {
-            break;
-        }
-        if !explicit.contains(&i) {
-            dims[i].buckets = vec![dims[i].hi];
-        }
+    while dims.iter().map(|d| d.buckets.len()).product::<usize>() > MAX_BUCKETS {
+        let widest = (0..dims.len())
+            .filter(|i| !explicit.contains(i) && dims[*i].buckets.len() > 1)
+            .max_by_key(|&i| (dims[i].buckets.len(), i));
+        // Only explicit lists are left: their product over the cap is the caller's error.
+        let Some(i) = widest else { break };
+        dims[i].buckets = thin_buckets(&dims[i].buckets);
     }
+}
+
+/// A bucket list with every other upper bound removed: the first kept (a bucket of its own for
+/// the smallest sizes, decoding's single row), the last kept (the list must reach the dim's
+/// upper bound); two buckets become one.
+pub fn thin_buckets(buckets: &[usize]) -> Vec<usize> {
+    let Some(&last) = buckets.last() else { return Vec::new() };
+    if buckets.len() <= 2 {
+        return vec![last];
+    }
+    let mut out: Vec<usize> = buckets.iter().step_by(2).copied().collect();
+    if out.last() != Some(&last) {
+        out.push(last);
+    }
+    out
 }
 
 /// `buckets(NAME = [INT, ...], ...)`: sets the buckets of the named dims; returns their indices.

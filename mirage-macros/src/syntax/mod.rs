@@ -38,6 +38,6 @@ pub mod program;
 pub mod ty;
 
 pub use check::{functions, parse};
-pub use dims::{MAX_BUCKETS, bucket_ranges, bucket_stem, default_buckets, parse_attr_args};
+pub use dims::{MAX_BUCKETS, bucket_ranges, bucket_stem, default_buckets, parse_attr_args, thin_buckets};
 pub use program::{Op, Param, Program, Value, ValueId};
 pub use ty::{DimDecl, DimRef, TensorType};
