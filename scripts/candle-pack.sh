@@ -11,6 +11,8 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
+# The link root reads cudarc's driver bindings from cargo's registry copy: fetch them first.
+cargo fetch --manifest-path mirage-candle/Cargo.toml
 eval "$(bash scripts/install-cuda-link.sh)"
 out=.gpu-candle
 rm -rf "$out" && mkdir -p "$out/bin"
