@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use mirage_candle::MirageOp;
-use mirage_candle_kernels::gated_mlp;
+use mirage_candle_kernels::{gated_mlp, gated_mlp_rows};
 
 /// Llama-3.2-1B's MLP block, weights `[in, out]`.
 struct Mlp {
@@ -115,6 +115,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("median µs per call ({iters} back-to-back calls, 15 repeats):");
     println!("  gated part  candle {t_h_candle:8.1}  mirage {t_h_mirage:8.1}  ({:.2}x)", t_h_candle / t_h_mirage);
     println!("  MLP block   candle {t_y_candle:8.1}  mirage {t_y_mirage:8.1}  ({:.2}x)", t_y_candle / t_y_mirage);
+    // The batch chosen at launch (one program over B = 1..=64, size buckets): decoding one row,
+    // and a batch of 5.
+    for rows in [1usize, 5] {
+        let x = Tensor::randn(0f32, 1.0, (rows, 2048), &dev)?.to_dtype(DType::BF16)?;
+        let op = MirageOp::new(&gated_mlp_rows::PROGRAM);
+        let want = (x.matmul(&mlp.wg)?.silu()? * x.matmul(&mlp.wu)?)?;
+        let err = worst_relative(&x.apply_op3(&mlp.wg, &mlp.wu, op)?, &want)?;
+        let t_candle = median_us(&dev, iters, || x.matmul(&mlp.wg)?.silu()? * x.matmul(&mlp.wu)?)?;
+        let t_mirage = median_us(&dev, iters, || x.apply_op3(&mlp.wg, &mlp.wu, op))?;
+        println!(
+            "  gated, B = {rows} (runtime-sized)  candle {t_candle:8.1}  mirage {t_mirage:8.1}  ({:.2}x; difference {err:.2e})",
+            t_candle / t_mirage
+        );
+        if err > 3e-2 {
+            return Err(format!("mirage's gated MLP at B = {rows} differs from candle's: {err:.2e}").into());
+        }
+    }
     // bf16 products of 2048 terms, rounded differently (candle rounds each matmul to bf16 before
     // the SiLU and the product): a few bf16 ulps of relative difference.
     if err_h > 3e-2 || err_y > 3e-2 {

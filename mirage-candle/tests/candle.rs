@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use mirage_candle::MirageOp;
-use mirage_candle_kernels::gated_mlp;
+use mirage_candle_kernels::{gated_mlp, gated_mlp_rows};
 
 fn cpu_zeros(rows: usize, cols: usize) -> Tensor {
     Tensor::zeros((rows, cols), DType::BF16, &Device::Cpu).expect("a CPU tensor")
@@ -97,4 +97,24 @@ fn wrong_layouts_and_types_are_errors_on_the_gpu() {
     // A wrong row count.
     let x8 = x.i(0..8).expect("8 rows");
     assert!(mirage_candle::run(&gated_mlp::PROGRAM, &[&x8, &wg, &wu]).is_err());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_runtime_sized_batch_runs_at_every_size_on_the_gpu() {
+    let dev = Device::new_cuda(0).expect("a CUDA device");
+    let (_, wg, wu) = gpu_inputs(&dev);
+    let op = MirageOp::new(&gated_mlp_rows::PROGRAM);
+    for rows in [1, 3, 8, 16, 17, 33, 64] {
+        let x = Tensor::randn(0f32, 1.0, (rows, 2048), &dev).and_then(|t| t.to_dtype(DType::BF16)).expect("x");
+        let h = x.apply_op3(&wg, &wu, op).expect("custom op");
+        assert_eq!(h.dims(), &[rows, 8192]);
+        let worst = worst_relative(&h, &reference(&x, &wg, &wu));
+        println!("B = {rows}: largest relative error {worst:.2e}");
+        assert!(worst < 2e-2, "B = {rows}: {worst}");
+    }
+    // Outside the declared range: an error naming the dim, no launch.
+    let x = Tensor::zeros((65, 2048), DType::BF16, &dev).expect("x");
+    let err = x.apply_op3(&wg, &wu, op).expect_err("65 rows is outside 1..=64");
+    assert!(err.to_string().contains('B'), "{err}");
 }

@@ -14,3 +14,15 @@ pub fn gated_mlp(
 ) -> Tensor<bf16, 16, 8192> {
     silu(x.matmul(wg)) * x.matmul(wu)
 }
+
+/// The same gated MLP for any row count from 1 to 64, chosen at launch (built as size buckets:
+/// 1, 2..=8, 9..=16, 17..=32, 33..=64): what an engine batching a varying number of requests
+/// calls.
+#[mugraph(dims(B = 1..=64))]
+pub fn gated_mlp_rows(
+    x: Tensor<bf16, B, 2048>,
+    wg: Tensor<bf16, 2048, 8192>,
+    wu: Tensor<bf16, 2048, 8192>,
+) -> Tensor<bf16, B, 8192> {
+    silu(x.matmul(wg)) * x.matmul(wu)
+}
