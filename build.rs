@@ -149,6 +149,11 @@ fn decode_megakernels() -> Result<(), String> {
         opts.prefetch = kib > 0;
         opts.prefetch_limit_bytes = kib * 1024;
     }
+    // MIRAGE_DECODE_CONTIGUOUS_BELOW=c: projections of tasks narrower than c columns store their
+    // weights tile by tile (`DecoderConfig::contiguous_below`; an experiment's knob, default 0:
+    // every weight row-major).
+    let columns = "a number of weight columns from 0 (every weight row-major) to 129";
+    let contiguous_below = env_number("MIRAGE_DECODE_CONTIGUOUS_BELOW", 0..=129, columns)?.unwrap_or(0);
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {
@@ -164,6 +169,7 @@ fn decode_megakernels() -> Result<(), String> {
         let model = ModelConfig::preset(preset).ok_or("a preset without a configuration")?;
         let mut cfg = model.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
         cfg.layers = *layers;
+        cfg.contiguous_below = contiguous_below;
         let name = mirage::mpk::decoder::step_name(preset, (*layers != model.layers).then_some(*layers));
         let g = mirage::mpk::decoder::decoder_step(&name, &cfg).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
@@ -175,7 +181,7 @@ fn decode_megakernels() -> Result<(), String> {
     }
     let prefetch_bytes = if opts.prefetch { opts.prefetch_limit_bytes } else { 0 };
     let mut index = format!(
-        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decoders' `contiguous_below` (0: every weight row-major).\n#[allow(dead_code)]\npub const DECODE_CONTIGUOUS_BELOW: usize = {contiguous_below};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
         names.len()
     );
     for n in &names {

@@ -157,7 +157,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         )
     })?;
     let plan = mk.plan()?;
-    let cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
+    let mut cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
+    cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW;
     if args.tokens == 0 || args.pos + args.tokens > DECODE_CAPACITY {
         return Err(format!(
             "--pos {} --tokens {}: expected at least one token and pos + tokens <= {DECODE_CAPACITY} (the KV cache's capacity)",
@@ -481,11 +482,8 @@ fn upload_weights(
         let w = w?;
         let i = index(&w.name).ok_or_else(|| format!("weight `{}`: the megakernel has no such input", w.name))?;
         let t = &plan.tensors[i];
-        if t.spec.shape != w.shape {
-            return Err(
-                format!("weight `{}`: shape {:?}, the megakernel expects {:?}", w.name, w.shape, t.spec.shape).into()
-            );
-        }
+        // Row-major, or tile by tile where the megakernel was built so (`contiguous_below`).
+        let w = w.stored_as(&t.spec.shape)?;
         let WeightData::Bf16(values) = &w.data else {
             return Err(format!("weight `{}`: {} values, the megakernel takes bf16", w.name, w.data.dtype()).into());
         };

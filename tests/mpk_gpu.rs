@@ -136,6 +136,7 @@ fn two_layers_at_real_model_widths_match_the_cpu() -> R {
         let mut cfg =
             ModelConfig::preset(preset).ok_or("a preset")?.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
         cfg.layers = 2;
+        cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW; // as the build script built it
         let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
         // 8 steps at positions 509..517 over caches of random keys and values
         let case = TestCase { graph, steps: 8, pos0: 509 };

@@ -2,12 +2,13 @@
 //! The megakernel's task lists run on the CPU: every test-mode graph (each decode operator
 //! alone, one layer, the two-layer toy model) executed task by task in the schedule's order —
 //! the workers interleaved at random as the counters allow — gives exactly the whole-graph
-//! reference; the decoder graph (also with Qwen3's q/k norm) matches an independent
+//! reference; the decoder graph (also with Qwen3's q/k norm, and with its weights stored tile
+//! by tile) matches an independent
 //! implementation of the model; a
 //! missing wait and out-of-range runtime indices are caught.
 
 use mirage::ir::DType;
-use mirage::mpk::decoder::{DecoderConfig, decoder_step};
+use mirage::mpk::decoder::{DecoderConfig, WeightStorage, decoder_step};
 use mirage::mpk::exec::{ExecError, HostTensors, execute_step, reference_step};
 use mirage::mpk::testmode::{cases, compare_step};
 use mirage::mpk::{Builtin, MpkOptions, StepGraph, TensorId, compile};
@@ -60,8 +61,12 @@ impl Direct<'_> {
         self.host.get(self.g.tensor_named(name).expect("a tensor of the decoder"))
     }
     fn matvec(&self, x: &[f32], name: &str) -> Vec<f32> {
-        let w = self.w(name);
-        let n = w.len() / x.len();
+        let stored = self.w(name);
+        let (k, n) = (x.len(), stored.len() / x.len());
+        // The graph's input may hold the weight tile by tile (`contiguous_below`).
+        let id = self.g.tensor_named(name).expect("a tensor of the decoder");
+        let storage = WeightStorage::of_shape(k, n, &self.g.tensors()[id.0].desc.shape).expect("a [k, n] weight");
+        let w = storage.load(k, n, stored);
         (0..n).map(|j| x.iter().enumerate().map(|(i, xi)| xi * w[i * n + j]).sum()).collect()
     }
     fn norm(&self, x: &[f32], name: &str) -> Vec<f32> {
@@ -137,7 +142,10 @@ fn the_decoder_graph_computes_the_model() -> R {
     decoder_matches_the_model("toy", &toy)?;
     // Qwen3's q/k norm, head_dim 128 over hidden 256 with 4 heads
     let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..toy };
-    decoder_matches_the_model("layer_qk_norm", &qwen)
+    decoder_matches_the_model("layer_qk_norm", &qwen)?;
+    // every weight tile by tile
+    let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..toy };
+    decoder_matches_the_model("layer_contiguous", &contiguous)
 }
 
 /// The test case `name` (a decoder of shape `cfg`) against [`Direct`] over 4 steps.

@@ -3,12 +3,13 @@
 //! reference of the megakernel's step graph: the RMSNorm folded into the projections that
 //! consume it (`rms_norm(x)·g·W = ((x∘g)·W) / sqrt(mean(x²) + eps)`), the gated MLP with its
 //! norm folded, and the output projection with its residual, at tilings of 64, 32 and 16
-//! columns per task — within f32 rounding in f32 and within bf16 rounding in bf16. Also the
+//! columns per task, with the weights row-major and stored tile by tile — within f32 rounding
+//! in f32 and within bf16 rounding in bf16. Also the
 //! tiling rule itself: enough tasks for every worker where the width allows.
 
 use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
-    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, gated_mlp, grouped_tilings, norm_projections,
+    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, norm_projections,
     projection_residual, projection_tiling, streamed_gated_mlp, streamed_norm_projections,
     streamed_projection_residual,
 };
@@ -41,8 +42,20 @@ fn both(
     let mut g = StepGraph::new("fold")?;
     let inputs: Vec<TensorId> =
         shapes.iter().enumerate().map(|(i, s)| g.input(&format!("in{i}"), s, dtype)).collect::<Result<_, _>>()?;
+    // The streamed graph's own inputs where it stores a weight otherwise (tile by tile).
+    let mut stored = Vec::new();
+    let mut streamed_inputs = Vec::new();
+    for (i, (s, d)) in shapes.iter().zip(streamed.inputs()).enumerate() {
+        if &d.shape == s {
+            streamed_inputs.push(inputs[i]);
+        } else {
+            let storage = WeightStorage::of_shape(s[0], s[1], &d.shape).ok_or("not a storage of the weight")?;
+            streamed_inputs.push(g.input(&format!("in{i}_stored"), &d.shape, dtype)?);
+            stored.push((i, storage, *streamed_inputs.last().ok_or("an input")?));
+        }
+    }
     let a = g.mugraph("plain", plain, &inputs)?;
-    let b = g.mugraph("streamed", streamed, &inputs)?;
+    let b = g.mugraph("streamed", streamed, &streamed_inputs)?;
     // The streamed operators compile as megakernel tasks (regions, dependencies, schedule).
     compile(&g, &MpkOptions { workers: 8, ..MpkOptions::default() })?;
     let mut host = HostTensors::zeros(&g);
@@ -54,6 +67,10 @@ fn both(
         if i == 1 && s[0] == 1 {
             v.iter_mut().for_each(|g| *g += 1.0); // a gain around 1
         }
+        host.set(t, &v)?;
+    }
+    for (i, storage, t) in stored {
+        let v = storage.store(shapes[i][0], shapes[i][1], host.get(inputs[i]));
         host.set(t, &v)?;
     }
     reference_step(&g, &mut host, &[])?;
@@ -69,6 +86,12 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
 
 fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
     DecoderConfig { hidden, intermediate, dtype, eps: 1e-5, ..DecoderConfig::toy() }
+}
+
+/// The decoder configurations of a test: weights row-major, and stored tile by tile wherever
+/// a task takes fewer than 129 columns (every tiling here but an output of one task).
+fn storages(c: DecoderConfig) -> [DecoderConfig; 2] {
+    [c.clone(), DecoderConfig { contiguous_below: 129, ..c }]
 }
 
 /// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden
@@ -87,15 +110,19 @@ const CASES: [(usize, usize, &[usize]); 5] = [
 fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
     for dtype in [DType::F32, DType::Bf16] {
         let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
-        for (hidden, _, widths) in CASES {
-            let c = cfg(hidden, 512, dtype);
+        for ((hidden, _, widths), c) in CASES.into_iter().flat_map(|k| storages(cfg(k.0, 512, dtype)).map(|c| (k, c))) {
             let mut shapes = vec![vec![1, hidden], vec![1, hidden]];
             shapes.extend(widths.iter().map(|&n| vec![hidden, n]));
             let outs = both(&norm_projections(&c, widths)?, &streamed_norm_projections(&c, widths)?, &shapes, dtype)?;
             assert_eq!(outs.len(), widths.len());
             for (k, (plain, streamed)) in outs.iter().enumerate() {
                 let e = rel_err(streamed, plain);
-                assert!(e <= tol, "{dtype}, hidden {hidden}, output {k} of width {}: error {e} > {tol}", widths[k]);
+                let below = c.contiguous_below;
+                assert!(
+                    e <= tol,
+                    "{dtype}, hidden {hidden}, output {k} of width {}, tiles below {below}: error {e} > {tol}",
+                    widths[k]
+                );
                 assert!(plain.iter().any(|v| v.abs() > 0.1), "{dtype}: the outputs are not all small");
             }
         }
@@ -107,19 +134,19 @@ fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
 fn the_streamed_mlp_and_output_projection_equal_the_plain_graphs() -> R {
     for dtype in [DType::F32, DType::Bf16] {
         let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
-        for (hidden, inter, _) in CASES {
-            let c = cfg(hidden, inter, dtype);
+        for ((hidden, inter, _), c) in CASES.into_iter().flat_map(|k| storages(cfg(k.0, k.1, dtype)).map(|c| (k, c))) {
+            let below = c.contiguous_below;
             let shapes =
                 [vec![1, hidden], vec![1, hidden], vec![hidden, inter], vec![hidden, inter], vec![inter, hidden]];
             let outs = both(&gated_mlp(&c)?, &streamed_gated_mlp(&c)?, &shapes, dtype)?;
             let e = rel_err(&outs[0].1, &outs[0].0);
-            assert!(e <= tol, "{dtype}, mlp {hidden}x{inter}: error {e} > {tol}");
+            assert!(e <= tol, "{dtype}, mlp {hidden}x{inter}, tiles below {below}: error {e} > {tol}");
             let width = 2 * hidden;
             let shapes = [vec![1, width], vec![width, hidden], vec![1, hidden]];
             let outs =
                 both(&projection_residual(&c, width)?, &streamed_projection_residual(&c, width)?, &shapes, dtype)?;
             let e = rel_err(&outs[0].1, &outs[0].0);
-            assert!(e <= tol, "{dtype}, o_proj {width}x{hidden}: error {e} > {tol}");
+            assert!(e <= tol, "{dtype}, o_proj {width}x{hidden}, tiles below {below}: error {e} > {tol}");
         }
     }
     Ok(())

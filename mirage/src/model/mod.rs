@@ -115,6 +115,16 @@ pub enum ModelError {
     /// The decoder's element type is not bf16, f16 or f32.
     #[error("weights can be converted to bf16, f16 or f32, not {0}")]
     TargetDtype(DType),
+    /// A weight cannot be laid out as the megakernel's input of that name.
+    #[error("weight `{name}` of shape {shape:?} cannot be stored as the input of shape {stored:?}")]
+    Storage {
+        /// The decoder's name of the weight.
+        name: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The input's shape.
+        stored: Vec<usize>,
+    },
     /// A CPU reference step was asked for something out of range.
     #[error("reference step: {0}")]
     Step(String),
@@ -239,6 +249,7 @@ impl ModelConfig {
             eps: self.eps,
             qk_norm: self.qk_norm,
             dtype,
+            contiguous_below: 0,
         }
     }
 }

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::{ModelConfig, ModelError};
 use crate::ir::DType;
+use crate::mpk::decoder::WeightStorage;
 
 /// How a tensor is initialised with random values (as `benches/py/decode_baseline.py` does).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -150,6 +151,33 @@ pub struct Weight {
     pub data: WeightData,
 }
 
+impl Weight {
+    /// This tensor (the decoder's `[k, n]` or any other) as a megakernel input of shape `shape`:
+    /// unchanged where the shapes are equal, cut into contiguous column tiles where `shape` is
+    /// such a storage of it ([`WeightStorage::of_shape`]: a decoder built with
+    /// [`DecoderConfig::contiguous_below`](crate::mpk::decoder::DecoderConfig::contiguous_below)).
+    /// Any other shape is an error naming both.
+    pub fn stored_as(self, shape: &[usize]) -> Result<Weight, ModelError> {
+        if self.shape == shape {
+            return Ok(self);
+        }
+        let storage = match *self.shape {
+            [k, n] => WeightStorage::of_shape(k, n, shape),
+            _ => None,
+        };
+        let Some(storage) = storage else {
+            return Err(ModelError::Storage { name: self.name, shape: self.shape, stored: shape.to_vec() });
+        };
+        let (k, n) = (self.shape[0], self.shape[1]);
+        let data = match &self.data {
+            WeightData::Bf16(v) => WeightData::Bf16(storage.store(k, n, v)),
+            WeightData::F16(v) => WeightData::F16(storage.store(k, n, v)),
+            WeightData::F32(v) => WeightData::F32(storage.store(k, n, v)),
+        };
+        Ok(Weight { name: self.name, shape: shape.to_vec(), data })
+    }
+}
+
 /// Elements per parallel piece of work.
 const PIECE: usize = 1 << 16;
 
@@ -252,5 +280,40 @@ mod tests {
         a.sort();
         b.sort();
         assert_eq!(a, b);
+        // Stored tile by tile: every weight of the layout converts to the graph's input shape.
+        let mut dcfg = cfg.decoder_config(16, DType::Bf16);
+        dcfg.contiguous_below = 64;
+        let g = crate::mpk::decoder::decoder_step("m", &dcfg).expect("a graph");
+        let graph: std::collections::HashMap<String, Vec<usize>> =
+            crate::mpk::decoder::weight_names(&g).into_iter().collect();
+        let mut tiled = 0;
+        for spec in weight_layout(&cfg) {
+            let stored = &graph[&spec.name];
+            let n: usize = spec.shape.iter().product();
+            let w = Weight { name: spec.name.clone(), shape: spec.shape.clone(), data: WeightData::F32(vec![0.0; n]) };
+            let w = w.stored_as(stored).expect("a storage of the decoder's tensor");
+            assert_eq!(&w.shape, stored);
+            tiled += usize::from(stored != &spec.shape);
+        }
+        // 1B at 2 layers: q (32 columns), k, v, o_proj and down (16) of each layer are tiles,
+        // gate/up (64 columns) rows; the head of this 1024-word vocabulary at 16 columns, tiles.
+        assert_eq!(tiled, 2 * 5 + 1);
+    }
+
+    #[test]
+    fn weights_are_stored_tile_by_tile_and_back() {
+        let (k, n) = (3, 8);
+        let rows: Vec<f32> = (0..k * n).map(|i| i as f32).collect();
+        let w = Weight { name: "l0.wd".into(), shape: vec![k, n], data: WeightData::F32(rows.clone()) };
+        let tiles = w.clone().stored_as(&[4 * k, 2]).expect("tiles of 2 columns");
+        // tile 0 = columns 0..2 of rows 0..3, then tile 1 = columns 2..4, ...
+        let v = tiles.data.to_f32();
+        assert_eq!(&v[..8], &[0.0, 1.0, 8.0, 9.0, 16.0, 17.0, 2.0, 3.0]);
+        assert_eq!(WeightStorage::Tiles { cols: 2 }.load(k, n, &v), rows);
+        assert_eq!(w.clone().stored_as(&[k, n]).expect("unchanged"), w);
+        for bad in [vec![k * n], vec![n, k], vec![3 * k, 3], vec![k, n, 1], vec![0, 0]] {
+            let e = w.clone().stored_as(&bad).expect_err("no storage of [3, 8]").to_string();
+            assert!(e.contains("l0.wd") && e.contains("[3, 8]") && e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 }

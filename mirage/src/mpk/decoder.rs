@@ -22,6 +22,8 @@
 //! head_dim]` (states); `final_norm [1, hidden]`, `lm_head [hidden, vocab]`. The logits are the
 //! buffer `logits.out [1, vocab]`. Weights are `[in, out]` (x · W).
 
+use rayon::prelude::*;
+
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
 use super::TaskTimes;
@@ -54,6 +56,12 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// Element type of weights and activations.
     pub dtype: DType,
+    /// Streamed projections whose tasks take fewer weight columns than this store their weight
+    /// tile by tile ([`weight_storage`]: each task's `k × cols` tile one contiguous run, the
+    /// input `[(n / cols) · k, cols]`) instead of row-major `[k, n]`, whose rows give such a
+    /// task `2 · cols`-byte segments `2 · n` bytes apart. 0 (the default): every weight
+    /// row-major. DECISIONS change 66.
+    pub contiguous_below: usize,
 }
 
 impl DecoderConfig {
@@ -72,6 +80,7 @@ impl DecoderConfig {
             eps: 1e-5,
             qk_norm: false,
             dtype: DType::Bf16,
+            contiguous_below: 0,
         }
     }
 
@@ -103,21 +112,26 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     let token = g.state("token", &[1], DType::F32)?;
     let inv_freq = g.input("inv_freq", &[cfg.head_dim / 2], DType::F32)?;
     let mut x = g.builtin("embedding", Builtin::Embedding { chunk: chunk(h, 256) }, &[embed, token])?[0];
+    // The operators of every layer (the weights' input shapes, tile by tile or row-major, are
+    // theirs: `weight_storage`).
+    let qkv = streamed_norm_projections(cfg, &[qw, kvw, kvw]).map_err(ir(name, "qkv"))?;
+    let o = streamed_projection_residual(cfg, qw).map_err(ir(name, "o_proj"))?;
+    let mlp = streamed_gated_mlp(cfg).map_err(ir(name, "mlp"))?;
+    let shape = |kg: &KernelGraph, i: usize| kg.inputs()[i].shape.clone();
     for l in 0..cfg.layers {
         let p = |s: &str| format!("l{l}.{s}");
         let attn_norm = g.input(&p("attn_norm"), &[1, h], dt)?;
-        let wq = g.input(&p("wq"), &[h, qw], dt)?;
-        let wk = g.input(&p("wk"), &[h, kvw], dt)?;
-        let wv = g.input(&p("wv"), &[h, kvw], dt)?;
-        let wo = g.input(&p("wo"), &[qw, h], dt)?;
+        let wq = g.input(&p("wq"), &shape(&qkv, 2), dt)?;
+        let wk = g.input(&p("wk"), &shape(&qkv, 3), dt)?;
+        let wv = g.input(&p("wv"), &shape(&qkv, 4), dt)?;
+        let wo = g.input(&p("wo"), &shape(&o, 1), dt)?;
         let mlp_norm = g.input(&p("mlp_norm"), &[1, h], dt)?;
-        let wg = g.input(&p("wg"), &[h, cfg.intermediate], dt)?;
-        let wu = g.input(&p("wu"), &[h, cfg.intermediate], dt)?;
-        let wd = g.input(&p("wd"), &[cfg.intermediate, h], dt)?;
+        let wg = g.input(&p("wg"), &shape(&mlp, 2), dt)?;
+        let wu = g.input(&p("wu"), &shape(&mlp, 3), dt)?;
+        let wd = g.input(&p("wd"), &shape(&mlp, 4), dt)?;
         let k_cache = g.state(&p("k_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
         let v_cache = g.state(&p("v_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
 
-        let qkv = streamed_norm_projections(cfg, &[qw, kvw, kvw]).map_err(ir(name, &p("qkv")))?;
         let out = g.mugraph(&p("qkv"), &qkv, &[x, attn_norm, wq, wk, wv])?;
         let (q, k, v) = (out[0], out[1], out[2]);
         let norm = if cfg.qk_norm {
@@ -139,14 +153,12 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
             scale,
             workers,
         )?;
-        let o = streamed_projection_residual(cfg, qw).map_err(ir(name, &p("o_proj")))?;
         x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
-        let mlp = streamed_gated_mlp(cfg).map_err(ir(name, &p("mlp")))?;
         x = g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0];
     }
     let final_norm = g.input("final_norm", &[1, h], dt)?;
-    let lm_head = g.input("lm_head", &[h, cfg.vocab], dt)?;
     let head = streamed_norm_projections(cfg, &[cfg.vocab]).map_err(ir(name, "logits"))?;
+    let lm_head = g.input("lm_head", &shape(&head, 2), dt)?;
     let logits = g.mugraph("logits", &head, &[x, final_norm, lm_head])?[0];
     let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: chunk(cfg.vocab, 1024) }, &[logits])?[0];
     g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
@@ -248,6 +260,80 @@ pub fn grouped_tilings(k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
     }
 }
 
+/// How a streamed projection's weight `W [k, n]` lies in device memory: the step graph's input
+/// of that weight has [`WeightStorage::shape`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// Row-major `[k, n]`: a task of `cols` columns reads `k` segments of `cols` elements, a row
+    /// of the whole weight apart.
+    Rows,
+    /// Tile by tile: the `k × cols` tile of columns `t·cols .. (t+1)·cols` row-major at element
+    /// `t · k · cols`, the input `[(n / cols) · k, cols]`, so a task reads one contiguous run.
+    Tiles {
+        /// Columns per tile (a task's columns; dividing `n`).
+        cols: usize,
+    },
+}
+
+impl WeightStorage {
+    /// The input shape of a weight of `k` rows and `n` columns stored this way.
+    pub fn shape(self, k: usize, n: usize) -> Vec<usize> {
+        match self {
+            WeightStorage::Rows => vec![k, n],
+            WeightStorage::Tiles { cols } => vec![n / cols * k, cols],
+        }
+    }
+
+    /// The storage of a weight `[k, n]` held as an input of shape `shape`: [`WeightStorage::Rows`]
+    /// when it is `[k, n]`, tiles of `c` columns when it is `[(n / c) · k, c]` for a `c` below `n`
+    /// dividing it, else `None`.
+    pub fn of_shape(k: usize, n: usize, shape: &[usize]) -> Option<WeightStorage> {
+        match *shape {
+            [r, c] if r == k && c == n => Some(WeightStorage::Rows),
+            [r, c] if c > 0 && c < n && n.is_multiple_of(c) && r == n / c * k => Some(WeightStorage::Tiles { cols: c }),
+            _ => None,
+        }
+    }
+
+    /// A row-major `[k, n]` weight's values in this storage (`rows.len()` must be `k · n`).
+    pub fn store<T: Copy + Send + Sync>(self, k: usize, n: usize, rows: &[T]) -> Vec<T> {
+        assert_eq!(rows.len(), k * n, "a [{k}, {n}] weight");
+        let WeightStorage::Tiles { cols } = self else { return rows.to_vec() };
+        let mut out = rows.to_vec();
+        out.par_chunks_mut(k * cols).enumerate().for_each(|(t, tile)| {
+            for (r, row) in tile.chunks_mut(cols).enumerate() {
+                row.copy_from_slice(&rows[r * n + t * cols..][..cols]);
+            }
+        });
+        out
+    }
+
+    /// The row-major `[k, n]` values of a weight stored this way (the inverse of
+    /// [`WeightStorage::store`]).
+    pub fn load<T: Copy + Send + Sync>(self, k: usize, n: usize, stored: &[T]) -> Vec<T> {
+        assert_eq!(stored.len(), k * n, "a [{k}, {n}] weight");
+        let WeightStorage::Tiles { cols } = self else { return stored.to_vec() };
+        let mut out = stored.to_vec();
+        out.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
+            for (t, seg) in row.chunks_mut(cols).enumerate() {
+                seg.copy_from_slice(&stored[t * k * cols + r * cols..][..cols]);
+            }
+        });
+        out
+    }
+}
+
+/// How decoder `cfg` stores the weight `[k, n]` of a projection tiled by `tiling`: tile by tile
+/// where its tasks take fewer than [`DecoderConfig::contiguous_below`] columns (and more than one
+/// task shares the weight), else row-major.
+pub fn weight_storage(cfg: &DecoderConfig, n: usize, tiling: ProjectionTiling) -> WeightStorage {
+    if tiling.cols < cfg.contiguous_below && tiling.cols < n {
+        WeightStorage::Tiles { cols: tiling.cols }
+    } else {
+        WeightStorage::Rows
+    }
+}
+
 /// The block graph of a batch-1 projection `x [1, k] · W_j [k, n]` for each `W_j` (all of the
 /// same `n`), as weight streaming wants it: each block owns the [`projection_tiling`] columns
 /// of every `W_j` and walks `k` in the for-loop.
@@ -262,11 +348,16 @@ pub fn grouped_tilings(k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
 /// given) and the after-loop tiles of `extra` inputs into the saved tile; extra inputs are
 /// `[1, n]` operands split like the output, carried through the loop unchanged (an `acc_max`
 /// of the same tile, exact).
+///
+/// The weights lie as `storage` says: row-major, each block taking its columns of every row, or
+/// tile by tile, each block taking its tile's `k` rows (the grid and the loop split the same
+/// dim).
 #[allow(clippy::too_many_arguments)]
 fn streamed_block(
     k: usize,
     n: usize,
     ProjectionTiling { cols, step }: ProjectionTiling,
+    storage: WeightStorage,
     norm: Option<Scalar>,
     weights: usize,
     extra: usize,
@@ -279,10 +370,14 @@ fn streamed_block(
 ) -> Result<BlockGraph, crate::ir::IrError> {
     let gain = usize::from(norm.is_some());
     let mut inputs = vec![TensorDesc::new(&[1, k], dtype); 1 + gain];
-    inputs.extend((0..weights).map(|_| TensorDesc::new(&[k, n], dtype)));
+    inputs.extend((0..weights).map(|_| TensorDesc::new(&storage.shape(k, n), dtype)));
     inputs.extend((0..extra).map(|_| TensorDesc::new(&[1, n], dtype)));
     let mut b = BlockGraph::new(inputs, [n / cols, 1, 1], 256, k / step)?;
     let split = [Some(1), None, None];
+    let weight_split = match storage {
+        WeightStorage::Rows => split,
+        WeightStorage::Tiles { .. } => [Some(0), None, None],
+    };
     let mut x = b.input(0, [None; 3], Some(1))?;
     let rms = match norm {
         Some(_) => {
@@ -295,7 +390,7 @@ fn streamed_block(
     };
     let mut accs = Vec::new();
     for j in 0..weights {
-        let w = b.input(1 + gain + j, split, Some(0))?;
+        let w = b.input(1 + gain + j, weight_split, Some(0))?;
         let y = b.matmul(x, w)?;
         accs.push(b.accum(AccKind::Sum, &[y])?);
     }
@@ -325,11 +420,17 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
     let mut k = KernelGraph::new();
     let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let weights: Vec<_> = widths.iter().map(|&n| k.input(&[cfg.hidden, n], cfg.dtype)).collect::<Result<_, _>>()?;
     let tilings = grouped_tilings(cfg.hidden, widths);
-    for ((&width, wj), tiling) in widths.iter().zip(weights).zip(tilings) {
+    let storage: Vec<_> = widths.iter().zip(&tilings).map(|(&n, &t)| weight_storage(cfg, n, t)).collect();
+    let weights: Vec<_> = widths
+        .iter()
+        .zip(&storage)
+        .map(|(&n, s)| k.input(&s.shape(cfg.hidden, n), cfg.dtype))
+        .collect::<Result<_, _>>()?;
+    for (((&width, wj), tiling), storage) in widths.iter().zip(weights).zip(tilings).zip(storage) {
         let norm = Some(Scalar(cfg.eps));
-        let block = streamed_block(cfg.hidden, width, tiling, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+        let block =
+            streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
         let y = k.custom(&[x, w, wj], block)?[0];
         k.output(y, None)?;
     }
@@ -339,11 +440,12 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
 /// [`projection_residual`] as one streamed block (`streamed_block`): `r + a · W` with the sum in f32.
 pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
-    let a = k.input(&[1, width], cfg.dtype)?;
-    let w = k.input(&[width, cfg.hidden], cfg.dtype)?;
-    let r = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let tiling = projection_tiling(width, cfg.hidden);
-    let block = streamed_block(width, cfg.hidden, tiling, None, 1, 1, cfg.dtype, |b, accs, carried| {
+    let storage = weight_storage(cfg, cfg.hidden, tiling);
+    let a = k.input(&[1, width], cfg.dtype)?;
+    let w = k.input(&storage.shape(width, cfg.hidden), cfg.dtype)?;
+    let r = k.input(&[1, cfg.hidden], cfg.dtype)?;
+    let block = streamed_block(width, cfg.hidden, tiling, storage, None, 1, 1, cfg.dtype, |b, accs, carried| {
         b.binary(BinaryOp::Add, carried[0], accs[0])
     })?;
     let out = k.custom(&[a, w, r], block)?[0];
@@ -356,18 +458,20 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
 pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError> {
     let (h, i) = (cfg.hidden, cfg.intermediate);
     let mut k = KernelGraph::new();
+    let (up_tiling, down_tiling) = (projection_tiling(h, i), projection_tiling(i, h));
+    let (up_storage, down_storage) = (weight_storage(cfg, i, up_tiling), weight_storage(cfg, h, down_tiling));
     let x = k.input(&[1, h], cfg.dtype)?;
     let w = k.input(&[1, h], cfg.dtype)?;
-    let wg = k.input(&[h, i], cfg.dtype)?;
-    let wu = k.input(&[h, i], cfg.dtype)?;
-    let wd = k.input(&[i, h], cfg.dtype)?;
-    let gate_up =
-        streamed_block(h, i, projection_tiling(h, i), Some(Scalar(cfg.eps)), 2, 0, cfg.dtype, |b, accs, _| {
-            let s = b.unary(UnaryOp::Silu, accs[0])?;
-            b.binary(BinaryOp::Mul, s, accs[1])
-        })?;
+    let wg = k.input(&up_storage.shape(h, i), cfg.dtype)?;
+    let wu = k.input(&up_storage.shape(h, i), cfg.dtype)?;
+    let wd = k.input(&down_storage.shape(i, h), cfg.dtype)?;
+    let eps = Some(Scalar(cfg.eps));
+    let gate_up = streamed_block(h, i, up_tiling, up_storage, eps, 2, 0, cfg.dtype, |b, accs, _| {
+        let s = b.unary(UnaryOp::Silu, accs[0])?;
+        b.binary(BinaryOp::Mul, s, accs[1])
+    })?;
     let m = k.custom(&[x, w, wg, wu], gate_up)?[0];
-    let down = streamed_block(i, h, projection_tiling(i, h), None, 1, 1, cfg.dtype, |b, accs, carried| {
+    let down = streamed_block(i, h, down_tiling, down_storage, None, 1, 1, cfg.dtype, |b, accs, carried| {
         b.binary(BinaryOp::Add, carried[0], accs[0])
     })?;
     let out = k.custom(&[m, wd, x], down)?[0];
