@@ -70,7 +70,7 @@ fn both(
         host.set(t, &v)?;
     }
     for (i, storage, t) in stored {
-        let v = storage.store(shapes[i][0], shapes[i][1], host.get(inputs[i]));
+        let v = storage.store(shapes[i][0], shapes[i][1], host.get(inputs[i])).ok_or("values of the weight")?;
         host.set(t, &v)?;
     }
     reference_step(&g, &mut host, &[])?;

@@ -165,15 +165,16 @@ impl Weight {
             [k, n] => WeightStorage::of_shape(k, n, shape),
             _ => None,
         };
-        let Some(storage) = storage else {
-            return Err(ModelError::Storage { name: self.name, shape: self.shape, stored: shape.to_vec() });
-        };
+        let refuse = |w: Weight| ModelError::Storage { name: w.name, shape: w.shape, stored: shape.to_vec() };
+        let Some(storage) = storage else { return Err(refuse(self)) };
         let (k, n) = (self.shape[0], self.shape[1]);
         let data = match &self.data {
-            WeightData::Bf16(v) => WeightData::Bf16(storage.store(k, n, v)),
-            WeightData::F16(v) => WeightData::F16(storage.store(k, n, v)),
-            WeightData::F32(v) => WeightData::F32(storage.store(k, n, v)),
+            WeightData::Bf16(v) => storage.store(k, n, v).map(WeightData::Bf16),
+            WeightData::F16(v) => storage.store(k, n, v).map(WeightData::F16),
+            WeightData::F32(v) => storage.store(k, n, v).map(WeightData::F32),
         };
+        // None: the values are not `k · n` (a hand-made `Weight`).
+        let Some(data) = data else { return Err(refuse(self)) };
         Ok(Weight { name: self.name, shape: shape.to_vec(), data })
     }
 }
@@ -309,7 +310,12 @@ mod tests {
         // tile 0 = columns 0..2 of rows 0..3, then tile 1 = columns 2..4, ...
         let v = tiles.data.to_f32();
         assert_eq!(&v[..8], &[0.0, 1.0, 8.0, 9.0, 16.0, 17.0, 2.0, 3.0]);
-        assert_eq!(WeightStorage::Tiles { cols: 2 }.load(k, n, &v), rows);
+        assert_eq!(WeightStorage::Tiles { cols: 2 }.load(k, n, &v), Some(rows.clone()));
+        // values that are not [3, 8]: refused, not a panic
+        let short = Weight { data: WeightData::F32(rows[1..].to_vec()), ..w.clone() };
+        assert!(short.stored_as(&[4 * k, 2]).is_err());
+        assert_eq!(WeightStorage::Tiles { cols: 3 }.store(k, n, &rows), None);
+        assert_eq!(WeightStorage::Rows.load(k, n, &rows[1..]), None);
         assert_eq!(w.clone().stored_as(&[k, n]).expect("unchanged"), w);
         for bad in [vec![k * n], vec![n, k], vec![3 * k, 3], vec![k, n, 1], vec![0, 0]] {
             let e = w.clone().stored_as(&bad).expect_err("no storage of [3, 8]").to_string();

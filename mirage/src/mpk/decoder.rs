@@ -295,31 +295,45 @@ impl WeightStorage {
         }
     }
 
-    /// A row-major `[k, n]` weight's values in this storage (`rows.len()` must be `k · n`).
-    pub fn store<T: Copy + Send + Sync>(self, k: usize, n: usize, rows: &[T]) -> Vec<T> {
-        assert_eq!(rows.len(), k * n, "a [{k}, {n}] weight");
-        let WeightStorage::Tiles { cols } = self else { return rows.to_vec() };
+    /// A row-major `[k, n]` weight's values in this storage; `None` when `rows` does not hold
+    /// `k · n` values or the tiles do not divide `n`.
+    pub fn store<T: Copy + Send + Sync>(self, k: usize, n: usize, rows: &[T]) -> Option<Vec<T>> {
+        if !self.fits(k, n, rows.len()) {
+            return None;
+        }
+        let WeightStorage::Tiles { cols } = self else { return Some(rows.to_vec()) };
         let mut out = rows.to_vec();
         out.par_chunks_mut(k * cols).enumerate().for_each(|(t, tile)| {
             for (r, row) in tile.chunks_mut(cols).enumerate() {
                 row.copy_from_slice(&rows[r * n + t * cols..][..cols]);
             }
         });
-        out
+        Some(out)
     }
 
     /// The row-major `[k, n]` values of a weight stored this way (the inverse of
-    /// [`WeightStorage::store`]).
-    pub fn load<T: Copy + Send + Sync>(self, k: usize, n: usize, stored: &[T]) -> Vec<T> {
-        assert_eq!(stored.len(), k * n, "a [{k}, {n}] weight");
-        let WeightStorage::Tiles { cols } = self else { return stored.to_vec() };
+    /// [`WeightStorage::store`]); `None` as there.
+    pub fn load<T: Copy + Send + Sync>(self, k: usize, n: usize, stored: &[T]) -> Option<Vec<T>> {
+        if !self.fits(k, n, stored.len()) {
+            return None;
+        }
+        let WeightStorage::Tiles { cols } = self else { return Some(stored.to_vec()) };
         let mut out = stored.to_vec();
         out.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
             for (t, seg) in row.chunks_mut(cols).enumerate() {
                 seg.copy_from_slice(&stored[t * k * cols + r * cols..][..cols]);
             }
         });
-        out
+        Some(out)
+    }
+
+    /// Whether `len` values are a `[k, n]` weight this storage can cut.
+    fn fits(self, k: usize, n: usize, len: usize) -> bool {
+        let tiles = match self {
+            WeightStorage::Rows => true,
+            WeightStorage::Tiles { cols } => cols > 0 && n.is_multiple_of(cols),
+        };
+        tiles && k.checked_mul(n) == Some(len) && k * n > 0
     }
 }
 
