@@ -9,9 +9,9 @@
 
 use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
-    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, norm_projections,
-    projection_residual, projection_tiling, streamed_gated_mlp, streamed_norm_projections,
-    streamed_projection_residual,
+    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, grouped_tilings_in,
+    norm_projections, projection_residual, projection_tiling, projection_tiling_in, streamed_gated_mlp,
+    streamed_norm_projections, streamed_projection_residual,
 };
 use mirage::mpk::exec::{HostTensors, reference_step};
 use mirage::mpk::{MpkOptions, StepGraph, TensorId, compile};
@@ -202,4 +202,29 @@ fn the_tiling_gives_every_worker_a_task_where_the_width_allows() {
     // most 128 columns serves it in one round: at least PROJECTION_TASKS tasks, as an LM head.
     assert_eq!(projection_tiling(4096, 11_008), t(128, 64));
     assert_eq!(projection_tiling(4096, 18_944), t(128, 64));
+}
+
+#[test]
+fn contiguous_tiles_of_eight_columns_give_qwen3_one_full_round() {
+    let t = |cols, step| ProjectionTiling { cols, step };
+    let cols =
+        |unit, k, widths: &[usize]| grouped_tilings_in(unit, k, widths).iter().map(|t| t.cols).collect::<Vec<_>>();
+    // Qwen3-0.6B with 8-column tiles (contiguous storage): o_proj and down 128 tasks of 8
+    // columns (16 gave 64), gate/up 128 of 24 (32 gave 96, 12 KiB per iteration); q/k/v stay.
+    assert_eq!(projection_tiling_in(8, 2048, 1024), t(8, 1024));
+    assert_eq!(projection_tiling_in(8, 3072, 1024), t(8, 1024));
+    assert_eq!(projection_tiling_in(8, 1024, 3072), t(24, 256));
+    assert_eq!(cols(8, 1024, &[2048, 1024, 1024]), [32, 32, 32]);
+    // Llama-3.2-1B and Llama-3.1-8B keep every tiling: no width of 8 columns gives one round
+    // where 16 did not.
+    for (k, n) in [(2048, 2048), (8192, 2048), (2048, 8192), (2048, 128_256), (4096, 14_336), (14_336, 4096)] {
+        assert_eq!(projection_tiling_in(8, k, n), projection_tiling(k, n), "{k}x{n}");
+    }
+    assert_eq!(cols(8, 2048, &[2048, 512, 512]), cols(16, 2048, &[2048, 512, 512]));
+    assert_eq!(cols(8, 4096, &[4096, 1024, 1024]), cols(16, 4096, &[4096, 1024, 1024]));
+    // The unit follows the storage: 8 only where tiles of 8 columns lie contiguously.
+    let c = DecoderConfig::toy();
+    assert_eq!(c.tile_unit(), 16);
+    assert_eq!(DecoderConfig { contiguous_below: 9, ..c.clone() }.tile_unit(), 8);
+    assert_eq!(DecoderConfig { contiguous_below: 8, ..c }.tile_unit(), 16);
 }

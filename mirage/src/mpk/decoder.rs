@@ -59,8 +59,9 @@ pub struct DecoderConfig {
     /// Streamed projections whose tasks take fewer weight columns than this store their weight
     /// tile by tile ([`weight_storage`]: each task's `k × cols` tile one contiguous run, the
     /// input `[(n / cols) · k, cols]`) instead of row-major `[k, n]`, whose rows give such a
-    /// task `2 · cols`-byte segments `2 · n` bytes apart. 0 (the default): every weight
-    /// row-major. DECISIONS change 66.
+    /// task `2 · cols`-byte segments `2 · n` bytes apart; above 8, the tilings may also take
+    /// 8, 24, 40, ... columns ([`DecoderConfig::tile_unit`]). 0 (the default): every weight
+    /// row-major, tiles of 16 columns and more. DECISIONS change 66.
     pub contiguous_below: usize,
 }
 
@@ -82,6 +83,13 @@ impl DecoderConfig {
             dtype: DType::Bf16,
             contiguous_below: 0,
         }
+    }
+
+    /// The column step of the streamed projections' one-round tilings ([`projection_tiling_in`]):
+    /// 8 when tiles of 8 columns would be stored contiguously (`contiguous_below > 8`: a task's
+    /// 16-byte rows one run, where row-major they would be 16-byte segments a row apart), else 16.
+    pub fn tile_unit(&self) -> usize {
+        if self.contiguous_below > 8 { 8 } else { 16 }
     }
 
     /// The RoPE inverse frequencies `theta^(-2i/head_dim)` (the `inv_freq` input without
@@ -217,8 +225,17 @@ pub struct ProjectionTiling {
 /// between its pipeline's fill and drain (DECISIONS change 49). The reduced dim is walked in
 /// steps of about `128 · 64 / cols` rows ([`ProjectionTiling::of`]).
 pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
+    projection_tiling_in(16, k, n)
+}
+
+/// [`projection_tiling`] with one-round widths from `unit` to 128 columns in steps of `unit`
+/// (16, or 8 for a decoder whose tiles of 8 columns lie contiguously: [`DecoderConfig::tile_unit`]).
+/// Qwen3-0.6B at 8: o_proj and down (1024 outputs) 128 tasks of 8 columns where 16 gave 64,
+/// gate/up (3072) 128 of 24 where 32 gave 96.
+pub fn projection_tiling_in(unit: usize, k: usize, n: usize) -> ProjectionTiling {
     let widths = [128, 64, 32, 16];
-    let one_round = (16..=128).step_by(16).find(|&c| n.is_multiple_of(c) && n / c <= PROJECTION_TASKS);
+    let unit = unit.clamp(1, 128);
+    let one_round = (unit..=128).step_by(unit).find(|&c| n.is_multiple_of(c) && n / c <= PROJECTION_TASKS);
     let cols = one_round
         .or_else(|| widths.into_iter().find(|&c| n.is_multiple_of(c) && n / c >= PROJECTION_TASKS))
         .or_else(|| widths.into_iter().rev().find(|&c| n.is_multiple_of(c)))
@@ -246,7 +263,12 @@ impl ProjectionTiling {
 /// q 32 columns (64 tasks), k and v 16 (32 each) where each alone takes 16 (192 tasks in all);
 /// a projection alone keeps its tiling (DECISIONS change 50).
 pub fn grouped_tilings(k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
-    let mut t: Vec<ProjectionTiling> = widths.iter().map(|&n| projection_tiling(k, n)).collect();
+    grouped_tilings_in(16, k, widths)
+}
+
+/// [`grouped_tilings`] from [`projection_tiling_in`]`(unit, ..)`'s tilings.
+pub fn grouped_tilings_in(unit: usize, k: usize, widths: &[usize]) -> Vec<ProjectionTiling> {
+    let mut t: Vec<ProjectionTiling> = widths.iter().map(|&n| projection_tiling_in(unit, k, n)).collect();
     loop {
         let tasks = |i: usize, t: &[ProjectionTiling]| widths[i] / t[i].cols;
         if (0..widths.len()).map(|i| tasks(i, &t)).sum::<usize>() <= PROJECTION_TASKS {
@@ -434,7 +456,7 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
     let mut k = KernelGraph::new();
     let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let tilings = grouped_tilings(cfg.hidden, widths);
+    let tilings = grouped_tilings_in(cfg.tile_unit(), cfg.hidden, widths);
     let storage: Vec<_> = widths.iter().zip(&tilings).map(|(&n, &t)| weight_storage(cfg, n, t)).collect();
     let weights: Vec<_> = widths
         .iter()
@@ -454,7 +476,7 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
 /// [`projection_residual`] as one streamed block (`streamed_block`): `r + a · W` with the sum in f32.
 pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
-    let tiling = projection_tiling(width, cfg.hidden);
+    let tiling = projection_tiling_in(cfg.tile_unit(), width, cfg.hidden);
     let storage = weight_storage(cfg, cfg.hidden, tiling);
     let a = k.input(&[1, width], cfg.dtype)?;
     let w = k.input(&storage.shape(width, cfg.hidden), cfg.dtype)?;
@@ -472,7 +494,8 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
 pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError> {
     let (h, i) = (cfg.hidden, cfg.intermediate);
     let mut k = KernelGraph::new();
-    let (up_tiling, down_tiling) = (projection_tiling(h, i), projection_tiling(i, h));
+    let unit = cfg.tile_unit();
+    let (up_tiling, down_tiling) = (projection_tiling_in(unit, h, i), projection_tiling_in(unit, i, h));
     let (up_storage, down_storage) = (weight_storage(cfg, i, up_tiling), weight_storage(cfg, h, down_tiling));
     let x = k.input(&[1, h], cfg.dtype)?;
     let w = k.input(&[1, h], cfg.dtype)?;
