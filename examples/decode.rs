@@ -190,6 +190,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         plan.smem_bytes,
         weight_bytes as f64 / 1e9
     );
+    if DECODE_CONTIGUOUS_BELOW > 0 {
+        println!(
+            "weights of tasks narrower than {DECODE_CONTIGUOUS_BELOW} columns stored tile by tile (MIRAGE_DECODE_CONTIGUOUS_BELOW)"
+        );
+    }
     let gpu = match Gpu::new(0) {
         Ok(gpu) => gpu,
         Err(e) => {

@@ -20,7 +20,9 @@
 //! `l{i}.wd [intermediate, hidden]`, with `qk_norm` `l{i}.q_norm`/`l{i}.k_norm [1, head_dim]`,
 //! `l{i}.k_cache`/`l{i}.v_cache [kv_heads, capacity,
 //! head_dim]` (states); `final_norm [1, hidden]`, `lm_head [hidden, vocab]`. The logits are the
-//! buffer `logits.out [1, vocab]`. Weights are `[in, out]` (x · W).
+//! buffer `logits.out [1, vocab]`. Weights are `[in, out]` (x · W), or, with
+//! [`DecoderConfig::contiguous_below`], those of narrow tasks tile by tile ([`WeightStorage`]:
+//! `[(out / cols) · in, cols]`; [`crate::model::Weight::stored_as`] converts).
 
 use rayon::prelude::*;
 
