@@ -190,7 +190,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         plan.smem_bytes,
         weight_bytes as f64 / 1e9
     );
-    if DECODE_CONTIGUOUS_BELOW > 0 {
+    if DECODE_CONTIGUOUS_BELOW != 0 {
         println!(
             "weights of tasks narrower than {DECODE_CONTIGUOUS_BELOW} columns stored tile by tile (MIRAGE_DECODE_CONTIGUOUS_BELOW)"
         );
