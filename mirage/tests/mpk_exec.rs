@@ -61,10 +61,10 @@ impl Direct<'_> {
         self.host.get(self.g.tensor_named(name).expect("a tensor of the decoder"))
     }
     fn matvec(&self, x: &[f32], name: &str) -> Vec<f32> {
-        let stored = self.w(name);
+        let id = self.g.tensor_named(name).expect("a tensor of the decoder");
+        let stored = self.host.get(id);
         let (k, n) = (x.len(), stored.len() / x.len());
         // The graph's input may hold the weight tile by tile (`contiguous_below`).
-        let id = self.g.tensor_named(name).expect("a tensor of the decoder");
         let storage = WeightStorage::of_shape(k, n, &self.g.tensors()[id.0].desc.shape).expect("a [k, n] weight");
         let w = storage.load(k, n, stored).expect("k · n values");
         (0..n).map(|j| x.iter().enumerate().map(|(i, xi)| xi * w[i * n + j]).sum()).collect()

@@ -50,8 +50,9 @@ fn both(
             streamed_inputs.push(inputs[i]);
         } else {
             let storage = WeightStorage::of_shape(s[0], s[1], &d.shape).ok_or("not a storage of the weight")?;
-            streamed_inputs.push(g.input(&format!("in{i}_stored"), &d.shape, dtype)?);
-            stored.push((i, storage, *streamed_inputs.last().ok_or("an input")?));
+            let t = g.input(&format!("in{i}_stored"), &d.shape, dtype)?;
+            streamed_inputs.push(t);
+            stored.push((i, storage, t));
         }
     }
     let a = g.mugraph("plain", plain, &inputs)?;

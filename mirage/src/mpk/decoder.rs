@@ -357,7 +357,7 @@ impl WeightStorage {
             WeightStorage::Rows => true,
             WeightStorage::Tiles { cols } => cols > 0 && n.is_multiple_of(cols),
         };
-        tiles && k.checked_mul(n) == Some(len) && k * n > 0
+        tiles && len > 0 && k.checked_mul(n) == Some(len)
     }
 }
 

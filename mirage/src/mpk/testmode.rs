@@ -172,7 +172,7 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     // Qwen3's shape: q/k norm, and a head dimension that is not hidden / heads
     let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..cfg.clone() };
     out.push(case(decoder_step("layer_qk_norm", &qwen)?, 4, 0));
-    // Every projection's weight tile by tile (the toy's tasks take 16 columns).
+    // Every projection's weight tile by tile (the toy's tasks take 8 columns then: `tile_unit`).
     let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..cfg.clone() };
     out.push(case(decoder_step("layer_contiguous", &contiguous)?, 4, 0));
     out.push(case(decoder_step("toy", &cfg)?, 64, 0));
