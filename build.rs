@@ -150,10 +150,11 @@ fn decode_megakernels() -> Result<(), String> {
         opts.prefetch_limit_bytes = kib * 1024;
     }
     // MIRAGE_DECODE_CONTIGUOUS_BELOW=c: projections of tasks narrower than c columns store their
-    // weights tile by tile (`DecoderConfig::contiguous_below`; an experiment's knob, default 0:
-    // every weight row-major).
+    // weights tile by tile (`DecoderConfig::contiguous_below`; an experiment's knob, default the
+    // models' `DEFAULT_CONTIGUOUS_BELOW`, 0: every weight row-major).
     let columns = "a number of weight columns from 0 (every weight row-major) to 129";
-    let contiguous_below = env_number("MIRAGE_DECODE_CONTIGUOUS_BELOW", 0..=129, columns)?.unwrap_or(0);
+    let contiguous_below = env_number("MIRAGE_DECODE_CONTIGUOUS_BELOW", 0..=129, columns)?
+        .unwrap_or(mirage::mpk::decoder::DEFAULT_CONTIGUOUS_BELOW);
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {

@@ -253,7 +253,9 @@ fn compare_with_decoder(cfg: &ModelConfig, weights: &[Weight], dtype: DType, ste
     let g = decoder_step("tiny", &cfg.decoder_config(capacity, dtype))?;
     let mut host = HostTensors::zeros(&g);
     for w in weights {
-        host.set(g.tensor_named(&w.name).ok_or(format!("no tensor {}", w.name))?, &w.data.to_f32())?;
+        // Row-major, or tile by tile where the decoder stores it so (`contiguous_below`).
+        let t = g.tensor_named(&w.name).ok_or(format!("no tensor {}", w.name))?;
+        host.set(t, &w.clone().stored_as(&g.tensor(t).desc.shape)?.data.to_f32())?;
     }
     host.set(g.tensor_named("inv_freq").ok_or("no inv_freq")?, &cfg.inv_freq())?;
     let (token, logits) =

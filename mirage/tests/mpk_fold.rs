@@ -92,7 +92,7 @@ fn cfg(hidden: usize, intermediate: usize, dtype: DType) -> DecoderConfig {
 /// The decoder configurations of a test: weights row-major, and stored tile by tile wherever
 /// a task takes fewer than 129 columns (every tiling here but an output of one task).
 fn storages(c: DecoderConfig) -> [DecoderConfig; 2] {
-    [c.clone(), DecoderConfig { contiguous_below: 129, ..c }]
+    [DecoderConfig { contiguous_below: 0, ..c.clone() }, DecoderConfig { contiguous_below: 129, ..c }]
 }
 
 /// (hidden, intermediate, projection widths): the toy's widths (16 columns per task); hidden

@@ -249,7 +249,7 @@ impl ModelConfig {
             eps: self.eps,
             qk_norm: self.qk_norm,
             dtype,
-            contiguous_below: 0,
+            contiguous_below: crate::mpk::decoder::DEFAULT_CONTIGUOUS_BELOW,
         }
     }
 }

@@ -274,7 +274,9 @@ mod tests {
     fn the_layout_is_the_decoder_graphs_inputs() {
         let cfg = ModelConfig::preset("llama-3.2-1b").expect("a preset");
         let cfg = ModelConfig { layers: 2, vocab: 1024, ..cfg };
-        let g = crate::mpk::decoder::decoder_step("m", &cfg.decoder_config(16, DType::Bf16)).expect("a graph");
+        // Row-major: the layout's shapes are the graph's inputs.
+        let rows = crate::mpk::decoder::DecoderConfig { contiguous_below: 0, ..cfg.decoder_config(16, DType::Bf16) };
+        let g = crate::mpk::decoder::decoder_step("m", &rows).expect("a graph");
         let graph: Vec<(String, Vec<usize>)> = crate::mpk::decoder::weight_names(&g);
         let ours: Vec<(String, Vec<usize>)> = weight_layout(&cfg).into_iter().map(|s| (s.name, s.shape)).collect();
         let (mut a, mut b) = (graph.clone(), ours.clone());
