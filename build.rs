@@ -74,7 +74,8 @@ fn megakernels() -> Result<(), String> {
     use mirage::mpk::{MpkOptions, StepGraph};
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let dest = out_dir.join("mpk");
-    let opts = MpkOptions::default();
+    let mut opts = MpkOptions::default();
+    opts.kernel.bulk_runs = bulk_runs()?;
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut graphs: Vec<StepGraph> = cases().map_err(|e| e.to_string())?.into_iter().map(|c| c.graph).collect();
     graphs.extend(overhead_graphs(opts.workers, 256).map_err(|e| e.to_string())?);
@@ -117,6 +118,14 @@ fn env_number(name: &str, range: std::ops::RangeInclusive<usize>, expected: &str
     n.map(Some).ok_or_else(|| format!("{name}={v:?}: expected {expected}"))
 }
 
+/// `MIRAGE_DECODE_BULK=1`: the task bodies of every megakernel copy the weight tiles that are one
+/// contiguous run (weights stored tile by tile) with one `cp.async.bulk` each
+/// (`KernelOptions::bulk_runs`; an experiment's knob, off by default: DECISIONS change 67).
+fn bulk_runs() -> Result<bool, String> {
+    Ok(env_number("MIRAGE_DECODE_BULK", 0..=1, "0 (the threads' cp.async) or 1 (bulk copies of contiguous tiles)")?
+        == Some(1))
+}
+
 /// Positions the decode megakernels' KV caches hold: position 4096 and 64 tokens after it.
 const DECODE_CAPACITY: usize = 4096 + 64;
 
@@ -137,6 +146,7 @@ fn decode_megakernels() -> Result<(), String> {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let dest = out_dir.join("mpk");
     let mut opts = mirage::mpk::MpkOptions::default();
+    opts.kernel.bulk_runs = bulk_runs()?;
     // MIRAGE_DECODE_STAGES=n: the task bodies' most pipeline stages (an experiment's knob; the
     // default is MpkOptions's).
     if let Some(n) = env_number("MIRAGE_DECODE_STAGES", 1..=16, "a number of stages from 1 to 16")? {
@@ -181,8 +191,9 @@ fn decode_megakernels() -> Result<(), String> {
         names.push(name);
     }
     let prefetch_bytes = if opts.prefetch { opts.prefetch_limit_bytes } else { 0 };
+    let bulk = opts.kernel.bulk_runs;
     let mut index = format!(
-        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decoders' `contiguous_below` (0: every weight row-major).\n#[allow(dead_code)]\npub const DECODE_CONTIGUOUS_BELOW: usize = {contiguous_below};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decoders' `contiguous_below` (0: every weight row-major).\n#[allow(dead_code)]\npub const DECODE_CONTIGUOUS_BELOW: usize = {contiguous_below};\n/// Whether the task bodies copy contiguous weight tiles with one bulk copy each (MIRAGE_DECODE_BULK).\n#[allow(dead_code)]\npub const DECODE_BULK: bool = {bulk};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
         names.len()
     );
     for n in &names {

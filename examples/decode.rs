@@ -195,6 +195,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             "weights of tasks narrower than {DECODE_CONTIGUOUS_BELOW} columns stored tile by tile (MIRAGE_DECODE_CONTIGUOUS_BELOW)"
         );
     }
+    if DECODE_BULK {
+        println!("weight tiles stored tile by tile copied by one bulk copy each (MIRAGE_DECODE_BULK=1)");
+    }
     let gpu = match Gpu::new(0) {
         Ok(gpu) => gpu,
         Err(e) => {

@@ -99,7 +99,8 @@ __device__ __forceinline__ void window_copy(T* dst, const T* src, int valid, con
 // ---- bulk copies (sm_90 and later) -------------------------------------------------------------
 // With the code generator's `bulk_copies` option (off by default), a pipelined weight tile's rows
 // are moved by the bulk-copy engine (`cp.async.bulk`, one instruction per row) and counted in
-// bytes on the stage's mbarrier, instead of by the threads' 16-byte `cp.async`. Generated kernels
+// bytes on the stage's mbarrier, instead of by the threads' 16-byte `cp.async`; with `bulk_runs`
+// (off by default), a tile that is one contiguous run by one instruction. Generated kernels
 // use them under `#if MIRAGE_BULK`; other architectures keep `cp.async`. On the H200 rows of
 // 64-256 bytes moved this way were 1.3-1.8x slower than `cp.async` (docs/DECISIONS.md, change 21).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -112,6 +113,11 @@ __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned coun
 }
 // Makes the initialized barriers visible to the bulk-copy engine (then a block barrier).
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Ends a barrier's life (every phase complete, no thread waiting): a megakernel task body's
+// barriers before the worker's next task initializes them again.
+__device__ __forceinline__ void mbar_inval(unsigned long long* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 // One arrival that also expects `bytes` of bulk copies in the barrier's current phase.
 __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
@@ -133,6 +139,10 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
 // Orders this thread's earlier shared-memory accesses (the previous use of a stage buffer,
 // behind a block barrier) before the bulk copies it issues next (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Orders this thread's view of memory through the generic proxy (global data other blocks
+// released and this one acquired) before the bulk copies it issues next: a megakernel task
+// body's operands written by earlier tasks of the same launch.
+__device__ __forceinline__ void fence_proxy_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
 // Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) to shared memory; completion
 // is counted on `bar`.
 __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {

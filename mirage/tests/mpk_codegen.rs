@@ -129,3 +129,41 @@ fn the_resident_kernel_builds_as_a_fatbin_for_several_architectures() -> R {
     }
     Ok(())
 }
+
+/// With `KernelOptions::bulk_runs`, a task body copies each weight tile stored tile by tile
+/// (one contiguous run) with one `cp.async.bulk` by thread 0, its stages counted on mbarriers it
+/// initializes and invalidates itself; row-major weights keep the threads' `cp.async`; without
+/// the option nothing changes; and the resident kernel compiles for sm_90a and sm_80. One layer
+/// of Llama-3.2-1B (the test-mode graphs are too small for a pipeline).
+#[test]
+fn bulk_runs_copy_weights_stored_tile_by_tile_in_one_instruction() -> R {
+    use mirage::mpk::decoder::{DecoderConfig, decoder_step};
+    let model = mirage::model::ModelConfig::preset("llama-3.2-1b").ok_or("a preset")?;
+    let tiled_cfg = DecoderConfig { layers: 1, vocab: 1024, ..model.decoder_config(64, mirage::ir::DType::Bf16) };
+    assert!(tiled_cfg.contiguous_below > 16, "the models' default stores narrow tiles contiguously");
+    let rows_cfg = DecoderConfig { contiguous_below: 0, ..tiled_cfg.clone() };
+    let mut bulk = MpkOptions::default();
+    bulk.kernel.bulk_runs = true;
+    let tiled = generate(&compile(&decoder_step("l1_tiled", &tiled_cfg)?, &bulk)?)?;
+    let rows = generate(&compile(&decoder_step("l1_rows", &rows_cfg)?, &bulk)?)?;
+    let plain = generate(&compile(&decoder_step("l1_plain", &tiled_cfg)?, &MpkOptions::default())?)?;
+    let one = "if (tid == 0) mirage::bulk_copy(";
+    assert!(tiled.source.contains(one), "{}", tiled.source);
+    assert!(tiled.source.contains("mirage::mbar_inval(&mbar[s])"));
+    assert!(tiled.source.contains("mirage::fence_proxy_async_all();"));
+    // A 16 KiB stage of a 16-column weight tile (1B's k, v, o_proj, down) in one instruction.
+    assert!(tiled.source.contains("16384u, &mbar["), "{}", tiled.source);
+    assert!(!rows.source.contains("16384u, &mbar["), "row-major weights are not runs: {}", rows.source);
+    assert!(
+        !plain.source.contains("mirage::bulk_copy(") && !plain.source.contains("mirage::mbar_"),
+        "{}",
+        plain.source
+    );
+    for arch in ["sm_90a", "sm_80"] {
+        let opts = CompileOptions { arch: Some(arch.into()), ..Default::default() };
+        let cubin = compile_cubin(&tiled.source, &format!("{}_{}", tiled.kernel, arch.replace('_', "")), &opts)
+            .map_err(|e| format!("{arch}: {e}"))?;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"), "{arch}: an ELF cubin");
+    }
+    Ok(())
+}

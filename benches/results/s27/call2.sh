@@ -15,7 +15,7 @@ timeout 100 benchT/decode --random qwen3-0.6b --tokens 64 --pos 512 --profile > 
 grep -E "ms/token|busy|error|panick|^  [a-z_.0-9]+ +[0-9]+ +[0-9]+ |^layer|^  l[0-9]" "$OUT/decodeT-qwen3-512.txt" | head -40
 # PyTorch's best beside T in the same call, as time allows (each ~105-145 s: torch.compile).
 for m in llama-3.2-1b qwen3-0.6b; do
-  left=$((585 - SECONDS + t0))
+  left=$((420 - SECONDS + t0))
   [ $left -gt 160 ] || { echo "torch $m: not run (time)"; continue; }
   echo "-- T $m pos 512 ($((SECONDS - t0)) s)"
   timeout 80 benchT/decode --random $m --tokens 64 --pos 512 2>&1 | grep -E "ms/token|error|panick" | head -3

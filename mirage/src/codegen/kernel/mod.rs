@@ -58,12 +58,36 @@ pub struct KernelOptions {
     /// default: on the H200 it made the weight-bound benchmark kernels 1.3–1.8× slower than the
     /// threads' 16-byte `cp.async` (rows of 64–256 bytes; docs/DECISIONS.md, change 21).
     pub bulk_copies: bool,
+    /// Copy the pipelined tiles that are one contiguous run in device and in shared memory (a
+    /// weight stored tile by tile: `mpk::decoder::WeightStorage::Tiles`) with one `cp.async.bulk`
+    /// each on sm_90, in `__global__` kernels and megakernel task bodies alike (an mbarrier per
+    /// stage, initialized and invalidated by every call of a task body). Off by default (an
+    /// experiment: DECISIONS change 67). With [`bulk_copies`](Self::bulk_copies) too, that
+    /// option decides and task bodies keep `cp.async`.
+    pub bulk_runs: bool,
+}
+
+impl KernelOptions {
+    /// Which tiles the plan copies with the bulk-copy engine.
+    pub fn bulk(&self) -> planner::BulkCopies {
+        match (self.bulk_copies, self.bulk_runs) {
+            (true, _) => planner::BulkCopies::Rows,
+            (false, true) => planner::BulkCopies::Runs,
+            (false, false) => planner::BulkCopies::Off,
+        }
+    }
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
         // H100/H200: 227 KB of shared memory per block with opt-in.
-        KernelOptions { max_smem_bytes: 227 * 1024, max_stages: 4, sizes: KernelSizes::default(), bulk_copies: false }
+        KernelOptions {
+            max_smem_bytes: 227 * 1024,
+            max_stages: 4,
+            sizes: KernelSizes::default(),
+            bulk_copies: false,
+            bulk_runs: false,
+        }
     }
 }
 
@@ -149,7 +173,7 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
     bg.validate().map_err(CodegenError::Ir)?;
     let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
     loop {
-        let plan = planner::plan_sized(bg, stages, opts.bulk_copies, &opts.sizes.inputs);
+        let plan = planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
         if plan.total_smem_bytes() <= opts.max_smem_bytes {
             return Ok(plan);
         }

@@ -224,9 +224,19 @@ impl Emitter<'_> {
         self.close(indent, close);
     }
 
+    /// Bytes of one stage the emitted bulk copies move (what the stage's mbarrier expects).
+    pub(super) fn bulk_stage_bytes(&self) -> usize {
+        self.bulk
+            .iter()
+            .filter_map(|&i| self.plan.copies[i].as_ref().and_then(|c| c.bulk))
+            .map(|b| b.rows * b.row_bytes)
+            .sum()
+    }
+
     /// Copies input tile `i` of iteration `iter` into `buf` row by row with the bulk-copy engine
     /// (`cp.async.bulk`, sm_90), completion counted on mbarrier `bar` (a C pointer expression):
-    /// one instruction per row, the threads striding over the rows.
+    /// one instruction per row, the threads striding over the rows; one instruction by thread 0
+    /// for a tile that is a single run.
     pub(super) fn bulk_tile(&mut self, indent: usize, i: usize, iter: &str, buf: &str, bar: &str) {
         let plan = self.plan;
         let tile = plan.out_tile(i);
@@ -248,8 +258,18 @@ impl Emitter<'_> {
             }
         }
         let soff = if sterms.is_empty() { "0".to_string() } else { sterms.join(" + ") };
-        let total = bulk.rows;
         let bytes = bulk.row_bytes;
+        if bulk.rows == 1 {
+            // The whole tile one run: one instruction from its first element.
+            let go: Vec<String> =
+                (0..tile.shape.len()).map(|d| format!("(long long)({})*{}", boff[d], kdesc.strides[d])).collect();
+            self.line(
+                indent,
+                &format!("if (tid == 0) mirage::bulk_copy({buf}, {src} + ({}), {bytes}u, {bar});", go.join(" + ")),
+            );
+            return;
+        }
+        let total = bulk.rows;
         let close = self.open_strided(indent, "v", "tid", total, plan.threads);
         let inner = indent + close;
         self.line(inner, &format!("const long long go = {};", gterms.join(" + ")));

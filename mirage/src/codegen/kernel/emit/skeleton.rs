@@ -8,7 +8,7 @@ use crate::ir::BlockOp;
 
 use super::super::super::CodegenError;
 use super::super::KernelSizes;
-use super::super::planner::{KernelPlan, MatmulPlan, ctype};
+use super::super::planner::{BulkCopies, KernelPlan, MatmulPlan, ctype};
 use super::copy::stage_ptr;
 use super::{BLOCK_INDEX, Emitter, input_param, output_param, register_accumulator};
 
@@ -48,8 +48,12 @@ enum Entry {
 
 fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry, sizes: &KernelSizes) -> Result<String, CodegenError> {
     let mut e = Emitter::new(plan, sizes);
-    if entry == Entry::Kernel && sizes.is_static() {
+    if sizes.is_static() {
         e.bulk = plan.bulk_tiles();
+        if entry == Entry::TaskBody && plan.bulk != BulkCopies::Runs {
+            // Task bodies take bulk copies only of single runs (`KernelOptions::bulk_runs`).
+            e.bulk.clear();
+        }
     }
     e.signature(name, entry);
     e.declarations(entry);
@@ -59,6 +63,17 @@ fn emit(plan: &KernelPlan<'_>, name: &str, entry: Entry, sizes: &KernelSizes) ->
     e.line(1, "// after the loop");
     e.finish_accumulators(barrier_owed);
     e.epilogue()?;
+    if entry == Entry::TaskBody && !e.bulk.is_empty() {
+        // The next task of the worker runs in the same shared memory: every thread is past its
+        // last wait before the stages' mbarriers are invalidated (the next call initializes them).
+        e.line(0, "#if MIRAGE_BULK");
+        e.sync(1);
+        e.line(
+            1,
+            &format!("if (tid == 0) {{ for (int s = 0; s < {}; ++s) mirage::mbar_inval(&mbar[s]); }}", plan.stages),
+        );
+        e.line(0, "#endif");
+    }
     e.line(0, "}");
     Ok(e.out)
 }
@@ -139,6 +154,11 @@ impl Emitter<'_> {
                     plan.stages
                 ),
             );
+            if entry == Entry::TaskBody {
+                // Operands written by earlier tasks (acquired through the counters) are read
+                // by the bulk-copy engine, another proxy.
+                self.line(1, "mirage::fence_proxy_async_all();");
+            }
             self.sync(1);
             self.line(0, "#endif");
         }
@@ -198,7 +218,7 @@ impl Emitter<'_> {
             self.line(0, "#if MIRAGE_BULK");
             self.line(
                 indent,
-                &format!("if (tid == 0) mirage::mbar_expect_tx(&mbar[{stage}], {});", plan.bulk_stage_bytes()),
+                &format!("if (tid == 0) mirage::mbar_expect_tx(&mbar[{stage}], {});", self.bulk_stage_bytes()),
             );
             self.line(indent, "mirage::fence_proxy_async();");
             for &i in &bulk {
@@ -278,6 +298,12 @@ impl Emitter<'_> {
             self.line(2, "} }");
             self.commit(2);
             self.wait(2, 0);
+            if !self.bulk.is_empty() {
+                // One stage: this iteration's bulk copies complete phase `it` of its mbarrier.
+                self.line(0, "#if MIRAGE_BULK");
+                self.line(2, "mirage::mbar_wait(&mbar[0], it & 1);");
+                self.line(0, "#endif");
+            }
         } else if pipelined {
             // Committed so far: the prologue's s - 1 stages and one refill per earlier
             // iteration, the last for iteration it + s - 2: this one's is complete when at most

@@ -136,10 +136,11 @@ pub struct TileCopy {
     /// the vectors; the generated code copies element by element (plain loads and stores,
     /// complete at the next barrier) when it is not.
     pub guard: Option<usize>,
-    /// With [`crate::codegen::KernelOptions::bulk_copies`], on sm_90 and later, in a `__global__`
-    /// kernel of static sizes: the tile's rows copied by the bulk-copy engine instead
-    /// (`cp.async.bulk`, one instruction per row, completion counted in bytes on the stage's
-    /// mbarrier); `None` for tiles it cannot move, and for every tile without the option.
+    /// With [`crate::codegen::KernelOptions::bulk_copies`] or
+    /// [`crate::codegen::KernelOptions::bulk_runs`], on sm_90 and later, in a kernel of static
+    /// sizes: the tile copied by the bulk-copy engine instead (`cp.async.bulk`, one instruction
+    /// per row or one for a tile that is a single run, completion counted in bytes on the stage's
+    /// mbarrier); `None` for tiles it cannot move, and for every tile without an option.
     pub bulk: Option<BulkRows>,
 }
 
@@ -157,11 +158,28 @@ pub struct BulkRows {
 /// instruction per 16 or 32 bytes buys nothing over it).
 pub const BULK_MIN_ROW_BYTES: usize = 64;
 
-/// Whether (and how) pipelined `tile`, cut into `units` of `vector`, can be copied by rows of
-/// `cp.async.bulk`: 16-byte vectors along a dim that is contiguous in shared memory too, rows of
-/// at least [`BULK_MIN_ROW_BYTES`], and every row start 16-byte aligned in shared memory (the
-/// device side is aligned by [`vector_copy_sized`]'s rule for 16-byte vectors).
-fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize) -> Option<BulkRows> {
+/// Which pipelined tiles a plan copies with the bulk-copy engine (sm_90; [`TileCopy::bulk`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BulkCopies {
+    /// None: every tile by the threads' `cp.async`.
+    #[default]
+    Off,
+    /// Tiles that are one contiguous run in device and in shared memory, one instruction each
+    /// ([`crate::codegen::KernelOptions::bulk_runs`]).
+    Runs,
+    /// Every tile whose rows qualify, one instruction per row, or one for a tile that is a
+    /// single run ([`crate::codegen::KernelOptions::bulk_copies`]).
+    Rows,
+}
+
+/// Whether (and how) pipelined `tile`, cut into `units` of `vector`, of an operand with element
+/// strides `kstrides`, can be copied by `cp.async.bulk`: 16-byte vectors along a dim that is
+/// contiguous in shared memory too, every row start 16-byte aligned in shared memory (the device
+/// side is aligned by [`vector_copy_sized`]'s rule for 16-byte vectors), and either the whole
+/// tile one run of at least [`BULK_MIN_ROW_BYTES`] in both memories (its rows back to back in
+/// the operand as in shared memory: one instruction) or rows of at least that many bytes (one
+/// instruction per row).
+fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize, kstrides: &[usize]) -> Option<BulkRows> {
     let c = vector.vec_dim?;
     let row_bytes = tile.shape[c] * es;
     let aligned = |x: usize| x.is_multiple_of(16);
@@ -170,12 +188,28 @@ fn bulk_rows(tile: &Tile, vector: VectorCopy, units: &[usize], es: usize) -> Opt
     let ok = tile.pipelined
         && vector.vec * es == 16
         && tile.strides[c] == 1
-        && row_bytes >= BULK_MIN_ROW_BYTES
         && aligned(tile.offset)
         && aligned(tile.bytes)
         && smem_rows_aligned;
+    if !ok {
+        return None;
+    }
+    // One run: every dim of extent > 1 strides by the elements of the dims inside it, in shared
+    // memory and in the operand alike (row-major over the tile's shape, the contiguous dim last).
+    let numel: usize = tile.shape.iter().product();
+    let mut inner = 1;
+    let mut run = kstrides.len() == tile.shape.len();
+    for d in (0..tile.shape.len()).rev() {
+        if tile.shape[d] > 1 {
+            run &= tile.strides[d] == inner && kstrides.get(d) == Some(&inner);
+        }
+        inner *= tile.shape[d];
+    }
+    if run && numel * es >= BULK_MIN_ROW_BYTES {
+        return Some(BulkRows { rows: 1, row_bytes: numel * es });
+    }
     let total: usize = units.iter().product();
-    ok.then(|| BulkRows { rows: total / units[c], row_bytes })
+    (row_bytes >= BULK_MIN_ROW_BYTES).then(|| BulkRows { rows: total / units[c], row_bytes })
 }
 
 /// The copy of every input iterator's tile.
@@ -184,7 +218,7 @@ pub(super) fn plan_copies(
     tiles: &[Vec<Option<Tile>>],
     vectors: &[Option<VectorCopy>],
     threads: usize,
-    bulk_copies: bool,
+    bulk: BulkCopies,
     sizes: &[Vec<DimSize>],
 ) -> Vec<Option<TileCopy>> {
     bg.nodes()
@@ -198,9 +232,11 @@ pub(super) fn plan_copies(
             // its strides and bounds follow the size).
             let sized = sizes.get(input).is_some_and(|s| s.iter().any(|d| *d != DimSize::Fixed));
             let mut copy = tile_copy(&bg.inputs()[input], input, tile, vector, threads, !sized);
-            if !bulk_copies {
-                copy.bulk = None;
-            }
+            copy.bulk = match bulk {
+                BulkCopies::Off => None,
+                BulkCopies::Runs => copy.bulk.filter(|b| b.rows == 1),
+                BulkCopies::Rows => copy.bulk,
+            };
             Some(copy)
         })
         .collect()
@@ -247,7 +283,8 @@ fn tile_copy(
     }
     // A guarded copy may run element by element: never the bulk engine (runtime-sized kernels
     // keep `cp.async`).
-    let bulk = if guard.is_some() { None } else { bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes()) };
+    let bulk =
+        if guard.is_some() { None } else { bulk_rows(tile, vector, &units, kdesc.dtype.size_bytes(), &kdesc.strides) };
     TileCopy { input, vec_dim, vec, units, total, method, bulk, guard }
 }
 
@@ -323,20 +360,32 @@ mod tests {
         let v16 = VectorCopy { vec_dim: Some(1), vec: 8, guard: None };
         // The benchmark's gated MLP weight tile: 512 rows of 64 bytes.
         let t = tile(&[512, 32], &[32, 1], 3072, true);
-        assert_eq!(bulk_rows(&t, v16, &[512, 4], 2), Some(BulkRows { rows: 512, row_bytes: 64 }));
+        let k = [4096, 1];
+        assert_eq!(bulk_rows(&t, v16, &[512, 4], 2, &k), Some(BulkRows { rows: 512, row_bytes: 64 }));
         // One 1 KiB row (an activation row walked by the loop).
         let x = tile(&[1, 512], &[512, 1], 0, true);
-        assert_eq!(bulk_rows(&x, v16, &[1, 64], 2), Some(BulkRows { rows: 1, row_bytes: 1024 }));
+        assert_eq!(bulk_rows(&x, v16, &[1, 64], 2, &[4096, 1]), Some(BulkRows { rows: 1, row_bytes: 1024 }));
         // Not pipelined, rows of 32 bytes, 8-byte vectors, a padded row that breaks the
         // alignment, a misaligned stage offset: cp.async.
-        assert_eq!(bulk_rows(&tile(&[512, 32], &[32, 1], 0, false), v16, &[512, 4], 2), None);
-        assert_eq!(bulk_rows(&tile(&[512, 16], &[16, 1], 0, true), v16, &[512, 2], 2), None);
+        assert_eq!(bulk_rows(&tile(&[512, 32], &[32, 1], 0, false), v16, &[512, 4], 2, &k), None);
+        assert_eq!(bulk_rows(&tile(&[512, 16], &[16, 1], 0, true), v16, &[512, 2], 2, &k), None);
         let v8 = VectorCopy { vec_dim: Some(1), vec: 4, guard: None };
-        assert_eq!(bulk_rows(&tile(&[64, 36], &[36, 1], 0, true), v8, &[64, 9], 2), None);
-        assert_eq!(bulk_rows(&tile(&[64, 32], &[36, 1], 0, true), v16, &[64, 4], 2), None);
-        assert_eq!(bulk_rows(&tile(&[64, 32], &[32, 1], 8, true), v16, &[64, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 36], &[36, 1], 0, true), v8, &[64, 9], 2, &k), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[36, 1], 0, true), v16, &[64, 4], 2, &k), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[32, 1], 8, true), v16, &[64, 4], 2, &k), None);
         // The contiguous dim is not contiguous in shared memory (a transposed layout).
-        assert_eq!(bulk_rows(&tile(&[64, 32], &[1, 64], 0, true), v16, &[64, 4], 2), None);
+        assert_eq!(bulk_rows(&tile(&[64, 32], &[1, 64], 0, true), v16, &[64, 4], 2, &k), None);
+        // A weight stored tile by tile ([(n / 16) · k, 16]): 512 rows of 32 bytes back to back in
+        // the operand and in shared memory, one 16 KiB run; rows of 16 bytes too (8 columns).
+        let run = tile(&[512, 16], &[16, 1], 0, true);
+        assert_eq!(bulk_rows(&run, v16, &[512, 2], 2, &[16, 1]), Some(BulkRows { rows: 1, row_bytes: 16384 }));
+        let run8 = tile(&[1024, 8], &[8, 1], 0, true);
+        assert_eq!(bulk_rows(&run8, v16, &[1024, 1], 2, &[8, 1]), Some(BulkRows { rows: 1, row_bytes: 16384 }));
+        // The same tile of a row-major weight (rows 4 KiB apart), or padded in shared memory: not a run.
+        assert_eq!(bulk_rows(&run, v16, &[512, 2], 2, &[2048, 1]), None);
+        assert_eq!(bulk_rows(&tile(&[512, 16], &[24, 1], 0, true), v16, &[512, 2], 2, &[16, 1]), None);
+        // A run shorter than 64 bytes keeps cp.async.
+        assert_eq!(bulk_rows(&tile(&[2, 8], &[8, 1], 0, true), v16, &[2, 1], 2, &[8, 1]), None);
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod smem;
 mod tiles;
 pub mod window;
 
-pub use copies::{BULK_MIN_ROW_BYTES, BulkRows, CopyMethod, Loads, TileCopy};
+pub use copies::{BULK_MIN_ROW_BYTES, BulkCopies, BulkRows, CopyMethod, Loads, TileCopy};
 pub use groups::{ElementwiseGroups, pass_vector};
 pub use mma::{
     ASource, FmaMatmul, K_STRIDED_MAX_TILES, MatmulPlan, RowMatmul, RowOut, TiledMatmul, VECTOR_MAX_ROWS, VectorMatmul,
@@ -55,6 +55,9 @@ pub struct KernelPlan<'g> {
     /// Pipeline stages of the tiles walked by the for-loop (1: each iteration's loads are waited
     /// for before its compute).
     pub stages: usize,
+    /// Which tiles the bulk-copy engine may move ([`TileCopy::bulk`] holds the result per tile;
+    /// megakernel task bodies take them only with [`BulkCopies::Runs`]).
+    pub bulk: BulkCopies,
     /// Register accumulation, hoisting and register chains.
     pub registers: RegisterPlan,
     /// Emission sections, schedule positions, aliases and users.
@@ -142,7 +145,7 @@ pub fn plan(bg: &BlockGraph, max_stages: usize) -> KernelPlan<'_> {
 /// [`plan`], marking the pipelined tiles whose rows qualify for the bulk-copy engine when
 /// `bulk_copies` is set ([`TileCopy::bulk`]).
 pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> KernelPlan<'_> {
-    plan_sized(bg, max_stages, bulk_copies, &[])
+    plan_sized(bg, max_stages, if bulk_copies { BulkCopies::Rows } else { BulkCopies::Off }, &[])
 }
 
 /// [`plan_with`] for a kernel whose operands follow runtime sizes as `sizes` says (per operand,
@@ -151,7 +154,7 @@ pub fn plan_with(bg: &BlockGraph, max_stages: usize, bulk_copies: bool) -> Kerne
 pub fn plan_sized<'g>(
     bg: &'g BlockGraph,
     max_stages: usize,
-    bulk_copies: bool,
+    bulk: BulkCopies,
     sizes: &[Vec<super::DimSize>],
 ) -> KernelPlan<'g> {
     let threads = bg.threads();
@@ -164,7 +167,7 @@ pub fn plan_sized<'g>(
         && bg.nodes().iter().any(|nd| matches!(nd.op, BlockOp::Input { forloop_dim: Some(_), .. }));
     let stages = if any_pipelined { max_stages } else { 1 };
     let placed = tiles::place(bg, &schedule, &registers, &groups, stages, sizes);
-    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk_copies, sizes);
+    let copies = copies::plan_copies(bg, &placed.tiles, &placed.vectors, threads, bulk, sizes);
     let loads = Loads::new(bg, &placed.tiles);
     let matmuls = mma::plan_matmuls(bg, &registers, &placed.tiles, warps);
     let reductions = reduce::plan_reductions(bg, &registers, &schedule, threads, warps);
@@ -175,6 +178,7 @@ pub fn plan_sized<'g>(
         threads,
         warps,
         stages,
+        bulk,
         registers,
         schedule,
         groups,
