@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 27's second device call: session 25's (benches/results/s25/call1.sh: session 24's dims
+# Not run (session 27: no machine could be started; call3.sh supersedes it). Session 27's
+# second device call: session 25's (benches/results/s25/call1.sh: session 24's dims
 # group, memcheck, S-sized and bucketed tests, split-K over B; then mirage-candle's GPU run), then
 # the profile of T (change 66 at 64, now the default) on Qwen3-0.6B at position 512, to see why
 # its gain (3.3%) fell short of the prediction (6-13%); then PyTorch's decode_baseline.py beside

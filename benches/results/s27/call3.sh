@@ -6,9 +6,19 @@
 # each) against T (session 26's build at contiguous_below 64, the default now, same code
 # otherwise): B's two-layer 1B and Qwen3 against the CPU reference, memcheck of B's two-layer
 # 1B, then T B T B on the 1B and Qwen3 at position 512, B's 1B profile.
-# Bundles: .gpu-bundle/{dims,T,B}.tar.xz (recipes: s24/call1.sh, s26/call1.sh; B as T with
-# MIRAGE_DECODE_BULK=1 and no CONTIGUOUS_BELOW) and .gpu-candle (scripts/candle-pack.sh).
-# carry [".gpu-bundle", ".gpu-candle"].
+# Not run in session 27: after call 1 every start of a device machine failed (six tries, the
+# device time spent on them), so run it in a later session. Rebuild T and B from one commit
+# (T now = main's default build, B = the same with the knob):
+#   for v in T:0 B:1; do b=${v%%:*}
+#     MIRAGE_DECODE=1 MIRAGE_DECODE_BULK=${v#*:} cargo build --release --example decode
+#     MIRAGE_DECODE=1 MIRAGE_DECODE_BULK=${v#*:} cargo test --release --test mpk_gpu --no-run
+#     mkdir bench$b; cp target/release/examples/decode bench$b/
+#     cp $(ls -t target/release/deps/mpk_gpu-* | grep -v '\.d$' | head -1) bench$b/mpk_gpu
+#     strip bench$b/*; git rev-parse --short=12 HEAD > bench$b/COMMIT
+#     mkdir -p .gpu-bundle; tar cJf .gpu-bundle/$b.tar.xz bench$b; rm -rf bench$b
+#   done          (about 4-5 min each on two cores)
+# Bundles: .gpu-bundle/{dims,T,B}.tar.xz (dims: s24/call1.sh's recipe) and .gpu-candle
+# (scripts/candle-pack.sh). carry [".gpu-bundle", ".gpu-candle"]; about 450 s.
 set -u
 t0=$SECONDS
 budget=${BUDGET:-470}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 27's last device call, for the little device time left after failed starts: call3.sh
+# Not run (session 27: no machine could be started; call3.sh holds the whole call). Meant as
+# session 27's last device call, for the little device time left after failed starts: call3.sh
 # in another order and without session 24's dims group (its memchecks need minutes): first
 # mirage-candle's GPU run (scripts/gpu-candle.sh: issue 19 item 6), then change 67 (B against T,
 # as call3.sh), as time allows. carry [".gpu-bundle", ".gpu-candle"].
