@@ -6,7 +6,7 @@
 # each) against T (session 26's build at contiguous_below 64, the default now, same code
 # otherwise): B's two-layer 1B and Qwen3 against the CPU reference, memcheck of B's two-layer
 # 1B, then T B T B on the 1B and Qwen3 at position 512, B's 1B profile.
-# Not run in session 27: after call 1 every start of a device machine failed (six tries, the
+# Not run in session 27: after call 1 every start of a device machine failed (nine tries, the
 # device time spent on them), so run it in a later session. Rebuild T and B from one commit
 # (T now = main's default build, B = the same with the knob):
 #   for v in T:0 B:1; do b=${v%%:*}
