@@ -224,15 +224,6 @@ impl Emitter<'_> {
         self.close(indent, close);
     }
 
-    /// Bytes of one stage the emitted bulk copies move (what the stage's mbarrier expects).
-    pub(super) fn bulk_stage_bytes(&self) -> usize {
-        self.bulk
-            .iter()
-            .filter_map(|&i| self.plan.copies[i].as_ref().and_then(|c| c.bulk))
-            .map(|b| b.rows * b.row_bytes)
-            .sum()
-    }
-
     /// Copies input tile `i` of iteration `iter` into `buf` row by row with the bulk-copy engine
     /// (`cp.async.bulk`, sm_90), completion counted on mbarrier `bar` (a C pointer expression):
     /// one instruction per row, the threads striding over the rows; one instruction by thread 0

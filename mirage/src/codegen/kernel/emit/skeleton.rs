@@ -218,7 +218,7 @@ impl Emitter<'_> {
             self.line(0, "#if MIRAGE_BULK");
             self.line(
                 indent,
-                &format!("if (tid == 0) mirage::mbar_expect_tx(&mbar[{stage}], {});", self.bulk_stage_bytes()),
+                &format!("if (tid == 0) mirage::mbar_expect_tx(&mbar[{stage}], {});", plan.bulk_stage_bytes()),
             );
             self.line(indent, "mirage::fence_proxy_async();");
             for &i in &bulk {
