@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Session 27's device call (what call2.sh held, reordered for the time left, plus change 67):
+# Session 27's device call (session 25's call, change 66's Qwen3 profile and change 67):
 # session 25's call (s25/call1.sh: session 24's dims group, memcheck, S-sized and bucketed tests,
 # split-K over B; then mirage-candle's GPU run), then, as time allows, change 67 (B = the decode
 # built with MIRAGE_DECODE_BULK=1: weight tiles stored tile by tile copied by one cp.async.bulk
 # each) against T (session 26's build at contiguous_below 64, the default now, same code
-# otherwise): B's two-layer 1B and Qwen3 against the CPU reference, memcheck of B's two-layer
-# 1B, then T B T B on the 1B and Qwen3 at position 512, B's 1B profile.
+# otherwise): B's two-layer 1B and Qwen3 against the CPU reference, then T B T B on the 1B and
+# Qwen3 at position 512, memcheck of B's two-layer 1B, T's Qwen3 profile (change 66's shortfall
+# there), B's 1B profile.
 # Not run in session 27: after call 1 every start of a device machine failed (nine tries, the
 # device time spent on them), so run it in a later session. Rebuild T and B from one commit
 # (T now = main's default build, B = the same with the knob):
@@ -49,6 +50,12 @@ if ok 60; then
   MIRAGE_MPK_WATCHDOG_MS=600000 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 \
     benchB/decode --random llama-3.2-1b --layers 2 --tokens 2 --pos 300 > "$OUT/memcheckB.txt" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY" "$OUT/memcheckB.txt" | tail -2
+fi
+if ok 25; then
+  # Why Qwen3 gained a third of change 66's prediction: where its layer's time goes now.
+  echo "-- T qwen3-0.6b pos 512 profile ($((SECONDS - t0)) s)"
+  timeout 40 benchT/decode --random qwen3-0.6b --tokens 64 --pos 512 --profile > "$OUT/decodeT-qwen3-512.txt" 2>&1
+  grep -E "$keep|^  [a-z_.0-9]+ +[0-9]+ +[0-9]+ |^layer|^  l14" "$OUT/decodeT-qwen3-512.txt" | head -26
 fi
 if ok 25; then
   echo "-- B llama-3.2-1b pos 512 profile ($((SECONDS - t0)) s)"
