@@ -1,6 +1,6 @@
 //! The runtime-sized-dims rows of the GPU bench (`benches/gpu.rs`, group `dims`): the benchmark's
 //! gated MLP (f16, 4096 × 4096 weights) for any batch `B` in 1..=64 built once (at 64), built as
-//! six size buckets (1, 2..=8, 9..=16, 17..=32, 33..=48, 49..=64, each searched for its whole
+//! seven size buckets (1, 2..=8, 9..=16, 17..=24, 25..=32, 33..=48, 49..=64, each searched for its whole
 //! sub-range), and fixed-shape builds of it at every other size the bench runs (2, 3, 17, 31, 33,
 //! 48, 63 and 64 rows; the examples' `gated_mlp_bs1` and `gated_mlp_bs8` are the fixed builds at 1
 //! and 8); and decode attention at issue 16's shape (32 query heads of one row, head dim 128, bf16,
@@ -25,11 +25,13 @@ pub fn gated_mlp_over_b(
     silu(x.matmul(w1)) * x.matmul(w2)
 }
 
-/// `silu(X @ W1) * (X @ W2)` for any batch `B` in 1..=64, built as six size buckets (1, 2..=8,
-/// 9..=16, 17..=32, 33..=48, 49..=64): a call runs the bucket holding its `B`. The default ladder
-/// (1, 8, 16, 32, 64) with a bound at 48 added, where the fixed builds' cost steps on the H200
-/// (45–52 µs at 33–48 rows, 76 at 63–64: another µGraph family; DECISIONS change 61).
-#[mugraph(dims(B = 1..=64), buckets(B = [1, 8, 16, 32, 48, 64]))]
+/// `silu(X @ W1) * (X @ W2)` for any batch `B` in 1..=64, built as seven size buckets (1, 2..=8,
+/// 9..=16, 17..=24, 25..=32, 33..=48, 49..=64): a call runs the bucket holding its `B`. The
+/// default ladder (1, 8, 16, 32, 64) with bounds added where the fixed builds' µGraph family
+/// steps: at 48 (45–52 µs at 33–48 rows, 76 at 63–64; DECISIONS change 61) and at 24 (the fixed
+/// B = 17 is one kernel, 45 µs on the H100, where 17..=32 chose the split-K of 31–32 rows, 53 µs
+/// at 17; change 68).
+#[mugraph(dims(B = 1..=64), buckets(B = [1, 8, 16, 24, 32, 48, 64]))]
 pub fn gated_mlp_over_b_buckets(
     x: Tensor<f16, B, 4096>,
     w1: Tensor<f16, 4096, 4096>,
