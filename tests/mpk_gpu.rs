@@ -138,22 +138,32 @@ fn two_layers_at_real_model_widths_match_the_cpu() -> R {
         cfg.layers = 2;
         cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW; // as the build script built it
         let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
-        // 8 steps at positions 509..517 over caches of random keys and values
-        let case = TestCase { graph, steps: 8, pos0: 509 };
-        let g = &case.graph;
-        let init = case.init(5);
-        let mut s = session(&gpu, g.name());
-        upload_all(&mut s, g, &init);
-        let mut before = init;
-        for step in 0..case.steps {
-            poison_buffers(&mut s, g);
-            before = download_changed(&s, g, &before);
-            let p = step_params(&s, &case, step);
-            s.run(std::slice::from_ref(&p)).unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
-            let after = download_changed(&s, g, &before);
-            compare_step(g, &before, &after, p.values(), TOLERANCE)
-                .unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
-            println!("{} step {step}: token {} matches the CPU reference", g.name(), s.download_f32("token")?[0]);
+        // 8 steps at positions 509..517 over caches of random keys and values (every chunk's
+        // keys in the attention's early rows), then 3 at 4154..4157 near the capacity (chunks of
+        // 260 keys: more than the early rows hold, 256 at head dim 64, 128 at 128; the new key
+        // in them for the 1B, past them for Qwen3).
+        for (pos0, steps) in [(509, 8), (4154, 3)] {
+            let case = TestCase { graph: graph.clone(), steps, pos0 };
+            let g = &case.graph;
+            let init = case.init(5);
+            let mut s = session(&gpu, g.name());
+            upload_all(&mut s, g, &init);
+            let mut before = init;
+            for step in 0..case.steps {
+                poison_buffers(&mut s, g);
+                before = download_changed(&s, g, &before);
+                let p = step_params(&s, &case, step);
+                s.run(std::slice::from_ref(&p)).unwrap_or_else(|e| panic!("{} step {step}: {e}", g.name()));
+                let after = download_changed(&s, g, &before);
+                compare_step(g, &before, &after, p.values(), TOLERANCE)
+                    .unwrap_or_else(|e| panic!("{} pos {} step {step}: {e}", g.name(), pos0 as usize + step));
+                println!(
+                    "{} pos {}: token {} matches the CPU reference",
+                    g.name(),
+                    pos0 as usize + step,
+                    s.download_f32("token")?[0]
+                );
+            }
         }
     }
     Ok(())
