@@ -620,13 +620,14 @@ template <int E> __device__ __forceinline__ int decode_attention_early_end(int l
 // The part of decode-attention tile (chunk, kvh) that does not depend on this step's
 // projections, run by the worker before it waits for them (MpkEarly): the chunk's cached keys
 // and values below `pos` — at most E rows of each — copied into the early region by cp.async
-// (one commit group, which decode_attention waits for), the next rows of the chunk's first key
-// tile streamed into L2, the angles' cos and sin at `pos`, and the per-head norm gains. Nothing
-// when `pos` is out of range (decode_attention reports it).
+// (one commit group, which decode_attention waits for), and the next rows of the chunk's first
+// key tile streamed into L2: nothing that waits for memory, so a task whose dependencies are
+// already met starts no later (change 69's first version also loaded the gains and computed the
+// angles here: one more round of loads before the wait, and slower). Nothing when `pos` is out
+// of range (decode_attention reports it).
 template <typename T, int THREADS, int D, int G, int CHUNKS, int E>
-__device__ void decode_attention_early(int chunk, int kvh, const float* inv_freq, const T* q_gain, const T* k_gain,
-                                       const T* kc, const T* vc, int cap, long long pos, float* smem) {
-  constexpr int H = D / 2;
+__device__ void decode_attention_early(int chunk, int kvh, const T* kc, const T* vc, int cap, long long pos,
+                                       float* smem) {
   constexpr int VEC = 16 / (int)sizeof(T);  // elements per 16-byte copy
   constexpr int PER_ROW = D / VEC;
   static_assert(D % VEC == 0, "a cache row is whole 16-byte vectors");
@@ -655,24 +656,12 @@ __device__ void decode_attention_early(int chunk, int kvh, const float* inv_freq
       prefetch_l2(vr + b);
     }
   }
-  float* cs = smem + attention_smem_floats(G, D, THREADS);  // [H] cos
-  float* sn = cs + H;                                        // [H] sin
-  float* gs = sn + H + (G + 1) + (G + 2) * D;               // [2][D]: q and k gains
-  if (q_gain != nullptr) {
-    for (int i = tid; i < 2 * D; i += THREADS) gs[i] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
-  }
-  for (int i = tid; i < H; i += THREADS) {
-    double s, co;
-    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
-    cs[i] = (float)co;
-    sn[i] = (float)s;
-  }
 }
 
 // Decode attention, fused (mirage::mpk::builtin::Builtin::DecodeAttention): tile (chunk, kvh)
 // of one query row at position `pos` (keys 0..=pos), after decode_attention_early ran on this
 // block (the worker runs it before the task's dependency wait: the chunk's cached rows below
-// `pos`, at most E, are in shared memory or on their way, the angles and gains are there).
+// `pos`, at most E, are in shared memory or on their way).
 // (1) RoPE (after the per-head RMSNorm of Qwen3 when q_gain is not null) of the G query heads of
 // the KV head's group, rounded to T as the projection's type stores them, into shared memory;
 // the tile whose chunk holds key `pos` also ropes the new key and appends it and the new value
@@ -688,7 +677,7 @@ __device__ void decode_attention_early(int chunk, int kvh, const float* inv_freq
 // allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
 template <typename T, int THREADS, int D, int G, int CHUNKS, int E>
 __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
-                                 const T* q_gain, float eps, T* out, float* partial, T* kc, T* vc,
+                                 const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out, float* partial, T* kc, T* vc,
                                  unsigned* tickets, int cap, long long pos, float scale, unsigned source,
                                  float* smem) {
   constexpr int WARPS = THREADS / 32;
@@ -720,12 +709,21 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   const int ehi = pos_early ? (int)pos + 1 : decode_attention_early_end<E>(lo, hi, pos);
   const int heads = owner ? G + 1 : G;  // head G: the new key
   const int rows = owner ? G + 2 : G;   // row G + 1: the new value
-  // (1) Everything the rotations read that the early part did not: the heads and the new value,
-  // in one round of loads.
+  // (1) Everything the rotations read, in one round of loads: the heads, the new value, the
+  // gains and the angles.
   for (int e = tid; e < rows * D; e += THREADS) {
     const int g = e / D, i = e % D;
     const T* src = g < G ? q + ((size_t)kvh * G + g) * D : (g == G ? k : v) + (size_t)kvh * D;
     raw[e] = mirage::to_f32(load(src + i));
+  }
+  if (q_gain != nullptr) {
+    for (int i = tid; i < 2 * D; i += THREADS) gs[i] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
+  }
+  for (int i = tid; i < H; i += THREADS) {
+    double s, co;
+    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
+    cs[i] = (float)co;
+    sn[i] = (float)s;
   }
   mirage::cp_async_wait<0>();
   __syncthreads();

@@ -226,21 +226,14 @@ fn builtin_early_call(
 ) -> Option<String> {
     let d = |t: TensorId| &g.tensor(t).desc;
     match b {
-        Builtin::DecodeAttention { pos, chunks, norm, .. } => {
+        Builtin::DecodeAttention { pos, chunks, .. } => {
             let kc = d(outs[2]);
             let hd = kc.shape[2];
             let group = d(ins[0]).shape[1] / hd / kc.shape[0];
             let early = super::builtin::early_keys(hd, kc.dtype.size_bytes(), threads, kc.shape[1], *chunks);
             let ty = ctype(d(ins[0]).dtype);
-            let gain = |i: usize| match norm {
-                Some(_) => ptr(g, ins[i], false),
-                None => format!("static_cast<const {ty}*>(nullptr)"),
-            };
             Some(format!(
-                "mpk::decode_attention_early<{ty}, {threads}, {hd}, {group}, {chunks}, {early}>(task.x, task.y, {}, {}, {}, {}, {}, {}, ((long long)prm[{}] + {}ll), reinterpret_cast<float*>(smem));",
-                ptr(g, ins[3], false),
-                gain(4),
-                gain(5),
+                "mpk::decode_attention_early<{ty}, {threads}, {hd}, {group}, {chunks}, {early}>(task.x, task.y, {}, {}, {}, ((long long)prm[{}] + {}ll), reinterpret_cast<float*>(smem));",
                 ptr(g, outs[2], true),
                 ptr(g, outs[3], true),
                 kc.shape[1],
@@ -348,13 +341,14 @@ fn builtin_call(
             let hd = kc.shape[2];
             let group = d(ins[0]).shape[1] / hd / kc.shape[0];
             let early = super::builtin::early_keys(hd, kc.dtype.size_bytes(), threads, kc.shape[1], *chunks);
-            let (q_gain, eps) = (gain(norm, 4), eps(norm));
+            let (q_gain, k_gain, eps) = (gain(norm, 4), gain(norm, 5), eps(norm));
             format!(
-                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}, {early}>(ctx, task.x, task.y, {}, {}, {}, {q_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}, {early}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, ins[1], false),
                 ptr(g, ins[2], false),
+                ptr(g, ins[3], false),
                 ptr(g, out, true),
                 ptr(g, outs[1], true),
                 ptr(g, outs[2], true),
