@@ -138,10 +138,9 @@ fn two_layers_at_real_model_widths_match_the_cpu() -> R {
         cfg.layers = 2;
         cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW; // as the build script built it
         let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
-        // 8 steps at positions 509..517 over caches of random keys and values (every chunk's
-        // keys in the attention's early rows), then 3 at 4154..4157 near the capacity (chunks of
-        // 260 keys: more than the early rows hold, 256 at head dim 64, 128 at 128; the new key
-        // in them for the 1B, past them for Qwen3).
+        // 8 steps at positions 509..517 over caches of random keys and values, then 3 at
+        // 4154..4157 near the capacity (split-KV chunks of 260 keys: more than one key tile of
+        // the worker's 256 threads, the new key in the second tile).
         for (pos0, steps) in [(509, 8), (4154, 3)] {
             let case = TestCase { graph: graph.clone(), steps, pos0 };
             let g = &case.graph;

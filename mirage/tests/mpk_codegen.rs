@@ -60,57 +60,6 @@ fn the_resident_kernel_of_every_test_graph_compiles() -> R {
 }
 
 #[test]
-fn decode_attention_copies_its_cached_rows_before_its_wait() -> R {
-    // Every decoder layer's attention has an early part (MpkEarly) with the same template
-    // arguments as its body, and the kernel's shared memory holds its early rows.
-    for case in cases()? {
-        let g = &case.graph;
-        let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
-        let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
-        let bodies = k.source.matches("mpk::decode_attention<").count();
-        assert_eq!(k.source.matches("mpk::decode_attention_early<").count(), bodies, "{}", g.name());
-        assert!(k.source.contains("mpk::worker<256>(p, t, MpkDispatch{}, MpkEarly{}, smem);"), "{}", g.name());
-        for (i, op) in c.graph.ops().iter().enumerate() {
-            let mirage::mpk::OpKind::Builtin(mirage::mpk::builtin::Builtin::DecodeAttention { chunks, .. }) = &op.kind
-            else {
-                continue;
-            };
-            let (q, cache) = (&c.graph.tensor(op.inputs[0]).desc, &c.graph.tensor(op.outputs[2]).desc);
-            let (kvh, cap, d) = (cache.shape[0], cache.shape[1], cache.shape[2]);
-            let group = q.shape[1] / d / kvh;
-            let e = mirage::mpk::builtin::early_keys(d, cache.dtype.size_bytes(), 256, cap, *chunks);
-            assert!(e >= 1, "{}: no early rows", g.name());
-            let early = format!("case {i}: mpk::decode_attention_early<");
-            let line =
-                k.source.lines().find(|l| l.contains(&early)).unwrap_or_else(|| panic!("{}: no `{early}`", g.name()));
-            assert!(
-                line.contains(&format!(", 256, {d}, {group}, {chunks}, {e}>(task.x, task.y")),
-                "{}: {line}",
-                g.name()
-            );
-            let need = mirage::mpk::builtin::decode_attention_smem_bytes(
-                group,
-                d,
-                cache.dtype.size_bytes(),
-                256,
-                cap,
-                *chunks,
-            );
-            assert!(
-                k.smem_bytes >= need,
-                "{}: {} bytes of shared memory, the attention needs {need}",
-                g.name(),
-                k.smem_bytes
-            );
-        }
-        if g.name().starts_with("layer") || g.name() == "toy" {
-            assert!(bodies >= 1, "{}: a decoder step without decode attention", g.name());
-        }
-    }
-    Ok(())
-}
-
-#[test]
 fn the_overhead_graphs_compile_and_their_tables_follow_the_schedule() -> R {
     for g in overhead_graphs(132, 64)? {
         let (c, k) = builtin_kernel(&g, 132);

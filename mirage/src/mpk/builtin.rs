@@ -503,9 +503,8 @@ impl Builtin {
         }
     }
 
-    /// Dynamic shared memory one task needs with `threads` threads, given the operator's
-    /// inputs and outputs.
-    pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc], outputs: &[&TensorDesc]) -> usize {
+    /// Dynamic shared memory one task needs with `threads` threads.
+    pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc]) -> usize {
         let warps = threads / 32;
         match self {
             Builtin::AttentionPartial { .. } => {
@@ -514,12 +513,14 @@ impl Builtin {
                 attention_smem_floats(group, d, threads) * 4
             }
             Builtin::DecodeAttention { chunks, .. } => {
-                // inv_freq is [d/2]; k is [1, kv_heads·d]; the caches (outputs 2 and 3) are
-                // [kv_heads, capacity, d].
+                // inv_freq is [d/2]; k is [1, kv_heads·d].
                 let d = 2 * inputs[3].shape[0];
                 let group = inputs[0].shape[1] / inputs[1].shape[1];
-                let cache = outputs[2];
-                decode_attention_smem_bytes(group, d, cache.dtype.size_bytes(), threads, cache.shape[1], *chunks)
+                // attention_chunk's, then cos and sin of the angles, a norm scale per head, the
+                // heads and the new value as loaded, and the two gains; the merge reuses the
+                // space for (m, l) of every chunk of the group.
+                let attend = attention_smem_floats(group, d, threads) + d + group + 1 + (group + 2) * d + 2 * d;
+                attend.max(2 * group * chunks) * 4
             }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
@@ -849,44 +850,6 @@ fn decode_attention_tile(
         }
     }
     Ok(())
-}
-
-/// Floats of shared memory [`Builtin::DecodeAttention`] uses before its early region
-/// (`decode_attention_floats` of `device.cuh`): `attention_chunk`'s, then cos and sin of the
-/// angles, a norm scale per head, the heads and the new key and value as loaded, and the two
-/// gains.
-fn decode_attention_floats(group: usize, d: usize, threads: usize) -> usize {
-    attention_smem_floats(group, d, threads) + d + group + 1 + (group + 2) * d + 2 * d
-}
-
-/// Bytes of shared memory the early region of [`Builtin::DecodeAttention`] may take: the cached
-/// key and value rows its tiles copy before their dependency wait.
-pub const EARLY_ROWS_BYTES: usize = 64 * 1024;
-
-/// Cached key rows (and as many value rows) a [`Builtin::DecodeAttention`] tile copies into
-/// shared memory before its dependency wait (`decode_attention_early` of `device.cuh`): no more
-/// than a key tile of `threads` keys, than [`EARLY_ROWS_BYTES`] hold, or than a chunk of a full
-/// cache of `capacity` keys in `chunks` chunks has; the rest of a longer chunk is read from the
-/// caches as before.
-pub fn early_keys(d: usize, elem_bytes: usize, threads: usize, capacity: usize, chunks: usize) -> usize {
-    threads.min(EARLY_ROWS_BYTES / (2 * d * elem_bytes).max(1)).min(capacity.div_ceil(chunks.max(1)))
-}
-
-/// Dynamic shared memory of a [`Builtin::DecodeAttention`] tile with `threads` threads whose
-/// query is `[1, group·kv_heads·d]` and caches `[kv_heads, capacity, d]` of `elem_bytes`-byte
-/// elements in `chunks` chunks: its floats, then (from a 16-byte boundary) the early region of
-/// [`early_keys`] key and value rows; the merge reuses the start for every chunk's (m, l).
-pub fn decode_attention_smem_bytes(
-    group: usize,
-    d: usize,
-    elem_bytes: usize,
-    threads: usize,
-    capacity: usize,
-    chunks: usize,
-) -> usize {
-    let floats = decode_attention_floats(group, d, threads).next_multiple_of(4);
-    let early = 2 * early_keys(d, elem_bytes, threads, capacity, chunks) * d * elem_bytes;
-    (floats * 4 + early).max(2 * group * chunks * 4)
 }
 
 /// Floats of shared memory one split-KV chunk (`attention_chunk` of `device.cuh`) uses: the
@@ -1465,25 +1428,6 @@ mod tests {
         let e = b(None).output_descs(&[&g.tensor(q).desc; 4]).expect_err("no new outputs");
         assert!(e.contains("use decode_attention()"), "{e}");
         g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc, vc]).expect("well formed");
-    }
-
-    #[test]
-    fn early_rows_are_bounded_by_the_tile_the_budget_and_a_full_chunk() {
-        // Llama-3.2-1B (head dim 64, bf16, 256 threads, capacity 4160 in 16 chunks): 256 keys,
-        // the key tile and the 64 KiB budget at once; Qwen3 (head dim 128): the budget, 128.
-        assert_eq!(early_keys(64, 2, 256, 4160, 16), 256);
-        assert_eq!(early_keys(128, 2, 256, 4160, 16), 128);
-        // a small cache: every key of a full chunk (65 / 5 = 13)
-        assert_eq!(early_keys(64, 2, 256, 65, 5), 13);
-        // fewer threads than the budget allows: one key tile
-        assert_eq!(early_keys(16, 4, 64, 4096, 2), 64);
-        // the region starts at a 16-byte boundary after the floats and is 2·E rows of T
-        let floats = decode_attention_floats(4, 64, 256);
-        let bytes = decode_attention_smem_bytes(4, 64, 2, 256, 4160, 16);
-        assert_eq!(bytes, floats.next_multiple_of(4) * 4 + 2 * 256 * 64 * 2);
-        assert_eq!(bytes % 16, 0);
-        // a merge of many chunks can need more than the rest: the (m, l) pairs
-        assert_eq!(decode_attention_smem_bytes(1, 8, 4, 32, 1, 4096), 2 * 4096 * 4);
     }
 
     #[test]

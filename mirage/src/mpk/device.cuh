@@ -186,13 +186,9 @@ __device__ __forceinline__ void prefetch(const Params& p, const Prefetch* f, uns
 // prefetch weights into L2 (a window of the worker's next `prefetch_ahead` tasks, so that a
 // task's weights stream in while the ones before it wait and run; warps 1.. prefetch while warp 0
 // waits for the task's counters), run its body, signal its counters with release atomics after a block barrier,
-// stamp. Before the wait the worker runs the task's early part (`early`, MpkEarly: the work of a
-// task that does not depend on its counters, such as decode attention's copies of cached rows
-// into shared memory; shared memory is free there, after the previous task's closing barrier).
-// Stops at the first failed wait, after draining any early copies.
-template <int THREADS, class Dispatch, class Early>
-__device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, Early early,
-                                       unsigned char* smem) {
+// stamp. Stops at the first failed wait.
+template <int THREADS, class Dispatch>
+__device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatch dispatch, unsigned char* smem) {
   const unsigned w = blockIdx.x, tid = threadIdx.x;
   if (gridDim.x != t.num_workers || gridDim.y != 1 || gridDim.z != 1 || blockDim.x != THREADS || blockDim.y != 1 ||
       blockDim.z != 1) {
@@ -228,13 +224,10 @@ __device__ __forceinline__ void worker(const Params& p, const Tables& t, Dispatc
           prefetch(p, t.prefetch, t.tasks[a].prefetch_begin, t.tasks[a + 1].prefetch_begin, lane0, lanes);
         }
       }
-      early(p, task, prm, smem);
       const Wait* waits = t.waits + task.wait_begin;
       if (!wait_counters(p, next.wait_begin - task.wait_begin, [&](unsigned j) { return waits[j].counter; },
-                         [&](unsigned j) { return waits[j].triggers * step; }, id, step)) {
-        mirage::cp_async_wait<0>();
+                         [&](unsigned j) { return waits[j].triggers * step; }, id, step))
         return;
-      }
       if (ts && tid == 0) ts[1] = globaltimer();
       dispatch(p, task, Ctx{&p, id, step}, prm, smem);
       __syncthreads();
@@ -374,13 +367,9 @@ __host__ __device__ constexpr int attention_smem_floats(int G, int D, int THREAD
 // with threads over (key lane, 16-byte column slot), V rows read in 16-byte vectors,
 // accumulators per head in registers; then lanes, warps and the normalization. Shared memory:
 // attention_smem_floats(G, D, THREADS) floats.
-//
-// Keys [lo, ehi) (ehi <= hi; none when ehi <= lo) are read from ks and vs instead (shared memory,
-// row j − lo, copied there before; see decode_attention_early), the rest from the caches.
 template <typename T, int THREADS, int D, int G>
 __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, int lo, int hi, float scale,
-                                                float* smem, float* out, const T* ks = nullptr,
-                                                const T* vs = nullptr, int ehi = 0) {
+                                                float* smem, float* out) {
   constexpr int WARPS = THREADS / 32;
   constexpr int VEC = Vec16<T>::N;
   constexpr int SLOTS = D / VEC;        // 16-byte vectors per row
@@ -409,17 +398,10 @@ __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, 
     const int n = hi - t0 < THREADS ? hi - t0 : THREADS;
     // (1) scores: one key per thread.
     if (tid < n) {
-      const int j = t0 + tid;
+      const uint4* kr = reinterpret_cast<const uint4*>(kbase + (size_t)(t0 + tid) * D);
       uint4 raw[SLOTS];
-      if (j < ehi) {
-        const uint4* kr = reinterpret_cast<const uint4*>(ks + (size_t)(j - lo) * D);
 #pragma unroll
-        for (int v = 0; v < SLOTS; ++v) raw[v] = kr[v];
-      } else {
-        const uint4* kr = reinterpret_cast<const uint4*>(kbase + (size_t)j * D);
-#pragma unroll
-        for (int v = 0; v < SLOTS; ++v) raw[v] = __ldcg(kr + v);
-      }
+      for (int v = 0; v < SLOTS; ++v) raw[v] = __ldcg(kr + v);
       float s[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) s[g] = 0.0f;
@@ -471,9 +453,7 @@ __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, 
     }
 #pragma unroll 4
     for (int k = kl; k < n; k += KL) {
-      const int j = t0 + k;
-      const uint4 raw = j < ehi ? reinterpret_cast<const uint4*>(vs + (size_t)(j - lo) * D)[slot]
-                                : __ldcg(reinterpret_cast<const uint4*>(vbase + (size_t)j * D) + slot);
+      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(vbase + (size_t)(t0 + k) * D) + slot);
       float f[VEC];
       unpack16(raw, f, static_cast<const T*>(nullptr));
 #pragma unroll
@@ -596,90 +576,23 @@ __device__ __forceinline__ void attention_merge(const float* part, T* out, float
   }
 }
 
-// Floats of shared memory decode_attention uses before its early region: attention_chunk's,
-// then cos and sin of the angles [D/2 each], a norm scale per head [G + 1], the heads and the
-// new key and value as loaded [(G + 2)·D], and the two gains [2·D] (mirrors
-// mirage::mpk::builtin::Builtin::smem_bytes).
-__host__ __device__ constexpr int decode_attention_floats(int G, int D, int THREADS) {
-  return attention_smem_floats(G, D, THREADS) + D + G + 1 + (G + 2) * D + 2 * D;
-}
-// The early region of decode_attention: E cached key rows then E value rows of T, from the
-// first 16-byte boundary after decode_attention_floats.
-template <typename T, int THREADS, int D, int G>
-__device__ __forceinline__ T* decode_attention_early_rows(float* smem) {
-  return reinterpret_cast<T*>(smem + ((decode_attention_floats(G, D, THREADS) + 3) & ~3));
-}
-// The end of the keys of chunk [lo, hi) that decode_attention_early copies: at most E, and only
-// keys below `pos` (the caches' rows written by earlier steps; row `pos` is this step's).
-template <int E> __device__ __forceinline__ int decode_attention_early_end(int lo, int hi, long long pos) {
-  long long e = hi < pos ? hi : pos;
-  if (e > (long long)lo + E) e = (long long)lo + E;
-  return e > lo ? (int)e : lo;
-}
-
-// The part of decode-attention tile (chunk, kvh) that does not depend on this step's
-// projections, run by the worker before it waits for them (MpkEarly): the chunk's cached keys
-// and values below `pos` — at most E rows of each — copied into the early region by cp.async
-// (one commit group, which decode_attention waits for), and the next rows of the chunk's first
-// key tile streamed into L2: nothing that waits for memory, so a task whose dependencies are
-// already met starts no later (change 69's first version also loaded the gains and computed the
-// angles here: one more round of loads before the wait, and slower). Nothing when `pos` is out
-// of range (decode_attention reports it).
-template <typename T, int THREADS, int D, int G, int CHUNKS, int E>
-__device__ void decode_attention_early(int chunk, int kvh, const T* kc, const T* vc, int cap, long long pos,
-                                       float* smem) {
-  constexpr int VEC = 16 / (int)sizeof(T);  // elements per 16-byte copy
-  constexpr int PER_ROW = D / VEC;
-  static_assert(D % VEC == 0, "a cache row is whole 16-byte vectors");
-  if (pos < 0 || pos >= cap) return;
-  const int tid = threadIdx.x;
-  int lo = 0, hi = 0;
-  chunk_range(pos + 1, CHUNKS, chunk, lo, hi);
-  const int ehi = decode_attention_early_end<E>(lo, hi, pos);
-  const size_t crow = (size_t)kvh * cap;
-  T* ks = decode_attention_early_rows<T, THREADS, D, G>(smem);
-  T* vs = ks + (size_t)E * D;
-  for (int e = tid; e < (ehi - lo) * PER_ROW; e += THREADS) {
-    const int r = e / PER_ROW, v = e % PER_ROW;
-    mirage::cp_async16(ks + (size_t)r * D + v * VEC, kc + (crow + lo + r) * D + v * VEC);
-    mirage::cp_async16(vs + (size_t)r * D + v * VEC, vc + (crow + lo + r) * D + v * VEC);
-  }
-  mirage::cp_async_commit();
-  // The rest of the first key tile (keys ehi .. lo + THREADS) streams into L2.
-  const int tile_end = hi < lo + THREADS ? hi : lo + THREADS;
-  if (tid < tile_end - ehi) {
-    const char* kr = reinterpret_cast<const char*>(kc + (crow + ehi + tid) * D);
-    const char* vr = reinterpret_cast<const char*>(vc + (crow + ehi + tid) * D);
-#pragma unroll
-    for (int b = 0; b < (int)(D * sizeof(T)); b += 128) {
-      prefetch_l2(kr + b);
-      prefetch_l2(vr + b);
-    }
-  }
-}
-
 // Decode attention, fused (mirage::mpk::builtin::Builtin::DecodeAttention): tile (chunk, kvh)
-// of one query row at position `pos` (keys 0..=pos), after decode_attention_early ran on this
-// block (the worker runs it before the task's dependency wait: the chunk's cached rows below
-// `pos`, at most E, are in shared memory or on their way).
-// (1) RoPE (after the per-head RMSNorm of Qwen3 when q_gain is not null) of the G query heads of
-// the KV head's group, rounded to T as the projection's type stores them, into shared memory;
-// the tile whose chunk holds key `pos` also ropes the new key and appends it and the new value
-// to the caches (row pos of KV head kvh) and, when the early region has room for it, to its
-// rows there. (2) The chunk's partial by attention_chunk into partial [kv_heads, CHUNKS, G,
-// D + 2]. (3) A ticket per KV head (tickets[kvh], a counter of the megakernel, CHUNKS increments
-// per step), taken by one acquire-release atomic after a block barrier (the barrier orders the
-// block's partial writes before thread 0's release, as in a grid barrier): the tile that takes
-// the step's last ticket merges the KV head's partials into out (attention_merge), so no
-// separate merge operator and dependency hop follow. A position out of range writes zeros,
-// touches no cache and reports ERR_INDEX (tile (0, 0)). Not inlined: inlined into the resident
-// kernel's dispatch, its registers (the merge's o[PER][CHUNKS]) set the whole kernel's
-// allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
-template <typename T, int THREADS, int D, int G, int CHUNKS, int E>
+// of one query row at position `pos` (keys 0..=pos). (1) RoPE (after the per-head RMSNorm of
+// Qwen3 when q_gain is not null) of the G query heads of the KV head's group, rounded to T as
+// the projection's type stores them, into shared memory; the tile whose chunk holds key `pos`
+// also ropes the new key and appends it and the new value to the caches (row pos of KV head
+// kvh). (2) The chunk's partial by attention_chunk into partial [kv_heads, CHUNKS, G, D + 2].
+// (3) A ticket per KV head (tickets[kvh], a counter of the megakernel, CHUNKS increments per
+// step): the tile that takes the step's last ticket merges the KV head's partials into out
+// (attention_merge), so no separate merge operator and dependency hop follow. A position out of
+// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)). Not inlined: inlined
+// into the resident kernel's dispatch, its registers (the merge's o[PER][CHUNKS]) set the whole
+// kernel's allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
+template <typename T, int THREADS, int D, int G, int CHUNKS>
 __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
-                                 const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out, float* partial, T* kc, T* vc,
-                                 unsigned* tickets, int cap, long long pos, float scale, unsigned source,
-                                 float* smem) {
+                                 const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out,
+                                 float* partial, T* kc, T* vc, unsigned* tickets, int cap, long long pos,
+                                 float scale, unsigned source, float* smem) {
   constexpr int WARPS = THREADS / 32;
   constexpr int H = D / 2;
   static_assert(D % 2 == 0, "an even head dim");
@@ -695,18 +608,22 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   chunk_range(pos + 1, CHUNKS, chunk, lo, hi);
   const bool owner = lo <= pos && pos < hi;
   const size_t crow = (size_t)kvh * cap;
+  // The chunk's first key tile streams into L2 while the rotations run.
+  if (tid < hi - lo && tid < THREADS) {
+    const char* kr = reinterpret_cast<const char*>(kc + (crow + lo + tid) * D);
+    const char* vr = reinterpret_cast<const char*>(vc + (crow + lo + tid) * D);
+#pragma unroll
+    for (int b = 0; b < (int)(D * sizeof(T)); b += 128) {
+      prefetch_l2(kr + b);
+      prefetch_l2(vr + b);
+    }
+  }
   float* qs = smem;                                          // [G][D], attention_chunk's
   float* cs = smem + attention_smem_floats(G, D, THREADS);  // [H] cos
   float* sn = cs + H;                                        // [H] sin
   float* hs = sn + H;                                        // [G + 1] per-head norm scales
   float* raw = hs + G + 1;                                   // [G + 2][D]: q heads, new k, new v
   float* gs = raw + (G + 2) * D;                             // [2][D]: q and k gains
-  T* ks = decode_attention_early_rows<T, THREADS, D, G>(smem);
-  T* vs = ks + (size_t)E * D;
-  // Keys [lo, ehi) come from the early region: the early copies, and key `pos` when this tile
-  // owns it and the region has its row.
-  const bool pos_early = owner && pos - lo < E;
-  const int ehi = pos_early ? (int)pos + 1 : decode_attention_early_end<E>(lo, hi, pos);
   const int heads = owner ? G + 1 : G;  // head G: the new key
   const int rows = owner ? G + 2 : G;   // row G + 1: the new value
   // (1) Everything the rotations read, in one round of loads: the heads, the new value, the
@@ -725,7 +642,6 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
     cs[i] = (float)co;
     sn[i] = (float)s;
   }
-  mirage::cp_async_wait<0>();
   __syncthreads();
   // (2) The per-head norms (Qwen3): a warp per head.
   if (q_gain != nullptr) {
@@ -737,8 +653,8 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
     }
     __syncthreads();
   }
-  // (3) The rotations, rounded to T: the queries into qs, the new key into its cache row (and
-  // its early row); the new value copied.
+  // (3) The rotations, rounded to T: the queries into qs, the new key into its cache row; the
+  // new value copied.
   for (int e = tid; e < heads * H; e += THREADS) {
     const int g = e / H, i = e % H;
     float a = raw[g * D + i], b = raw[g * D + i + H];
@@ -754,34 +670,27 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
     } else {
       kc[(crow + pos) * D + i] = ra;
       kc[(crow + pos) * D + i + H] = rb;
-      if (pos_early) {
-        ks[(size_t)(pos - lo) * D + i] = ra;
-        ks[(size_t)(pos - lo) * D + i + H] = rb;
-      }
     }
   }
   if (owner) {
-    for (int i = tid; i < D; i += THREADS) {
-      const T nv = mirage::from_f32<T>(raw[(G + 1) * D + i]);
-      vc[(crow + pos) * D + i] = nv;
-      if (pos_early) vs[(size_t)(pos - lo) * D + i] = nv;
-    }
+    for (int i = tid; i < D; i += THREADS) vc[(crow + pos) * D + i] = mirage::from_f32<T>(raw[(G + 1) * D + i]);
   }
-  // attention_chunk synchronizes before reading qs, the early rows and the caches: the appended
-  // row is the block's own write, visible to it after the barrier.
+  // attention_chunk synchronizes before reading qs and the caches: the appended row is the
+  // block's own write, visible to it after the barrier.
   float* mine = part + (size_t)chunk * G * (D + 2);
   if (hi > lo) {
-    attention_chunk<T, THREADS, D, G>(kc + crow * D, vc + crow * D, lo, hi, scale, smem, mine, ks, vs, ehi);
+    attention_chunk<T, THREADS, D, G>(kc + crow * D, vc + crow * D, lo, hi, scale, smem, mine);
   } else {
     attention_neutral<THREADS, D, G>(mine);
   }
-  // The block's partial writes are ordered before thread 0's release by the barrier.
+  // Every thread's partial writes reach the device before the ticket is taken.
+  __threadfence();
   __syncthreads();
   unsigned last = 0;
   if (tid == 0) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(tickets + kvh) : "memory");
+    const unsigned old = atomicAdd(tickets + kvh, 1u);
     last = old + 1u == c.step * (unsigned)CHUNKS;
+    __threadfence();
   }
   if (__syncthreads_or(last) == 0) return;
   attention_merge<T, THREADS, D, G, CHUNKS>(part, out + (size_t)kvh * G * D, smem);

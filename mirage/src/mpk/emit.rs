@@ -94,8 +94,7 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
             }
             OpKind::Builtin(b) => {
                 let ins: Vec<_> = op.inputs.iter().map(|&t| &g.tensor(t).desc).collect();
-                let outs: Vec<_> = op.outputs.iter().map(|&t| &g.tensor(t).desc).collect();
-                smem = smem.max(b.smem_bytes(threads, &ins, &outs));
+                smem = smem.max(b.smem_bytes(threads, &ins));
             }
         }
     }
@@ -128,19 +127,9 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
         writeln!(out, "      case {i}: {call} break;  // {}", op.name).ok();
     }
     out.push_str("      default: break;\n    }\n  }\n};\n\n");
-    // The early parts (work a task does before its dependency wait), for the operators that have one.
-    out.push_str("struct MpkEarly {\n  __device__ __forceinline__ void operator()(const mpk::Params& p, const mpk::Task& task, const int* prm, unsigned char* smem) const {\n    (void)p; (void)task; (void)prm; (void)smem;\n    switch (task.op) {\n");
-    for (i, op) in g.ops().iter().enumerate() {
-        if let OpKind::Builtin(b) = &op.kind
-            && let Some(call) = builtin_early_call(g, b, &op.inputs, &op.outputs, threads)
-        {
-            writeln!(out, "      case {i}: {call} break;  // {}", op.name).ok();
-        }
-    }
-    out.push_str("      default: break;\n    }\n  }\n};\n\n");
     writeln!(
         out,
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {kernel}(const mpk::Params p) {{\n  extern __shared__ __align__(128) unsigned char smem[];\n  const mpk::Tables t{{mpk_tasks, mpk_waits, mpk_signals, mpk_prefetch, mpk_worker_begin, mpk_worker_list, {}u, {}u, {}u, {}u}};\n  mpk::worker<{threads}>(p, t, MpkDispatch{{}}, MpkEarly{{}}, smem);\n}}",
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {kernel}(const mpk::Params p) {{\n  extern __shared__ __align__(128) unsigned char smem[];\n  const mpk::Tables t{{mpk_tasks, mpk_waits, mpk_signals, mpk_prefetch, mpk_worker_begin, mpk_worker_list, {}u, {}u, {}u, {}u}};\n  mpk::worker<{threads}>(p, t, MpkDispatch{{}}, smem);\n}}",
         c.schedule.workers.len(),
         c.tasks.len(),
         g.params().len(),
@@ -213,36 +202,6 @@ fn tables(out: &mut String, c: &Compiled) {
     array(out, "unsigned", "mpk_worker_begin", &begin, "0");
     array(out, "unsigned", "mpk_worker_list", &list, "0");
     out.push('\n');
-}
-
-/// The call of a built-in task's early part (run before its dependency wait; see `mpk::worker`),
-/// for the built-ins that have one.
-fn builtin_early_call(
-    g: &StepGraph,
-    b: &Builtin,
-    ins: &[TensorId],
-    outs: &[TensorId],
-    threads: usize,
-) -> Option<String> {
-    let d = |t: TensorId| &g.tensor(t).desc;
-    match b {
-        Builtin::DecodeAttention { pos, chunks, .. } => {
-            let kc = d(outs[2]);
-            let hd = kc.shape[2];
-            let group = d(ins[0]).shape[1] / hd / kc.shape[0];
-            let early = super::builtin::early_keys(hd, kc.dtype.size_bytes(), threads, kc.shape[1], *chunks);
-            let ty = ctype(d(ins[0]).dtype);
-            Some(format!(
-                "mpk::decode_attention_early<{ty}, {threads}, {hd}, {group}, {chunks}, {early}>(task.x, task.y, {}, {}, {}, ((long long)prm[{}] + {}ll), reinterpret_cast<float*>(smem));",
-                ptr(g, outs[2], true),
-                ptr(g, outs[3], true),
-                kc.shape[1],
-                pos.param.0,
-                pos.offset
-            ))
-        }
-        _ => None,
-    }
 }
 
 /// The call of a built-in task's template for operator inputs `ins` and outputs `outs`;
@@ -340,10 +299,9 @@ fn builtin_call(
             let kc = d(outs[2]);
             let hd = kc.shape[2];
             let group = d(ins[0]).shape[1] / hd / kc.shape[0];
-            let early = super::builtin::early_keys(hd, kc.dtype.size_bytes(), threads, kc.shape[1], *chunks);
             let (q_gain, k_gain, eps) = (gain(norm, 4), gain(norm, 5), eps(norm));
             format!(
-                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}, {early}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, ins[1], false),
