@@ -115,6 +115,18 @@ fn chunk(n: usize, target: usize) -> usize {
     (1..=target.min(n)).rev().find(|&c| n.is_multiple_of(c)).unwrap_or(1)
 }
 
+/// Tiles the argmax over the vocabulary aims at: about one per worker. Each argmax tile is a
+/// task with a dispatch, a wait and a block reduction whatever its width, so a vocabulary whose
+/// divisors near 1024 are small (Qwen3's 151936 = 2^7 · 1187) should not get a tile per 128
+/// logits (1187 tasks; DECISIONS change 70).
+pub const ARGMAX_TILES: usize = 128;
+
+/// Vocabulary columns per argmax tile: the largest divisor of `vocab` not above
+/// max(1024, ⌈vocab / [`ARGMAX_TILES`]⌉).
+pub fn argmax_chunk(vocab: usize) -> usize {
+    chunk(vocab, vocab.div_ceil(ARGMAX_TILES).max(1024))
+}
+
 fn ir(graph: &str, op: &str) -> impl Fn(crate::ir::IrError) -> GraphError {
     let (graph, op) = (graph.to_owned(), op.to_owned());
     move |e| GraphError::Operand { graph: graph.clone(), op: op.clone(), reason: e.to_string() }
@@ -178,7 +190,7 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     let head = streamed_norm_projections(cfg, &[cfg.vocab]).map_err(ir(name, "logits"))?;
     let lm_head = g.input("lm_head", &shape(&head, 2), dt)?;
     let logits = g.mugraph("logits", &head, &[x, final_norm, lm_head])?[0];
-    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: chunk(cfg.vocab, 1024) }, &[logits])?[0];
+    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: argmax_chunk(cfg.vocab) }, &[logits])?[0];
     g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
     Ok(g)
 }
@@ -725,6 +737,20 @@ pub fn tensor(g: &StepGraph, name: &str) -> Result<TensorId, GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_argmax_takes_about_one_tile_per_worker_where_the_vocabulary_divides() {
+        // Llama's 128256 = 2^8 · 3 · 167: 1002 columns, 128 tiles (as before).
+        assert_eq!(argmax_chunk(128_256), 1002);
+        // Qwen3's 151936 = 2^7 · 1187: 1187 columns, 128 tiles (was 128 columns, 1187 tiles).
+        assert_eq!(argmax_chunk(151_936), 1187);
+        // a small vocabulary is one tile; a power of two 1024 columns
+        assert_eq!(argmax_chunk(256), 256);
+        assert_eq!(argmax_chunk(1 << 17), 1024);
+        for v in [1usize, 7, 1000, 32_000, 151_936] {
+            assert!(v.is_multiple_of(argmax_chunk(v)), "{v}");
+        }
+    }
 
     #[test]
     fn kinds_drop_the_layer_prefix_only() {
