@@ -272,6 +272,7 @@ fn compare_with_decoder(cfg: &ModelConfig, weights: &[Weight], dtype: DType, ste
         println!("{} {dtype} step {pos}: max logit difference {err:.3e} of scale {scale:.3e}", cfg.name);
         assert!(err <= tol * scale, "{dtype}, step {pos}: logits differ by {err} (scale {scale})");
         let chosen = host.get(token)[0] as usize;
+        assert!(chosen < cfg.vocab, "step {pos}: the decoder chose {chosen}, past the vocabulary {}", cfg.vocab);
         let best = ours.logits[ours.next];
         assert!(
             ours.logits[chosen] >= best - tol * scale,
@@ -324,6 +325,20 @@ fn qwen3_decodes_on_the_reference_and_the_decoder_step_agrees() -> R {
     compare_with_decoder(&cfg, &weights, DType::F32, 6, 1e-4)?;
     let weights = uneven_norms(collect(ckpt.weights(DType::Bf16))?);
     compare_with_decoder(&cfg, &weights, DType::Bf16, 6, 0.03)
+}
+
+#[test]
+fn a_vocabulary_no_tile_width_divides_decodes_through_a_padded_head() -> R {
+    // 1001 = 7 · 11 · 13 words: the decoder's head and logits take 1024 columns (zero weights
+    // past 1001, skipped by the argmax), its tasks 16 columns wide instead of one task of 1001.
+    let cfg = ModelConfig { vocab: 1001, tie_embeddings: false, ..tiny_llama() };
+    let g = decoder_step("tiny", &cfg.decoder_config(16, DType::F32))?;
+    let logits = g.tensor_named("logits.out").ok_or("no logits")?;
+    assert_eq!(g.tensor(logits).desc.shape, vec![1, 1024]);
+    let head = g.tensor_named("lm_head").ok_or("no lm_head")?;
+    assert_eq!(g.tensor(head).desc.shape.iter().product::<usize>(), cfg.hidden * 1024);
+    let weights = uneven_norms(collect(random_weights(&cfg, 6, DType::F32))?);
+    compare_with_decoder(&cfg, &weights, DType::F32, 4, 1e-4)
 }
 
 #[test]

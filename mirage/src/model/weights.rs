@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::{ModelConfig, ModelError};
 use crate::ir::DType;
-use crate::mpk::decoder::WeightStorage;
+use crate::mpk::decoder::{WeightStorage, lm_head_width};
 
 /// How a tensor is initialised with random values (as `benches/py/decode_baseline.py` does).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -156,10 +156,19 @@ impl Weight {
     /// unchanged where the shapes are equal, cut into contiguous column tiles where `shape` is
     /// such a storage of it ([`WeightStorage::of_shape`]: a decoder built with
     /// [`DecoderConfig::contiguous_below`](crate::mpk::decoder::DecoderConfig::contiguous_below)).
-    /// Any other shape is an error naming both.
+    /// An LM head `[k, vocab]` whose vocabulary no task width divides is first padded with zero
+    /// columns to [`lm_head_width`]`(vocab)`, as the decoder built it. Any other shape is an
+    /// error naming both.
     pub fn stored_as(self, shape: &[usize]) -> Result<Weight, ModelError> {
         if self.shape == shape {
             return Ok(self);
+        }
+        if let [k, n] = *self.shape {
+            let wide = lm_head_width(n);
+            if wide != n && shape.iter().product::<usize>() == k * wide && self.data.len() == k * n {
+                // `wide` is a multiple of 128: padded, the weight is not padded again
+                return self.padded_columns(wide).stored_as(shape);
+            }
         }
         let storage = match *self.shape {
             [k, n] => WeightStorage::of_shape(k, n, shape),
@@ -176,6 +185,27 @@ impl Weight {
         // None: the values are not `k · n` (a hand-made `Weight`).
         let Some(data) = data else { return Err(refuse(self)) };
         Ok(Weight { name: self.name, shape: shape.to_vec(), data })
+    }
+}
+
+impl Weight {
+    /// This `[k, n]` weight with zero columns appended up to `wide` (`data` holds `k · n` values).
+    fn padded_columns(self, wide: usize) -> Weight {
+        fn pad<T: Copy + Default>(v: &[T], n: usize, wide: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(v.len() / n.max(1) * wide);
+            for row in v.chunks(n.max(1)) {
+                out.extend_from_slice(row);
+                out.resize(out.len() + wide - n, T::default());
+            }
+            out
+        }
+        let (k, n) = (self.shape[0], self.shape[1]);
+        let data = match &self.data {
+            WeightData::Bf16(v) => WeightData::Bf16(pad(v, n, wide)),
+            WeightData::F16(v) => WeightData::F16(pad(v, n, wide)),
+            WeightData::F32(v) => WeightData::F32(pad(v, n, wide)),
+        };
+        Weight { name: self.name, shape: vec![k, wide], data }
     }
 }
 
@@ -229,6 +259,34 @@ fn gather<T: Send + Copy + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_lm_head_no_width_divides_is_padded_with_zero_columns() {
+        // [2, 1001]: 1001 = 7 · 11 · 13, no width of 16..128 divides it: padded to 1024.
+        let (k, n) = (2, 1001);
+        let w = Weight {
+            name: "lm_head".into(),
+            shape: vec![k, n],
+            data: WeightData::F32((0..k * n).map(|i| i as f32 + 1.0).collect()),
+        };
+        let p = w.clone().stored_as(&[k, 1024]).expect("padded");
+        assert_eq!(p.shape, vec![k, 1024]);
+        let v = p.data.to_f32();
+        for r in 0..k {
+            for c in 0..1024 {
+                let want = if c < n { (r * n + c) as f32 + 1.0 } else { 0.0 };
+                assert_eq!(v[r * 1024 + c], want, "row {r} column {c}");
+            }
+        }
+        // padded, then tile by tile (16 columns)
+        let t = w.clone().stored_as(&[64 * k, 16]).expect("padded tiles");
+        assert_eq!(t.data.to_f32()[..16], v[..16]);
+        // a width some tile divides is never padded: [2, 1008] does not become [2, 1024]
+        let even = Weight { name: "w".into(), shape: vec![k, 1008], data: WeightData::F32(vec![0.0; k * 1008]) };
+        assert!(even.stored_as(&[k, 1024]).is_err());
+        // any other shape is still an error
+        assert!(w.stored_as(&[k, 1025]).is_err());
+    }
 
     #[test]
     fn projections_are_transposed_and_rounded_to_nearest_even() {

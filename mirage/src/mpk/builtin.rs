@@ -114,11 +114,16 @@ pub enum Builtin {
         norm: Option<Scalar>,
     },
     /// First half of argmax over the last dim: each tile finds the largest value (smallest
-    /// index among equals) of `chunk` columns. Input: `logits [rows, vocab]`. Output:
-    /// `[rows, vocab / chunk, 2]` f32 (value, index). Tiles: `vocab / chunk` × `rows`.
+    /// index among equals) of its `chunk` columns below `columns`. Input: `logits [rows,
+    /// width]`. Output: `[rows, width / chunk, 2]` f32 (value, index; a tile with no column
+    /// below `columns` writes (−∞, its first column)). Tiles: `width / chunk` × `rows`.
     ArgmaxPartial {
-        /// Columns per tile (must divide `vocab`).
+        /// Columns per tile (must divide the logits' width).
         chunk: usize,
+        /// The columns that count, at most the width: the vocabulary, where the logits are padded
+        /// past it (an LM head whose vocabulary no tile width divides:
+        /// [`crate::mpk::decoder::lm_head_width`]).
+        columns: usize,
     },
     /// Second half of argmax: the best (value, index) of each row. Input: the partials
     /// `[rows, n, 2]` f32. Output: `[rows]` f32 ids. Tiles: `rows`.
@@ -262,10 +267,13 @@ impl Builtin {
                 })?;
                 vec![d(&[1, s[0] * s[2] * (s[3] - 2)], *dtype)]
             }
-            Builtin::ArgmaxPartial { chunk } => {
+            Builtin::ArgmaxPartial { chunk, columns } => {
                 rank(inputs[0], 2, "logits")?;
                 expect(*chunk > 0 && inputs[0].shape[1].is_multiple_of(*chunk), || {
                     format!("chunk {chunk} must divide the vocabulary {}", inputs[0].shape[1])
+                })?;
+                expect(*columns >= 1 && *columns <= inputs[0].shape[1], || {
+                    format!("columns {columns}: at least 1 and at most the logits' width {}", inputs[0].shape[1])
                 })?;
                 vec![d(&[inputs[0].shape[0], inputs[0].shape[1] / chunk, 2], DType::F32)]
             }
@@ -388,7 +396,7 @@ impl Builtin {
                 })?;
                 Ok([*chunks, kvh, 1])
             }
-            Builtin::ArgmaxPartial { chunk } => {
+            Builtin::ArgmaxPartial { chunk, .. } => {
                 let want = self.output_descs(inputs)?;
                 expect(inputs[0].shape[1] <= MAX_VOCAB, || {
                     format!("a vocabulary of at most 2^24 ids, found {}", inputs[0].shape[1])
@@ -485,7 +493,7 @@ impl Builtin {
                 let partial = Region::at(outputs[1].0, vec![y, x, 0, 0], &[1, 1, group, d + 2]);
                 (reads, vec![heads, partial, cache(kc), cache(outputs[3].0)])
             }
-            Builtin::ArgmaxPartial { chunk } => {
+            Builtin::ArgmaxPartial { chunk, .. } => {
                 let read = Region::at(inputs[0].0, vec![y, x * chunk], &[1, *chunk]);
                 (vec![(read, false)], vec![Region::at(out, vec![y, x, 0], &[1, 1, 2])])
             }
@@ -644,12 +652,13 @@ impl Builtin {
                 merge_partials(chunks, row, &mut out[x * d..(x + 1) * d]);
                 Ok(())
             }
-            Builtin::ArgmaxPartial { chunk } => {
+            Builtin::ArgmaxPartial { chunk, columns } => {
                 let (logits, ld) = inputs[0];
                 let vocab = ld.shape[1];
                 let n = vocab / chunk;
                 let start = x * chunk;
-                let (best, idx) = argmax(&logits[y * vocab + start..y * vocab + start + chunk], start);
+                let end = (start + chunk).min(*columns).max(start);
+                let (best, idx) = argmax(&logits[y * vocab + start..y * vocab + end], start);
                 out[(y * n + x) * 2] = best;
                 out[(y * n + x) * 2 + 1] = idx as f32;
                 Ok(())
@@ -1428,6 +1437,31 @@ mod tests {
         let e = b(None).output_descs(&[&g.tensor(q).desc; 4]).expect_err("no new outputs");
         assert!(e.contains("use decode_attention()"), "{e}");
         g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc, vc]).expect("well formed");
+    }
+
+    #[test]
+    fn argmax_tiles_skip_the_columns_past_the_vocabulary() {
+        // logits [1, 8] of which 6 count: the padding's 9s must not win.
+        let ld = d(&[1, 8], DType::F32);
+        let logits = [-5.0, -4.0, -3.0, -2.0, -1.0, -0.5, 9.0, 9.0];
+        let a = Builtin::ArgmaxPartial { chunk: 4, columns: 6 };
+        let pd = a.output_descs(&[&ld]).expect("well formed").remove(0);
+        assert_eq!(pd.shape, vec![1, 2, 2]);
+        assert_eq!(a.check(&[&ld], &[&pd], 0), Ok([2, 1, 1]));
+        let mut out = [0.0f32; 4];
+        let names = |_| String::from("-");
+        for x in 0..2 {
+            a.run_tile([x, 0, 0], &[(&logits, &ld)], &mut [(&mut out[..], &pd)], &[], &names).expect("a tile");
+        }
+        assert_eq!(out, [-2.0, 3.0, -0.5, 5.0]);
+        // a tile of padding only: (−∞, its first column)
+        let a = Builtin::ArgmaxPartial { chunk: 4, columns: 3 };
+        a.run_tile([1, 0, 0], &[(&logits, &ld)], &mut [(&mut out[..], &pd)], &[], &names).expect("a tile");
+        assert_eq!(out[2..], [f32::NEG_INFINITY, 4.0]);
+        for bad in [0, 9] {
+            let e = Builtin::ArgmaxPartial { chunk: 4, columns: bad }.output_descs(&[&ld]).expect_err("bad columns");
+            assert!(e.contains(&format!("columns {bad}: at least 1 and at most the logits' width 8")), "{e}");
+        }
     }
 
     #[test]

@@ -19,8 +19,10 @@
 //! `l{i}.mlp_norm [1, hidden]`, `l{i}.wg`/`l{i}.wu [hidden, intermediate]`,
 //! `l{i}.wd [intermediate, hidden]`, with `qk_norm` `l{i}.q_norm`/`l{i}.k_norm [1, head_dim]`,
 //! `l{i}.k_cache`/`l{i}.v_cache [kv_heads, capacity,
-//! head_dim]` (states); `final_norm [1, hidden]`, `lm_head [hidden, vocab]`. The logits are the
-//! buffer `logits.out [1, vocab]`. Weights are `[in, out]` (x · W), or, with
+//! head_dim]` (states); `final_norm [1, hidden]`, `lm_head [hidden, V]`. The logits are the
+//! buffer `logits.out [1, V]`, V = [`lm_head_width`]`(vocab)`: the vocabulary, or where no tile
+//! width divides it the vocabulary padded to a multiple of 128 (zero weight columns, whose logits
+//! the argmax skips). Weights are `[in, out]` (x · W), or, with
 //! [`DecoderConfig::contiguous_below`], those of narrow tasks tile by tile ([`WeightStorage`]:
 //! `[(out / cols) · in, cols]`; [`crate::model::Weight::stored_as`] converts).
 
@@ -115,6 +117,15 @@ fn chunk(n: usize, target: usize) -> usize {
     (1..=target.min(n)).rev().find(|&c| n.is_multiple_of(c)).unwrap_or(1)
 }
 
+/// Columns of the LM head's weight and logits for a vocabulary of `vocab` words: `vocab` where
+/// a task width of 128, 64, 32 or 16 columns divides it, else `vocab` rounded up to a multiple
+/// of 128 — the extra columns are zero weights ([`crate::model::Weight::stored_as`] pads them)
+/// whose logits the argmax skips. Without it a vocabulary such as 32001 (some Llama-2
+/// fine-tunes) left the whole head to one task of one worker.
+pub fn lm_head_width(vocab: usize) -> usize {
+    if [128, 64, 32, 16].iter().any(|&c| vocab.is_multiple_of(c)) { vocab } else { vocab.next_multiple_of(128) }
+}
+
 /// Tiles the argmax over the vocabulary aims at: about one per worker. Each argmax tile is a
 /// task with a dispatch, a wait and a block reduction whatever its width, so a vocabulary whose
 /// divisors near 1024 are small (Qwen3's 151936 = 2^7 · 1187) should not get a tile per 128
@@ -187,10 +198,12 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         x = g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0];
     }
     let final_norm = g.input("final_norm", &[1, h], dt)?;
-    let head = streamed_norm_projections(cfg, &[cfg.vocab]).map_err(ir(name, "logits"))?;
+    let width = lm_head_width(cfg.vocab);
+    let head = streamed_norm_projections(cfg, &[width]).map_err(ir(name, "logits"))?;
     let lm_head = g.input("lm_head", &shape(&head, 2), dt)?;
     let logits = g.mugraph("logits", &head, &[x, final_norm, lm_head])?[0];
-    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: argmax_chunk(cfg.vocab) }, &[logits])?[0];
+    let argmax = Builtin::ArgmaxPartial { chunk: argmax_chunk(width), columns: cfg.vocab };
+    let partial = g.builtin("argmax", argmax, &[logits])?[0];
     g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
     Ok(g)
 }

@@ -744,10 +744,12 @@ __device__ __forceinline__ void block_argmax(float& v, int& i, float* smem) {
 // partial[row, cx] = (max, argmax) of logits[row, cx*chunk ..+chunk] (NaN ignored).
 template <typename T, int THREADS>
 __device__ void argmax_partial(int cx, int row, const T* logits, float* partial, int vocab, int chunk, int chunks,
-                               float* smem) {
+                               int columns, float* smem) {
   float v = -INFINITY;
   int i = cx * chunk;
-  for (int j = threadIdx.x; j < chunk; j += THREADS) {
+  // Only the columns below `columns` count (padding past the vocabulary does not).
+  const int n = columns - cx * chunk < chunk ? columns - cx * chunk : chunk;
+  for (int j = threadIdx.x; j < n; j += THREADS) {
     const int col = cx * chunk + j;
     const float x = mirage::to_f32(load(logits + (size_t)row * vocab + col));
     better(v, i, x, col);

@@ -318,10 +318,10 @@ fn builtin_call(
                 param_source(pos)
             )
         }
-        Builtin::ArgmaxPartial { chunk } => {
+        Builtin::ArgmaxPartial { chunk, columns } => {
             let l = d(ins[0]);
             format!(
-                "mpk::argmax_partial<{}, {threads}>(task.x, task.y, {}, {}, {}, {chunk}, {}, reinterpret_cast<float*>(smem));",
+                "mpk::argmax_partial<{}, {threads}>(task.x, task.y, {}, {}, {}, {chunk}, {}, {columns}, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
                 ptr(g, ins[0], false),
                 ptr(g, out, true),

@@ -164,7 +164,7 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     let mut g = StepGraph::new("op_argmax")?;
     let logits = g.input("logits", &[1, cfg.vocab], dt)?;
     let token = g.state("token", &[1], DType::F32)?;
-    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: 64 }, &[logits])?[0];
+    let partial = g.builtin("argmax", Builtin::ArgmaxPartial { chunk: 64, columns: cfg.vocab }, &[logits])?[0];
     g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
     out.push(case(g, 2, 0));
 
@@ -175,6 +175,10 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     // Every projection's weight tile by tile (the toy's tasks take 8 columns then: `tile_unit`).
     let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..cfg.clone() };
     out.push(case(decoder_step("layer_contiguous", &contiguous)?, 4, 0));
+    // A vocabulary no tile width divides (1001 = 7 · 11 · 13): the head and logits padded to 1024
+    // columns, the argmax stopping at 1001.
+    let odd = DecoderConfig { layers: 1, vocab: 1001, ..cfg.clone() };
+    out.push(case(decoder_step("layer_vocab_1001", &odd)?, 4, 0));
     out.push(case(decoder_step("toy", &cfg)?, 64, 0));
     Ok(out)
 }
@@ -244,16 +248,22 @@ pub fn compare_step(
 ) -> Result<(), String> {
     let mut cpu = before.clone();
     reference_step(g, &mut cpu, params).map_err(|e: ExecError| e.to_string())?;
-    // Tensors of argmax indices: the logits they index and how many columns each index covers
-    // (0: a whole row).
-    let mut indices: Vec<Option<(TensorId, usize)>> = vec![None; g.tensors().len()];
+    // Tensors of argmax indices: the logits they index, how many columns each index covers (0:
+    // a whole row) and the columns that count (the rest is padding past the vocabulary).
+    let mut indices: Vec<Option<(TensorId, usize, usize)>> = vec![None; g.tensors().len()];
     for op in g.ops() {
         match op.kind {
-            OpKind::Builtin(Builtin::ArgmaxPartial { chunk }) => indices[op.outputs[0].0] = Some((op.inputs[0], chunk)),
+            OpKind::Builtin(Builtin::ArgmaxPartial { chunk, columns }) => {
+                indices[op.outputs[0].0] = Some((op.inputs[0], chunk, columns))
+            }
             OpKind::Builtin(Builtin::ArgmaxReduce) => {
                 let partial = op.inputs[0];
                 if let Some(p) = g.ops().iter().find(|o| o.outputs.contains(&partial)) {
-                    indices[op.outputs[0].0] = Some((p.inputs[0], 0));
+                    let columns = match p.kind {
+                        OpKind::Builtin(Builtin::ArgmaxPartial { columns, .. }) => columns,
+                        _ => usize::MAX,
+                    };
+                    indices[op.outputs[0].0] = Some((p.inputs[0], 0, columns));
                 }
             }
             _ => {}
@@ -265,24 +275,27 @@ pub fn compare_step(
         }
         let (want, got) = (cpu.get(TensorId(i)), after.get(TensorId(i)));
         // the magnitude of the values (the (value, index) pairs of a partial argmax: the values)
-        let is_value = |j: usize| !matches!(indices[i], Some((_, chunk)) if chunk > 0 && j % 2 == 1);
+        let is_value = |j: usize| !matches!(indices[i], Some((_, chunk, _)) if chunk > 0 && j % 2 == 1);
         let scale = magnitude(want.iter().enumerate().filter(|(j, _)| is_value(*j)).map(|(_, v)| v));
         // The logits an argmax chose among, their width, and the margin the logits' own
         // comparison grants each logit (the tolerance of the whole logits tensor's magnitude): a
         // device logit that passes it may reorder near-ties. A chunk's own magnitude was stricter
         // than that, and failed a Qwen3-width step on the H200 where the logits all passed.
-        let chosen = indices[i].map(|(logits, chunk)| {
+        let chosen = indices[i].map(|(logits, chunk, columns)| {
             let l = cpu.get(logits);
-            (l, g.tensor(logits).desc.shape[1], chunk, magnitude(l.iter()))
+            let width = g.tensor(logits).desc.shape[1];
+            (l, width, chunk, columns.min(width), magnitude(l.iter()))
         });
         for (j, (&a, &b)) in got.iter().zip(want).enumerate() {
-            if let Some((l, width, chunk, lscale)) = chosen {
-                // which candidates entry j chose among, if it is an index
+            if let Some((l, width, chunk, columns, lscale)) = chosen {
+                // which candidates entry j chose among, if it is an index (columns past
+                // `columns` are padding: never candidates)
                 let range = if chunk == 0 {
-                    Some((j * width, (j + 1) * width))
+                    Some((j * width, j * width + columns))
                 } else if j % 2 == 1 {
                     let (row, c) = (j / 2 / (width / chunk), j / 2 % (width / chunk));
-                    Some((row * width + c * chunk, row * width + (c + 1) * chunk))
+                    let (c0, c1) = ((c * chunk).min(columns), ((c + 1) * chunk).min(columns));
+                    Some((row * width + c0, row * width + c1))
                 } else {
                     None
                 };
@@ -291,8 +304,12 @@ pub fn compare_step(
                     let best = cand.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let col = (lo % width) as f32;
                     let k = a - col;
-                    let ok =
-                        k >= 0.0 && (k as usize) < cand.len() && cand[k as usize] >= best - (tolerance + 1e-3) * lscale;
+                    // a tile of padding only: its first column, as the CPU writes
+                    let ok = if cand.is_empty() {
+                        a == b
+                    } else {
+                        k >= 0.0 && (k as usize) < cand.len() && cand[k as usize] >= best - (tolerance + 1e-3) * lscale
+                    };
                     if !ok {
                         return Err(format!(
                             "`{}` element {j}: the device chose index {a}, the CPU {b} (best logit {best}, the device's {:?})",
