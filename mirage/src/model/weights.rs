@@ -186,9 +186,7 @@ impl Weight {
         let Some(data) = data else { return Err(refuse(self)) };
         Ok(Weight { name: self.name, shape: shape.to_vec(), data })
     }
-}
 
-impl Weight {
     /// This `[k, n]` weight with zero columns appended up to `wide` (`data` holds `k · n` values).
     fn padded_columns(self, wide: usize) -> Weight {
         fn pad<T: Copy + Default>(v: &[T], n: usize, wide: usize) -> Vec<T> {

@@ -123,8 +123,12 @@ fn chunk(n: usize, target: usize) -> usize {
 /// whose logits the argmax skips. Without it a vocabulary such as 32001 (some Llama-2
 /// fine-tunes) left the whole head to one task of one worker.
 pub fn lm_head_width(vocab: usize) -> usize {
-    if [128, 64, 32, 16].iter().any(|&c| vocab.is_multiple_of(c)) { vocab } else { vocab.next_multiple_of(128) }
+    if WIDE_TILE_WIDTHS.iter().any(|&c| vocab.is_multiple_of(c)) { vocab } else { vocab.next_multiple_of(128) }
 }
+
+/// The task widths a projection too wide for one round of tasks takes, widest first
+/// ([`projection_tiling_in`]); [`lm_head_width`] pads a vocabulary none of them divides.
+const WIDE_TILE_WIDTHS: [usize; 4] = [128, 64, 32, 16];
 
 /// Tiles the argmax over the vocabulary aims at: about one per worker. Each argmax tile is a
 /// task with a dispatch, a wait and a block reduction whatever its width, so a vocabulary whose
@@ -268,7 +272,7 @@ pub fn projection_tiling(k: usize, n: usize) -> ProjectionTiling {
 /// Qwen3-0.6B at 8: o_proj and down (1024 outputs) 128 tasks of 8 columns where 16 gave 64,
 /// gate/up (3072) 128 of 24 where 32 gave 96.
 pub fn projection_tiling_in(unit: usize, k: usize, n: usize) -> ProjectionTiling {
-    let widths = [128, 64, 32, 16];
+    let widths = WIDE_TILE_WIDTHS;
     let unit = unit.clamp(1, 128);
     let one_round = (unit..=128).step_by(unit).find(|&c| n.is_multiple_of(c) && n / c <= PROJECTION_TASKS);
     let cols = one_round
