@@ -329,14 +329,14 @@ fn qwen3_decodes_on_the_reference_and_the_decoder_step_agrees() -> R {
 
 #[test]
 fn a_vocabulary_no_tile_width_divides_decodes_through_a_padded_head() -> R {
-    // 1001 = 7 · 11 · 13 words: the decoder's head and logits take 1024 columns (zero weights
-    // past 1001, skipped by the argmax), its tasks 16 columns wide instead of one task of 1001.
+    // 1001 = 7 · 11 · 13 words: the decoder's head and logits take 1008 columns (zero weights
+    // past 1001, skipped by the argmax), 63 tasks of 16 columns instead of one task of 1001.
     let cfg = ModelConfig { vocab: 1001, tie_embeddings: false, ..tiny_llama() };
     let g = decoder_step("tiny", &cfg.decoder_config(16, DType::F32))?;
     let logits = g.tensor_named("logits.out").ok_or("no logits")?;
-    assert_eq!(g.tensor(logits).desc.shape, vec![1, 1024]);
+    assert_eq!(g.tensor(logits).desc.shape, vec![1, 1008]);
     let head = g.tensor_named("lm_head").ok_or("no lm_head")?;
-    assert_eq!(g.tensor(head).desc.shape.iter().product::<usize>(), cfg.hidden * 1024);
+    assert_eq!(g.tensor(head).desc.shape.iter().product::<usize>(), cfg.hidden * 1008);
     let weights = uneven_norms(collect(random_weights(&cfg, 6, DType::F32))?);
     compare_with_decoder(&cfg, &weights, DType::F32, 4, 1e-4)
 }

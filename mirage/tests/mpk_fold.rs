@@ -10,8 +10,8 @@
 use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
     DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, grouped_tilings_in,
-    norm_projections, projection_residual, projection_tiling, projection_tiling_in, streamed_gated_mlp,
-    streamed_norm_projections, streamed_projection_residual,
+    lm_head_tiling, lm_head_width, norm_projections, projection_residual, projection_tiling, projection_tiling_in,
+    streamed_gated_mlp, streamed_norm_projection, streamed_norm_projections, streamed_projection_residual,
 };
 use mirage::mpk::exec::{HostTensors, reference_step};
 use mirage::mpk::{MpkOptions, StepGraph, TensorId, compile};
@@ -106,6 +106,30 @@ const CASES: [(usize, usize, &[usize]); 5] = [
     (256, 512, &[16_384]),
     (128, 14_336, &[3072]),
 ];
+
+#[test]
+fn the_lm_head_in_one_round_of_wide_tasks_equals_the_norm_then_the_projection() -> R {
+    // The LM head's tilings of Llama-3's and Qwen3's vocabularies (976 and 1152 columns per
+    // task, 122 and 144 lanes of 8 columns) over a shallow hidden size of 64, and a vocabulary
+    // whose padded head has a partial last lane group (1001 words: 63 tasks of 16).
+    for (vocab, cols) in [(128_256, 976), (151_936, 1152), (1001, 16)] {
+        for dtype in [DType::F32, DType::Bf16] {
+            let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
+            let (hidden, width) = (64, lm_head_width(vocab));
+            let c = cfg(hidden, 512, dtype);
+            let tiling = lm_head_tiling(hidden, vocab);
+            assert_eq!(tiling.cols, cols, "{vocab}");
+            let shapes = vec![vec![1, hidden], vec![1, hidden], vec![hidden, width]];
+            let outs =
+                both(&norm_projections(&c, &[width])?, &streamed_norm_projection(&c, width, tiling)?, &shapes, dtype)?;
+            let (plain, streamed) = &outs[0];
+            let e = rel_err(streamed, plain);
+            assert!(e <= tol, "{dtype}, vocabulary {vocab}: error {e} > {tol}");
+            assert!(plain.iter().any(|v| v.abs() > 0.1), "{dtype}: the outputs are not all small");
+        }
+    }
+    Ok(())
+}
 
 #[test]
 fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {

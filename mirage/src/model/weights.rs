@@ -156,8 +156,8 @@ impl Weight {
     /// unchanged where the shapes are equal, cut into contiguous column tiles where `shape` is
     /// such a storage of it ([`WeightStorage::of_shape`]: a decoder built with
     /// [`DecoderConfig::contiguous_below`](crate::mpk::decoder::DecoderConfig::contiguous_below)).
-    /// An LM head `[k, vocab]` whose vocabulary no task width divides is first padded with zero
-    /// columns to [`lm_head_width`]`(vocab)`, as the decoder built it. Any other shape is an
+    /// An LM head `[k, vocab]` whose vocabulary is not a whole round of the head's tasks is
+    /// first padded with zero columns to [`lm_head_width`]`(vocab)`, as the decoder built it. Any other shape is an
     /// error naming both.
     pub fn stored_as(self, shape: &[usize]) -> Result<Weight, ModelError> {
         if self.shape == shape {
@@ -166,7 +166,7 @@ impl Weight {
         if let [k, n] = *self.shape {
             let wide = lm_head_width(n);
             if wide != n && shape.iter().product::<usize>() == k * wide && self.data.len() == k * n {
-                // `wide` is a multiple of 128: padded, the weight is not padded again
+                // `lm_head_width(wide) == wide`: padded, the weight is not padded again
                 return self.padded_columns(wide).stored_as(shape);
             }
         }
@@ -260,27 +260,30 @@ mod tests {
 
     #[test]
     fn an_lm_head_no_width_divides_is_padded_with_zero_columns() {
-        // [2, 1001]: 1001 = 7 · 11 · 13, no width of 16..128 divides it: padded to 1024.
-        let (k, n) = (2, 1001);
+        // [2, 1001]: 1001 = 7 · 11 · 13, no task width of 16 columns divides it: padded to 1008
+        // (63 tasks of 16, `lm_head_width`).
+        let (k, n, wide) = (2, 1001, 1008);
+        assert_eq!(lm_head_width(n), wide);
         let w = Weight {
             name: "lm_head".into(),
             shape: vec![k, n],
             data: WeightData::F32((0..k * n).map(|i| i as f32 + 1.0).collect()),
         };
-        let p = w.clone().stored_as(&[k, 1024]).expect("padded");
-        assert_eq!(p.shape, vec![k, 1024]);
+        let p = w.clone().stored_as(&[k, wide]).expect("padded");
+        assert_eq!(p.shape, vec![k, wide]);
         let v = p.data.to_f32();
         for r in 0..k {
-            for c in 0..1024 {
+            for c in 0..wide {
                 let want = if c < n { (r * n + c) as f32 + 1.0 } else { 0.0 };
-                assert_eq!(v[r * 1024 + c], want, "row {r} column {c}");
+                assert_eq!(v[r * wide + c], want, "row {r} column {c}");
             }
         }
         // padded, then tile by tile (16 columns)
-        let t = w.clone().stored_as(&[64 * k, 16]).expect("padded tiles");
+        let t = w.clone().stored_as(&[63 * k, 16]).expect("padded tiles");
         assert_eq!(t.data.to_f32()[..16], v[..16]);
-        // a width some tile divides is never padded: [2, 1008] does not become [2, 1024]
-        let even = Weight { name: "w".into(), shape: vec![k, 1008], data: WeightData::F32(vec![0.0; k * 1008]) };
+        // a width that is already a whole round of tasks is never padded: [2, 1008] does not
+        // become [2, 1024]
+        let even = Weight { name: "w".into(), shape: vec![k, wide], data: WeightData::F32(vec![0.0; k * wide]) };
         assert!(even.stored_as(&[k, 1024]).is_err());
         // any other shape is still an error
         assert!(w.stored_as(&[k, 1025]).is_err());

@@ -121,7 +121,7 @@ pub enum Builtin {
         /// Columns per tile (must divide the logits' width).
         chunk: usize,
         /// The columns that count, at most the width: the vocabulary, where the logits are padded
-        /// past it (an LM head whose vocabulary no tile width divides:
+        /// past it (an LM head whose vocabulary is not a whole round of its tasks:
         /// [`crate::mpk::decoder::lm_head_width`]).
         columns: usize,
     },

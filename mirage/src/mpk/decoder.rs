@@ -20,9 +20,9 @@
 //! `l{i}.wd [intermediate, hidden]`, with `qk_norm` `l{i}.q_norm`/`l{i}.k_norm [1, head_dim]`,
 //! `l{i}.k_cache`/`l{i}.v_cache [kv_heads, capacity,
 //! head_dim]` (states); `final_norm [1, hidden]`, `lm_head [hidden, V]`. The logits are the
-//! buffer `logits.out [1, V]`, V = [`lm_head_width`]`(vocab)`: the vocabulary, or where no tile
-//! width divides it the vocabulary padded to a multiple of 128 (zero weight columns, whose logits
-//! the argmax skips). Weights are `[in, out]` (x · W), or, with
+//! buffer `logits.out [1, V]`, V = [`lm_head_width`]`(vocab)`: the vocabulary rounded up to a
+//! whole round of the head's tasks ([`lm_head_tiling`]; zero weight columns, whose logits the
+//! argmax skips). Weights are `[in, out]` (x · W), or, with
 //! [`DecoderConfig::contiguous_below`], those of narrow tasks tile by tile ([`WeightStorage`]:
 //! `[(out / cols) · in, cols]`; [`crate::model::Weight::stored_as`] converts).
 
@@ -117,17 +117,43 @@ fn chunk(n: usize, target: usize) -> usize {
     (1..=target.min(n)).rev().find(|&c| n.is_multiple_of(c)).unwrap_or(1)
 }
 
-/// Columns of the LM head's weight and logits for a vocabulary of `vocab` words: `vocab` where
-/// a task width of 128, 64, 32 or 16 columns divides it, else `vocab` rounded up to a multiple
-/// of 128 — the extra columns are zero weights ([`crate::model::Weight::stored_as`] pads them)
-/// whose logits the argmax skips. Without it a vocabulary such as 32001 (some Llama-2
-/// fine-tunes) left the whole head to one task of one worker.
+/// Workers the LM head is cut for: one task each (the default [`super::MpkOptions::workers`],
+/// the H100's and H200's 132 SMs).
+pub const LM_HEAD_TASKS: usize = 132;
+
+/// Columns of the LM head's weight and logits for a vocabulary of `vocab` words: `vocab`
+/// rounded up to a whole number of [`lm_head_tiling`]'s tasks — the extra columns are zero
+/// weights ([`crate::model::Weight::stored_as`] pads them) whose logits the argmax skips.
+/// Llama-3's 128256 becomes 132 tasks of 976 (128832, 0.45% more weight), Qwen3's 151936 132
+/// of 1152 (152064); a vocabulary that divides (32000: 125 tasks of 256) stays. Applied to its
+/// own result it gives it back.
 pub fn lm_head_width(vocab: usize) -> usize {
-    if WIDE_TILE_WIDTHS.iter().any(|&c| vocab.is_multiple_of(c)) { vocab } else { vocab.next_multiple_of(128) }
+    let cols = lm_head_cols(vocab);
+    vocab.div_ceil(cols) * cols
+}
+
+/// Columns per LM head task: ⌈vocab / [`LM_HEAD_TASKS`]⌉ rounded up to a multiple of 16 (rows
+/// of 16-byte vectors of a 16-bit weight).
+fn lm_head_cols(vocab: usize) -> usize {
+    vocab.div_ceil(LM_HEAD_TASKS).max(1).next_multiple_of(16)
+}
+
+/// The LM head's tiling over `k` inputs (the hidden size) and a vocabulary of `vocab`: one
+/// round of at most [`LM_HEAD_TASKS`] tasks of [`lm_head_width`]`(vocab) / tasks` columns, each
+/// worker streaming its whole share of the head in one pipeline, the reduced dim walked in steps
+/// of the largest divisor of `k` up to `12288 / cols` rows (about 24 KiB of a 16-bit weight).
+/// Before (DECISIONS change 75) the head took tasks of 128 columns, 8 or 9 per worker, and paid
+/// a task's ~3 µs of pipeline fill, drain and signal each time; Llama-3's 1002 tasks also left
+/// 7.6 rounds over 132 workers.
+pub fn lm_head_tiling(k: usize, vocab: usize) -> ProjectionTiling {
+    let cols = lm_head_cols(vocab);
+    let target = (12288 / cols).max(1);
+    let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
+    ProjectionTiling { cols, step }
 }
 
 /// The task widths a projection too wide for one round of tasks takes, widest first
-/// ([`projection_tiling_in`]); [`lm_head_width`] pads a vocabulary none of them divides.
+/// ([`projection_tiling_in`]).
 const WIDE_TILE_WIDTHS: [usize; 4] = [128, 64, 32, 16];
 
 /// Tiles the argmax over the vocabulary aims at: about one per worker. Each argmax tile is a
@@ -203,10 +229,13 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     }
     let final_norm = g.input("final_norm", &[1, h], dt)?;
     let width = lm_head_width(cfg.vocab);
-    let head = streamed_norm_projections(cfg, &[width]).map_err(ir(name, "logits"))?;
+    let tiling = lm_head_tiling(h, cfg.vocab);
+    let head = streamed_norm_projection(cfg, width, tiling).map_err(ir(name, "logits"))?;
     let lm_head = g.input("lm_head", &shape(&head, 2), dt)?;
     let logits = g.mugraph("logits", &head, &[x, final_norm, lm_head])?[0];
-    let argmax = Builtin::ArgmaxPartial { chunk: argmax_chunk(width), columns: cfg.vocab };
+    // An argmax tile per LM head task where the head is wide (each starts when its task ends).
+    let chunk = if tiling.cols >= 256 { tiling.cols } else { argmax_chunk(width) };
+    let argmax = Builtin::ArgmaxPartial { chunk, columns: cfg.vocab };
     let partial = g.builtin("argmax", argmax, &[logits])?[0];
     g.add_builtin("next_token", Builtin::ArgmaxReduce, &[partial], &[token])?;
     Ok(g)
@@ -512,6 +541,26 @@ pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Resul
     Ok(k)
 }
 
+/// One streamed projection `rms_norm(x, w) · W` of `width` outputs tiled by `tiling` (the LM
+/// head's [`lm_head_tiling`]), its weight stored as [`weight_storage`] says: inputs
+/// `x [1, hidden]`, `w [1, hidden]`, `W [hidden, width]`.
+pub fn streamed_norm_projection(
+    cfg: &DecoderConfig,
+    width: usize,
+    tiling: ProjectionTiling,
+) -> Result<KernelGraph, crate::ir::IrError> {
+    let mut k = KernelGraph::new();
+    let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
+    let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
+    let storage = weight_storage(cfg, width, tiling);
+    let wj = k.input(&storage.shape(cfg.hidden, width), cfg.dtype)?;
+    let norm = Some(Scalar(cfg.eps));
+    let block = streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+    let y = k.custom(&[x, w, wj], block)?[0];
+    k.output(y, None)?;
+    Ok(k)
+}
+
 /// [`projection_residual`] as one streamed block (`streamed_block`): `r + a · W` with the sum in f32.
 pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
@@ -767,6 +816,30 @@ mod tests {
         for v in [1usize, 7, 1000, 32_000, 151_936] {
             assert!(v.is_multiple_of(argmax_chunk(v)), "{v}");
         }
+    }
+
+    #[test]
+    fn the_lm_head_is_one_round_of_wide_tasks() {
+        let t = |cols, step| ProjectionTiling { cols, step };
+        // Llama-3: 132 tasks of 976 columns (128832, zero-padded); Qwen3: 132 of 1152.
+        assert_eq!(lm_head_width(128_256), 128_832);
+        assert_eq!(lm_head_tiling(2048, 128_256), t(976, 8));
+        assert_eq!(lm_head_tiling(4096, 128_256), t(976, 8));
+        assert_eq!(lm_head_width(151_936), 152_064);
+        assert_eq!(lm_head_tiling(1024, 151_936), t(1152, 8));
+        // A vocabulary a width divides stays; the toy's 512 is 32 tasks of 16.
+        assert_eq!(lm_head_width(32_000), 32_000);
+        assert_eq!(lm_head_tiling(4096, 32_000), t(256, 32));
+        assert_eq!(lm_head_tiling(256, 512), t(16, 256));
+        for v in [1, 15, 17, 512, 1000, 32_001, 32_002, 50_257, 128_256, 151_936, 256_000] {
+            let (w, c) = (lm_head_width(v), lm_head_tiling(2048, v).cols);
+            assert!(w >= v && w - v < c && w.is_multiple_of(c) && c.is_multiple_of(16), "{v}: {w} {c}");
+            assert!(w / c <= LM_HEAD_TASKS, "{v}: {} tasks", w / c);
+            assert_eq!(lm_head_width(w), w, "{v}: padded once");
+            assert_eq!(lm_head_tiling(2048, w).cols, c, "{v}: the padded head tiles alike");
+        }
+        // The argmax gets a tile per head task where the head is wide.
+        assert!(lm_head_width(128_256).is_multiple_of(976) && argmax_chunk(128_832) == 976);
     }
 
     #[test]
