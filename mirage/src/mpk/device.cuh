@@ -365,7 +365,8 @@ __host__ __device__ constexpr int attention_smem_floats(int G, int D, int THREAD
 // read in 16-byte vectors (all in flight), G dot products against q in shared memory; (2) per
 // query head a warp takes the tile's max and exp-sum (online softmax across tiles); (3) P·V
 // with threads over (key lane, 16-byte column slot), V rows read in 16-byte vectors,
-// accumulators per head in registers; then lanes, warps and the normalization. Shared memory:
+// accumulators per head in registers (each thread's first VPRE value vectors of a tile are
+// loaded with its key rows, the rest in (3)); then lanes, warps and the normalization. Shared memory:
 // attention_smem_floats(G, D, THREADS) floats.
 template <typename T, int THREADS, int D, int G>
 __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, int lo, int hi, float scale,
@@ -374,6 +375,7 @@ __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, 
   constexpr int VEC = Vec16<T>::N;
   constexpr int SLOTS = D / VEC;        // 16-byte vectors per row
   constexpr int KL = THREADS / SLOTS;   // key lanes of the P·V phase
+  constexpr int VPRE = 4;               // value vectors per thread loaded with the key rows
   static_assert(SLOTS >= 1 && SLOTS <= 32 && (SLOTS & (SLOTS - 1)) == 0, "a row is 1..32 16-byte vectors");
   static_assert(THREADS % 32 == 0, "whole warps");
   float* qs = smem;                     // [G][D]
@@ -396,6 +398,14 @@ __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, 
   __syncthreads();
   for (int t0 = lo; t0 < hi; t0 += THREADS) {
     const int n = hi - t0 < THREADS ? hi - t0 : THREADS;
+    // The tile's first VPRE value vectors of this thread's P·V share, issued with the key rows
+    // below so the P·V phase does not start with a round of loads (DECISIONS change 74).
+    uint4 vpre[VPRE];
+#pragma unroll
+    for (int j = 0; j < VPRE; ++j) {
+      const int k = kl + j * KL;
+      if (k < n) vpre[j] = __ldcg(reinterpret_cast<const uint4*>(vbase + (size_t)(t0 + k) * D) + slot);
+    }
     // (1) scores: one key per thread.
     if (tid < n) {
       const uint4* kr = reinterpret_cast<const uint4*>(kbase + (size_t)(t0 + tid) * D);
@@ -451,8 +461,22 @@ __device__ __forceinline__ void attention_chunk(const T* kbase, const T* vbase, 
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc[g][e] *= cr;
     }
+#pragma unroll
+    for (int j = 0; j < VPRE; ++j) {
+      const int k = kl + j * KL;
+      if (k < n) {
+        float f[VEC];
+        unpack16(vpre[j], f, static_cast<const T*>(nullptr));
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float p = sc[g * THREADS + k];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[g][e] += p * f[e];
+        }
+      }
+    }
 #pragma unroll 4
-    for (int k = kl; k < n; k += KL) {
+    for (int k = kl + VPRE * KL; k < n; k += KL) {
       const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(vbase + (size_t)(t0 + k) * D) + slot);
       float f[VEC];
       unpack16(raw, f, static_cast<const T*>(nullptr));
