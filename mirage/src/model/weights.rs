@@ -157,8 +157,8 @@ impl Weight {
     /// such a storage of it ([`WeightStorage::of_shape`]: a decoder built with
     /// [`DecoderConfig::contiguous_below`](crate::mpk::decoder::DecoderConfig::contiguous_below)).
     /// An LM head `[k, vocab]` whose vocabulary is not a whole round of the head's tasks is
-    /// first padded with zero columns to [`lm_head_width`]`(vocab)`, as the decoder built it. Any other shape is an
-    /// error naming both.
+    /// first padded with zero columns to [`lm_head_width`]`(vocab)`, as the decoder built it.
+    /// Any other shape is an error naming both.
     pub fn stored_as(self, shape: &[usize]) -> Result<Weight, ModelError> {
         if self.shape == shape {
             return Ok(self);

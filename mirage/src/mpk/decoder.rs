@@ -111,8 +111,8 @@ impl DecoderConfig {
     }
 }
 
-/// Chunk of the vocabulary per argmax tile, and of the hidden size per embedding tile: the
-/// largest divisor not above `target`.
+/// Chunk of the vocabulary per argmax tile, of the hidden size per embedding tile, and of a
+/// projection's reduced dim per loop iteration: the largest divisor of `n` not above `target`.
 fn chunk(n: usize, target: usize) -> usize {
     (1..=target.min(n)).rev().find(|&c| n.is_multiple_of(c)).unwrap_or(1)
 }
@@ -147,9 +147,7 @@ fn lm_head_cols(vocab: usize) -> usize {
 /// 7.6 rounds over 132 workers.
 pub fn lm_head_tiling(k: usize, vocab: usize) -> ProjectionTiling {
     let cols = lm_head_cols(vocab);
-    let target = (12288 / cols).max(1);
-    let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
-    ProjectionTiling { cols, step }
+    ProjectionTiling { cols, step: chunk(k, (12288 / cols).max(1)) }
 }
 
 /// The task widths a projection too wide for one round of tasks takes, widest first
@@ -317,9 +315,7 @@ impl ProjectionTiling {
     /// each weight whatever the width (the mma planner splits a narrow tile's k-steps over the
     /// warps: every warp keeps 8 k-steps).
     pub fn of(k: usize, cols: usize) -> ProjectionTiling {
-        let target = (128 * 64 / cols.max(1)).max(1);
-        let step = (1..=k.min(target)).rev().find(|&t| k.is_multiple_of(t)).unwrap_or(1);
-        ProjectionTiling { cols, step }
+        ProjectionTiling { cols, step: chunk(k, (128 * 64 / cols.max(1)).max(1)) }
     }
 }
 
@@ -521,24 +517,7 @@ fn streamed_block(
 /// with the norm folded in: inputs `x [1, hidden]`, `w [1, hidden]`, then one weight
 /// `[hidden, width_j]` per output.
 pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Result<KernelGraph, crate::ir::IrError> {
-    let mut k = KernelGraph::new();
-    let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let tilings = grouped_tilings_in(cfg.tile_unit(), cfg.hidden, widths);
-    let storage: Vec<_> = widths.iter().zip(&tilings).map(|(&n, &t)| weight_storage(cfg, n, t)).collect();
-    let weights: Vec<_> = widths
-        .iter()
-        .zip(&storage)
-        .map(|(&n, s)| k.input(&s.shape(cfg.hidden, n), cfg.dtype))
-        .collect::<Result<_, _>>()?;
-    for (((&width, wj), tiling), storage) in widths.iter().zip(weights).zip(tilings).zip(storage) {
-        let norm = Some(Scalar(cfg.eps));
-        let block =
-            streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
-        let y = k.custom(&[x, w, wj], block)?[0];
-        k.output(y, None)?;
-    }
-    Ok(k)
+    tiled_norm_projections(cfg, widths, &grouped_tilings_in(cfg.tile_unit(), cfg.hidden, widths))
 }
 
 /// One streamed projection `rms_norm(x, w) · W` of `width` outputs tiled by `tiling` (the LM
@@ -549,15 +528,32 @@ pub fn streamed_norm_projection(
     width: usize,
     tiling: ProjectionTiling,
 ) -> Result<KernelGraph, crate::ir::IrError> {
+    tiled_norm_projections(cfg, &[width], &[tiling])
+}
+
+/// The streamed norm projections of `widths`, the `j`-th tiled by `tilings[j]`, each weight
+/// stored as [`weight_storage`] says.
+fn tiled_norm_projections(
+    cfg: &DecoderConfig,
+    widths: &[usize],
+    tilings: &[ProjectionTiling],
+) -> Result<KernelGraph, crate::ir::IrError> {
     let mut k = KernelGraph::new();
     let x = k.input(&[1, cfg.hidden], cfg.dtype)?;
     let w = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let storage = weight_storage(cfg, width, tiling);
-    let wj = k.input(&storage.shape(cfg.hidden, width), cfg.dtype)?;
-    let norm = Some(Scalar(cfg.eps));
-    let block = streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
-    let y = k.custom(&[x, w, wj], block)?[0];
-    k.output(y, None)?;
+    let storage: Vec<_> = widths.iter().zip(tilings).map(|(&n, &t)| weight_storage(cfg, n, t)).collect();
+    let weights: Vec<_> = widths
+        .iter()
+        .zip(&storage)
+        .map(|(&n, s)| k.input(&s.shape(cfg.hidden, n), cfg.dtype))
+        .collect::<Result<_, _>>()?;
+    for (((&width, wj), &tiling), storage) in widths.iter().zip(weights).zip(tilings).zip(storage) {
+        let norm = Some(Scalar(cfg.eps));
+        let block =
+            streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+        let y = k.custom(&[x, w, wj], block)?[0];
+        k.output(y, None)?;
+    }
     Ok(k)
 }
 
@@ -838,7 +834,8 @@ mod tests {
             assert_eq!(lm_head_width(w), w, "{v}: padded once");
             assert_eq!(lm_head_tiling(2048, w).cols, c, "{v}: the padded head tiles alike");
         }
-        // The argmax gets a tile per head task where the head is wide.
+        // Llama-3's padded head: `argmax_chunk` also lands on the head's tasks (the decoder takes
+        // the head's tile width itself wherever it is at least 256 columns).
         assert!(lm_head_width(128_256).is_multiple_of(976) && argmax_chunk(128_832) == 976);
     }
 
