@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use mirage::cache::{Cache, CacheKey};
 use mirage::cost::Arch;
-use mirage::ir::{DType, KernelGraph};
+use mirage::ir::{DType, KernelGraph, UnaryOp};
 use mirage::search::{SearchConfig, superoptimize};
 use mirage::tune::bundle::{PackOptions, import, pack, read_manifest};
 use mirage::tune::calibration::{CalibrationSet, Evaluation, evaluate};
@@ -38,6 +38,35 @@ fn gated_mlp() -> KernelGraph {
     };
     build(&mut g).expect("a valid program");
     g
+}
+
+#[test]
+fn a_program_the_search_cannot_build_whole_is_skipped_by_the_pack_with_a_reason() {
+    // `(-x, neg(x))`: no µGraph computes both outputs (the build compiles it one kernel per
+    // operator), so there is nothing to tune; the pack goes on without it.
+    let mut g = KernelGraph::new();
+    let build = |g: &mut KernelGraph| -> Result<(), mirage::ir::IrError> {
+        let x = g.input(&[16, 64], DType::F16)?;
+        let a = g.unary(UnaryOp::Neg, x)?;
+        let b = g.unary(UnaryOp::Neg, x)?;
+        g.output(a, None)?;
+        g.output(b, None)
+    };
+    build(&mut g).expect("a valid program");
+    let dir = temp_dir("skip");
+    let opts = PackOptions {
+        search: SearchConfig { offline: Some(false), ..SearchConfig::default() },
+        tune: TuneConfig { candidates: 4, ..TuneConfig::default() },
+        kernel: Default::default(),
+        nvcc: Default::default(),
+        commit: "test".into(),
+    };
+    let mut lines = Vec::new();
+    let manifest = pack(&dir.join("bundle"), &[("two_negs".into(), g)], &opts, &mut |l| lines.push(l.to_string()))
+        .unwrap_or_else(|e| panic!("the pack must not fail on it: {e}"));
+    assert!(manifest.programs.is_empty(), "{:?}", manifest.programs);
+    assert!(lines.iter().any(|l| l.starts_with("two_negs: skipped, nothing to tune")), "{lines:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -35,7 +35,7 @@ use crate::codegen::plan::LaunchPlan;
 use crate::fingerprint::VerifyConfig;
 use crate::ir::{CanonicalHash, KernelGraph};
 use crate::nvcc;
-use crate::search::SearchConfig;
+use crate::search::{SearchConfig, SearchError};
 
 /// The `format` field of a bundle manifest.
 pub const BUNDLE_FORMAT: &str = "mirage-tune-bundle";
@@ -179,8 +179,8 @@ pub struct PackOptions {
 
 /// Packs `programs` (name, kernel graph) into the bundle folder `dir`. A program already in the
 /// bundle with the same graph, cache key and number of candidates is kept as it is (packing is
-/// resumable); the others are searched, verified, generated and compiled. `progress` hears one
-/// line per program.
+/// resumable); the others are searched, verified, generated and compiled; one whose search finds
+/// no whole-program candidate is left out of the bundle. `progress` hears one line per program.
 pub fn pack(
     dir: &Path,
     programs: &[(String, KernelGraph)],
@@ -219,7 +219,16 @@ pub fn pack(
             continue;
         }
         let started = std::time::Instant::now();
-        let p = pack_one(dir, name, graph, opts, &arch)?;
+        let p = match pack_one(dir, name, graph, opts, &arch) {
+            Ok(p) => p,
+            // A program the search cannot build as one µGraph (its build partitions it, or falls
+            // back to one kernel per operator) has nothing to choose between: say so, go on.
+            Err(TuneError::Search(SearchError::NotFound(why))) => {
+                progress(&format!("{name}: skipped, nothing to tune ({why}; its build partitions it or falls back)"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         progress(&format!(
             "{name}: {} candidates ({} families) packed in {:.1} s",
             p.candidates.len(),

@@ -166,12 +166,37 @@ impl KernelSizes {
     }
 }
 
+/// Bytes of pipelined tiles a block keeps in flight when its stages are small: a loop whose stage
+/// is smaller than `DEEP_PIPELINE_BYTES / max_stages` gets more stages, up to this many bytes
+/// ([`pipeline_depth`]).
+pub const DEEP_PIPELINE_BYTES: usize = 8 * 1024;
+
+/// The most pipeline stages [`pipeline_depth`] gives a loop of small stages.
+pub const DEEP_PIPELINE_MAX_STAGES: usize = 32;
+
+/// The pipeline stages for a loop whose stage (its pipelined tiles of one iteration) takes
+/// `stage_bytes` of shared memory: `max_stages`, or for small stages as many as keep
+/// [`DEEP_PIPELINE_BYTES`] in flight (at most [`DEEP_PIPELINE_MAX_STAGES`]), never more than the
+/// loop's `iterations`. A loop over tiny tiles — a split-K combine summing 32 partial rows of 128
+/// bytes — waits one copy latency per `stages - 1` iterations: at 4 stages that latency, not its
+/// bytes, set its time (DECISIONS change 76).
+pub fn pipeline_depth(stage_bytes: usize, max_stages: usize, iterations: usize) -> usize {
+    let deep = DEEP_PIPELINE_BYTES.checked_div(stage_bytes).map_or(max_stages, |n| n.min(DEEP_PIPELINE_MAX_STAGES));
+    deep.max(max_stages).clamp(1, iterations.max(1))
+}
+
 /// Plans the kernel `name` for block graph `bg`: the most pipeline stages (up to
-/// `opts.max_stages` and the loop's iterations) whose dynamic and static shared memory fit
-/// `opts.max_smem_bytes`.
+/// [`pipeline_depth`] of `opts.max_stages`, and the loop's iterations) whose dynamic and static
+/// shared memory fit `opts.max_smem_bytes`.
 pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelPlan<'g>, CodegenError> {
     bg.validate().map_err(CodegenError::Ir)?;
-    let mut stages = opts.max_stages.clamp(1, bg.forloop_range().max(1));
+    let iterations = bg.forloop_range().max(1);
+    let mut stages = opts.max_stages.clamp(1, iterations);
+    if stages < iterations {
+        let probe = planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
+        let stage_bytes: usize = probe.loads.pipelined.iter().map(|&i| probe.out_tile(i).bytes).sum();
+        stages = pipeline_depth(stage_bytes, stages, iterations);
+    }
     loop {
         let plan = planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
         if plan.total_smem_bytes() <= opts.max_smem_bytes {
@@ -330,6 +355,42 @@ mod tests {
         }
         let k = generate_kernel(&bg, "ntrans_like", &KernelOptions::default()).expect("generates");
         assert!(k.code.contains("// one pass: rms_norm, add, mul, add"), "{}", k.code);
+    }
+
+    #[test]
+    fn small_stages_get_a_deep_pipeline_bounded_by_bytes_stages_and_iterations() {
+        // 128-byte stages: 8 KiB / 128 = 64, capped at 32 and at the loop's iterations.
+        assert_eq!(pipeline_depth(128, 4, 32), 32);
+        assert_eq!(pipeline_depth(128, 4, 16), 16);
+        assert_eq!(pipeline_depth(128, 4, 100), DEEP_PIPELINE_MAX_STAGES);
+        // 1 KiB stages: 8 in flight; 2 KiB and more keep the default.
+        assert_eq!(pipeline_depth(1024, 4, 64), 8);
+        assert_eq!(pipeline_depth(2048, 4, 64), 4);
+        assert_eq!(pipeline_depth(64 * 1024, 4, 64), 4);
+        // Never fewer than asked for, never more than the iterations, at least one.
+        assert_eq!(pipeline_depth(4096, 6, 64), 6);
+        assert_eq!(pipeline_depth(4096, 6, 3), 3);
+        assert_eq!(pipeline_depth(0, 4, 64), 4);
+        assert_eq!(pipeline_depth(128, 4, 0), 1);
+    }
+
+    #[test]
+    fn a_loop_of_tiny_tiles_is_planned_and_emitted_with_a_deep_pipeline() -> Result<(), IrError> {
+        // A split-K combine: 32 partial rows of 64 bf16 (128 bytes a stage) summed by the loop.
+        let d = TensorDesc::new(&[32, 4096], DType::Bf16);
+        let mut bg = BlockGraph::new(vec![d], [64, 1, 1], 256, 32)?;
+        let x = bg.input(0, [Some(1), None, None], Some(0))?;
+        let s = bg.accum(AccKind::Sum, &[x])?;
+        bg.output(s, [Some(1), None, None])?;
+        let k = generate_kernel(&bg, "combine", &KernelOptions::default()).expect("generates");
+        assert_eq!(k.stages, 32);
+        assert!(k.code.contains("for (int st = 0; st < 31; ++st) {"), "{}", k.code);
+        assert!(k.code.contains("mirage::cp_async_wait<30>();"), "{}", k.code);
+        // With room for only a few stages the depth drops until the tiles fit.
+        let tight = KernelOptions { max_smem_bytes: 1024, ..KernelOptions::default() };
+        let p = plan_kernel(&bg, "combine", &tight).expect("plans in 1 KiB");
+        assert!(p.stages < 32 && p.total_smem_bytes() <= 1024, "{} stages, {} B", p.stages, p.total_smem_bytes());
+        Ok(())
     }
 
     #[test]

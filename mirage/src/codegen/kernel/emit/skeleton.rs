@@ -12,6 +12,10 @@ use super::super::planner::{BulkCopies, KernelPlan, MatmulPlan, ctype};
 use super::copy::stage_ptr;
 use super::{BLOCK_INDEX, Emitter, input_param, output_param, register_accumulator};
 
+/// The most pipeline stages whose prologue is written out copy by copy; deeper pipelines (of
+/// small stages: [`super::super::pipeline_depth`]) issue theirs in a loop.
+const PROLOGUE_UNROLLED_STAGES: usize = 4;
+
 /// The CUDA source of the `extern "C" __global__` function `name` for `plan`.
 pub(in super::super) fn emit_kernel(
     plan: &KernelPlan<'_>,
@@ -199,6 +203,17 @@ impl Emitter<'_> {
             return;
         }
         self.line(1, &format!("// pipeline prologue: iterations 0..{}", s - 1));
+        if s > PROLOGUE_UNROLLED_STAGES {
+            // A deep pipeline of small stages (`pipeline_depth`): the prologue as a loop.
+            self.line(1, "#pragma unroll 1");
+            self.line(1, &format!("for (int st = 0; st < {}; ++st) {{", s - 1));
+            self.line(2, &format!("if (st < {frange}) {{"));
+            self.copy_stage(3, "st", "st");
+            self.line(2, "}");
+            self.commit(2);
+            self.line(1, "}");
+            return;
+        }
         for st in 0..s - 1 {
             self.line(1, &format!("if ({st} < {frange}) {{"));
             self.copy_stage(2, &st.to_string(), &st.to_string());
