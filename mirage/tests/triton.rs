@@ -172,7 +172,7 @@ fn tiles_beyond_triton_block_limits_are_a_clear_error() {
 /// The µGraph modules Triton refused on the H200 (`OutOfResources: shared memory`, limit 232,448
 /// bytes) with its default `num_stages=3`, and the `num_stages` they get now.
 const REFUSED_ON_H200: [(&str, usize); 7] = [
-    ("rmsnorm_linear_bs1", 2),
+    ("rmsnorm_linear_bs1_s11", 2),
     ("qwen2_5_64644b2e7bbffb94_c4", 1),
     ("qwen2_5_64644b2e7bbffb94_c8", 1),
     ("qwen2_5_6508b4ab6af4f866_c1", 2),
@@ -180,6 +180,16 @@ const REFUSED_ON_H200: [(&str, usize); 7] = [
     ("qwen2_5_6508b4ab6af4f866_c4", 1),
     ("qwen2_5_6508b4ab6af4f866_c6", 1),
 ];
+
+/// The µGraph `rmsnorm_linear_bs1` had when the H200 run refused its Triton module (a record of
+/// session 11; the re-tuned choice of session 32 is another, which fits), then [`every_mugraph`].
+fn with_the_refused_rmsnorm_linear() -> Vec<(String, KernelGraph)> {
+    let json = include_str!("data/triton-refused-rmsnorm_linear_bs1.json");
+    let old = KernelGraph::from_json(json).expect("the recorded µGraph reads");
+    let mut all = vec![("rmsnorm_linear_bs1_s11".to_string(), old)];
+    all.extend(every_mugraph());
+    all
+}
 
 /// Every kernel of a µGraph, as the Triton backend generates them.
 fn kernels_of(g: &KernelGraph) -> Vec<BlockGraph> {
@@ -197,7 +207,7 @@ fn kernels_of(g: &KernelGraph) -> Vec<BlockGraph> {
 #[test]
 fn the_smem_estimate_reproduces_the_h200_run_and_the_choice_fits() {
     let mut over = Vec::new();
-    for (name, g) in every_mugraph() {
+    for (name, g) in with_the_refused_rmsnorm_linear() {
         let mut largest = 0;
         for (k, bg) in kernels_of(&g).iter().enumerate() {
             let old = smem::estimate(bg, smem::DEFAULT_NUM_STAGES).expect("estimates");
@@ -224,7 +234,7 @@ fn the_smem_estimate_reproduces_the_h200_run_and_the_choice_fits() {
     }
     // rmsnorm_linear_bs1: two buffers of x [2, 1024] and w [1024, 48 → 64] f16, the 32 bytes of
     // the rms accumulator's reduction scratch Triton added are within 64.
-    let rms = every_mugraph().into_iter().find(|(n, _)| n == "rmsnorm_linear_bs1").expect("benchmark").1;
+    let rms = with_the_refused_rmsnorm_linear().swap_remove(0).1;
     let bg = kernels_of(&rms).pop().expect("one kernel");
     let e = smem::estimate(&bg, 3).expect("estimates");
     assert_eq!((e.pipelined, e.operands), (2 * (2 * 1024 + 1024 * 64) * 2, 0), "{e:?}");
@@ -233,7 +243,7 @@ fn the_smem_estimate_reproduces_the_h200_run_and_the_choice_fits() {
 
 #[test]
 fn refused_kernels_now_launch_with_fewer_stages() {
-    let all = every_mugraph();
+    let all = with_the_refused_rmsnorm_linear();
     for (name, stages) in REFUSED_ON_H200 {
         let g = &all.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no µGraph {name}")).1;
         let src = generate(g, name, None).unwrap_or_else(|e| panic!("{name}: {e}"));
