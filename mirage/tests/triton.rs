@@ -182,11 +182,15 @@ const REFUSED_ON_H200: [(&str, usize); 7] = [
 ];
 
 /// The µGraph `rmsnorm_linear_bs1` had when the H200 run refused its Triton module (a record of
-/// session 11; the re-tuned choice of session 32 is another, which fits), then [`every_mugraph`].
+/// session 11; the re-tuned choice of session 32 is another, which fits).
+fn refused_rmsnorm_linear() -> KernelGraph {
+    KernelGraph::from_json(include_str!("data/triton-refused-rmsnorm_linear_bs1.json"))
+        .expect("the recorded µGraph reads")
+}
+
+/// [`refused_rmsnorm_linear`] as `rmsnorm_linear_bs1_s11`, then [`every_mugraph`].
 fn with_the_refused_rmsnorm_linear() -> Vec<(String, KernelGraph)> {
-    let json = include_str!("data/triton-refused-rmsnorm_linear_bs1.json");
-    let old = KernelGraph::from_json(json).expect("the recorded µGraph reads");
-    let mut all = vec![("rmsnorm_linear_bs1_s11".to_string(), old)];
+    let mut all = vec![("rmsnorm_linear_bs1_s11".to_string(), refused_rmsnorm_linear())];
     all.extend(every_mugraph());
     all
 }
@@ -234,7 +238,7 @@ fn the_smem_estimate_reproduces_the_h200_run_and_the_choice_fits() {
     }
     // rmsnorm_linear_bs1: two buffers of x [2, 1024] and w [1024, 48 → 64] f16, the 32 bytes of
     // the rms accumulator's reduction scratch Triton added are within 64.
-    let rms = with_the_refused_rmsnorm_linear().swap_remove(0).1;
+    let rms = refused_rmsnorm_linear();
     let bg = kernels_of(&rms).pop().expect("one kernel");
     let e = smem::estimate(&bg, 3).expect("estimates");
     assert_eq!((e.pipelined, e.operands), (2 * (2 * 1024 + 1024 * 64) * 2, 0), "{e:?}");

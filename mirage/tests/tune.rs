@@ -40,6 +40,17 @@ fn gated_mlp() -> KernelGraph {
     g
 }
 
+/// The tests' pack: a fresh search (no cache), 4 candidates a program, default code generation.
+fn pack_options() -> PackOptions {
+    PackOptions {
+        search: SearchConfig { offline: Some(false), ..SearchConfig::default() },
+        tune: TuneConfig { candidates: 4, ..TuneConfig::default() },
+        kernel: Default::default(),
+        nvcc: Default::default(),
+        commit: "test".into(),
+    }
+}
+
 #[test]
 fn a_program_the_search_cannot_build_whole_is_skipped_by_the_pack_with_a_reason() {
     // `(-x, neg(x))`: no µGraph computes both outputs (the build compiles it one kernel per
@@ -54,13 +65,7 @@ fn a_program_the_search_cannot_build_whole_is_skipped_by_the_pack_with_a_reason(
     };
     build(&mut g).expect("a valid program");
     let dir = temp_dir("skip");
-    let opts = PackOptions {
-        search: SearchConfig { offline: Some(false), ..SearchConfig::default() },
-        tune: TuneConfig { candidates: 4, ..TuneConfig::default() },
-        kernel: Default::default(),
-        nvcc: Default::default(),
-        commit: "test".into(),
-    };
+    let opts = pack_options();
     let mut lines = Vec::new();
     let manifest = pack(&dir.join("bundle"), &[("two_negs".into(), g)], &opts, &mut |l| lines.push(l.to_string()))
         .unwrap_or_else(|e| panic!("the pack must not fail on it: {e}"));
@@ -74,14 +79,8 @@ fn a_packed_bundle_and_a_recorded_measurement_tune_the_cache() {
     mirage::nvcc::find_nvcc().expect("nvcc packs the candidates (scripts/setup.sh installs it)");
     let dir = temp_dir("bundle");
     let program = gated_mlp();
-    let search = SearchConfig { offline: Some(false), ..SearchConfig::default() };
-    let opts = PackOptions {
-        search: search.clone(),
-        tune: TuneConfig { candidates: 4, ..TuneConfig::default() },
-        kernel: Default::default(),
-        nvcc: Default::default(),
-        commit: "test".into(),
-    };
+    let opts = pack_options();
+    let search = opts.search.clone();
     let mut lines = Vec::new();
     let manifest =
         pack(&dir.join("bundle"), &[("gated".into(), program.clone())], &opts, &mut |l| lines.push(l.to_string()))

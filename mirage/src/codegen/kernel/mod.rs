@@ -191,14 +191,19 @@ pub fn pipeline_depth(stage_bytes: usize, max_stages: usize, iterations: usize) 
 pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelPlan<'g>, CodegenError> {
     bg.validate().map_err(CodegenError::Ir)?;
     let iterations = bg.forloop_range().max(1);
+    let plan_at = |stages: usize| planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
     let mut stages = opts.max_stages.clamp(1, iterations);
+    let mut plan = plan_at(stages);
     if stages < iterations {
-        let probe = planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
-        let stage_bytes: usize = probe.loads.pipelined.iter().map(|&i| probe.out_tile(i).bytes).sum();
-        stages = pipeline_depth(stage_bytes, stages, iterations);
+        // The plan at the asked depth tells the stage's bytes; it is kept unless that depth grows.
+        let stage_bytes: usize = plan.loads.pipelined.iter().map(|&i| plan.out_tile(i).bytes).sum();
+        let deep = pipeline_depth(stage_bytes, stages, iterations);
+        if deep != stages {
+            stages = deep;
+            plan = plan_at(stages);
+        }
     }
     loop {
-        let plan = planner::plan_sized(bg, stages, opts.bulk(), &opts.sizes.inputs);
         if plan.total_smem_bytes() <= opts.max_smem_bytes {
             return Ok(plan);
         }
@@ -210,6 +215,7 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
             });
         }
         stages -= 1;
+        plan = plan_at(stages);
     }
 }
 
