@@ -2,8 +2,10 @@
 //! import the choices into the search cache.
 //!
 //! ```text
-//! tune pack [--out DIR] [--candidates K] [--only SUBSTRING,...] FILE.rs ...   here: searches and
-//!                                     compiles the candidates of every #[mugraph] function
+//! tune pack [--out DIR] [--candidates K] [--only SUBSTRING,...] [--cache DIR] FILE.rs ...
+//!                                     here: searches and compiles the candidates of every
+//!                                     #[mugraph] function, with the cache's current choice among
+//!                                     them (default cache: .mirage at the workspace root)
 //! tune measure DIR [--out RECORD.json] [--only SUBSTRING,...]   on the GPU machine
 //! tune import DIR RECORD.json [--cache DIR]   here: stores each program's fastest correct candidate
 //!                                             in the search cache (default: .mirage at the workspace root)
@@ -26,7 +28,7 @@ use mirage::tune::TuneRecord;
 use mirage::tune::bundle::{self, Limits, PackOptions};
 use mirage::tune::record::Calibration;
 
-const USAGE: &str = "usage: tune pack [--out DIR] [--candidates K] [--only SUBSTRING,...] FILE.rs ... | tune measure DIR [--out RECORD.json] [--only SUBSTRING,...] | tune import DIR RECORD.json [--cache DIR] | tune calibrate RECORD.json | tune table RECORD.json";
+const USAGE: &str = "usage: tune pack [--out DIR] [--candidates K] [--only SUBSTRING,...] [--cache DIR] FILE.rs ... | tune measure DIR [--out RECORD.json] [--only SUBSTRING,...] | tune import DIR RECORD.json [--cache DIR] | tune calibrate RECORD.json | tune table RECORD.json";
 
 /// Command-line options: positional arguments and `--name value` pairs.
 struct Args {
@@ -73,7 +75,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let command = args.next().ok_or(USAGE)?;
     match command.as_str() {
-        "pack" => pack(Args::parse(args, &["out", "candidates", "only"])?),
+        "pack" => pack(Args::parse(args, &["out", "candidates", "only", "cache"])?),
         "measure" => measure(Args::parse(args, &["out", "only"])?),
         "measure-program" => {
             let a = Args::parse(args, &["skip"])?;
@@ -140,6 +142,10 @@ fn pack(a: Args) -> Result<(), Box<dyn Error>> {
         kernel: Default::default(),
         nvcc: Default::default(),
         commit: commit(),
+        cache: Some(match a.get("cache") {
+            Some(dir) => Cache::new(dir),
+            None => Cache::at_workspace(mirage::build::workspace_root()),
+        }),
     };
     println!(
         "packing {} programs into {} ({} candidates each, {arch})",

@@ -8,11 +8,11 @@
 
 use std::path::PathBuf;
 
-use mirage::cache::{Cache, CacheKey};
+use mirage::cache::{Cache, CacheEntry, CacheKey};
 use mirage::cost::Arch;
 use mirage::ir::{DType, KernelGraph, UnaryOp};
 use mirage::search::{SearchConfig, superoptimize};
-use mirage::tune::bundle::{PackOptions, import, pack, read_manifest};
+use mirage::tune::bundle::{BundleProgram, PackOptions, import, pack, read_manifest};
 use mirage::tune::calibration::{CalibrationSet, Evaluation, evaluate};
 use mirage::tune::{TuneConfig, TuneRecord};
 
@@ -48,6 +48,7 @@ fn pack_options() -> PackOptions {
         kernel: Default::default(),
         nvcc: Default::default(),
         commit: "test".into(),
+        cache: None,
     }
 }
 
@@ -149,6 +150,104 @@ fn a_packed_bundle_and_a_recorded_measurement_tune_the_cache() {
     let e = import(&dir.join("bundle"), &none, &Cache::new(dir.join("empty"))).expect("runs");
     assert!(e[0].outcome.as_ref().is_err_and(|e| e.contains("no candidate")), "{e:?}");
     assert!(!dir.join("empty").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The record a GPU run would write for `p`: candidate `i` measured at `us[i]`, all correct.
+fn measured(p: &BundleProgram, us: &[f64]) -> TuneRecord {
+    let mut record = TuneRecord::new("Test GPU".into(), "a test".into(), "test".into());
+    let mut t = mirage::tune::ProgramTiming {
+        name: p.name.clone(),
+        program_hash: p.program_hash.clone(),
+        io_bytes: 0,
+        candidates: p.empty_timings(),
+        reference_s: None,
+    };
+    assert_eq!(t.candidates.len(), us.len());
+    for (c, &us) in t.candidates.iter_mut().zip(us) {
+        c.rel_l2 = Some(1e-3);
+        c.rounds_us = vec![us];
+        c.summarize();
+    }
+    record.programs.push(t);
+    record
+}
+
+#[test]
+fn the_caches_current_choice_is_measured_beside_the_candidates_and_replaced_only_when_clearly_beaten() {
+    mirage::nvcc::find_nvcc().expect("nvcc packs the candidates (scripts/setup.sh installs it)");
+    let dir = temp_dir("current");
+    let program = gated_mlp();
+    let wide_opts = pack_options();
+    let key = wide_opts.search.cache_key(&program);
+    let wide = pack(&dir.join("wide"), &[("gated".into(), program.clone())], &wide_opts, &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The cache holds the wide pack's fourth candidate, which a search for two does not produce
+    // (as a µGraph from an earlier search, or a composed one, would not be).
+    let text = std::fs::read_to_string(dir.join("wide/mugraphs/gated.json")).expect("the candidates' µGraphs");
+    let graphs: Vec<serde_json::Value> = serde_json::from_str(&text).expect("JSON");
+    let current = KernelGraph::from_json(&graphs[3].to_string()).expect("a µGraph");
+    let current_hash = current.canonical_hash().to_hex();
+    assert_eq!(current_hash, wide.programs[0].candidates[3].hash);
+    let cache = Cache::new(dir.join("cache"));
+    cache.store(&key, &CacheEntry::new(&key, &current, 1.0, Vec::new()).expect("an entry")).expect("stored");
+
+    // Packed with the cache: the search's two candidates, then the cache's choice.
+    let narrow_opts = || PackOptions {
+        tune: TuneConfig { candidates: 2, ..TuneConfig::default() },
+        cache: Some(cache.clone()),
+        ..pack_options()
+    };
+    let mut lines = Vec::new();
+    let m = pack(&dir.join("narrow"), &[("gated".into(), program.clone())], &narrow_opts(), &mut |l| {
+        lines.push(l.to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let p = &m.programs[0];
+    let hashes: Vec<&str> = p.candidates.iter().map(|c| c.hash.as_str()).collect();
+    assert_eq!(hashes.len(), 3, "{lines:?}");
+    assert_eq!(&hashes[..2], &[wide.programs[0].candidates[0].hash.as_str(), &wide.programs[0].candidates[1].hash]);
+    assert_eq!(hashes[2], current_hash);
+    assert_eq!(p.candidates.iter().map(|c| c.from_cache).collect::<Vec<_>>(), [false, false, true]);
+    assert!(lines.iter().any(|l| l.contains("the cache's current choice added")), "{lines:?}");
+    assert_eq!(read_manifest(&dir.join("narrow")).expect("readable"), m, "from_cache survives the manifest");
+    // Packing again keeps it (two searched candidates, the cache's choice among them).
+    let again =
+        pack(&dir.join("narrow"), &[("gated".into(), program.clone())], &narrow_opts(), &mut |_| {}).expect("packs");
+    assert_eq!(again.programs, m.programs);
+
+    // The cache's choice measured fastest: it stays, now with its measurement.
+    let out = import(&dir.join("narrow"), &measured(p, &[30.0, 25.0, 12.0]), &cache).expect("imports");
+    out[0].outcome.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    let (entry, graph) = cache.load(&key).expect("readable").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), current_hash);
+    assert_eq!(entry.measured_us, Some(12.0));
+    // A candidate faster by less than the margin (noise): the cache's choice stays.
+    let out = import(&dir.join("narrow"), &measured(p, &[30.0, 11.9, 12.0]), &cache).expect("imports");
+    out[0].outcome.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    let (entry, graph) = cache.load(&key).expect("readable").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), current_hash);
+    assert_eq!(entry.measured_us, Some(12.0));
+    // A searched candidate measured faster by more: it replaces the cache's choice.
+    let out = import(&dir.join("narrow"), &measured(p, &[30.0, 10.0, 12.0]), &cache).expect("imports");
+    out[0].outcome.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    let (entry, graph) = cache.load(&key).expect("readable").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), hashes[1]);
+    assert_eq!(entry.measured_us, Some(10.0));
+
+    // A bundle packed without the cache never timed the cache's choice: importing its record
+    // leaves the entry as it is and says why, however fast its candidates ran.
+    cache.store(&key, &CacheEntry::new(&key, &current, 1.0, Vec::new()).expect("an entry")).expect("stored");
+    let blind_opts = PackOptions { tune: TuneConfig { candidates: 2, ..TuneConfig::default() }, ..pack_options() };
+    let blind = pack(&dir.join("blind"), &[("gated".into(), program.clone())], &blind_opts, &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(blind.programs[0].candidates.len(), 2);
+    let out = import(&dir.join("blind"), &measured(&blind.programs[0], &[3.0, 2.0]), &cache).expect("runs");
+    let why = out[0].outcome.as_ref().expect_err("the entry is kept");
+    assert!(why.contains("was not measured") && why.contains(&current_hash[..16]), "{why}");
+    let (entry, graph) = cache.load(&key).expect("readable").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), current_hash);
+    assert_eq!(entry.measured_us, None);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -55,6 +55,10 @@ pub struct BundleCandidate {
     pub family: String,
     /// How to launch it from the program's cubin.
     pub plan: LaunchPlan,
+    /// Whether it is the cache's choice at pack time, added beside the search's candidates
+    /// because the search did not produce it ([`super::with_current_choice`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_cache: bool,
 }
 
 /// One bundled program.
@@ -175,6 +179,9 @@ pub struct PackOptions {
     pub nvcc: nvcc::CompileOptions,
     /// The commit packed.
     pub commit: String,
+    /// The search cache whose current choices are packed beside the search's candidates (so the
+    /// measurement times what a build uses now); `None` packs the search's candidates only.
+    pub cache: Option<Cache>,
 }
 
 /// Packs `programs` (name, kernel graph) into the bundle folder `dir`. A program already in the
@@ -206,10 +213,14 @@ pub fn pack(
         }
         let hash = graph.canonical_hash().to_hex();
         let version = opts.search.version_for(graph);
+        let current = opts.cache.as_ref().and_then(|c| super::current_choice(graph, &opts.search, c));
+        let current = current.map(|g| g.canonical_hash().to_hex());
         let kept = old.as_ref().and_then(|m| m.programs.iter().find(|p| &p.name == name)).filter(|p| {
+            let searched = p.candidates.iter().filter(|c| !c.from_cache).count();
             p.program_hash == hash
                 && p.search_version == version
-                && (p.candidates.len() == opts.tune.candidates || p.candidates.len() < opts.tune.candidates.min(2))
+                && (searched == opts.tune.candidates || searched < opts.tune.candidates.min(2))
+                && current.as_ref().is_none_or(|h| p.candidates.iter().any(|c| &c.hash == h))
                 && dir.join("cubins").join(&p.cubin).is_file()
                 && mugraphs_path(dir, name).is_file()
         });
@@ -230,7 +241,7 @@ pub fn pack(
             Err(e) => return Err(e),
         };
         progress(&format!(
-            "{name}: {} candidates ({} families) packed in {:.1} s",
+            "{name}: {} candidates ({} families{}) packed in {:.1} s",
             p.candidates.len(),
             {
                 let mut f: Vec<&str> = p.candidates.iter().map(|c| c.family.as_str()).collect();
@@ -238,6 +249,7 @@ pub fn pack(
                 f.dedup();
                 f.len()
             },
+            if p.candidates.iter().any(|c| c.from_cache) { ", the cache's current choice added" } else { "" },
             started.elapsed().as_secs_f64()
         ));
         manifest.programs.push(p);
@@ -259,6 +271,11 @@ fn pack_one(
     arch: &str,
 ) -> Result<BundleProgram, TuneError> {
     let candidates = tuning_candidates(graph, &opts.search, opts.tune.candidates)?;
+    let searched = candidates.len();
+    let candidates = match &opts.cache {
+        Some(cache) => super::with_current_choice(candidates, graph, &opts.search, cache).0,
+        None => candidates,
+    };
     let nvcc_opts = nvcc::CompileOptions { arch: Some(arch.to_string()), ..opts.nvcc.clone() };
     let compiled = compile_candidates(name, &candidates, &opts.kernel, &nvcc_opts)?;
     let cubin = format!("{name}.cubin");
@@ -279,12 +296,14 @@ fn pack_one(
         candidates: candidates
             .iter()
             .zip(compiled.plans)
-            .map(|(c, plan)| BundleCandidate {
+            .enumerate()
+            .map(|(i, (c, plan))| BundleCandidate {
                 hash: c.hash.to_hex(),
                 kernels: c.graph.num_kernels(),
                 predicted_us: c.predicted_us,
                 family: c.family.clone(),
                 plan,
+                from_cache: i >= searched,
             })
             .collect(),
     })
@@ -471,7 +490,10 @@ pub struct Imported {
 /// the candidates' µGraphs come from the bundle in `dir` (matched by name, program hash and
 /// candidate hashes), the choice is made again from the timings and verified against the program
 /// with fingerprints ([`choose_verified`]: the next fastest when it fails), and the entry records
-/// every candidate's measurement and the device.
+/// every candidate's measurement and the device. The entry's current µGraph stays unless a
+/// candidate is faster than it by more than [`super::REPLACE_MARGIN`]. A program whose cache entry holds a µGraph the
+/// record did not time is left as it is, with the reason in its [`Imported::outcome`] (a bundle
+/// packed with the cache, [`PackOptions::cache`], times the current choice too).
 pub fn import(dir: &Path, record: &TuneRecord, cache: &Cache) -> Result<Vec<Imported>, TuneError> {
     let manifest = read_manifest(dir)?;
     let mut out = Vec::new();
@@ -516,13 +538,32 @@ fn import_one(
     if candidates.len() != t.candidates.len() {
         return Err(format!("{}: {} µGraphs for {} candidates", path.display(), candidates.len(), t.candidates.len()));
     }
+    let program_hash = program.canonical_hash();
+    let key = CacheKey { program_hash, arch: p.cache_arch.clone(), search_version: p.search_version.clone() };
+    // The cache's current choice must have been timed beside the others (run, or found wrong):
+    // replacing a µGraph nobody measured could make the build slower (session 32 replaced an
+    // 18.6 µs one-kernel µGraph by an 81.9 µs candidate this way).
+    let mut current = None;
+    if let Ok(Some((_, graph))) = cache.load(&key) {
+        let hash = graph.canonical_hash().to_hex();
+        current = t.candidates.iter().position(|c| c.hash == hash);
+        let timed = current.is_some_and(|i| t.candidates[i].measured_us.is_some() || t.candidates[i].error.is_some());
+        if !timed {
+            return Err(format!(
+                "the cache's current µGraph {} was not measured in this record: the entry is left as it was \
+                 (pack with the cache so that its choice is measured beside the candidates)",
+                &hash[..16]
+            ));
+        }
+    }
     let graphs: Vec<&KernelGraph> = candidates.iter().map(|c| &c.graph).collect();
     let mut timings = t.candidates.clone();
     let chosen = choose_verified(&program, &graphs, &mut timings, &VerifyConfig::default())
         .map_err(|e| e.to_string())?
         .ok_or("no candidate ran correctly and verified: the cache entry is left as it was")?;
-    let program_hash = program.canonical_hash();
-    let key = CacheKey { program_hash, arch: p.cache_arch.clone(), search_version: p.search_version.clone() };
+    let chosen =
+        super::keep_current_within_margin(&program, &graphs, &timings, chosen, current, &VerifyConfig::default())
+            .map_err(|e| e.to_string())?;
     let entry = tuned_entry(&key, &candidates, &timings, chosen, &record.device).map_err(|e| e.to_string())?;
     cache.store(&key, &entry).map_err(|e| e.to_string())
 }

@@ -239,6 +239,41 @@ pub fn tuning_candidates(
         .collect())
 }
 
+/// The µGraph `cache` holds for `program` now (the choice a build would use), when it holds one
+/// that reads back.
+pub fn current_choice(program: &KernelGraph, cfg: &SearchConfig, cache: &Cache) -> Option<KernelGraph> {
+    cache.load(&cfg.cache_key(program)).ok().flatten().map(|(_, graph)| graph)
+}
+
+/// `candidates` with the cache's current choice for `program` among them, and its index: a
+/// measurement that does not time the µGraph the build uses now cannot tell whether replacing it
+/// pays (the cache may hold a µGraph the tuning search does not produce — one found by an earlier
+/// search, or composed from a partitioned build). When the choice is not among `candidates` it is
+/// appended, with the cost model's estimate (the entry's recorded one if the model cannot cost
+/// it) and its structure family. `None` when the cache holds no entry for it.
+pub fn with_current_choice(
+    mut candidates: Vec<TuneCandidate>,
+    program: &KernelGraph,
+    cfg: &SearchConfig,
+    cache: &Cache,
+) -> (Vec<TuneCandidate>, Option<usize>) {
+    let Ok(Some((entry, graph))) = cache.load(&cfg.cache_key(program)) else { return (candidates, None) };
+    let hash = graph.canonical_hash();
+    if let Some(i) = candidates.iter().position(|c| c.hash == hash) {
+        return (candidates, Some(i));
+    }
+    let (predicted_us, family) = match crate::cost::estimate(&graph, &cfg.arch) {
+        Ok(cost) => {
+            let c = Candidate { graph: graph.clone(), cost, hash, verified: Some(true) };
+            (c.cost.total_us, family(&c))
+        }
+        Err(_) => (entry.cost_us, format!("{} kernel(s), the cache's choice", graph.num_kernels())),
+    };
+    candidates.push(TuneCandidate { graph, hash, predicted_us, family });
+    let i = candidates.len() - 1;
+    (candidates, Some(i))
+}
+
 /// The fastest usable candidate that fingerprint verification proves equivalent to `program`
 /// (and, for a program that takes a maximum, that keeps it: [`search::wide_range_check`]):
 /// usable candidates are verified in order of their measured times until one passes; those that
@@ -267,6 +302,38 @@ pub fn choose_verified(
         }
     }
     Ok(None)
+}
+
+/// How much faster than the cache's current µGraph a candidate must measure to replace it (a
+/// fraction of the current one's time): closer timings are within one run's noise, and replacing
+/// on them would churn the cache and the generated code for nothing.
+pub const REPLACE_MARGIN: f64 = 0.02;
+
+/// The candidate to store: `chosen` (the fastest verified one), or `current` (the cache's µGraph
+/// now) when `chosen` is not faster than it by more than [`REPLACE_MARGIN`] and `current` ran
+/// correctly and verifies.
+pub fn keep_current_within_margin(
+    program: &KernelGraph,
+    graphs: &[&KernelGraph],
+    timings: &[CandidateTiming],
+    chosen: usize,
+    current: Option<usize>,
+    verify: &VerifyConfig,
+) -> Result<usize, TuneError> {
+    let Some(c) = current.filter(|&c| c != chosen) else { return Ok(chosen) };
+    let (Some(cur), Some(best)) = (timings.get(c), timings.get(chosen)) else { return Ok(chosen) };
+    let (Some(cur_us), Some(best_us)) = (cur.measured_us, best.measured_us) else { return Ok(chosen) };
+    if !cur.usable() || best_us < cur_us * (1.0 - REPLACE_MARGIN) {
+        return Ok(chosen);
+    }
+    // Verified like any choice: only the current one is offered.
+    let mut only: Vec<CandidateTiming> = timings.to_vec();
+    for (i, t) in only.iter_mut().enumerate() {
+        if i != c {
+            t.error.get_or_insert_with(|| "not offered".into());
+        }
+    }
+    Ok(choose_verified(program, graphs, &mut only, verify)?.unwrap_or(chosen))
 }
 
 /// The candidates of one program compiled together: one translation unit (candidate `i`'s
@@ -359,11 +426,7 @@ pub fn tune_and_store(
     if mode == TuneMode::Off {
         return Ok(TuneOutcome::Skipped("tuning not asked for".into()));
     }
-    let key = CacheKey {
-        program_hash: program.canonical_hash(),
-        arch: search_cfg.arch.name.to_string(),
-        search_version: search_cfg.version_for(program),
-    };
+    let key = search_cfg.cache_key(program);
     if mode == TuneMode::Missing
         && let Ok(Some((entry, _))) = cache.load(&key)
         && entry.measured_us.is_some()
@@ -377,6 +440,7 @@ pub fn tune_and_store(
         return Ok(TuneOutcome::Skipped(format!("no GPU to tune on ({e})")));
     }
     let candidates = tuning_candidates(program, search_cfg, cfg.candidates)?;
+    let (candidates, current) = with_current_choice(candidates, program, search_cfg, cache);
     let compiled = compile_candidates(name, &candidates, compile.0, compile.1)?;
     // A build compiles its programs in parallel: their measurements take the GPU one at a time.
     static GPU_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -397,6 +461,7 @@ pub fn tune_and_store(
     let Some(chosen) = chosen else {
         return Ok(TuneOutcome::Skipped(format!("no candidate ran correctly: {}", warnings.join("; "))));
     };
+    let chosen = keep_current_within_margin(program, &graphs, &timings, chosen, current, &search_cfg.verify)?;
     let entry = tuned_entry(&key, &candidates, &timings, chosen, &gpu.info().name)?;
     cache.store(&key, &entry)?;
     Ok(TuneOutcome::Stored { timings, chosen, warnings })
