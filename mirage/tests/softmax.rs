@@ -194,11 +194,13 @@ fn the_issue_shape_gets_split_kv_with_f32_parts() {
 }
 
 #[test]
-fn a_gqa_decode_step_gets_split_kv_with_one_block_per_row() {
+fn a_gqa_decode_step_gets_split_kv_with_a_groups_rows_in_one_block() {
     // The bench's GQA case: 8 KV heads of 4 query rows, 4096 keys, head dim 128, bf16. One block
-    // per KV head and row block would use at most 32 SMs.
+    // per KV head and row block would use at most 32 SMs; one block per row of a split would read
+    // each key tile 4 times. The model picks split-KV with the group's rows in one block.
     let grids = chosen_split_kv_grids(&gqa_program("bf16", 8, 4, 4096, 128));
-    assert_eq!((grids[0][0], grids[0][2]), (8, 4), "heads × splits × rows: {grids:?}");
+    assert_eq!((grids[0][0], grids[0][2]), (8, 1), "heads × splits × 1: {grids:?}");
+    assert!(grids[0][1] >= 4, "split over the keys: {grids:?}");
     assert_eq!(grids[1], [8, 4, 1], "the combine: one block per head and row");
 }
 
@@ -441,4 +443,108 @@ fn split_kv_parts_stored_in_f32_keep_the_combine_exact() {
     // Outputs lie in [0, 3]: one bf16 rounding is at most 2^-7.
     assert!(f32_parts <= 1.0 / 128.0, "f32 parts: {f32_parts}");
     assert!(bf16_parts > 4.0 * f32_parts.max(1.0 / 512.0), "bf16 parts: {bf16_parts}, f32 parts: {f32_parts}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split-KV with a head's query rows in one block (`attention::split_kv_grouped`): parts
+// `[h, rows, S·dv]` and `[h, rows, S]`, combined by a kernel that walks the ranges in its loop.
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Ranges {
+    Correct,
+    /// The accumulators summed without the running rescale `exp(M_old − M)`.
+    NoRescale,
+    /// Weights `exp(m_j)`: the running maximum never subtracted.
+    ForgetsTheMax,
+}
+
+/// The first kernel of `attention::split_kv_grouped(program, .., splits, ..)` followed by a
+/// combine over the ranges written here, broken as `how` says.
+fn grouped_with(program: &KernelGraph, splits: usize, how: Ranges) -> KernelGraph {
+    let a = attention::recognize(program).expect("attention");
+    let built = attention::split_kv_grouped(program, &a, splits, 2, 128).expect("builds");
+    let first = built
+        .nodes()
+        .iter()
+        .find_map(|n| match &n.op {
+            KernelOp::Custom { block } => Some(block.clone()),
+            _ => None,
+        })
+        .expect("a first kernel");
+    let mut g = KernelGraph::new();
+    let ins: Vec<TensorRef> = program.inputs().iter().map(|d| g.input(&d.shape, d.dtype).expect("input")).collect();
+    let parts = g.custom(&ins, *first).expect("first kernel");
+    let descs: Vec<_> = parts.iter().map(|&t| g.desc(t).expect("part").clone()).collect();
+    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], 128, splits).expect("grid");
+    let o = bg.input(0, [Some(0), Some(1), None], Some(2)).expect("o");
+    let l = bg.input(1, [Some(0), Some(1), None], Some(2)).expect("l");
+    let m = bg.input(2, [Some(0), Some(1), None], Some(2)).expect("m");
+    let rm = bg.push(BlockOp::RunningMax { dim: 2 }, &[m]).expect("running max");
+    let arg = if how == Ranges::ForgetsTheMax { m } else { bg.binary(BinaryOp::Sub, m, rm[0]).expect("sub") };
+    let w = bg.unary(UnaryOp::Exp, arg).expect("exp");
+    let r = bg.unary(UnaryOp::Exp, rm[1]).expect("exp");
+    let wo = bg.binary(BinaryOp::Mul, o, w).expect("mul");
+    let wl = bg.binary(BinaryOp::Mul, l, w).expect("mul");
+    let (acc_o, acc_l) = if how == Ranges::NoRescale {
+        (bg.accum(AccKind::Sum, &[wo]).expect("acc"), bg.accum(AccKind::Sum, &[wl]).expect("acc"))
+    } else {
+        (bg.accum(AccKind::Rescale, &[wo, r]).expect("acc"), bg.accum(AccKind::Rescale, &[wl, r]).expect("acc"))
+    };
+    let out = bg.binary(BinaryOp::Div, acc_o, acc_l).expect("div");
+    let dtype = program.inputs()[0].dtype;
+    bg.output_as(out, [Some(0), Some(1), None], dtype).expect("out");
+    let out = g.custom(&parts, bg).expect("combine")[0];
+    g.output(out, None).expect("output");
+    g
+}
+
+#[test]
+fn grouped_split_kv_reads_each_key_tile_once_per_head_and_passes_both_checks() {
+    for (name, dtype) in TYPES {
+        let program = gqa_program(name, 4, 4, 256, 32);
+        let a = attention::recognize(&program).expect("attention");
+        let g = attention::split_kv_grouped(&program, &a, 4, 2, 128).expect("builds");
+        let grids: Vec<[usize; 3]> = g
+            .nodes()
+            .iter()
+            .filter_map(|n| match &n.op {
+                KernelOp::Custom { block } => Some(block.grid()),
+                _ => None,
+            })
+            .collect();
+        // 4 heads × 4 key ranges, every row of a head in its block; the combine per head and row.
+        assert_eq!(grids, vec![[4, 4, 1], [4, 4, 1]], "{name}");
+        assert!(equivalent(&program, &g), "{name}: fingerprints reject\n{}", describe(&g));
+        assert_eq!(float_ok(&program, &g), Ok(()), "{name}");
+        assert_eq!(stored_types(&g), vec![vec![DType::F32; 3], vec![dtype]], "{name}");
+        // The combine written out here, correct, is the module's.
+        let mine = grouped_with(&program, 4, Ranges::Correct);
+        assert_eq!(mine.canonical_hash(), g.canonical_hash(), "{name}");
+    }
+    // The search offers it for a GQA group.
+    let program = gqa_program("bf16", 4, 4, 256, 32);
+    let cfg = SearchConfig { forloop_ranges: vec![4, 8], threads: vec![128], ..SearchConfig::default() };
+    let grouped = attention::candidates(&program, &cfg)
+        .into_iter()
+        .filter(|g| {
+            g.num_kernels() == 2
+                && g.nodes().iter().any(|n| matches!(&n.op, KernelOp::Custom { block } if block.grid()[2] == 1 && block.forloop_range() > 1 && block.grid()[1] == 4))
+        })
+        .count();
+    assert!(grouped > 0, "no grouped split-KV candidate");
+}
+
+#[test]
+fn a_ranged_combine_without_its_rescale_or_its_maximum_is_rejected() {
+    for (name, _) in TYPES {
+        let program = gqa_program(name, 4, 4, 256, 32);
+        let g = grouped_with(&program, 4, Ranges::NoRescale);
+        assert!(!equivalent(&program, &g), "{name}: a combine without its rescale passed fingerprints");
+        let g = grouped_with(&program, 4, Ranges::ForgetsTheMax);
+        // exp(m_j)·acc_j with a rescale by exp(M_old − M): the weights are off by exp(M) from
+        // the second range on.
+        let verdict = equivalent(&program, &g);
+        let float = float_ok(&program, &g);
+        assert!(!verdict || float.is_err(), "{name}: a combine forgetting its maximum passed both checks");
+    }
 }

@@ -31,6 +31,12 @@
 //! tensor in f32); `testing::rounding::run_stored`, which rounds each kernel output to its stored
 //! type, does (`mirage/tests/softmax.rs` compares both storages).
 //!
+//! - **Grouped split-KV** (two kernels, several query rows per head, [`split_kv_grouped`]): the
+//!   first kernel runs all query rows of a head (a GQA group) in one block per key range, so each
+//!   K and V tile is read once per head, not once per row; its parts are `[h.., rows, S·dv]` and
+//!   `[h.., rows, S]` (range `j` of row `r` at `[r, j·dv..]`), and the combine kernel, one block
+//!   per head and row, walks the `S` ranges in its loop with the online softmax's rescaling.
+//!
 //! Split-KV is offered for at most [`SPLIT_KV_MAX_ROWS`] query rows: one block per row re-reads
 //! K and V for each, which only pays when the rows are few and the heads do not fill the device.
 
@@ -149,26 +155,38 @@ fn online_body(
     Ok((acc_o, acc_l, rm[0]))
 }
 
-/// The first (or only) kernel's block graph up to its accumulators: `grid_y` blocks over the
-/// query rows, or with `split_keys` over the key range and one block per query row (grid.z),
-/// and `frange` key tiles in the loop. Returns the block graph and `(acc_o, acc_l, m)` of
+/// How the first (or only) kernel's grid.y divides the work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// Over the query rows (the one-kernel online softmax).
+    Rows,
+    /// Over the key range, one block per query row (grid.z).
+    KeysPerRow,
+    /// Over the key range, every query row of a head in one block (the rows share the block's
+    /// K and V tiles).
+    KeysGrouped,
+}
+
+/// The first (or only) kernel's block graph up to its accumulators: `grid_y` blocks as `split`
+/// says, and `frange` key tiles in the loop. Returns the block graph and `(acc_o, acc_l, m)` of
 /// [`online_body`].
 fn online_kernel(
     program: &KernelGraph,
     a: &Attention,
     grid_y: usize,
-    split_keys: bool,
+    split: Split,
     frange: usize,
     threads: usize,
 ) -> Result<(BlockGraph, [TensorRef; 3]), IrError> {
     let descs = program.inputs();
     let (rows_dim, last) = (a.rank - 2, a.rank - 1);
     let operands = a.inputs.iter().map(|&i| descs[i].clone()).collect();
-    let grid_z = if split_keys { a.rows } else { 1 };
+    let grid_z = if split == Split::KeysPerRow { a.rows } else { 1 };
     let mut bg = BlockGraph::new(operands, [a.heads, grid_y, grid_z], threads, frange)?;
     // The dim grid.y splits in q, k and v: the query rows, or the keys (grid.z the rows).
-    let (q_y, k_y, v_y) = if split_keys { (None, Some(last), Some(rows_dim)) } else { (Some(rows_dim), None, None) };
-    let q = bg.input(0, map_z(a, q_y, split_keys.then_some(rows_dim)), None)?;
+    let (q_y, k_y, v_y) =
+        if split == Split::Rows { (Some(rows_dim), None, None) } else { (None, Some(last), Some(rows_dim)) };
+    let q = bg.input(0, map_z(a, q_y, (split == Split::KeysPerRow).then_some(rows_dim)), None)?;
     let k = bg.input(1, map(a, k_y), Some(last))?;
     let v = bg.input(2, map(a, v_y), Some(rows_dim))?;
     let (acc_o, acc_l, m) = online_body(a, &mut bg, q, k, v)?;
@@ -197,7 +215,7 @@ pub fn online_softmax(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let (mut bg, [acc_o, acc_l, _]) = online_kernel(program, a, row_blocks, false, frange, threads)?;
+    let (mut bg, [acc_o, acc_l, _]) = online_kernel(program, a, row_blocks, Split::Rows, frange, threads)?;
     let o = bg.binary(BinaryOp::Div, acc_o, acc_l)?;
     bg.output(o, map(a, Some(a.rank - 2)))?;
     let (mut g, outs) = launch(program, a, bg)?;
@@ -214,7 +232,7 @@ pub fn split_kv(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, true, frange, threads)?;
+    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, Split::KeysPerRow, frange, threads)?;
     let m = bg.accum(AccKind::Max, &[m])?;
     // Range j of row r at [j, r·(tile width)..]: the parts of a row are a slab of the last dim.
     for t in [acc_o, acc_l, m] {
@@ -257,6 +275,61 @@ fn combine(
     Ok(g.custom(parts, bg)?[0])
 }
 
+/// Split-KV with the query rows of a head in one block: `splits` key ranges (grid.y) of `frange`
+/// tiles each, every block computing all `rows` of its head against its K and V tiles (a GQA
+/// group reads its head's keys once, not once per row), then [`combine_ranges`]. The parts are
+/// `acc_o [h.., rows, S·dv]`, `acc_l` and `m [h.., rows, S]`: range `j` of row `r` at `[r,
+/// j·dv..]` and `[r, j]`.
+pub fn split_kv_grouped(
+    program: &KernelGraph,
+    a: &Attention,
+    splits: usize,
+    frange: usize,
+    threads: usize,
+) -> Result<KernelGraph, IrError> {
+    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, Split::KeysGrouped, frange, threads)?;
+    let m = bg.accum(AccKind::Max, &[m])?;
+    for t in [acc_o, acc_l, m] {
+        bg.output_as(t, map(a, Some(a.rank - 1)), DType::F32)?;
+    }
+    let (mut g, parts) = launch(program, a, bg)?;
+    let dtype = program.inputs()[a.inputs[0]].dtype;
+    let combined = combine_ranges(a, &mut g, &parts, splits, threads, dtype)?;
+    g.output(combined, None)?;
+    Ok(g)
+}
+
+/// The combine kernel of [`split_kv_grouped`]: one block per head (grid.x) and query row
+/// (grid.y) walks the row's `splits` parts in its loop, one range per iteration, with the online
+/// softmax's rescaling — `M` the running maximum of the `m_j`, `acc_o = acc_o·exp(M_old − M) +
+/// exp(m_j − M)·acc_o_j` and the same for `acc_l` — and stores `acc_o / acc_l` as `dtype`.
+fn combine_ranges(
+    a: &Attention,
+    g: &mut KernelGraph,
+    parts: &[TensorRef],
+    splits: usize,
+    threads: usize,
+    dtype: DType,
+) -> Result<TensorRef, IrError> {
+    let descs = parts.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
+    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
+    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], threads, splits)?;
+    let o = bg.input(0, map(a, Some(rows_dim)), Some(last))?;
+    let l = bg.input(1, map(a, Some(rows_dim)), Some(last))?;
+    let m = bg.input(2, map(a, Some(rows_dim)), Some(last))?;
+    let rm = bg.push(BlockOp::RunningMax { dim: last }, &[m])?;
+    let diff = bg.binary(BinaryOp::Sub, m, rm[0])?;
+    let w = bg.unary(UnaryOp::Exp, diff)?;
+    let r = bg.unary(UnaryOp::Exp, rm[1])?;
+    let wo = bg.binary(BinaryOp::Mul, o, w)?;
+    let wl = bg.binary(BinaryOp::Mul, l, w)?;
+    let acc_o = bg.accum(AccKind::Rescale, &[wo, r])?;
+    let acc_l = bg.accum(AccKind::Rescale, &[wl, r])?;
+    let out = bg.binary(BinaryOp::Div, acc_o, acc_l)?;
+    bg.output_as(out, map(a, Some(rows_dim)), dtype)?;
+    Ok(g.custom(parts, bg)?[0])
+}
+
 /// Every online-softmax and split-KV µGraph of a recognized attention program within the
 /// configuration's limits: loop ranges from `cfg.forloop_ranges` that divide the keys, threads
 /// from `cfg.threads`, grids within `cfg.max_blocks`; split-KV only for at most
@@ -286,6 +359,12 @@ pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph>
                     && a.rows <= cfg.max_axis_blocks;
                 if fits && a.keys.is_multiple_of(splits * frange) && wide_enough(a.keys / splits, frange) {
                     out.extend(split_kv(program, &a, splits, frange, threads).ok());
+                }
+                // The rows of a head in one block: fewer blocks, each key tile read once.
+                let fits = a.heads * splits <= cfg.max_blocks && splits <= cfg.max_axis_blocks;
+                if a.rows > 1 && fits && a.keys.is_multiple_of(splits * frange) && wide_enough(a.keys / splits, frange)
+                {
+                    out.extend(split_kv_grouped(program, &a, splits, frange, threads).ok());
                 }
             }
         }
