@@ -143,6 +143,8 @@ struct LoadedModule {
     ctx: Arc<CudaContext>,
     module: Arc<CudaModule>,
     smem_optin: u32,
+    /// The device's compute capability major version (programmatic dependent launch needs 9).
+    cc_major: u32,
 }
 
 /// A cubin (or PTX) image, loaded on first use and cached for the life of the process.
@@ -216,7 +218,15 @@ impl Module {
             let smem = ctx
                 .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
                 .map_err(RuntimeError::driver("reading the opt-in shared memory limit"))?;
-            Ok(LoadedModule { ctx: ctx.clone(), module, smem_optin: u32::try_from(smem).unwrap_or(0) })
+            let (major, _) = ctx
+                .compute_capability()
+                .map_err(RuntimeError::driver(format!("reading the compute capability of device {}", ctx.ordinal())))?;
+            Ok(LoadedModule {
+                ctx: ctx.clone(),
+                module,
+                smem_optin: u32::try_from(smem).unwrap_or(0),
+                cc_major: u32::try_from(major).unwrap_or(0),
+            })
         })?;
         // Kept for the life of the process: kernels and launches borrow it (one per context).
         let fresh: &'static LoadedModule = Box::leak(Box::new(fresh));
@@ -371,6 +381,63 @@ impl<'m> Kernel<'m> {
                     self.name
                 )))
         })
+    }
+
+    /// Launches the kernel on `stream` with `params`, one pointer per kernel parameter to its
+    /// value (as `cuLaunchKernelEx` takes them), after the checks of [`KernelArgs::launch`].
+    /// With `after_previous` on a device of compute capability 9.0 or newer the launch allows
+    /// programmatic stream serialization: the kernel may be scheduled before the work queued
+    /// before it on the stream has finished, and must wait for it itself (`griddepcontrol.wait`
+    /// before reading anything that work wrote). Elsewhere `after_previous` is ignored.
+    /// Returns whether the launch was programmatic.
+    ///
+    /// # Safety
+    /// `params` must match the kernel's parameters in number, order and type, the kernel must
+    /// stay within the memory it is given for this configuration, and with `after_previous` it
+    /// must begin with `griddepcontrol.wait`.
+    pub unsafe fn launch_params(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+        after_previous: bool,
+    ) -> Result<bool, RuntimeError> {
+        let loaded = self.get(stream)?;
+        config.validate(self.name)?;
+        loaded.ensure_shared_memory(self.name, config)?;
+        let programmatic = after_previous && loaded.module.cc_major >= 9;
+        let kernel = self.name;
+        guard(&format!("launching kernel `{kernel}` with {config}"), || {
+            let fail = |source| RuntimeError::Launch { kernel: kernel.to_owned(), config, source };
+            stream.raw().context().bind_to_thread().map_err(fail)?;
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                // SAFETY: a plain-data union; every field of it is valid zeroed.
+                value: unsafe { std::mem::zeroed() },
+            };
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let cfg = sys::CUlaunchConfig {
+                gridDimX: config.grid.0,
+                gridDimY: config.grid.1,
+                gridDimZ: config.grid.2,
+                blockDimX: config.block.0,
+                blockDimY: config.block.1,
+                blockDimZ: config.block.2,
+                sharedMemBytes: config.dynamic_smem_bytes,
+                hStream: stream.raw().cu_stream(),
+                attrs: &mut attr,
+                numAttrs: u32::from(programmatic),
+            };
+            // SAFETY: the configuration was validated and the shared memory limit set above; the
+            // parameters and, when programmatic, the kernel's own wait are the caller's contract.
+            unsafe {
+                sys::cuLaunchKernelEx(&cfg, loaded.function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut())
+            }
+            .result()
+            .map_err(fail)
+        })?;
+        Ok(programmatic)
     }
 
     /// Starts a launch on `stream`: push the arguments in the kernel's parameter order, then

@@ -84,7 +84,8 @@ pub use kernel::{
 pub use mirage_core::{DType, TensorDesc};
 pub use plan::LaunchPlan;
 pub use program::{
-    AnyTensor, Bucket, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors, check_tensors_sized,
+    AnyTensor, Bucket, DEPENDENT_LAUNCH_ENV, Program, ProgramArtifacts, TensorArg, check_tensor, check_tensors,
+    check_tensors_sized, dependent_launch_enabled,
 };
 pub use stream::{CapturedGraph, Stream, TimingEvent};
 pub use tensor::{DeviceTensor, Element, Layout};

@@ -111,6 +111,13 @@ pub struct KernelLaunch {
     /// recorded: then every argument needs [`UNRECORDED_ARG_ALIGN`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arg_align: Vec<usize>,
+    /// The kernel begins by waiting for the kernel launched before it (`griddepcontrol.wait`),
+    /// so the run time may launch it with programmatic dependent launch on sm_90 (it is then
+    /// scheduled while that kernel drains; its wait returns once that kernel has completed and
+    /// its writes are visible). `false` in plans written before it was recorded: such kernels
+    /// are launched plainly.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waits_for_previous: bool,
 }
 
 impl KernelLaunch {
@@ -457,6 +464,7 @@ pub(crate) mod test_plans {
             grid_dims: vec![],
             size_args: vec![],
             arg_align,
+            waits_for_previous: false,
         }
     }
 

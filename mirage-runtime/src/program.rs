@@ -686,7 +686,7 @@ impl Program {
     ) -> Result<(), RuntimeError> {
         check_pointers(self.artifacts.name, plan, [inputs, outputs, buffers])?;
         let kernels = self.kernels(plan);
-        for (launch, kernel) in plan.kernels.iter().zip(kernels) {
+        for (i, (launch, kernel)) in plan.kernels.iter().zip(kernels).enumerate() {
             let config = launch.config_at(sizes)?;
             // Sizes were checked against the ranges (at most 2^20): they fit in an `int`.
             let size_args: Vec<i32> = launch
@@ -704,20 +704,23 @@ impl Program {
                     ArgRef::Buffer(i) => buffers.get(i).copied().unwrap_or(0),
                 })
                 .collect();
-            let mut args = kernel.args(stream)?;
-            for ptr in &ptrs {
-                args.scalar(ptr);
-            }
-            for n in &size_args {
-                args.scalar(n);
-            }
+            let mut params: Vec<*mut std::ffi::c_void> = ptrs
+                .iter()
+                .map(|p| std::ptr::from_ref(p).cast_mut().cast())
+                .chain(size_args.iter().map(|n| std::ptr::from_ref(n).cast_mut().cast()))
+                .collect();
+            // A kernel after the first that waits for the one before it may be scheduled while
+            // that one drains (programmatic dependent launch on sm_90).
+            let after_previous = i > 0 && launch.waits_for_previous && dependent_launch_enabled();
             // SAFETY: the plan was generated together with the cubin: its argument list is the
             // kernel's parameter list (device pointers of the element types checked by the
-            // caller, in order), every tensor has the plan's layout and covers it (checked when
-            // its view was made and against the plan), every pointer has the alignment the
-            // kernel's vector accesses need (checked above), the buffers lie inside the workspace
-            // (its size was checked), and the kernels write only outputs and buffers.
-            unsafe { args.launch(config) }?;
+            // caller, in order, then the `int` sizes), every tensor has the plan's layout and
+            // covers it (checked when its view was made and against the plan), every pointer has
+            // the alignment the kernel's vector accesses need (checked above), the buffers lie
+            // inside the workspace (its size was checked), and the kernels write only outputs and
+            // buffers; a kernel marked `waits_for_previous` begins with `griddepcontrol.wait`.
+            // `params` points into `ptrs` and `size_args`, alive until the launch returns.
+            unsafe { kernel.launch_params(stream, config, &mut params, after_previous) }?;
         }
         Ok(())
     }
@@ -863,6 +866,18 @@ fn write_ptrs<'s>(
             ptr
         })
         .collect()
+}
+
+/// The environment variable that turns programmatic dependent launch off (`0`): every kernel
+/// of a program then starts only after the one before it has finished, as on devices older
+/// than sm_90.
+pub const DEPENDENT_LAUNCH_ENV: &str = "MIRAGE_DEPENDENT_LAUNCH";
+
+/// Whether kernels after a program's first may be launched programmatically (read once from
+/// [`DEPENDENT_LAUNCH_ENV`]; on unless it is `0`).
+pub fn dependent_launch_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var(DEPENDENT_LAUNCH_ENV).map_or(true, |v| v.trim() != "0"))
 }
 
 #[cfg(test)]

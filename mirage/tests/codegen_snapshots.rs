@@ -39,6 +39,36 @@ fn snapshot_split_kv_f32_parts_bf16() {
     insta::assert_snapshot!(kernels("online_softmax_split_kv", DType::Bf16));
 }
 
+/// Programmatic dependent launch: every kernel after a program's first begins by waiting for the
+/// one before it (`griddepcontrol.wait`, before any load), and its launch says so; the first
+/// kernel does neither.
+#[test]
+fn kernels_after_the_first_wait_for_the_previous_grid_before_any_load() {
+    let (name, graph) = coverage_cases(DType::Bf16)
+        .expect("coverage graphs build")
+        .into_iter()
+        .find(|(n, _)| n == "online_softmax_split_kv")
+        .expect("the split-KV case");
+    let g = generate(&graph, &name, &KernelOptions::default()).expect("generates");
+    assert_eq!(g.plan.kernels.iter().map(|k| k.waits_for_previous).collect::<Vec<_>>(), [false, true]);
+    let bodies: Vec<&str> = g.kernels_source.split("extern \"C\" __global__").skip(1).collect();
+    assert_eq!(bodies.len(), 2);
+    const WAIT: &str = "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");";
+    assert!(!bodies[0].contains("griddepcontrol"), "{}", bodies[0]);
+    let wait = bodies[1].find(WAIT).unwrap_or_else(|| panic!("no wait:\n{}", bodies[1]));
+    let first_load = bodies[1].find("cp_async").or_else(|| bodies[1].find("in0[")).expect("a load");
+    assert!(wait < first_load, "the wait comes after a load:\n{}", bodies[1]);
+    // Guarded for sm_80, where the instruction does not exist.
+    assert!(bodies[1][..wait].contains("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"));
+    // A plan written before the field existed reads as plain launches.
+    let mut json: serde_json::Value = serde_json::to_value(&g.plan).expect("serializes");
+    for k in json["kernels"].as_array_mut().expect("kernels") {
+        k.as_object_mut().expect("an object").remove("waits_for_previous");
+    }
+    let old: mirage_runtime::LaunchPlan = serde_json::from_value(json).expect("an older plan reads");
+    assert!(old.kernels.iter().all(|k| !k.waits_for_previous));
+}
+
 #[test]
 fn snapshot_online_softmax_f16() {
     insta::assert_snapshot!(kernels("online_softmax_rescale_pair", DType::F16));

@@ -94,7 +94,11 @@ pub fn generate_sized(
             KernelOp::Custom { block } => {
                 let kname = format!("{name}_k{}", kernels.len());
                 let kdims = sized.as_ref().and_then(|p| p.kernel(i)).cloned().unwrap_or_default();
-                let kopts = KernelOptions { sizes: kernel_sizes(sized.as_ref(), &graph, i), ..opts.clone() };
+                let kopts = KernelOptions {
+                    sizes: kernel_sizes(sized.as_ref(), &graph, i),
+                    waits_for_previous_kernel: !kernels.is_empty(),
+                    ..opts.clone()
+                };
                 let src = generate_kernel(block, &kname, &kopts)?;
                 kernels_source.push_str(&src.code);
                 kernels_source.push('\n');
@@ -126,6 +130,7 @@ pub fn generate_sized(
                     },
                     size_args: kdims.vars.clone(),
                     arg_align: src.param_align.clone(),
+                    waits_for_previous: kopts.waits_for_previous_kernel,
                 });
             }
             other => {

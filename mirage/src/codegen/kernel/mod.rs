@@ -65,6 +65,12 @@ pub struct KernelOptions {
     /// experiment: DECISIONS change 67). With [`bulk_copies`](Self::bulk_copies) too, that
     /// option decides and task bodies keep `cp.async`.
     pub bulk_runs: bool,
+    /// The kernel runs after another kernel of its program and may be launched before that one
+    /// has finished (programmatic dependent launch, sm_90): it begins with `griddepcontrol.wait`,
+    /// which returns once the kernel before it has completed and its writes are visible
+    /// ([`mirage_runtime::KernelLaunch::waits_for_previous`]). Set by program generation for
+    /// every kernel but the first.
+    pub waits_for_previous_kernel: bool,
 }
 
 impl KernelOptions {
@@ -87,6 +93,7 @@ impl Default for KernelOptions {
             sizes: KernelSizes::default(),
             bulk_copies: false,
             bulk_runs: false,
+            waits_for_previous_kernel: false,
         }
     }
 }
@@ -221,7 +228,8 @@ pub fn plan_kernel<'g>(bg: &'g BlockGraph, name: &str, opts: &KernelOptions) -> 
 
 /// Generates the kernel `name` for block graph `bg`.
 pub fn generate_kernel(bg: &BlockGraph, name: &str, opts: &KernelOptions) -> Result<KernelSource, CodegenError> {
-    generate_with(bg, name, opts, emit::emit_kernel)
+    let emit = if opts.waits_for_previous_kernel { emit::emit_dependent_kernel } else { emit::emit_kernel };
+    generate_with(bg, name, opts, emit)
 }
 
 /// Generates the task body `name` of block graph `bg` for a persistent megakernel

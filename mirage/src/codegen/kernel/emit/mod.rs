@@ -19,7 +19,7 @@ mod rope;
 mod save;
 mod skeleton;
 
-pub(super) use skeleton::{emit_kernel, emit_task_body};
+pub(super) use skeleton::{emit_dependent_kernel, emit_kernel, emit_task_body};
 
 use crate::ir::{AccKind, BlockGraph, BlockOp, TensorRef};
 

@@ -25,6 +25,18 @@ pub(in super::super) fn emit_kernel(
     emit(plan, name, Entry::Kernel, sizes)
 }
 
+/// [`emit_kernel`] for a kernel launched after another kernel of the same program that may
+/// overlap it (programmatic dependent launch on sm_90): it waits for that kernel's completion
+/// and memory (`griddepcontrol.wait`) before anything else. Without such a launch the wait
+/// returns at once.
+pub(in super::super) fn emit_dependent_kernel(
+    plan: &KernelPlan<'_>,
+    name: &str,
+    sizes: &KernelSizes,
+) -> Result<String, CodegenError> {
+    emit(plan, name, Entry::DependentKernel, sizes)
+}
+
 /// The CUDA source of the task body `name` for `plan`: the kernel's body as a `__device__`
 /// function of the block index, `name(int bx, int by, int bz, inputs..., outputs...)`, for a
 /// persistent megakernel whose blocks run many tiles. Inputs are plain `const T*` (no
@@ -46,6 +58,9 @@ pub(in super::super) fn emit_task_body(
 enum Entry {
     /// A `__global__` kernel: one block graph, the block index from `blockIdx`.
     Kernel,
+    /// A [`Entry::Kernel`] that first waits for the grid launched before it
+    /// ([`emit_dependent_kernel`]).
+    DependentKernel,
     /// A `__device__` task body: the block index passed in.
     TaskBody,
 }
@@ -92,7 +107,7 @@ impl Emitter<'_> {
         if entry == Entry::TaskBody {
             params.extend(BLOCK_INDEX.iter().map(|b| format!("const int {b}")));
         }
-        let restrict = if entry == Entry::Kernel { " __restrict__" } else { "" };
+        let restrict = if entry != Entry::TaskBody { " __restrict__" } else { "" };
         for (j, d) in bg.inputs().iter().enumerate() {
             params.push(format!("const {}*{restrict} {}", ctype(d.dtype), input_param(j)));
         }
@@ -111,7 +126,9 @@ impl Emitter<'_> {
         )
         .ok();
         let head = match entry {
-            Entry::Kernel => format!("extern \"C\" __global__ void __launch_bounds__({})", plan.threads),
+            Entry::Kernel | Entry::DependentKernel => {
+                format!("extern \"C\" __global__ void __launch_bounds__({})", plan.threads)
+            }
             Entry::TaskBody => "__device__ __noinline__ void".to_string(),
         };
         writeln!(self.out, "{head} {name}({}) {{", params.join(", ")).ok();
@@ -127,10 +144,17 @@ impl Emitter<'_> {
         }
         self.line(1, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
         let [bx, by, bz] = BLOCK_INDEX;
-        if entry == Entry::Kernel {
+        if entry != Entry::TaskBody {
             self.line(1, &format!("const int {bx} = blockIdx.x, {by} = blockIdx.y, {bz} = blockIdx.z;"));
         }
         self.line(1, &format!("(void)warp; (void)lane; (void){bx}; (void){by}; (void){bz};"));
+        if entry == Entry::DependentKernel {
+            // The kernel before it may still be running (programmatic dependent launch): nothing
+            // it wrote may be read before it has completed and flushed.
+            self.line(0, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900");
+            self.line(1, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+            self.line(0, "#endif");
+        }
         if let Some(l) = self.sizes.forloop {
             // The loop walks a runtime-sized dim: the iterations holding this block's valid part.
             let n = &self.sizes.params[l.param];
