@@ -277,7 +277,7 @@ fn combine(
 
 /// Split-KV with the query rows of a head in one block: `splits` key ranges (grid.y) of `frange`
 /// tiles each, every block computing all `rows` of its head against its K and V tiles (a GQA
-/// group reads its head's keys once, not once per row), then [`combine_ranges`]. The parts are
+/// group reads its head's keys once, not once per row), then the ranged combine. The parts are
 /// `acc_o [h.., rows, S·dv]`, `acc_l` and `m [h.., rows, S]`: range `j` of row `r` at `[r,
 /// j·dv..]` and `[r, j]`.
 pub fn split_kv_grouped(

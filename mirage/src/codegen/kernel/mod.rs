@@ -68,7 +68,7 @@ pub struct KernelOptions {
     /// The kernel runs after another kernel of its program and may be launched before that one
     /// has finished (programmatic dependent launch, sm_90): it begins with `griddepcontrol.wait`,
     /// which returns once the kernel before it has completed and its writes are visible
-    /// ([`mirage_runtime::KernelLaunch::waits_for_previous`]). Set by program generation for
+    /// ([`mirage_runtime::plan::KernelLaunch::waits_for_previous`]). Set by program generation for
     /// every kernel but the first.
     pub waits_for_previous_kernel: bool,
 }
