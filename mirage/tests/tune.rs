@@ -96,24 +96,10 @@ fn a_packed_bundle_and_a_recorded_measurement_tune_the_cache() {
 
     // The record a GPU run would write: candidate 2 is the fastest but mismatched the reference,
     // candidate 3 is the fastest correct one.
-    let mut record = TuneRecord::new("Test GPU".into(), "a test".into(), "test".into());
-    let mut t = mirage::tune::ProgramTiming {
-        name: "gated".into(),
-        program_hash: p.program_hash.clone(),
-        io_bytes: 0,
-        candidates: p.empty_timings(),
-        reference_s: None,
-    };
-    for (i, (us, error)) in
-        [(30.0, None), (25.0, None), (10.0, Some("relative L2 error 5e-1")), (20.0, None)].into_iter().enumerate()
-    {
-        let c = &mut t.candidates[i];
-        c.rel_l2 = Some(if error.is_some() { 0.5 } else { 1e-3 });
-        c.error = error.map(str::to_string);
-        c.rounds_us = vec![us];
-        c.summarize();
-    }
-    record.programs.push(t);
+    let mut record = measured(p, &[30.0, 25.0, 10.0, 20.0]);
+    let mismatched = &mut record.programs[0].candidates[2];
+    mismatched.rel_l2 = Some(0.5);
+    mismatched.error = Some("relative L2 error 5e-1".into());
     let cache = Cache::new(dir.join("cache"));
     let imported = import(&dir.join("bundle"), &record, &cache).expect("imports");
     assert_eq!(imported.len(), 1);

@@ -232,17 +232,57 @@ pub fn split_kv(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, Split::KeysPerRow, frange, threads)?;
+    split_kv_as(program, a, splits, frange, threads, Split::KeysPerRow)
+}
+
+/// The two split-KV forms: the first kernel split over the keys as `split` says, its parts
+/// `(acc_o, acc_l, m)` stored in f32, then the form's combine kernel.
+fn split_kv_as(
+    program: &KernelGraph,
+    a: &Attention,
+    splits: usize,
+    frange: usize,
+    threads: usize,
+    split: Split,
+) -> Result<KernelGraph, IrError> {
+    let (rows_dim, last) = (a.rank - 2, a.rank - 1);
+    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, split, frange, threads)?;
     let m = bg.accum(AccKind::Max, &[m])?;
-    // Range j of row r at [j, r·(tile width)..]: the parts of a row are a slab of the last dim.
+    // One row per block: range j of row r at [j, r·(tile width)..] (the parts of a row are a slab
+    // of the last dim). A head's rows in one block: range j at [r, j·(tile width)..].
+    let parts_map = if split == Split::KeysGrouped { map(a, Some(last)) } else { map_z(a, Some(rows_dim), Some(last)) };
     for t in [acc_o, acc_l, m] {
-        bg.output_as(t, map_z(a, Some(a.rank - 2), Some(a.rank - 1)), DType::F32)?;
+        bg.output_as(t, parts_map, DType::F32)?;
     }
     let (mut g, parts) = launch(program, a, bg)?;
     let dtype = program.inputs()[a.inputs[0]].dtype;
-    let combined = combine(a, &mut g, &parts, threads, dtype)?;
+    let combined = if split == Split::KeysGrouped {
+        combine_ranges(a, &mut g, &parts, splits, threads, dtype)?
+    } else {
+        combine(a, &mut g, &parts, threads, dtype)?
+    };
     g.output(combined, None)?;
     Ok(g)
+}
+
+/// The combine kernel's block graph on the split-KV parts `acc_o, acc_l, m` of `g`: one block per
+/// head (grid.x) and query row (grid.y), `frange` iterations, the parts read with `part_map`
+/// (and walked along `loop_dim`). Returns it and its three inputs.
+fn combine_inputs(
+    a: &Attention,
+    g: &KernelGraph,
+    parts: &[TensorRef],
+    threads: usize,
+    frange: usize,
+    part_map: [Option<usize>; 3],
+    loop_dim: Option<usize>,
+) -> Result<(BlockGraph, [TensorRef; 3]), IrError> {
+    let descs = parts.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
+    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], threads, frange)?;
+    let o = bg.input(0, part_map, loop_dim)?;
+    let l = bg.input(1, part_map, loop_dim)?;
+    let m = bg.input(2, part_map, loop_dim)?;
+    Ok((bg, [o, l, m]))
 }
 
 /// The combine kernel of split-KV: f32 parts `acc_o [h.., S, rows·dv]`, `acc_l [h.., S, rows]`,
@@ -256,12 +296,8 @@ fn combine(
     threads: usize,
     dtype: DType,
 ) -> Result<TensorRef, IrError> {
-    let descs = parts.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
     let (rows_dim, last) = (a.rank - 2, a.rank - 1);
-    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], threads, 1)?;
-    let o = bg.input(0, map(a, Some(last)), None)?;
-    let l = bg.input(1, map(a, Some(last)), None)?;
-    let m = bg.input(2, map(a, Some(last)), None)?;
+    let (mut bg, [o, l, m]) = combine_inputs(a, g, parts, threads, 1, map(a, Some(last)), None)?;
     let total = bg.op(BlockOp::ReduceMax { dim: rows_dim }, &[m])?;
     let diff = bg.binary(BinaryOp::Sub, m, total)?;
     let w = bg.unary(UnaryOp::Exp, diff)?;
@@ -287,16 +323,7 @@ pub fn split_kv_grouped(
     frange: usize,
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
-    let (mut bg, [acc_o, acc_l, m]) = online_kernel(program, a, splits, Split::KeysGrouped, frange, threads)?;
-    let m = bg.accum(AccKind::Max, &[m])?;
-    for t in [acc_o, acc_l, m] {
-        bg.output_as(t, map(a, Some(a.rank - 1)), DType::F32)?;
-    }
-    let (mut g, parts) = launch(program, a, bg)?;
-    let dtype = program.inputs()[a.inputs[0]].dtype;
-    let combined = combine_ranges(a, &mut g, &parts, splits, threads, dtype)?;
-    g.output(combined, None)?;
-    Ok(g)
+    split_kv_as(program, a, splits, frange, threads, Split::KeysGrouped)
 }
 
 /// The combine kernel of [`split_kv_grouped`]: one block per head (grid.x) and query row
@@ -311,12 +338,8 @@ fn combine_ranges(
     threads: usize,
     dtype: DType,
 ) -> Result<TensorRef, IrError> {
-    let descs = parts.iter().map(|&t| g.desc(t).cloned()).collect::<Result<Vec<_>, _>>()?;
     let (rows_dim, last) = (a.rank - 2, a.rank - 1);
-    let mut bg = BlockGraph::new(descs, [a.heads, a.rows, 1], threads, splits)?;
-    let o = bg.input(0, map(a, Some(rows_dim)), Some(last))?;
-    let l = bg.input(1, map(a, Some(rows_dim)), Some(last))?;
-    let m = bg.input(2, map(a, Some(rows_dim)), Some(last))?;
+    let (mut bg, [o, l, m]) = combine_inputs(a, g, parts, threads, splits, map(a, Some(rows_dim)), Some(last))?;
     let rm = bg.push(BlockOp::RunningMax { dim: last }, &[m])?;
     let diff = bg.binary(BinaryOp::Sub, m, rm[0])?;
     let w = bg.unary(UnaryOp::Exp, diff)?;

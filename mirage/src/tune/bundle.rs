@@ -29,7 +29,7 @@ use super::record::{CandidateTiming, ProgramTiming, TuneRecord};
 use super::{
     TuneCandidate, TuneConfig, TuneError, choose_verified, compile_candidates, tuned_entry, tuning_candidates,
 };
-use crate::cache::{Cache, CacheKey};
+use crate::cache::{Cache, CacheEntry, CacheKey};
 use crate::codegen::KernelOptions;
 use crate::codegen::plan::LaunchPlan;
 use crate::fingerprint::VerifyConfig;
@@ -213,8 +213,9 @@ pub fn pack(
         }
         let hash = graph.canonical_hash().to_hex();
         let version = opts.search.version_for(graph);
-        let current = opts.cache.as_ref().and_then(|c| super::current_choice(graph, &opts.search, c));
-        let current = current.map(|g| g.canonical_hash().to_hex());
+        // The cache's entry, read once: a kept program must hold its µGraph, a packed one gets it.
+        let cached = opts.cache.as_ref().and_then(|c| c.load(&opts.search.cache_key(graph)).ok().flatten());
+        let current = cached.as_ref().map(|(_, g)| g.canonical_hash().to_hex());
         let kept = old.as_ref().and_then(|m| m.programs.iter().find(|p| &p.name == name)).filter(|p| {
             let searched = p.candidates.iter().filter(|c| !c.from_cache).count();
             p.program_hash == hash
@@ -230,7 +231,7 @@ pub fn pack(
             continue;
         }
         let started = std::time::Instant::now();
-        let p = match pack_one(dir, name, graph, opts, &arch) {
+        let p = match pack_one(dir, name, graph, cached.as_ref(), opts, &arch) {
             Ok(p) => p,
             // A program the search cannot build as one µGraph (its build partitions it, or falls
             // back to one kernel per operator) has nothing to choose between: say so, go on.
@@ -262,20 +263,19 @@ pub fn pack(
     Ok(manifest)
 }
 
-/// Searches, verifies, generates and compiles the candidates of one program into `dir`.
+/// Searches, verifies, generates and compiles the candidates of one program into `dir`, with
+/// the cache's current choice (`cached`, its entry) among them.
 fn pack_one(
     dir: &Path,
     name: &str,
     graph: &KernelGraph,
+    cached: Option<&(CacheEntry, KernelGraph)>,
     opts: &PackOptions,
     arch: &str,
 ) -> Result<BundleProgram, TuneError> {
     let candidates = tuning_candidates(graph, &opts.search, opts.tune.candidates)?;
     let searched = candidates.len();
-    let candidates = match &opts.cache {
-        Some(cache) => super::with_current_choice(candidates, graph, &opts.search, cache).0,
-        None => candidates,
-    };
+    let (candidates, _) = super::with_current_choice(candidates, cached, &opts.search.arch);
     let nvcc_opts = nvcc::CompileOptions { arch: Some(arch.to_string()), ..opts.nvcc.clone() };
     let compiled = compile_candidates(name, &candidates, &opts.kernel, &nvcc_opts)?;
     let cubin = format!("{name}.cubin");

@@ -239,37 +239,31 @@ pub fn tuning_candidates(
         .collect())
 }
 
-/// The µGraph `cache` holds for `program` now (the choice a build would use), when it holds one
-/// that reads back.
-pub fn current_choice(program: &KernelGraph, cfg: &SearchConfig, cache: &Cache) -> Option<KernelGraph> {
-    cache.load(&cfg.cache_key(program)).ok().flatten().map(|(_, graph)| graph)
-}
-
-/// `candidates` with the cache's current choice for `program` among them, and its index: a
-/// measurement that does not time the µGraph the build uses now cannot tell whether replacing it
-/// pays (the cache may hold a µGraph the tuning search does not produce — one found by an earlier
-/// search, or composed from a partitioned build). When the choice is not among `candidates` it is
-/// appended, with the cost model's estimate (the entry's recorded one if the model cannot cost
-/// it) and its structure family. `None` when the cache holds no entry for it.
+/// `candidates` with the cache's current choice for the program among them, and its index:
+/// `current` is the program's cache entry with its µGraph (`Cache::load` under the search's key),
+/// if it has one. A measurement that does not time the µGraph the build uses now cannot tell
+/// whether replacing it pays (the cache may hold a µGraph the tuning search does not produce —
+/// one found by an earlier search, or composed from a partitioned build). When the choice is not
+/// among `candidates` it is appended, with the cost model's estimate for `arch` (the entry's
+/// recorded one if the model cannot cost it) and its structure family. `None` without an entry.
 pub fn with_current_choice(
     mut candidates: Vec<TuneCandidate>,
-    program: &KernelGraph,
-    cfg: &SearchConfig,
-    cache: &Cache,
+    current: Option<&(CacheEntry, KernelGraph)>,
+    arch: &crate::cost::Arch,
 ) -> (Vec<TuneCandidate>, Option<usize>) {
-    let Ok(Some((entry, graph))) = cache.load(&cfg.cache_key(program)) else { return (candidates, None) };
+    let Some((entry, graph)) = current else { return (candidates, None) };
     let hash = graph.canonical_hash();
     if let Some(i) = candidates.iter().position(|c| c.hash == hash) {
         return (candidates, Some(i));
     }
-    let (predicted_us, family) = match crate::cost::estimate(&graph, &cfg.arch) {
+    let (predicted_us, family) = match crate::cost::estimate(graph, arch) {
         Ok(cost) => {
             let c = Candidate { graph: graph.clone(), cost, hash, verified: Some(true) };
             (c.cost.total_us, family(&c))
         }
         Err(_) => (entry.cost_us, format!("{} kernel(s), the cache's choice", graph.num_kernels())),
     };
-    candidates.push(TuneCandidate { graph, hash, predicted_us, family });
+    candidates.push(TuneCandidate { graph: graph.clone(), hash, predicted_us, family });
     let i = candidates.len() - 1;
     (candidates, Some(i))
 }
@@ -427,8 +421,10 @@ pub fn tune_and_store(
         return Ok(TuneOutcome::Skipped("tuning not asked for".into()));
     }
     let key = search_cfg.cache_key(program);
+    // Read once: for the measurement it may already hold, and as the current choice.
+    let cached = cache.load(&key).ok().flatten();
     if mode == TuneMode::Missing
-        && let Ok(Some((entry, _))) = cache.load(&key)
+        && let Some((entry, _)) = &cached
         && entry.measured_us.is_some()
     {
         return Ok(TuneOutcome::Skipped(format!(
@@ -440,7 +436,7 @@ pub fn tune_and_store(
         return Ok(TuneOutcome::Skipped(format!("no GPU to tune on ({e})")));
     }
     let candidates = tuning_candidates(program, search_cfg, cfg.candidates)?;
-    let (candidates, current) = with_current_choice(candidates, program, search_cfg, cache);
+    let (candidates, current) = with_current_choice(candidates, cached.as_ref(), &search_cfg.arch);
     let compiled = compile_candidates(name, &candidates, compile.0, compile.1)?;
     // A build compiles its programs in parallel: their measurements take the GPU one at a time.
     static GPU_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
