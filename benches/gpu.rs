@@ -198,8 +198,9 @@ fn corpus_cases() -> Vec<common::Case> {
 }
 
 /// The decode-attention group (`benches/kernels/attention.rs`): one decode step with the safe
-/// softmax, 32 heads × 1 row in bf16 and f16, and grouped-query (8 KV heads × 4); built when the
-/// package was built with `MIRAGE_ATTENTION=1`.
+/// softmax, 32 heads × 1 row in bf16 and f16, and grouped-query (8 KV heads × 4, 8 and 16 rows),
+/// 512 to 32768 keys, head dims 64 and 128; built when the package was built with
+/// `MIRAGE_ATTENTION=1`.
 #[cfg(mirage_attention)]
 fn attention_cases() -> Vec<common::Case> {
     // Q and K uniform in [-1.7, 1.7) (variance ≈ 1, as torch_baselines.py's randn): the scaled
@@ -208,6 +209,13 @@ fn attention_cases() -> Vec<common::Case> {
         executor_case!(attention::attn_decode_h32_n4096_d128_bf16, [1.7, 1.7, 1.0]),
         executor_case!(attention::attn_decode_h32_n4096_d128_f16, [1.7, 1.7, 1.0]),
         executor_case!(attention::attn_gqa_kv8_g4_n4096_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g8_n4096_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g16_n4096_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g4_n4096_d128_f16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g4_n512_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g4_n32768_d128_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_decode_h32_n4096_d64_bf16, [1.7, 1.7, 1.0]),
+        executor_case!(attention::attn_gqa_kv8_g4_n4096_d64_bf16, [1.7, 1.7, 1.0]),
     ]
 }
 

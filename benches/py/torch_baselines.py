@@ -21,8 +21,9 @@ benches/kernels/generality.rs) and the corpus ("corpus": norm + QKV, attention o
 norm + gated MLP, down + residual, the whole MLP block and final norm + LM head of Llama-3.2-1B,
 Qwen2.5-0.5B and Mistral-7B at 1 and 16 rows in bf16, as written; benches/kernels/corpus.rs)
 and decode attention ("attention": one decode step with the safe softmax, softmax(q.k / sqrt(d)) v,
-32 heads x 1 query row x 4096 keys x head dim 128 in bf16 and f16, and grouped-query with 8 KV
-heads of 4 query heads; benches/kernels/attention.rs; sdpa takes q as [1, heads, rows, d] and
+32 heads x 1 query row x 4096 keys x head dim 128 in bf16 and f16, grouped-query with 8 KV
+heads of 4, 8 and 16 query rows, 512 to 32768 keys, head dims 64 and 128 (ATTENTION_FAMILY);
+benches/kernels/attention.rs; sdpa takes q as [1, heads, rows, d] and
 K, V as [1, heads, keys, d], its default scale 1/sqrt(d)) and the same attention at 512, 4096 and
 32768 keys ("dims": rows `attn_decode_over_s@S` of the bench's runtime-sized attention rows).
 
@@ -165,10 +166,18 @@ def decode_layout(q, k, v):
     return q.unsqueeze(0), k.transpose(1, 2).contiguous().unsqueeze(0), v.unsqueeze(0)
 def decode_sdpa(q4, k4, v4):
     return F.scaled_dot_product_attention(q4, k4, v4).squeeze(0)
-for heads, rows, tag, dn in ((32, 1, "h32", "bf16"), (32, 1, "h32", "f16"), (8, 4, "gqa_kv8_g4", "bf16")):
+# (heads, rows per head, name tag, keys, head dim, dtype): the family of the attention issue —
+# 1, 4, 8 and 16 query rows per KV head, 512 to 32768 keys, head dims 64 and 128, bf16 and f16.
+ATTENTION_FAMILY = (
+    (32, 1, "h32", 4096, 128, "bf16"), (32, 1, "h32", 4096, 128, "f16"), (8, 4, "gqa_kv8_g4", 4096, 128, "bf16"),
+    (8, 8, "gqa_kv8_g8", 4096, 128, "bf16"), (8, 16, "gqa_kv8_g16", 4096, 128, "bf16"),
+    (8, 4, "gqa_kv8_g4", 4096, 128, "f16"), (8, 4, "gqa_kv8_g4", 512, 128, "bf16"),
+    (8, 4, "gqa_kv8_g4", 32768, 128, "bf16"), (32, 1, "h32", 4096, 64, "bf16"), (8, 4, "gqa_kv8_g4", 4096, 64, "bf16"),
+)
+for heads, rows, tag, keys, d, dn in ATTENTION_FAMILY:
     dt = DTYPES[dn]
-    name = f"attn_decode_{tag}_n4096_d128_{dn}" if rows == 1 else f"attn_{tag}_n4096_d128_{dn}"
-    case(name, lambda heads=heads, rows=rows, dt=dt: (r(heads, rows, 128, dtype=dt), r(heads, 128, 4096, dtype=dt), r(heads, 4096, 128, dtype=dt)),
+    name = f"attn_decode_{tag}_n{keys}_d{d}_{dn}" if rows == 1 else f"attn_{tag}_n{keys}_d{d}_{dn}"
+    case(name, lambda heads=heads, rows=rows, keys=keys, d=d, dt=dt: (r(heads, rows, d, dtype=dt), r(heads, d, keys, dtype=dt), r(heads, keys, d, dtype=dt)),
          safe_attention, decode_sdpa, group="attention")
     LAYOUTS[name] = decode_layout
 # The same attention over a key length chosen at launch (benches/kernels/dims.rs, the `dims`

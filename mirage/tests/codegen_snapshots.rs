@@ -232,3 +232,52 @@ fn accumulated_bf16_matmul(name: &str, xs: [usize; 2], ws: [usize; 2], forloop: 
     let out = generate(&g, name, &KernelOptions::default()).expect("generates");
     format!("{}\n// plan\n{}", out.kernels_source, serde_json::to_string_pretty(&out.plan).expect("plan serializes"))
 }
+
+/// Scalar operators join a wider element-wise pass (DECISIONS change 83): `a = exp(s)` and
+/// `c = s·a` (one element each) run in the pass of `b = x·a` over `[1, 128]`, every thread
+/// computing them for its own elements — one pass and no barrier between them; `a`, read only
+/// in the pass, stays in a register, and `c`, read after it, is stored once, by element 0.
+#[test]
+fn scalar_operators_join_the_wider_pass_after_them() {
+    use mirage::codegen::{generate_kernel, plan_kernel};
+    use mirage::ir::{AccKind, BinaryOp, BlockGraph, TensorDesc, UnaryOp};
+    let f32s = |s: &[usize]| TensorDesc::new(s, DType::F32);
+    let mut b = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 1])], [1, 1, 1], 128, 1).expect("block graph");
+    let x = b.input(0, [None; 3], None).expect("x");
+    let s = b.input(1, [None; 3], None).expect("s");
+    let a = b.unary(UnaryOp::Exp, s).expect("a");
+    let p = b.binary(BinaryOp::Mul, x, a).expect("b");
+    let c = b.binary(BinaryOp::Mul, s, a).expect("c");
+    let pa = b.accum(AccKind::Sum, &[p]).expect("sum b");
+    let ca = b.accum(AccKind::Sum, &[c]).expect("sum c");
+    b.output(pa, [None; 3]).expect("save b");
+    b.output(ca, [None; 3]).expect("save c");
+    let plan = plan_kernel(&b, "k", &KernelOptions::default()).expect("plans");
+    let g = &plan.groups;
+    let group = g.group_of[a.node].map(|i| g.groups[i].clone());
+    assert_eq!(group, Some(vec![a.node, p.node, c.node]), "one pass: {:?}", g.groups);
+    let gid = g.group_of[a.node].expect("grouped");
+    assert_eq!(g.shapes[gid], vec![1, 128]);
+    assert_eq!((g.scalar[a.node], g.scalar[p.node], g.scalar[c.node]), (true, false, true));
+    assert_eq!((g.in_register[a.node], g.in_register[p.node], g.in_register[c.node]), (true, false, false));
+    let src = generate_kernel(&b, "k", &KernelOptions::default()).expect("generates").code;
+    assert!(src.contains("// one pass: exp, mul, mul"), "{src}");
+    let c_store = format!("if (e == 0) {{ t{}[0] = v{};", c.node, c.node);
+    assert!(src.contains(&c_store), "no `{c_store}` in:\n{src}");
+    // `a` has no shared-memory tile: nothing stores it.
+    assert!(!src.contains(&format!("t{} ", a.node)), "{src}");
+
+    // Two wide operators of different shapes stay in passes of their own.
+    let mut b2 = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 64])], [1, 1, 1], 128, 1).expect("block graph");
+    let x = b2.input(0, [None; 3], None).expect("x");
+    let y = b2.input(1, [None; 3], None).expect("y");
+    let ex = b2.unary(UnaryOp::Exp, x).expect("exp x");
+    let ey = b2.unary(UnaryOp::Exp, y).expect("exp y");
+    let sx = b2.accum(AccKind::Sum, &[ex]).expect("sum");
+    let sy = b2.accum(AccKind::Sum, &[ey]).expect("sum");
+    b2.output(sx, [None; 3]).expect("save");
+    b2.output(sy, [None; 3]).expect("save");
+    let plan2 = plan_kernel(&b2, "k", &KernelOptions::default()).expect("plans");
+    let g2 = &plan2.groups;
+    assert!(g2.group_of[ex.node].is_none() || g2.group_of[ex.node] != g2.group_of[ey.node], "{:?}", g2.groups);
+}

@@ -54,7 +54,13 @@ impl<'a> Emitter<'a> {
             writeln!(body, "const float v{i} = {value};").ok();
             if !plan.groups.in_register[i] {
                 let t = plan.tiles[i][0].as_ref().expect("stored group members have tiles");
-                writeln!(body, "{}", t.store(&idx, &self.zero_padding(i, &idx, format!("v{i}")))).ok();
+                let store = t.store(&idx, &self.zero_padding(i, &idx, format!("v{i}")));
+                if plan.groups.scalar[i] {
+                    // Every element computes the scalar; the first stores it.
+                    writeln!(body, "if (e == 0) {{ {store} }}").ok();
+                } else {
+                    writeln!(body, "{store}").ok();
+                }
             }
         }
         self.elementwise(indent, numel, body.trim_end());
@@ -178,6 +184,11 @@ impl<'a> Emitter<'a> {
             }
             let t = plan.tiles[i][0].as_ref().expect("stored group members have tiles");
             let stored = self.zero_padding(i, &idx, format!("v{i}"));
+            if plan.groups.scalar[i] {
+                // Every element computes the scalar; the first stores it.
+                writeln!(body, "if (e0 == 0 && u == 0) {{ {} }}", t.store(&idx, &stored)).ok();
+                continue;
+            }
             if !vectored(t) {
                 writeln!(body, "{}", t.store(&idx, &stored)).ok();
                 continue;

@@ -62,6 +62,12 @@ fn vector_aligned(t: &Tile, v: usize, rank: usize) -> bool {
 /// every member per element in registers. A member read only inside its group gets no
 /// shared-memory tile; one read elsewhere is also stored. One loop and one barrier instead of one
 /// per operator.
+///
+/// Operators of one element (a scalar: a running maximum's rescale, a row's weight in a
+/// combine) join a run of any shape, and a run of scalars takes the shape of the first wider
+/// operator after it: every thread computes the scalars itself for each element it handles (a
+/// few instructions, where a pass of their own cost a barrier), and a stored scalar is written
+/// by the pass's first element only ([`ElementwiseGroups::scalar`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ElementwiseGroups {
     /// Members of each group, in emission order (at least two operators, or one and a saver).
@@ -72,6 +78,9 @@ pub struct ElementwiseGroups {
     pub in_register: Vec<bool>,
     /// The common output shape of each group.
     pub shapes: Vec<Vec<usize>>,
+    /// The member's output is one element in a group of a wider shape (computed per element of
+    /// the pass, stored once).
+    pub scalar: Vec<bool>,
 }
 
 impl ElementwiseGroups {
@@ -83,6 +92,7 @@ impl ElementwiseGroups {
             group_of: vec![None; n],
             in_register: vec![false; n],
             shapes: Vec::new(),
+            scalar: vec![false; n],
         };
         for section in schedule.sections() {
             ew.group_section(bg, section, rp);
@@ -114,12 +124,19 @@ impl ElementwiseGroups {
                 && !rp.reg[i]
                 && nodes[i].outputs.len() == 1
         };
+        let one = |s: &[usize]| s.iter().product::<usize>() == 1;
         let mut cur: Vec<usize> = Vec::new();
         let mut shape: Vec<usize> = Vec::new();
         for &i in section {
             let joins = match nodes[i].op {
                 BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => {
-                    !cur.is_empty() && shape_of(i).as_ref() == Some(&shape)
+                    let own = shape_of(i).unwrap_or_default();
+                    // A run of plain operators (no `rms_norm` head, no saver) takes scalars of its
+                    // rank, and a run of scalars takes the first wider operator's shape.
+                    let plain =
+                        cur.iter().all(|&m| !matches!(nodes[m].op, BlockOp::RmsNorm { .. } | BlockOp::Output { .. }));
+                    let scalar_joins = one(&own) || one(&shape);
+                    !cur.is_empty() && (own == shape || (plain && own.len() == shape.len() && scalar_joins))
                 }
                 BlockOp::Output { .. } => {
                     let t = nodes[i].inputs[0];
@@ -127,10 +144,15 @@ impl ElementwiseGroups {
                         && t.port == 0
                         && cur.contains(&t.node)
                         && !matches!(nodes[t.node].op, BlockOp::Output { .. })
+                        && shape_of(t.node).as_ref() == Some(&shape)
                 }
                 _ => false,
             };
             if joins {
+                let own = shape_of(i).unwrap_or_default();
+                if one(&shape) && !one(&own) {
+                    shape = own;
+                }
                 cur.push(i);
                 continue;
             }
@@ -150,8 +172,11 @@ impl ElementwiseGroups {
         let ops = cur.iter().filter(|&&i| !matches!(nodes[i].op, BlockOp::Output { .. })).count();
         if cur.len() >= 2 && ops >= 1 {
             let gid = self.groups.len();
+            let wide = shape.iter().product::<usize>() > 1;
             for &i in cur.iter() {
                 self.group_of[i] = Some(gid);
+                let own = nodes[i].outputs.first().map_or(1, |t| t.shape.iter().product::<usize>());
+                self.scalar[i] = wide && own == 1 && !matches!(nodes[i].op, BlockOp::Output { .. });
             }
             self.groups.push(std::mem::take(cur));
             self.shapes.push(shape.to_vec());
