@@ -207,23 +207,31 @@ fn a_gqa_decode_step_gets_split_kv_with_a_groups_rows_in_one_block() {
 #[test]
 fn the_bench_attention_programs_are_recognized() {
     // The GPU bench's decode-attention group (built with MIRAGE_ATTENTION=1) lowers, and each
-    // program is the safe-softmax attention this module fuses, scaled by 1/√128.
+    // program is the safe-softmax attention this module fuses, scaled by 1/√d.
     let programs = lower_source(include_str!("../../benches/kernels/attention.rs")).unwrap_or_else(|e| panic!("{e}"));
-    let found: Vec<(String, usize, usize, usize)> = programs
+    let found: Vec<(String, usize, usize, usize, usize)> = programs
         .iter()
         .map(|p| {
             let a = attention::recognize(&p.graph).unwrap_or_else(|| panic!("{} not recognized", p.name));
             let scale = a.scale.unwrap_or_else(|| panic!("{}: no scale", p.name));
-            assert!((f64::from(scale) - 128f64.sqrt().recip()).abs() < 1e-8, "{}: scale {scale}", p.name);
-            (p.name.clone(), a.heads, a.rows, a.keys)
+            let d = *p.graph.inputs()[a.inputs[0]].shape.last().expect("q has dims");
+            assert!((f64::from(scale) - (d as f64).sqrt().recip()).abs() < 1e-8, "{}: scale {scale}", p.name);
+            (p.name.clone(), a.heads, a.rows, a.keys, d)
         })
         .collect();
     let want = [
-        ("attn_decode_h32_n4096_d128_bf16", 32, 1, 4096),
-        ("attn_decode_h32_n4096_d128_f16", 32, 1, 4096),
-        ("attn_gqa_kv8_g4_n4096_d128_bf16", 8, 4, 4096),
+        ("attn_decode_h32_n4096_d128_bf16", 32, 1, 4096, 128),
+        ("attn_decode_h32_n4096_d128_f16", 32, 1, 4096, 128),
+        ("attn_gqa_kv8_g4_n4096_d128_bf16", 8, 4, 4096, 128),
+        ("attn_gqa_kv8_g8_n4096_d128_bf16", 8, 8, 4096, 128),
+        ("attn_gqa_kv8_g16_n4096_d128_bf16", 8, 16, 4096, 128),
+        ("attn_gqa_kv8_g4_n4096_d128_f16", 8, 4, 4096, 128),
+        ("attn_gqa_kv8_g4_n512_d128_bf16", 8, 4, 512, 128),
+        ("attn_gqa_kv8_g4_n32768_d128_bf16", 8, 4, 32768, 128),
+        ("attn_decode_h32_n4096_d64_bf16", 32, 1, 4096, 64),
+        ("attn_gqa_kv8_g4_n4096_d64_bf16", 8, 4, 4096, 64),
     ];
-    assert_eq!(found, want.map(|(n, h, r, k)| (n.to_string(), h, r, k)).to_vec());
+    assert_eq!(found, want.map(|(n, h, r, k, d)| (n.to_string(), h, r, k, d)).to_vec());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -237,6 +237,55 @@ fn the_caches_current_choice_is_measured_beside_the_candidates_and_replaced_only
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A cache entry that cannot be read (a truncated file, say) does not stop the pack: the program
+/// is packed with the search's candidates alone and the pack says why; importing the measurement
+/// then writes a readable entry in its place.
+#[test]
+fn an_unreadable_cache_entry_is_packed_without_and_replaced_on_import() {
+    mirage::nvcc::find_nvcc().expect("nvcc packs the candidates (scripts/setup.sh installs it)");
+    let dir = temp_dir("corrupt");
+    let program = gated_mlp();
+    let opts = || PackOptions {
+        tune: TuneConfig { candidates: 2, ..TuneConfig::default() },
+        cache: Some(Cache::new(dir.join("cache"))),
+        ..pack_options()
+    };
+    let key = opts().search.cache_key(&program);
+    let cache = Cache::new(dir.join("cache"));
+    let entry = CacheEntry::new(&key, &program, 1.0, Vec::new()).expect("an entry");
+    cache.store(&key, &entry).expect("stored");
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.join("cache"))
+        .expect("the cache directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::write(&files[0], "{\"format\": \"mirage-search-cache\", \"vers").expect("truncated");
+    assert!(cache.load(&key).is_err(), "the entry reads as corrupt");
+
+    let mut lines = Vec::new();
+    let m =
+        pack(&dir.join("bundle"), &[("gated".into(), program.clone())], &opts(), &mut |l| lines.push(l.to_string()))
+            .unwrap_or_else(|e| panic!("the pack must not fail on it: {e}"));
+    let p = &m.programs[0];
+    assert_eq!(p.candidates.len(), 2, "{lines:?}");
+    assert!(p.candidates.iter().all(|c| !c.from_cache));
+    let warning = lines.iter().find(|l| l.contains("warning")).unwrap_or_else(|| panic!("no warning in {lines:?}"));
+    assert!(
+        warning.starts_with("gated: warning: the cache's entry is unreadable (")
+            && warning.ends_with("; packed without it"),
+        "{warning}"
+    );
+    assert!(warning.contains(&files[0].display().to_string()), "the warning names the file: {warning}");
+
+    let out = import(&dir.join("bundle"), &measured(p, &[20.0, 10.0]), &cache).expect("imports");
+    out[0].outcome.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    let (entry, graph) = cache.load(&key).expect("readable again").expect("an entry");
+    assert_eq!(graph.canonical_hash().to_hex(), p.candidates[1].hash);
+    assert_eq!(entry.measured_us, Some(10.0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The H200 tuning records: change 13's (28 weight-streaming generality programs, 12 candidates
 /// each) and change 11's for 7 benchmark programs whose candidates change 13 did not touch, with
 /// the candidates' µGraphs (CUDA events, L2 flushed).

@@ -214,7 +214,16 @@ pub fn pack(
         let hash = graph.canonical_hash().to_hex();
         let version = opts.search.version_for(graph);
         // The cache's entry, read once: a kept program must hold its µGraph, a packed one gets it.
-        let cached = opts.cache.as_ref().and_then(|c| c.load(&opts.search.cache_key(graph)).ok().flatten());
+        // An entry that cannot be read is packed without (the search's candidates alone), and
+        // said: `import` will replace it.
+        let cached = match opts.cache.as_ref().map(|c| c.load(&opts.search.cache_key(graph))) {
+            Some(Ok(entry)) => entry,
+            Some(Err(e)) => {
+                progress(&format!("{name}: warning: the cache's entry is unreadable ({e}); packed without it"));
+                None
+            }
+            None => None,
+        };
         let current = cached.as_ref().map(|(_, g)| g.canonical_hash().to_hex());
         let kept = old.as_ref().and_then(|m| m.programs.iter().find(|p| &p.name == name)).filter(|p| {
             let searched = p.candidates.iter().filter(|c| !c.from_cache).count();
