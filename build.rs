@@ -39,7 +39,7 @@ const BENCH_GROUPS: [(&str, &str, &str, &str); 4] = [
     ("MIRAGE_GENERALITY", "benches/kernels/generality.rs", "mirage_generality", "the generality set"),
     // 36 programs people write: decode-time layer pieces with norms and residuals.
     ("MIRAGE_CORPUS", "benches/kernels/corpus.rs", "mirage_corpus", "the corpus"),
-    // Decode attention: K and V of 4096 keys, 32 heads.
+    // Decode attention: 10 cases, 1–16 query rows per KV head, 512–32768 keys, head dims 64 and 128.
     ("MIRAGE_ATTENTION", "benches/kernels/attention.rs", "mirage_attention", "the decode-attention group"),
     // The gated MLP over B = 1..=64 and fixed builds beside it (4096², the bench's shape).
     ("MIRAGE_DIMS_BENCH", "benches/kernels/dims.rs", "mirage_dims_bench", "the runtime-sized dims group"),

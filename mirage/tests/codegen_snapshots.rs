@@ -267,6 +267,23 @@ fn scalar_operators_join_the_wider_pass_after_them() {
     // `a` has no shared-memory tile: nothing stores it.
     assert!(!src.contains(&format!("t{} ", a.node)), "{src}");
 
+    // With 32 threads the pass takes 4 elements of the row per thread and step: the scalars are
+    // computed per element there too, `c` stored by the first element of the first step only.
+    let mut bv = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 1])], [1, 1, 1], 32, 1).expect("block graph");
+    let x = bv.input(0, [None; 3], None).expect("x");
+    let s = bv.input(1, [None; 3], None).expect("s");
+    let a = bv.unary(UnaryOp::Exp, s).expect("a");
+    let p = bv.binary(BinaryOp::Mul, x, a).expect("b");
+    let c = bv.binary(BinaryOp::Mul, s, a).expect("c");
+    let pa = bv.accum(AccKind::Sum, &[p]).expect("sum b");
+    let ca = bv.accum(AccKind::Sum, &[c]).expect("sum c");
+    bv.output(pa, [None; 3]).expect("save b");
+    bv.output(ca, [None; 3]).expect("save c");
+    let src = generate_kernel(&bv, "k", &KernelOptions::default()).expect("generates").code;
+    assert!(src.contains("// one pass: exp, mul, mul (4 elements of a row per thread and step)"), "{src}");
+    let c_store = format!("if (e0 == 0 && u == 0) {{ t{}[0] = v{};", c.node, c.node);
+    assert!(src.contains(&c_store), "no `{c_store}` in:\n{src}");
+
     // Two wide operators of different shapes stay in passes of their own.
     let mut b2 = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 64])], [1, 1, 1], 128, 1).expect("block graph");
     let x = b2.input(0, [None; 3], None).expect("x");
