@@ -233,16 +233,13 @@ fn accumulated_bf16_matmul(name: &str, xs: [usize; 2], ws: [usize; 2], forloop: 
     format!("{}\n// plan\n{}", out.kernels_source, serde_json::to_string_pretty(&out.plan).expect("plan serializes"))
 }
 
-/// Scalar operators join a wider element-wise pass (DECISIONS change 83): `a = exp(s)` and
-/// `c = s·a` (one element each) run in the pass of `b = x·a` over `[1, 128]`, every thread
-/// computing them for its own elements — one pass and no barrier between them; `a`, read only
-/// in the pass, stays in a register, and `c`, read after it, is stored once, by element 0.
-#[test]
-fn scalar_operators_join_the_wider_pass_after_them() {
-    use mirage::codegen::{generate_kernel, plan_kernel};
+/// The block graph of [`scalar_operators_join_the_wider_pass_after_them`] with `threads`
+/// threads: `a = exp(s)`, `b = x·a`, `c = s·a` for `x [1, 128]` and `s [1, 1]`, `b` and `c` summed
+/// over the (one) iteration and saved. Returns it and the nodes of `a`, `b`, `c`.
+fn scalar_then_wide(threads: usize) -> (mirage::ir::BlockGraph, [usize; 3]) {
     use mirage::ir::{AccKind, BinaryOp, BlockGraph, TensorDesc, UnaryOp};
     let f32s = |s: &[usize]| TensorDesc::new(s, DType::F32);
-    let mut b = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 1])], [1, 1, 1], 128, 1).expect("block graph");
+    let mut b = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 1])], [1, 1, 1], threads, 1).expect("block graph");
     let x = b.input(0, [None; 3], None).expect("x");
     let s = b.input(1, [None; 3], None).expect("s");
     let a = b.unary(UnaryOp::Exp, s).expect("a");
@@ -252,39 +249,43 @@ fn scalar_operators_join_the_wider_pass_after_them() {
     let ca = b.accum(AccKind::Sum, &[c]).expect("sum c");
     b.output(pa, [None; 3]).expect("save b");
     b.output(ca, [None; 3]).expect("save c");
+    (b, [a.node, p.node, c.node])
+}
+
+/// Scalar operators join a wider element-wise pass (DECISIONS change 83): `a = exp(s)` and
+/// `c = s·a` (one element each) run in the pass of `b = x·a` over `[1, 128]`, every thread
+/// computing them for its own elements — one pass and no barrier between them; `a`, read only
+/// in the pass, stays in a register, and `c`, read after it, is stored once, by element 0.
+#[test]
+fn scalar_operators_join_the_wider_pass_after_them() {
+    use mirage::codegen::{generate_kernel, plan_kernel};
+    use mirage::ir::{AccKind, BlockGraph, TensorDesc, UnaryOp};
+    let (b, [a, p, c]) = scalar_then_wide(128);
     let plan = plan_kernel(&b, "k", &KernelOptions::default()).expect("plans");
     let g = &plan.groups;
-    let group = g.group_of[a.node].map(|i| g.groups[i].clone());
-    assert_eq!(group, Some(vec![a.node, p.node, c.node]), "one pass: {:?}", g.groups);
-    let gid = g.group_of[a.node].expect("grouped");
+    let group = g.group_of[a].map(|i| g.groups[i].clone());
+    assert_eq!(group, Some(vec![a, p, c]), "one pass: {:?}", g.groups);
+    let gid = g.group_of[a].expect("grouped");
     assert_eq!(g.shapes[gid], vec![1, 128]);
-    assert_eq!((g.scalar[a.node], g.scalar[p.node], g.scalar[c.node]), (true, false, true));
-    assert_eq!((g.in_register[a.node], g.in_register[p.node], g.in_register[c.node]), (true, false, false));
+    assert_eq!((g.scalar[a], g.scalar[p], g.scalar[c]), (true, false, true));
+    assert_eq!((g.in_register[a], g.in_register[p], g.in_register[c]), (true, false, false));
     let src = generate_kernel(&b, "k", &KernelOptions::default()).expect("generates").code;
     assert!(src.contains("// one pass: exp, mul, mul"), "{src}");
-    let c_store = format!("if (e == 0) {{ t{}[0] = v{};", c.node, c.node);
+    let c_store = format!("if (e == 0) {{ t{c}[0] = v{c};");
     assert!(src.contains(&c_store), "no `{c_store}` in:\n{src}");
     // `a` has no shared-memory tile: nothing stores it.
-    assert!(!src.contains(&format!("t{} ", a.node)), "{src}");
+    assert!(!src.contains(&format!("t{a} ")), "{src}");
 
     // With 32 threads the pass takes 4 elements of the row per thread and step: the scalars are
     // computed per element there too, `c` stored by the first element of the first step only.
-    let mut bv = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 1])], [1, 1, 1], 32, 1).expect("block graph");
-    let x = bv.input(0, [None; 3], None).expect("x");
-    let s = bv.input(1, [None; 3], None).expect("s");
-    let a = bv.unary(UnaryOp::Exp, s).expect("a");
-    let p = bv.binary(BinaryOp::Mul, x, a).expect("b");
-    let c = bv.binary(BinaryOp::Mul, s, a).expect("c");
-    let pa = bv.accum(AccKind::Sum, &[p]).expect("sum b");
-    let ca = bv.accum(AccKind::Sum, &[c]).expect("sum c");
-    bv.output(pa, [None; 3]).expect("save b");
-    bv.output(ca, [None; 3]).expect("save c");
+    let (bv, [_, _, c]) = scalar_then_wide(32);
     let src = generate_kernel(&bv, "k", &KernelOptions::default()).expect("generates").code;
     assert!(src.contains("// one pass: exp, mul, mul (4 elements of a row per thread and step)"), "{src}");
-    let c_store = format!("if (e0 == 0 && u == 0) {{ t{}[0] = v{};", c.node, c.node);
+    let c_store = format!("if (e0 == 0 && u == 0) {{ t{c}[0] = v{c};");
     assert!(src.contains(&c_store), "no `{c_store}` in:\n{src}");
 
     // Two wide operators of different shapes stay in passes of their own.
+    let f32s = |s: &[usize]| TensorDesc::new(s, DType::F32);
     let mut b2 = BlockGraph::new(vec![f32s(&[1, 128]), f32s(&[1, 64])], [1, 1, 1], 128, 1).expect("block graph");
     let x = b2.input(0, [None; 3], None).expect("x");
     let y = b2.input(1, [None; 3], None).expect("y");

@@ -53,6 +53,11 @@ fn vector_aligned(t: &Tile, v: usize, rank: usize) -> bool {
         && (!t.pipelined || t.bytes.is_multiple_of(bytes))
 }
 
+/// Whether a tile of `shape` holds one element (a scalar of any rank).
+fn one_element(shape: &[usize]) -> bool {
+    shape.iter().product::<usize>() == 1
+}
+
 /// Runs of element-wise operators over the same tile shape, emitted as one pass.
 ///
 /// Within one emission section (loop-invariant operators, the loop body, the epilogue), a run
@@ -124,18 +129,17 @@ impl ElementwiseGroups {
                 && !rp.reg[i]
                 && nodes[i].outputs.len() == 1
         };
-        let one = |s: &[usize]| s.iter().product::<usize>() == 1;
         let mut cur: Vec<usize> = Vec::new();
         let mut shape: Vec<usize> = Vec::new();
         for &i in section {
+            let own = shape_of(i).unwrap_or_default();
             let joins = match nodes[i].op {
                 BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => {
-                    let own = shape_of(i).unwrap_or_default();
                     // A run of plain operators (no `rms_norm` head, no saver) takes scalars of its
                     // rank, and a run of scalars takes the first wider operator's shape.
                     let plain =
                         cur.iter().all(|&m| !matches!(nodes[m].op, BlockOp::RmsNorm { .. } | BlockOp::Output { .. }));
-                    let scalar_joins = one(&own) || one(&shape);
+                    let scalar_joins = one_element(&own) || one_element(&shape);
                     !cur.is_empty() && (own == shape || (plain && own.len() == shape.len() && scalar_joins))
                 }
                 BlockOp::Output { .. } => {
@@ -149,8 +153,7 @@ impl ElementwiseGroups {
                 _ => false,
             };
             if joins {
-                let own = shape_of(i).unwrap_or_default();
-                if one(&shape) && !one(&own) {
+                if one_element(&shape) && !one_element(&own) {
                     shape = own;
                 }
                 cur.push(i);
@@ -160,7 +163,7 @@ impl ElementwiseGroups {
             let head = pointwise(i) || matches!(nodes[i].op, BlockOp::RmsNorm { .. });
             if head {
                 cur.push(i);
-                shape = shape_of(i).unwrap_or_default();
+                shape = own;
             }
         }
         self.flush(bg, &mut cur, &shape);
@@ -172,11 +175,11 @@ impl ElementwiseGroups {
         let ops = cur.iter().filter(|&&i| !matches!(nodes[i].op, BlockOp::Output { .. })).count();
         if cur.len() >= 2 && ops >= 1 {
             let gid = self.groups.len();
-            let wide = shape.iter().product::<usize>() > 1;
+            let wide = !one_element(shape);
             for &i in cur.iter() {
                 self.group_of[i] = Some(gid);
-                let own = nodes[i].outputs.first().map_or(1, |t| t.shape.iter().product::<usize>());
-                self.scalar[i] = wide && own == 1 && !matches!(nodes[i].op, BlockOp::Output { .. });
+                let scalar = nodes[i].outputs.first().is_none_or(|t| one_element(&t.shape));
+                self.scalar[i] = wide && scalar && !matches!(nodes[i].op, BlockOp::Output { .. });
             }
             self.groups.push(std::mem::take(cur));
             self.shapes.push(shape.to_vec());
