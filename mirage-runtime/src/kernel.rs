@@ -371,8 +371,7 @@ impl<'m> Kernel<'m> {
     ) -> Result<u32, RuntimeError> {
         let k = self.get(stream)?;
         let config = LaunchConfig::new((1, 1, 1), (threads, 1, 1), dynamic_smem_bytes);
-        config.validate(self.name)?;
-        k.ensure_shared_memory(self.name, config)?;
+        k.prepare(self.name, config)?;
         guard(&format!("querying the occupancy of kernel `{}`", self.name), || {
             k.function
                 .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem_bytes as usize, None)
@@ -403,8 +402,7 @@ impl<'m> Kernel<'m> {
         after_previous: bool,
     ) -> Result<bool, RuntimeError> {
         let loaded = self.get(stream)?;
-        config.validate(self.name)?;
-        loaded.ensure_shared_memory(self.name, config)?;
+        loaded.prepare(self.name, config)?;
         let programmatic = after_previous && loaded.module.cc_major >= 9;
         let kernel = self.name;
         guard(&format!("launching kernel `{kernel}` with {config}"), || {
@@ -515,8 +513,7 @@ impl<'a> KernelArgs<'a> {
     /// # Safety
     /// As for [`KernelArgs::launch`].
     unsafe fn launch_as(&mut self, config: LaunchConfig, cooperative: bool) -> Result<(), RuntimeError> {
-        config.validate(self.kernel)?;
-        self.ensure_shared_memory(config)?;
+        self.loaded.prepare(self.kernel, config)?;
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: config.grid,
             block_dim: config.block,
@@ -532,13 +529,16 @@ impl<'a> KernelArgs<'a> {
             launched.map(|_| ()).map_err(|source| RuntimeError::Launch { kernel: kernel.to_owned(), config, source })
         })
     }
-
-    fn ensure_shared_memory(&self, config: LaunchConfig) -> Result<(), RuntimeError> {
-        self.loaded.ensure_shared_memory(self.kernel, config)
-    }
 }
 
 impl LoadedKernel {
+    /// The checks before every launch (and occupancy query) of `kernel` with `config`: a valid
+    /// configuration, and the kernel's dynamic shared memory limit raised to what it asks for.
+    fn prepare(&self, kernel: &str, config: LaunchConfig) -> Result<(), RuntimeError> {
+        config.validate(kernel)?;
+        self.ensure_shared_memory(kernel, config)
+    }
+
     fn ensure_shared_memory(&self, kernel: &str, config: LaunchConfig) -> Result<(), RuntimeError> {
         let k = self;
         check_shared_memory(kernel, config.dynamic_smem_bytes, k.static_smem, k.smem_optin)?;

@@ -398,7 +398,8 @@ pub enum TuneOutcome {
         timings: Vec<CandidateTiming>,
         /// The index of the chosen one.
         chosen: usize,
-        /// Warnings (failing or mismatching candidates).
+        /// Warnings (an unreadable cache entry that was replaced; failing or mismatching
+        /// candidates).
         warnings: Vec<String>,
     },
 }
@@ -421,8 +422,13 @@ pub fn tune_and_store(
         return Ok(TuneOutcome::Skipped("tuning not asked for".into()));
     }
     let key = search_cfg.cache_key(program);
-    // Read once: for the measurement it may already hold, and as the current choice.
-    let cached = cache.load(&key).ok().flatten();
+    // Read once: for the measurement it may already hold, and as the current choice. An entry
+    // that cannot be read is measured without (the search's candidates alone) and replaced by the
+    // store below; the outcome's warnings say so.
+    let (cached, unreadable) = match cache.load(&key) {
+        Ok(entry) => (entry, None),
+        Err(e) => (None, Some(format!("the cache's entry is unreadable ({e}); measured without it and replaced"))),
+    };
     if mode == TuneMode::Missing
         && let Some((entry, _)) = &cached
         && entry.measured_us.is_some()
@@ -449,11 +455,13 @@ pub fn tune_and_store(
         measure::measure_in_process(&gpu, name, program, &compiled, cfg, (&hashes, &kernels, &predicted))?;
     let graphs: Vec<&KernelGraph> = candidates.iter().map(|c| &c.graph).collect();
     let chosen = choose_verified(program, &graphs, &mut timings, &search_cfg.verify)?;
-    let warnings: Vec<String> = timings
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| t.error.as_ref().map(|e| format!("candidate {i} ({}) skipped: {e}", &t.hash[..16])))
-        .collect();
+    let warnings: Vec<String> =
+        unreadable
+            .into_iter()
+            .chain(timings.iter().enumerate().filter_map(|(i, t)| {
+                t.error.as_ref().map(|e| format!("candidate {i} ({}) skipped: {e}", &t.hash[..16]))
+            }))
+            .collect();
     let Some(chosen) = chosen else {
         return Ok(TuneOutcome::Skipped(format!("no candidate ran correctly: {}", warnings.join("; "))));
     };
