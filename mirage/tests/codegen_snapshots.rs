@@ -176,8 +176,9 @@ fn snapshot_vector_matmul_fourteen_vectors_bf16() {
 /// Qwen2.5-7B's down projection at 16 rows, one K slice (`[16, 296] x [296, 112]` per iteration,
 /// 8 warps): 14 mma tiles of 19 k-steps. Its k-steps are dealt to the warps (warp w: k-steps w,
 /// w + 8, …), each loading the A fragment once per k-step for all 14 tiles, every tile into its
-/// own accumulator; after the loop the warps' partial sums meet in warp order, a barrier between
-/// rounds (DECISIONS change 43).
+/// own accumulator; after the loop every warp stores its partial sums at once into the loop's
+/// dead stage buffers and each element is summed over the warps in warp order — two barriers,
+/// the sums of one round per warp bit for bit (DECISIONS changes 43 and 84).
 #[test]
 fn snapshot_mma_k_strided_bf16() {
     let src = accumulated_bf16_matmul("mma_k_strided", [16, 4736], [4736, 224], 16);
@@ -185,10 +186,11 @@ fn snapshot_mma_k_strided_bf16() {
     assert!(src.contains("mirage::mma_16816<__nv_bfloat16>(racc"), "into the register accumulator:\n{src}");
     assert!(src.contains("[mt * 14 + nt], fa, fb);"), "every tile its own accumulator:\n{src}");
     assert_eq!(src.matches("uint32_t fa[4];").count(), 1, "one A fragment per k-step:\n{src}");
-    for w in 0..8 {
-        assert!(src.contains(&format!("if (warp == {w}) {{")), "round of warp {w} after the loop:\n{src}");
-    }
-    assert!(src.contains("+= d[0];"), "the later warps add:\n{src}");
+    assert!(src.contains("if (warp < 8) {"), "every warp stores its partial sums at once:\n{src}");
+    assert!(src.contains("(meet + warp * 1792)[(r)*112 + (q)] = d[0];"), "each into its own slot:\n{src}");
+    let sum = (1..8).fold("= meet[e]".to_string(), |v, w| format!("{v} + meet[{} + e]", w * 1792));
+    assert!(src.contains(&format!("{sum};")), "summed over the warps in warp order:\n{src}");
+    assert!(!src.contains("if (warp == 1) {"), "no round per warp:\n{src}");
     insta::assert_snapshot!(src);
 }
 

@@ -285,9 +285,50 @@ impl Emitter<'_> {
         let warps = self.plan.warps;
         let acc = register_accumulator(i);
         if p.k_strided {
-            // Every warp holds a partial sum of every tile: one round per warp that ran k-steps,
-            // warp 0 stores, the others add in warp order (the same sums every run).
-            for round in 0..warps.min(p.kt) {
+            let rounds = warps.min(p.kt);
+            let slot = m * n;
+            if rounds > 1
+                && c.ctype == "float"
+                && let Some(at) = self.dead_stage_buffers(rounds * slot * 4)
+            {
+                // Every warp that ran k-steps holds a partial sum of every tile: all of them at
+                // once into the loop's stage buffers (dead after it), then each element summed
+                // over the warps in warp order — the sums of the rounds below, bit for bit, with
+                // two barriers instead of one per warp.
+                self.line(1, "{");
+                self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
+                self.line(2, &format!("if (warp < {rounds}) {{"));
+                self.line(3, "#pragma unroll");
+                self.line(3, &format!("for (int j = 0; j < {tiles}; ++j) {{"));
+                self.line(4, &format!("const int mt = j / {nt}, nt = j % {nt}; const float* d = {acc}[j];"));
+                let slot_tile = Tile {
+                    var: format!("(meet + warp * {slot})"),
+                    shape: vec![m, n],
+                    strides: vec![n, 1],
+                    pipelined: false,
+                    ..c.clone()
+                };
+                self.store_fragment(4, &slot_tile, m, n, "=");
+                self.line(3, "}");
+                self.line(2, "}");
+                self.sync(2);
+                let sum = (1..rounds).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
+                let r = c.shape.len();
+                let store = format!(
+                    "{}[{}] = {sum};",
+                    c.var,
+                    c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r))
+                );
+                let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
+                self.line(2 + close, &store);
+                self.close(2, close);
+                self.sync(2);
+                self.line(1, "}");
+                return;
+            }
+            // Without dead stage buffers large enough: one round per warp that ran k-steps, warp
+            // 0 stores, the others add in warp order (the same sums every run).
+            for round in 0..rounds {
                 self.line(1, &format!("if (warp == {round}) {{"));
                 self.line(2, "#pragma unroll");
                 self.line(2, &format!("for (int j = 0; j < {tiles}; ++j) {{"));
