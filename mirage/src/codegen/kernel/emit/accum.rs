@@ -231,13 +231,7 @@ impl Emitter<'_> {
             }
             self.line(2, "}");
             self.sync(2);
-            let sum = (1..turns).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
-            let store =
-                format!("{}[{}] = {sum};", c.var, c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r)));
-            let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
-            self.line(2 + close, &store);
-            self.close(2, close);
-            self.sync(2);
+            self.sum_meeting_slots(c, turns, slot, n);
             self.line(1, "}");
             return;
         }
@@ -265,6 +259,21 @@ impl Emitter<'_> {
             self.sync(2);
         }
         self.line(1, "}");
+    }
+
+    /// After the slots of a meeting (`turns` partial sums of `slot` f32 elements each at `meet`,
+    /// `n` columns a row) were written and a barrier passed: each element of result tile `c` is
+    /// the sum of its slots in slot order (the additions of turn-by-turn accumulation, in the
+    /// same order), then a barrier.
+    fn sum_meeting_slots(&mut self, c: &Tile, turns: usize, slot: usize, n: usize) {
+        let sum = (1..turns).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
+        let r = c.shape.len();
+        let store =
+            format!("{}[{}] = {sum};", c.var, c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r)));
+        let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
+        self.line(2 + close, &store);
+        self.close(2, close);
+        self.sync(2);
     }
 
     /// The shared-memory offset of the stage buffers of a pipelined input tile holding at least
@@ -312,17 +321,7 @@ impl Emitter<'_> {
                 self.line(3, "}");
                 self.line(2, "}");
                 self.sync(2);
-                let sum = (1..rounds).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
-                let r = c.shape.len();
-                let store = format!(
-                    "{}[{}] = {sum};",
-                    c.var,
-                    c.offset_expr(&two(&format!("(e / {n})"), &format!("(e % {n})"), r))
-                );
-                let close = self.open_strided(2, "e", "tid", slot, self.plan.threads);
-                self.line(2 + close, &store);
-                self.close(2, close);
-                self.sync(2);
+                self.sum_meeting_slots(c, rounds, slot, n);
                 self.line(1, "}");
                 return;
             }
