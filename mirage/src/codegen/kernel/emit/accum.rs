@@ -230,7 +230,6 @@ impl Emitter<'_> {
                 }
             }
             self.line(2, "}");
-            self.sync(2);
             self.sum_meeting_slots(c, turns, slot, n);
             self.line(1, "}");
             return;
@@ -262,10 +261,11 @@ impl Emitter<'_> {
     }
 
     /// After the slots of a meeting (`turns` partial sums of `slot` f32 elements each at `meet`,
-    /// `n` columns a row) were written and a barrier passed: each element of result tile `c` is
-    /// the sum of its slots in slot order (the additions of turn-by-turn accumulation, in the
-    /// same order), then a barrier.
+    /// `n` columns a row) were written: a barrier, each element of result tile `c` the sum of its
+    /// slots in slot order (the additions of turn-by-turn accumulation, in the same order), a
+    /// barrier.
     fn sum_meeting_slots(&mut self, c: &Tile, turns: usize, slot: usize, n: usize) {
+        self.sync(2);
         let sum = (1..turns).fold("meet[e]".to_string(), |v, t| format!("{v} + meet[{} + e]", t * slot));
         let r = c.shape.len();
         let store =
@@ -320,7 +320,6 @@ impl Emitter<'_> {
                 self.store_fragment(4, &slot_tile, m, n, "=");
                 self.line(3, "}");
                 self.line(2, "}");
-                self.sync(2);
                 self.sum_meeting_slots(c, rounds, slot, n);
                 self.line(1, "}");
                 return;
