@@ -42,6 +42,7 @@ pub mod attention;
 pub mod budget;
 mod enumerate;
 pub mod expr;
+pub mod norm_split;
 pub mod oracle;
 pub mod partition;
 pub mod ranges;
@@ -235,6 +236,13 @@ impl SearchConfig {
         // only the programs [`attention::recognize`] takes hash differently.
         let version = if attention::recognize(program).is_some() {
             hashed_version(&format!("{version}|attention key tiles {}", attention::MIN_KEY_TILE_BYTES))
+        } else {
+            version
+        };
+        // Split-K for normalized projections joined later ([`norm_split`]): only the programs
+        // [`norm_split::recognize`] takes hash differently.
+        let version = if self.max_kernels >= 2 && norm_split::recognize(program).is_some() {
+            hashed_version(&format!("{version}|norm split-K {}", norm_split::MIN_TILE_BYTES))
         } else {
             version
         };
@@ -668,7 +676,8 @@ fn candidates_until(
             Some(s) => s.merge(&f.graph),
             None => Some(f.graph),
         })
-        .chain(attention::candidates(program, cfg));
+        .chain(attention::candidates(program, cfg))
+        .chain(norm_split::candidates(program, cfg));
     let mut cands: Vec<Candidate> = found
         .collect::<Vec<_>>()
         .into_par_iter()

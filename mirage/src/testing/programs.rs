@@ -399,6 +399,20 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         };
         push(name, g);
     }
+    // Split-K of a normalized projection (`search::norm_split`): 2 ranges of k over 2 column tiles,
+    // parts [2·8, 64] read by the combine's loop beside x's ranges (acc_rms_last).
+    {
+        let mut p = KernelGraph::new();
+        let x = p.input(&[8, 128], d)?;
+        let g = p.input(&[1, 128], d)?;
+        let w = p.input(&[128, 64], d)?;
+        let nx = p.rms_norm(x, 0.0, None)?;
+        let a = p.binary(BinaryOp::Mul, nx, g)?;
+        let o = p.matmul(a, w)?;
+        p.output(o, None)?;
+        let np = crate::search::norm_split::NormProjection { inputs: [0, 2], gain: Some(1), rows: 8, k: 128, n: 64 };
+        push("norm_split_k", crate::search::norm_split::split_k(&p, &np, 2, 32, 2, 128)?);
+    }
     // In-loop reductions and rms_norm, strided sum-to, concat, and a running max; an epilogue matmul.
     {
         let x = crate::ir::TensorDesc::new(&[16, 128], d);
