@@ -28,7 +28,7 @@ use mirage_runtime::{AnyTensor, Gpu, Program, TensorArg};
 include!(concat!(env!("OUT_DIR"), "/golden/index.rs"));
 
 /// Coverage programs per element type (`coverage_cases`): every one must have run.
-const COVERAGE_PROGRAMS: usize = 56;
+const COVERAGE_PROGRAMS: usize = 57;
 
 /// A tensor of `spec`'s shape and type filled with NaN.
 fn poisoned(gpu: &Gpu, spec: &TensorDesc) -> AnyTensor {

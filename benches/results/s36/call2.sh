@@ -4,11 +4,11 @@
 # cached one-kernel µGraph (candidate 4) and the norm split-K template's best (candidate 0:
 # products [72, 2] F16 + combine), and of llama1b_norm_qkv_r16_bf16's cached µGraph (4) and a
 # template (0); per-line stall samples exported as CSV. Carry .tune/tune, .tune/s36p,
-# .gpu/lib.tar.xz.
+# .tune/lib.tar.xz.
 set -u
 out=${OUT:-/tmp/s36}
 mkdir -p "$out" .tune/lib
-tar -xJf .gpu/lib.tar.xz -C .tune/lib
+tar -xJf .tune/lib.tar.xz -C .tune/lib
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ncu --version | tail -1
 export LD_LIBRARY_PATH="$PWD/.tune/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -27,3 +27,7 @@ for prog in qwen7b_qkv_r16_bf16 llama1b_norm_qkv_r16_bf16; do
 done
 cd "$out" && tar -cJf ncu.tar.xz *.ncu-rep *-sass.csv *-cuda.csv && rm -f *.ncu-rep *-sass.csv *-cuda.csv
 ls -la "$out"
+# compute-sanitizer over the template's kernels (products + combine) and the cached one-kernel
+# µGraphs of both programs.
+TUNE=.tune/tune timeout 150 bash scripts/sanitize-bundle.sh .tune/s36p "$out/san" llama1b_norm_qkv_r16_bf16 qwen7b_qkv_r16_bf16
+echo "sanitize: exit $?"
