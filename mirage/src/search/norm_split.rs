@@ -211,7 +211,7 @@ pub fn split_k(
 
 /// The ranges of `k` offered: 2 to 8, so that every range holds at least 16 columns per loop
 /// tile somewhere in the configuration's loop ranges.
-const SPLITS: [usize; 5] = [2, 3, 4, 6, 8];
+pub const SPLITS: [usize; 5] = [2, 3, 4, 6, 8];
 
 /// Every split-K µGraph of a recognized normalized projection within the configuration's limits:
 /// ranges from [`SPLITS`] dividing `k`, column tiles of at least [`MIN_TILE_BYTES`] per row of

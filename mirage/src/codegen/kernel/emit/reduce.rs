@@ -84,39 +84,6 @@ struct Parts {
     combine: Combine,
 }
 
-/// The fewest elements per thread for which a sum or maximum folds into four running states:
-/// a single state makes every element wait for the previous one (a dependent chain of adds whose
-/// latency, not the loads, set the time of wide row reductions: DECISIONS change 86).
-const SPLIT_STATE_MIN_TRIPS: usize = 8;
-
-impl Parts {
-    /// The loop folding the elements `r = start, start + stride, … < extent` into `v`: for a sum
-    /// or maximum of at least [`SPLIT_STATE_MIN_TRIPS`] elements per thread, four independent
-    /// states (element `i` into state `i % 4`) combined at the end as `(v ∘ v1) ∘ (v2 ∘ v3)`;
-    /// otherwise one.
-    fn fold_loop(&self, start: &str, stride: usize) -> String {
-        let (extent, step) = (self.extent, &self.step);
-        if self.combine == Combine::ArgMax || extent / stride.max(1) < SPLIT_STATE_MIN_TRIPS {
-            return format!("for (int r = {start}; r < {extent}; r += {stride}) {{ {step} }}");
-        }
-        let identity = match self.combine {
-            Combine::Max => "__int_as_float(0xff800000)",
-            _ => "0.0f",
-        };
-        let c = self.combine;
-        let tail = c.apply(&format!("({})", c.apply("v", "v1")), &format!("({})", c.apply("v2", "v3")));
-        format!(
-            "{{ auto fold = [&](const int r, float& v) {{ {step} }}; float v1 = {identity}, v2 = {identity}, v3 = {identity}; \
-             int r = {start}; \
-             for (; r + {s3} < {extent}; r += {s4}) {{ fold(r, v); fold(r + {stride}, v1); fold(r + {s2}, v2); fold(r + {s3}, v3); }} \
-             for (; r < {extent}; r += {stride}) fold(r, v); v = {tail}; }}",
-            s2 = 2 * stride,
-            s3 = 3 * stride,
-            s4 = 4 * stride,
-        )
-    }
-}
-
 impl Emitter<'_> {
     /// Reduction `r` of `src` with strided grouping; `map` transforms each element (`{x}`);
     /// `store` is a statement template with `{o}` (flat output index) and `{v}` (the reduced
@@ -165,7 +132,7 @@ impl Emitter<'_> {
         let close = self.open_strided(indent, "o", "tid", p.outputs, self.plan.threads);
         let inner = indent + close;
         self.line(inner, p.combine.declare());
-        self.line(inner, &p.fold_loop(&p.start, p.width));
+        self.line(inner, &format!("for (int r = {}; r < {}; r += {}) {{ {} }}", p.start, p.extent, p.width, p.step));
         self.line(inner, &p.store);
         self.close(indent, close);
     }
@@ -184,7 +151,14 @@ impl Emitter<'_> {
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
         self.line(
             indent + 2,
-            &p.fold_loop(&format!("{} + (part * 32 + lane) * {}", p.start, p.width), 32 * wpo * p.width),
+            &format!(
+                "for (int r = {} + (part * 32 + lane) * {}; r < {}; r += {}) {{ {} }}",
+                p.start,
+                p.width,
+                p.extent,
+                32 * wpo * p.width,
+                p.step
+            ),
         );
         self.line(indent + 1, "}");
         self.line(indent + 1, p.combine.warp());
@@ -224,7 +198,17 @@ impl Emitter<'_> {
         self.line(indent + 1, &format!("const int o = tid / {l}, part = tid % {l};"));
         self.line(indent + 1, p.combine.declare());
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
-        self.line(indent + 2, &p.fold_loop(&format!("{} + part * {}", p.start, p.width), l * p.width));
+        self.line(
+            indent + 2,
+            &format!(
+                "for (int r = {} + part * {}; r < {}; r += {}) {{ {} }}",
+                p.start,
+                p.width,
+                p.extent,
+                l * p.width,
+                p.step
+            ),
+        );
         self.line(indent + 1, "}");
         let mut off = l / 2;
         while off >= 1 {
@@ -239,7 +223,17 @@ impl Emitter<'_> {
         let close = self.open_strided(indent, "o", "warp", p.outputs, self.plan.warps);
         let inner = indent + close;
         self.line(inner, p.combine.declare());
-        self.line(inner, &p.fold_loop(&format!("{} + lane * {}", p.start, p.width), 32 * p.width));
+        self.line(
+            inner,
+            &format!(
+                "for (int r = {} + lane * {}; r < {}; r += {}) {{ {} }}",
+                p.start,
+                p.width,
+                p.extent,
+                32 * p.width,
+                p.step
+            ),
+        );
         self.line(inner, p.combine.warp());
         self.line(inner, &format!("if (lane == 0) {{ {} }}", p.store));
         self.close(indent, close);
