@@ -43,6 +43,7 @@
 use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, IrError, KernelGraph, KernelOp, TensorRef, UnaryOp};
 
 use super::SearchConfig;
+use super::pattern::{graph_over_inputs, input_position, producer};
 
 /// A recognized safe-softmax attention program: `out = softmax(scale · q·k, last)·v` with `q
 /// [h.., r, d]`, `k [h.., d, n]`, `v [h.., n, dv]` program inputs (`h` present when the rank is 3).
@@ -60,20 +61,6 @@ pub struct Attention {
     pub keys: usize,
     /// Rank of the tensors (2 or 3).
     pub rank: usize,
-}
-
-/// The operator producing `t` and its operands.
-fn producer(g: &KernelGraph, t: TensorRef) -> (&KernelOp, &[TensorRef]) {
-    let n = &g.nodes()[t.node];
-    (&n.op, &n.inputs)
-}
-
-/// The position of `t` among the program inputs, when it is one.
-fn input_position(g: &KernelGraph, t: TensorRef) -> Option<usize> {
-    if !matches!(g.nodes()[t.node].op, KernelOp::Input { .. }) {
-        return None;
-    }
-    Some(g.nodes()[..t.node].iter().filter(|n| matches!(n.op, KernelOp::Input { .. })).count())
 }
 
 /// Recognizes `softmax(scale · q·k, last)·v` as lowered from the DSL (`reduce_max`, `sub`, `exp`,
@@ -196,12 +183,7 @@ fn online_kernel(
 /// A graph with the program's inputs (in order) and `bg` launched on `q, k, v`: the graph and
 /// the kernel's outputs.
 fn launch(program: &KernelGraph, a: &Attention, bg: BlockGraph) -> Result<(KernelGraph, Vec<TensorRef>), IrError> {
-    let mut g = KernelGraph::new();
-    let ins = program
-        .inputs()
-        .iter()
-        .map(|d| g.input_strided(&d.shape, &d.strides, d.dtype))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (mut g, ins) = graph_over_inputs(program)?;
     let outs = g.custom(&a.inputs.map(|i| ins[i]), bg)?;
     Ok((g, outs))
 }

@@ -45,6 +45,7 @@ pub mod expr;
 pub mod norm_split;
 pub mod oracle;
 pub mod partition;
+mod pattern;
 pub mod ranges;
 
 use std::fmt;

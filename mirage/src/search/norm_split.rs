@@ -36,6 +36,7 @@
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, IrError, KernelGraph, KernelOp, TensorDesc, TensorRef};
 
 use super::SearchConfig;
+use super::pattern::{graph_over_inputs, input_position, producer};
 
 /// A recognized normalized projection: `out = rms_norm(x) · g @ w` (the gain optional) with `x
 /// [m, k]`, `g [1, k]`, `w [k, n]` row-major program inputs, all bf16 or all f32, and `eps = 0`.
@@ -53,18 +54,12 @@ pub struct NormProjection {
     pub n: usize,
 }
 
-/// The operator producing `t` and its operands.
-fn producer(g: &KernelGraph, t: TensorRef) -> (&KernelOp, &[TensorRef]) {
-    let n = &g.nodes()[t.node];
-    (&n.op, &n.inputs)
-}
-
-/// The position of `t` among the program inputs, when it is one.
-fn input_position(g: &KernelGraph, t: TensorRef) -> Option<usize> {
-    if !matches!(g.nodes()[t.node].op, KernelOp::Input { .. }) {
-        return None;
+impl NormProjection {
+    /// The program input positions the products kernel reads, in its operand order: `x`, `w`,
+    /// then `g` when there is one.
+    fn product_operands(&self) -> Vec<usize> {
+        self.inputs.iter().copied().chain(self.gain).collect()
     }
-    Some(g.nodes()[..t.node].iter().filter(|n| matches!(n.op, KernelOp::Input { .. })).count())
 }
 
 /// Recognizes `matmul(rms_norm(x), w)`, `matmul(rms_norm(x, g), w)` and `matmul(rms_norm(x) · g,
@@ -140,8 +135,7 @@ fn products(
     threads: usize,
 ) -> Result<BlockGraph, IrError> {
     let descs = program.inputs();
-    let mut operands = vec![descs[p.inputs[0]].clone(), descs[p.inputs[1]].clone()];
-    operands.extend(p.gain.map(|gi| descs[gi].clone()));
+    let operands = p.product_operands().into_iter().map(|i| descs[i].clone()).collect();
     let mut bg = BlockGraph::new(operands, [p.n / tile, splits, 1], threads, frange)?;
     // x and g: range j of k (grid.y), walked by the loop; w: columns (grid.x) and range (grid.y).
     let x = bg.input(0, [None, Some(1), None], Some(1))?;
@@ -193,14 +187,8 @@ pub fn split_k(
     threads: usize,
 ) -> Result<KernelGraph, IrError> {
     let bg = products(program, p, splits, tile, frange, threads)?;
-    let mut g = KernelGraph::new();
-    let ins = program
-        .inputs()
-        .iter()
-        .map(|d| g.input_strided(&d.shape, &d.strides, d.dtype))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut operands = vec![ins[p.inputs[0]], ins[p.inputs[1]]];
-    operands.extend(p.gain.map(|gi| ins[gi]));
+    let (mut g, ins) = graph_over_inputs(program)?;
+    let operands: Vec<TensorRef> = p.product_operands().into_iter().map(|i| ins[i]).collect();
     let parts = g.custom(&operands, bg)?[0];
     let parts_desc = g.desc(parts)?.clone();
     let cb = combine(&parts_desc, program.inputs()[p.inputs[0]], p, splits, tile, 128)?;
