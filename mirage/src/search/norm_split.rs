@@ -177,7 +177,7 @@ fn combine(
 
 /// Split-K of a recognized normalized projection (module docs): `splits` ranges of `k`, column
 /// tiles of `tile` in both kernels, `frange` tiles of `k` per range in the products' loop,
-/// `threads` per block of the products (the combine runs 128).
+/// `threads` per block of the products, `combine_threads` per block of the combine.
 pub fn split_k(
     program: &KernelGraph,
     p: &NormProjection,
@@ -185,17 +185,23 @@ pub fn split_k(
     tile: usize,
     frange: usize,
     threads: usize,
+    combine_threads: usize,
 ) -> Result<KernelGraph, IrError> {
     let bg = products(program, p, splits, tile, frange, threads)?;
     let (mut g, ins) = graph_over_inputs(program)?;
     let operands: Vec<TensorRef> = p.product_operands().into_iter().map(|i| ins[i]).collect();
     let parts = g.custom(&operands, bg)?[0];
     let parts_desc = g.desc(parts)?.clone();
-    let cb = combine(&parts_desc, program.inputs()[p.inputs[0]], p, splits, tile, 128)?;
+    let cb = combine(&parts_desc, program.inputs()[p.inputs[0]], p, splits, tile, combine_threads)?;
     let out = g.custom(&[parts, ins[p.inputs[0]]], cb)?[0];
     g.output(out, None)?;
     Ok(g)
 }
+
+/// Threads per block of the combine kernel: its sum of squares over a `[m, k / S]` slab of `x`
+/// per iteration is latency-bound, and 256 threads ran every measured template candidate faster
+/// than 128 (DECISIONS change 87).
+pub const COMBINE_THREADS: usize = 256;
 
 /// The ranges of `k` offered: 2 to 8, so that every range holds at least 16 columns per loop
 /// tile somewhere in the configuration's loop ranges.
@@ -228,7 +234,7 @@ pub fn candidates(program: &KernelGraph, cfg: &SearchConfig) -> Vec<KernelGraph>
                     continue;
                 }
                 for &threads in &cfg.threads {
-                    out.extend(split_k(program, &p, splits, tile, frange, threads).ok());
+                    out.extend(split_k(program, &p, splits, tile, frange, threads, COMBINE_THREADS).ok());
                 }
             }
         }

@@ -411,7 +411,7 @@ pub fn coverage_cases(dtype: DType) -> Result<Vec<(String, KernelGraph)>, IrErro
         let o = p.matmul(a, w)?;
         p.output(o, None)?;
         let np = crate::search::norm_split::NormProjection { inputs: [0, 2], gain: Some(1), rows: 8, k: 128, n: 64 };
-        push("norm_split_k", crate::search::norm_split::split_k(&p, &np, 2, 32, 2, 128)?);
+        push("norm_split_k", crate::search::norm_split::split_k(&p, &np, 2, 32, 2, 128, 128)?);
     }
     // In-loop reductions and rms_norm, strided sum-to, concat, and a running max; an epilogue matmul.
     {

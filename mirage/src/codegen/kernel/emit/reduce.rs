@@ -82,6 +82,44 @@ struct Parts {
     /// The store statement of `v` for output `o`.
     store: String,
     combine: Combine,
+    /// Where each output's elements lie contiguously in 16-byte runs: the loads by vectors.
+    vector: Option<VectorFold>,
+}
+
+/// A reduction that reads 16 bytes at a time: `lanes` elements of type `ctype` from the tile
+/// address `at` (a C expression of the output `o` and the run's first reduced index `r0`), each
+/// folded by `step` (which reads element `u` of the array `xs`).
+struct VectorFold {
+    lanes: usize,
+    ctype: &'static str,
+    at: String,
+    step: String,
+}
+
+/// Elements of a 16-byte vector of `src`'s element type along `dim`, when a reduction to one
+/// value per output (`width` 1) of `extent` elements, unmasked and not an argmax, can load its
+/// operand 16 bytes at a time: `dim` contiguous, and every run of that many elements starting
+/// at a multiple of it 16-byte aligned (the tile's offset, its stage size and every other
+/// stride multiples of 16 bytes).
+fn vector_lanes(src: &Tile, dim: usize, width: usize, extent: usize, masked: bool, combine: Combine) -> Option<usize> {
+    let esize = match src.ctype {
+        "float" => 4,
+        "__nv_bfloat16" | "__half" => 2,
+        _ => return None,
+    };
+    let lanes = 16 / esize;
+    let aligned = |bytes: usize| bytes.is_multiple_of(16);
+    let strides_aligned =
+        (0..src.shape.len()).all(|d| d == dim || src.shape[d] == 1 || aligned(src.strides[d] * esize));
+    let usable = width == 1
+        && !masked
+        && combine != Combine::ArgMax
+        && src.strides[dim] == 1
+        && extent.is_multiple_of(lanes)
+        && aligned(src.offset)
+        && (!src.pipelined || aligned(src.bytes))
+        && strides_aligned;
+    usable.then_some(lanes)
 }
 
 impl Emitter<'_> {
@@ -108,6 +146,17 @@ impl Emitter<'_> {
         let mut sidx = idx.clone();
         sidx[dim] = "r".to_string();
         let x = map.replace("{x}", &src.load(&sidx));
+        let vector = vector_lanes(src, dim, width, src.shape[dim], mask.is_some(), combine).map(|lanes| {
+            let mut vidx = idx.clone();
+            vidx[dim] = "r0".to_string();
+            let elem = if src.ctype == "float" { "xs[u]".to_string() } else { "mirage::to_f32(xs[u])".to_string() };
+            VectorFold {
+                lanes,
+                ctype: src.ctype,
+                at: format!("{}[{}]", src.var, src.offset_expr(&vidx)),
+                step: combine.step(&map.replace("{x}", &elem)),
+            }
+        });
         let p = Parts {
             outputs: out_shape.iter().product(),
             extent: src.shape[dim],
@@ -119,6 +168,7 @@ impl Emitter<'_> {
             },
             store: store.replace("{o}", "o").replace("{v}", combine.result()),
             combine,
+            vector,
         };
         match strategy {
             ReduceStrategy::PerThread => self.reduce_per_thread(indent, &p),
@@ -128,11 +178,39 @@ impl Emitter<'_> {
         }
     }
 
+    /// The loop folding output `o`'s share of elements into the state: the share of thread
+    /// `lane` (a C expression; `None`: the thread takes every element) among `lanes` sharing the
+    /// output, element by element or, where the reduction allows, 16-byte vector by vector.
+    fn fold(&mut self, indent: usize, p: &Parts, lane: Option<&str>, lanes: usize) {
+        let first = |unit: usize| match lane {
+            Some(l) => format!("{} + {l} * {unit}", p.start),
+            None => p.start.clone(),
+        };
+        let Some(v) = &p.vector else {
+            let line = format!(
+                "for (int r = {}; r < {}; r += {}) {{ {} }}",
+                first(p.width),
+                p.extent,
+                lanes * p.width,
+                p.step
+            );
+            self.line(indent, &line);
+            return;
+        };
+        let n = v.lanes;
+        self.line(indent, &format!("for (int r0 = {}; r0 < {}; r0 += {}) {{", first(n), p.extent, lanes * n));
+        self.line(indent + 1, &format!("alignas(16) {} xs[{n}];", v.ctype));
+        self.line(indent + 1, &format!("*reinterpret_cast<uint4*>(xs) = *reinterpret_cast<const uint4*>(&{});", v.at));
+        self.line(indent + 1, "#pragma unroll");
+        self.line(indent + 1, &format!("for (int u = 0; u < {n}; ++u) {{ {} }}", v.step));
+        self.line(indent, "}");
+    }
+
     fn reduce_per_thread(&mut self, indent: usize, p: &Parts) {
         let close = self.open_strided(indent, "o", "tid", p.outputs, self.plan.threads);
         let inner = indent + close;
         self.line(inner, p.combine.declare());
-        self.line(inner, &format!("for (int r = {}; r < {}; r += {}) {{ {} }}", p.start, p.extent, p.width, p.step));
+        self.fold(inner, p, None, 1);
         self.line(inner, &p.store);
         self.close(indent, close);
     }
@@ -149,17 +227,7 @@ impl Emitter<'_> {
         self.line(indent + 1, &format!("const int o = warp / {wpo}, part = warp % {wpo};"));
         self.line(indent + 1, p.combine.declare());
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
-        self.line(
-            indent + 2,
-            &format!(
-                "for (int r = {} + (part * 32 + lane) * {}; r < {}; r += {}) {{ {} }}",
-                p.start,
-                p.width,
-                p.extent,
-                32 * wpo * p.width,
-                p.step
-            ),
-        );
+        self.fold(indent + 2, p, Some("(part * 32 + lane)"), 32 * wpo);
         self.line(indent + 1, "}");
         self.line(indent + 1, p.combine.warp());
         if p.combine == Combine::ArgMax {
@@ -198,17 +266,7 @@ impl Emitter<'_> {
         self.line(indent + 1, &format!("const int o = tid / {l}, part = tid % {l};"));
         self.line(indent + 1, p.combine.declare());
         self.line(indent + 1, &format!("if (o < {outputs}) {{"));
-        self.line(
-            indent + 2,
-            &format!(
-                "for (int r = {} + part * {}; r < {}; r += {}) {{ {} }}",
-                p.start,
-                p.width,
-                p.extent,
-                l * p.width,
-                p.step
-            ),
-        );
+        self.fold(indent + 2, p, Some("part"), l);
         self.line(indent + 1, "}");
         let mut off = l / 2;
         while off >= 1 {
@@ -223,19 +281,68 @@ impl Emitter<'_> {
         let close = self.open_strided(indent, "o", "warp", p.outputs, self.plan.warps);
         let inner = indent + close;
         self.line(inner, p.combine.declare());
-        self.line(
-            inner,
-            &format!(
-                "for (int r = {} + lane * {}; r < {}; r += {}) {{ {} }}",
-                p.start,
-                p.width,
-                p.extent,
-                32 * p.width,
-                p.step
-            ),
-        );
+        self.fold(inner, p, Some("lane"), 32);
         self.line(inner, p.combine.warp());
         self.line(inner, &format!("if (lane == 0) {{ {} }}", p.store));
         self.close(indent, close);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::DType;
+
+    /// A shared-memory tile of `shape` with element `strides` at byte `offset`.
+    fn tile(dtype: DType, ctype: &'static str, shape: &[usize], strides: &[usize], offset: usize) -> Tile {
+        let bytes = shape.iter().zip(strides).map(|(n, s)| (n - 1) * s).sum::<usize>() + 1;
+        Tile {
+            var: "t0".into(),
+            ctype,
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            bytes: bytes * dtype.size_bytes(),
+            pipelined: false,
+        }
+    }
+
+    #[test]
+    fn contiguous_aligned_rows_fold_by_16_byte_vectors() {
+        let bf16 = tile(DType::Bf16, "__nv_bfloat16", &[16, 448], &[456, 1], 0);
+        assert_eq!(vector_lanes(&bf16, 1, 1, 448, false, Combine::Sum), Some(8));
+        assert_eq!(vector_lanes(&bf16, 1, 1, 448, false, Combine::Max), Some(8));
+        let f32 = tile(DType::F32, "float", &[1, 1, 128], &[128, 128, 1], 70400);
+        assert_eq!(vector_lanes(&f32, 2, 1, 128, false, Combine::Sum), Some(4));
+    }
+
+    #[test]
+    fn anything_a_vector_could_misread_folds_element_by_element() {
+        let ok = tile(DType::Bf16, "__nv_bfloat16", &[16, 448], &[456, 1], 0);
+        // A masked reduction (runtime-sized padding), an argmax, a strided grouping.
+        assert_eq!(vector_lanes(&ok, 1, 1, 448, true, Combine::Sum), None);
+        assert_eq!(vector_lanes(&ok, 1, 1, 448, false, Combine::ArgMax), None);
+        assert_eq!(vector_lanes(&ok, 1, 2, 448, false, Combine::Sum), None);
+        // Reduced along a strided dim.
+        assert_eq!(vector_lanes(&ok, 0, 1, 16, false, Combine::Sum), None);
+        // Rows 2 elements apart in bytes not a multiple of 16, a tile off a 16-byte boundary,
+        // a row not a whole number of vectors.
+        let pitch = tile(DType::Bf16, "__nv_bfloat16", &[16, 448], &[452, 1], 0);
+        assert_eq!(vector_lanes(&pitch, 1, 1, 448, false, Combine::Sum), None);
+        let offset = tile(DType::Bf16, "__nv_bfloat16", &[16, 448], &[456, 1], 8);
+        assert_eq!(vector_lanes(&offset, 1, 1, 448, false, Combine::Sum), None);
+        let short = tile(DType::Bf16, "__nv_bfloat16", &[16, 12], &[16, 1], 0);
+        assert_eq!(vector_lanes(&short, 1, 1, 12, false, Combine::Sum), None);
+        // A pipelined tile whose stages are not 16-byte multiples apart.
+        let mut staged = ok.clone();
+        staged.pipelined = true;
+        staged.bytes = 14600;
+        assert_eq!(vector_lanes(&staged, 1, 1, 448, false, Combine::Sum), None);
+        staged.bytes = 14592;
+        assert_eq!(vector_lanes(&staged, 1, 1, 448, false, Combine::Sum), Some(8));
+        // Integers are not folded by this path.
+        let ints = tile(DType::I32, "int", &[1, 64], &[64, 1], 0);
+        assert_eq!(vector_lanes(&ints, 1, 1, 64, false, Combine::Sum), None);
     }
 }
