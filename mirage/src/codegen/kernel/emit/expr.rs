@@ -9,22 +9,22 @@ impl Tile {
     /// `to_f32(var[offset])` for a multi-index given as C expressions (broadcast dims of size 1
     /// contribute nothing).
     pub(super) fn load(&self, idx: &[String]) -> String {
-        let off = self.offset_expr(idx);
-        if self.ctype == "float" {
-            format!("{}[{off}]", self.var)
-        } else {
-            format!("mirage::to_f32({}[{off}])", self.var)
-        }
+        self.as_f32(&format!("{}[{}]", self.var, self.offset_expr(idx)))
     }
 
     /// The statement storing f32 `value` at a multi-index (converted to the tile's element type).
     pub(super) fn store(&self, idx: &[String], value: &str) -> String {
-        let off = self.offset_expr(idx);
-        if self.ctype == "float" {
-            format!("{}[{off}] = {value};", self.var)
-        } else {
-            format!("{}[{off}] = mirage::from_f32<{}>({value});", self.var, self.ctype)
-        }
+        format!("{}[{}] = {};", self.var, self.offset_expr(idx), self.f32_to_element(value))
+    }
+
+    /// `element`, a C expression of this tile's element type, as an f32.
+    pub(super) fn as_f32(&self, element: &str) -> String {
+        if self.ctype == "float" { element.to_string() } else { format!("mirage::to_f32({element})") }
+    }
+
+    /// The f32 `value` converted to this tile's element type.
+    pub(super) fn f32_to_element(&self, value: &str) -> String {
+        if self.ctype == "float" { value.to_string() } else { format!("mirage::from_f32<{}>({value})", self.ctype) }
     }
 
     /// The element offset of a multi-index.

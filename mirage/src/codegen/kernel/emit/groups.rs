@@ -5,13 +5,13 @@ use std::fmt::Write;
 use crate::ir::{BlockOp, TensorRef};
 
 use super::super::super::CodegenError;
-use super::super::planner::{Tile, pass_vector};
+use super::super::planner::{Tile, element_bytes, pass_vector};
 use super::Emitter;
 use super::expr::{binary_expr, unary_expr, unflatten};
 
 /// The C type moving `v` elements of tile `t` at once (a vector of the element-wise pass).
 fn vector_type(v: usize, t: &Tile) -> &'static str {
-    let element = if matches!(t.ctype, "float" | "int") { 4 } else { 2 };
+    let element = element_bytes(t.ctype).unwrap_or(2);
     match v * element {
         16 => "uint4",
         8 => "uint2",
@@ -169,8 +169,7 @@ impl<'a> Emitter<'a> {
                 return format!("v{}", t.node);
             }
             match loads.iter().find(|(l, _)| *l == t) {
-                Some((_, name)) if self.tile(t).ctype == "float" => format!("{name}[u]"),
-                Some((_, name)) => format!("mirage::to_f32({name}[u])"),
+                Some((_, name)) => self.tile(t).as_f32(&format!("{name}[u]")),
                 None => self.tile(t).load(&idx),
             }
         };
@@ -196,11 +195,7 @@ impl<'a> Emitter<'a> {
             let name = format!("s{i}");
             let vt = vector_type(v, t);
             writeln!(pre, "alignas(16) {} {name}[{v}];", t.ctype).ok();
-            if t.ctype == "float" {
-                writeln!(body, "{name}[u] = {stored};").ok();
-            } else {
-                writeln!(body, "{name}[u] = mirage::from_f32<{}>({stored});", t.ctype).ok();
-            }
+            writeln!(body, "{name}[u] = {};", t.f32_to_element(&stored)).ok();
             writeln!(
                 post,
                 "*reinterpret_cast<{vt}*>(&{}[{}]) = *reinterpret_cast<const {vt}*>({name});",

@@ -1,7 +1,7 @@
 //! Reductions of a shared-memory tile along one dim, by the strategy the plan chose: sums,
 //! maxima, and argmax (a value and its position travel together).
 
-use super::super::planner::{ReduceStrategy, Reduction, Tile};
+use super::super::planner::{ReduceStrategy, Reduction, Tile, element_bytes};
 use super::Emitter;
 use super::expr::unflatten;
 
@@ -97,28 +97,19 @@ struct VectorFold {
 }
 
 /// Elements of a 16-byte vector of `src`'s element type along `dim`, when a reduction to one
-/// value per output (`width` 1) of `extent` elements, unmasked and not an argmax, can load its
-/// operand 16 bytes at a time: `dim` contiguous, and every run of that many elements starting
-/// at a multiple of it 16-byte aligned (the tile's offset, its stage size and every other
-/// stride multiples of 16 bytes).
+/// value per output (`width` 1) of `extent` elements, unmasked, not an argmax and not of
+/// integers, can load its operand 16 bytes at a time: every run of that many elements starting
+/// at a multiple of it contiguous and 16-byte aligned ([`Tile::runs_aligned`]).
 fn vector_lanes(src: &Tile, dim: usize, width: usize, extent: usize, masked: bool, combine: Combine) -> Option<usize> {
-    let esize = match src.ctype {
-        "float" => 4,
-        "__nv_bfloat16" | "__half" => 2,
-        _ => return None,
-    };
-    let lanes = 16 / esize;
-    let aligned = |bytes: usize| bytes.is_multiple_of(16);
-    let strides_aligned =
-        (0..src.shape.len()).all(|d| d == dim || src.shape[d] == 1 || aligned(src.strides[d] * esize));
+    if src.ctype == "int" {
+        return None;
+    }
+    let lanes = 16 / element_bytes(src.ctype)?;
     let usable = width == 1
         && !masked
         && combine != Combine::ArgMax
-        && src.strides[dim] == 1
         && extent.is_multiple_of(lanes)
-        && aligned(src.offset)
-        && (!src.pipelined || aligned(src.bytes))
-        && strides_aligned;
+        && src.runs_aligned(dim, lanes);
     usable.then_some(lanes)
 }
 
@@ -149,12 +140,11 @@ impl Emitter<'_> {
         let vector = vector_lanes(src, dim, width, src.shape[dim], mask.is_some(), combine).map(|lanes| {
             let mut vidx = idx.clone();
             vidx[dim] = "r0".to_string();
-            let elem = if src.ctype == "float" { "xs[u]".to_string() } else { "mirage::to_f32(xs[u])".to_string() };
             VectorFold {
                 lanes,
                 ctype: src.ctype,
                 at: format!("{}[{}]", src.var, src.offset_expr(&vidx)),
-                step: combine.step(&map.replace("{x}", &elem)),
+                step: combine.step(&map.replace("{x}", &src.as_f32("xs[u]"))),
             }
         });
         let p = Parts {

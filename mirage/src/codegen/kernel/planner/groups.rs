@@ -26,31 +26,13 @@ pub fn pass_vector(shape: &[usize], tiles: &[&Tile], threads: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// Bytes of one element of a shared-memory tile of C type `ctype` (none for a type the vector
-/// pass does not load).
-fn element_bytes(ctype: &str) -> Option<usize> {
-    match ctype {
-        "float" | "int" => Some(4),
-        "__half" | "__nv_bfloat16" => Some(2),
-        _ => None,
-    }
-}
-
 /// Whether tile `t` (rank `rank`) is read or written `v` elements at a time along its last dim.
 fn vector_aligned(t: &Tile, v: usize, rank: usize) -> bool {
     let r = t.shape.len();
     if r != rank || r == 0 {
         return false;
     }
-    if t.shape[r - 1] == 1 {
-        return true;
-    }
-    let Some(bytes) = element_bytes(t.ctype).map(|b| b * v) else { return false };
-    bytes <= 16
-        && t.strides[r - 1] == 1
-        && (0..r - 1).all(|d| t.shape[d] == 1 || t.strides[d].is_multiple_of(v))
-        && t.offset.is_multiple_of(bytes)
-        && (!t.pipelined || t.bytes.is_multiple_of(bytes))
+    t.shape[r - 1] == 1 || t.runs_aligned(r - 1, v)
 }
 
 /// Whether a tile of `shape` holds one element (a scalar of any rank).

@@ -37,7 +37,7 @@ pub use mma::{
 };
 pub use reduce::{ReduceStrategy, Reduction, lanes_per_output};
 pub use schedule::Schedule;
-pub use tiles::{Tile, ctype};
+pub use tiles::{Tile, ctype, element_bytes};
 
 use crate::ir::{BlockGraph, BlockOp, TensorRef};
 pub use fusion::{RegisterPlan, RowBands};

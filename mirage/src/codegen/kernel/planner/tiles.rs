@@ -50,6 +50,29 @@ impl Tile {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// Whether every run of `v` elements along `dim` that starts at a multiple of `v` lies
+    /// contiguous and aligned to its own size (at most 16 bytes), so that one vector load or
+    /// store moves it: `dim` contiguous, every other stride of an extent above 1, the tile's
+    /// offset and its stage size multiples of a run.
+    pub fn runs_aligned(&self, dim: usize, v: usize) -> bool {
+        let Some(bytes) = element_bytes(self.ctype).map(|b| b * v) else { return false };
+        bytes <= 16
+            && self.strides[dim] == 1
+            && (0..self.shape.len()).all(|d| d == dim || self.shape[d] == 1 || self.strides[d].is_multiple_of(v))
+            && self.offset.is_multiple_of(bytes)
+            && (!self.pipelined || self.bytes.is_multiple_of(bytes))
+    }
+}
+
+/// Bytes of one element of a shared-memory tile of C type `ctype` (none for a type no vector
+/// path loads).
+pub fn element_bytes(ctype: &str) -> Option<usize> {
+    match ctype {
+        "float" | "int" => Some(4),
+        "__half" | "__nv_bfloat16" => Some(2),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
