@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use half::bf16;
 use mirage::ir::DType;
-use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, random_weights};
+use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, fuse_qkv, random_weights};
 use mirage::mpk::decoder::{decoder_step, layer_timeline, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
@@ -223,7 +223,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(c) => Box::new(c.weights(DType::Bf16)),
         None => Box::new(random_weights(&model, args.seed, DType::Bf16)),
     };
-    let mut cpu = upload_weights(&mut s, plan, &model, weights, graph.as_ref())?;
+    let mut cpu = upload_weights(&mut s, plan, &model, fuse_qkv(weights), graph.as_ref())?;
     if let (Some(g), Some(host)) = (&graph, cpu.as_mut()) {
         host.set(g.tensor_named("token").ok_or("no token tensor")?, &[args.token as f32])?;
     }
@@ -363,8 +363,8 @@ fn print_profile(plan: &MpkPlan, timeline: &mirage_runtime::mpk::Timeline) {
     let mut kinds = profile(&names, &task_op, &timeline.tasks(), plan.workers as usize);
     kinds.sort_by(|a, b| b.share.total_cmp(&a.share));
     println!(
-        "profile per operator kind (each kind's operators of every layer together; qkv.k0/k1/k2: the q, k, v \
-         projections, attention: RoPE, the cache append, split-KV attention and the merge, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
+        "profile per operator kind (each kind's operators of every layer together; qkv.k0: the q, k and v \
+         projections (one operator), attention: RoPE, the cache append, split-KV attention and the merge, o_proj.k0, mlp.k0: gate/up, mlp.k1: down, logits.k0: the LM head):"
     );
     println!(
         "  {:<20} {:>4} {:>6} {:>10} {:>10} {:>10} {:>7}",

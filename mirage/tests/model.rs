@@ -7,7 +7,7 @@ use std::path::Path;
 use mirage::ir::DType;
 use mirage::model::reference::Reference;
 use mirage::model::{
-    Checkpoint, ModelConfig, ModelError, RopeScaling, Weight, WeightData, WriteOptions, random_weights,
+    Checkpoint, ModelConfig, ModelError, RopeScaling, Weight, WeightData, WriteOptions, fuse_qkv, random_weights,
     write_checkpoint, write_checkpoint_with,
 };
 use mirage::mpk::decoder::decoder_step;
@@ -252,7 +252,9 @@ fn compare_with_decoder(cfg: &ModelConfig, weights: &[Weight], dtype: DType, ste
     let capacity = 16;
     let g = decoder_step("tiny", &cfg.decoder_config(capacity, dtype))?;
     let mut host = HostTensors::zeros(&g);
-    for w in weights {
+    // The decoder's inputs: a layer's q, k and v projections joined (`fuse_qkv`).
+    for w in fuse_qkv(weights.iter().cloned().map(Ok)) {
+        let w = w?;
         // Row-major, or tile by tile where the decoder stores it so (`contiguous_below`).
         let t = g.tensor_named(&w.name).ok_or(format!("no tensor {}", w.name))?;
         host.set(t, &w.clone().stored_as(&g.tensor(t).desc.shape)?.data.to_f32())?;

@@ -93,7 +93,10 @@ impl Direct<'_> {
         for (l, (kc, vc)) in caches.iter_mut().enumerate() {
             let p = |s: &str| format!("l{l}.{s}");
             let n = self.norm(&x, &p("attn_norm"));
-            let (mut q, mut k, v) = (self.matvec(&n, &p("wq")), self.matvec(&n, &p("wk")), self.matvec(&n, &p("wv")));
+            // One projection of q | k | v (`l{i}.wqkv`).
+            let qkv = self.matvec(&n, &p("wqkv"));
+            let (qw, kvw) = (cfg.heads * d, cfg.kv_heads * d);
+            let (mut q, mut k, v) = (qkv[..qw].to_vec(), qkv[qw..qw + kvw].to_vec(), qkv[qw + kvw..].to_vec());
             if cfg.qk_norm {
                 // per head, before RoPE
                 q = q.chunks(d).flat_map(|head| self.norm(head, &p("q_norm"))).collect();

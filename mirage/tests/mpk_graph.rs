@@ -129,7 +129,8 @@ fn decode_tasks_depend_on_their_heads() -> R {
     let g = decoder_step("toy", &cfg)?;
     let c = compile(&g, &opts(8))?;
     let attn = tasks_of(&c, "l0.attention");
-    let (q, k, v) = (tasks_of(&c, "l0.qkv.k0"), tasks_of(&c, "l0.qkv.k1"), tasks_of(&c, "l0.qkv.k2"));
+    // q | k | v: one projection's tasks
+    let qkv = tasks_of(&c, "l0.qkv.k0");
     // split-KV: 132 / kv_heads chunks per KV head would fill an H200's workers, but each chunk
     // keeps at least MIN_CHUNK_KEYS keys of the full cache
     let chunks = (132 / cfg.kv_heads).min(cfg.capacity.div_ceil(mirage::mpk::builtin::MIN_CHUNK_KEYS));
@@ -138,19 +139,21 @@ fn decode_tasks_depend_on_their_heads() -> R {
     let (d, group) = (cfg.head_dim, cfg.heads / cfg.kv_heads);
     // The projection task `i` of a tiling of `cols` columns, for the columns [lo, hi).
     let (qw, kvw) = (cfg.heads * d, cfg.kv_heads * d);
-    let tilings = mirage::mpk::decoder::grouped_tilings(cfg.hidden, &[qw, kvw, kvw]);
-    let cover = |tasks: &[usize], width: usize, lo: usize, hi: usize| -> Vec<usize> {
-        let cols = tilings[if width == qw { 0 } else { 1 }].cols;
-        tasks.iter().enumerate().filter(|(i, _)| i * cols < hi && (i + 1) * cols > lo).map(|(_, &t)| t).collect()
+    let cols = mirage::mpk::decoder::projection_tiling_in(cfg.tile_unit(), cfg.hidden, qw + 2 * kvw).cols;
+    assert_eq!(qkv.len(), (qw + 2 * kvw) / cols);
+    let cover = |lo: usize, hi: usize| -> Vec<usize> {
+        qkv.iter().enumerate().filter(|(i, _)| i * cols < hi && (i + 1) * cols > lo).map(|(_, &t)| t).collect()
     };
     for &t in &attn {
         // a chunk of KV head `kvh` reads the projections of its group's query heads and its KV
-        // head's new key and value (RoPE, the appends and the merge are the operator's own)
+        // head's new key and value (RoPE, the appends and the merge are the operator's own):
+        // the tasks of q | k | v covering those columns
         let kvh = c.tasks[t].tile[1];
-        let mut want = cover(&q, cfg.heads * d, kvh * group * d, (kvh + 1) * group * d);
-        want.extend(cover(&k, cfg.kv_heads * d, kvh * d, (kvh + 1) * d));
-        want.extend(cover(&v, cfg.kv_heads * d, kvh * d, (kvh + 1) * d));
+        let mut want = cover(kvh * group * d, (kvh + 1) * group * d);
+        want.extend(cover(qw + kvh * d, qw + (kvh + 1) * d));
+        want.extend(cover(qw + kvw + kvh * d, qw + kvw + (kvh + 1) * d));
         want.sort();
+        want.dedup();
         assert_eq!(c.deps[t], want, "attention chunk {:?}", c.tasks[t].tile);
     }
     // The next step's token is written after this step's embedding read it.

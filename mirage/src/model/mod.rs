@@ -10,7 +10,8 @@
 //!   `model.safetensors.index.json`), checks every tensor the decoder needs against the config,
 //!   and [`Checkpoint::weights`] streams them one at a time under the decoder's names
 //!   (`embed`, `l{i}.wq`, ...; projections transposed from Hugging Face's `[out, in]` to the
-//!   decoder's `[in, out]`), converted to the decoder's element type.
+//!   decoder's `[in, out]`), converted to the decoder's element type; [`fuse_qkv`] joins each
+//!   layer's q, k and v projections into the megakernel decoder's one `l{i}.wqkv` input.
 //! - [`random_weights`] streams the same tensors with random values at real shapes (scaled as
 //!   `benches/py/decode_baseline.py` does), generated in parallel from a counter-based
 //!   generator; [`write_checkpoint`] writes them as a Hugging Face checkpoint directory, which
@@ -29,7 +30,7 @@ use std::path::PathBuf;
 
 pub use checkpoint::Checkpoint;
 pub use random::{WriteOptions, random_weights, write_checkpoint, write_checkpoint_with};
-pub use weights::{Weight, WeightData, WeightSpec, weight_layout};
+pub use weights::{Weight, WeightData, WeightSpec, fuse_qkv, weight_layout};
 
 use crate::ir::DType;
 use crate::mpk::decoder::DecoderConfig;
@@ -125,6 +126,10 @@ pub enum ModelError {
         /// The input's shape.
         stored: Vec<usize>,
     },
+    /// A layer's q, k and v projections could not be joined into the decoder's one input
+    /// ([`fuse_qkv`]): one is missing, out of order, or of another row count or element type.
+    #[error("joining the q/k/v projections: {0}")]
+    Qkv(String),
     /// A CPU reference step was asked for something out of range.
     #[error("reference step: {0}")]
     Step(String),

@@ -39,9 +39,10 @@ pub struct WeightSpec {
     pub init: Init,
 }
 
-/// The decoder's tensors of `cfg` in the decoder graph's order: `embed`, per layer `attn_norm`,
+/// The model's tensors of `cfg` in the decoder graph's order: `embed`, per layer `attn_norm`,
 /// `wq`, `wk`, `wv`, `wo`, `mlp_norm`, `wg`, `wu`, `wd` (then `q_norm`, `k_norm` with q/k
-/// norm), `final_norm`, `lm_head` (the embedding, transposed, when tied).
+/// norm), `final_norm`, `lm_head` (the embedding, transposed, when tied). The megakernel
+/// decoder takes a layer's `wq`, `wk`, `wv` as one input: [`fuse_qkv`] joins them.
 pub fn weight_layout(cfg: &ModelConfig) -> Vec<WeightSpec> {
     let (h, qw, kvw, i) = (cfg.hidden, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.intermediate);
     let linear = |name: String, hf: String, fan_in: usize, out: usize| WeightSpec {
@@ -207,6 +208,95 @@ impl Weight {
     }
 }
 
+/// The megakernel decoder's inputs from a model's tensors ([`weight_layout`]'s order): each
+/// layer's `l{i}.wq [k, qw]`, `l{i}.wk` and `l{i}.wv [k, kvw]` become one `l{i}.wqkv [k, qw +
+/// 2·kvw]`, each row the three rows side by side (the decoder's one q/k/v projection,
+/// [`crate::mpk::decoder`]); every other tensor passes through unchanged. A layer's three
+/// projections are held until the last of them arrives; one missing, of another row count or
+/// element type is an error naming it.
+pub fn fuse_qkv(
+    weights: impl Iterator<Item = Result<Weight, ModelError>>,
+) -> impl Iterator<Item = Result<Weight, ModelError>> {
+    let mut held: Vec<Weight> = Vec::new();
+    let mut weights = weights.fuse();
+    std::iter::from_fn(move || {
+        loop {
+            let Some(next) = weights.next() else {
+                // A layer's projections that never got their third.
+                return held.pop().map(|w| {
+                    Err(ModelError::Qkv(format!("`{}` without the layer's other q/k/v projections", w.name)))
+                });
+            };
+            let w = match next {
+                Ok(w) => w,
+                Err(e) => return Some(Err(e)),
+            };
+            let Some((layer, part)) = w.name.rsplit_once('.') else { return Some(Ok(w)) };
+            let Some(slot) = ["wq", "wk", "wv"].iter().position(|p| *p == part) else { return Some(Ok(w)) };
+            let layer = layer.to_owned();
+            if held.len() != slot || held.iter().any(|h| !h.name.starts_with(&format!("{layer}."))) {
+                return Some(Err(ModelError::Qkv(format!(
+                    "`{}`: expected the layer's q, k and v projections in that order (held: {:?})",
+                    w.name,
+                    held.iter().map(|h| h.name.as_str()).collect::<Vec<_>>()
+                ))));
+            }
+            held.push(w);
+            if held.len() == 3 {
+                let parts = std::mem::take(&mut held);
+                return Some(join_columns(&format!("{layer}.wqkv"), parts));
+            }
+        }
+    })
+}
+
+/// `[k, n_j]` weights of one element type side by side as `name [k, Σ n_j]`.
+fn join_columns(name: &str, parts: Vec<Weight>) -> Result<Weight, ModelError> {
+    fn join<T: Copy>(parts: &[(&[T], usize)], k: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        for r in 0..k {
+            for &(v, n) in parts {
+                out.extend_from_slice(&v[r * n..(r + 1) * n]);
+            }
+        }
+        out
+    }
+    let k = parts[0].shape.first().copied().unwrap_or(0);
+    for w in &parts {
+        let ok = w.shape.len() == 2 && w.shape[0] == k && w.data.len() == k * w.shape[1];
+        if !ok || w.data.dtype() != parts[0].data.dtype() {
+            return Err(ModelError::Qkv(format!(
+                "`{}` of shape {:?} ({}) cannot join `{}` of shape {:?} ({}) as `{name}`",
+                w.name,
+                w.shape,
+                w.data.dtype(),
+                parts[0].name,
+                parts[0].shape,
+                parts[0].data.dtype()
+            )));
+        }
+    }
+    let n: usize = parts.iter().map(|w| w.shape[1]).sum();
+    macro_rules! joined {
+        ($variant:ident) => {{
+            let v: Vec<_> = parts
+                .iter()
+                .map(|w| match &w.data {
+                    WeightData::$variant(v) => (v.as_slice(), w.shape[1]),
+                    _ => unreachable!("one element type, checked"),
+                })
+                .collect();
+            WeightData::$variant(join(&v, k))
+        }};
+    }
+    let data = match parts[0].data {
+        WeightData::Bf16(_) => joined!(Bf16),
+        WeightData::F16(_) => joined!(F16),
+        WeightData::F32(_) => joined!(F32),
+    };
+    Ok(Weight { name: name.to_owned(), shape: vec![k, n], data })
+}
+
 /// Elements per parallel piece of work.
 const PIECE: usize = 1 << 16;
 
@@ -257,6 +347,52 @@ fn gather<T: Send + Copy + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn f32s(name: &str, shape: [usize; 2], base: f32) -> Weight {
+        let data = (0..shape[0] * shape[1]).map(|i| base + i as f32).collect();
+        Weight { name: name.into(), shape: shape.to_vec(), data: WeightData::F32(data) }
+    }
+
+    #[test]
+    fn a_layers_q_k_v_projections_join_column_by_column() {
+        let ws = vec![
+            f32s("embed", [3, 2], 0.0),
+            f32s("l0.wq", [2, 3], 100.0),
+            f32s("l0.wk", [2, 1], 200.0),
+            f32s("l0.wv", [2, 2], 300.0),
+            f32s("l0.wo", [3, 2], 400.0),
+        ];
+        let out: Vec<Weight> = fuse_qkv(ws.into_iter().map(Ok)).collect::<Result<_, _>>().expect("joined");
+        let names: Vec<&str> = out.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["embed", "l0.wqkv", "l0.wo"]);
+        assert_eq!(out[1].shape, vec![2, 6]);
+        // each row: q's row | k's row | v's row
+        let want = [100.0, 101.0, 102.0, 200.0, 300.0, 301.0, 103.0, 104.0, 105.0, 201.0, 302.0, 303.0];
+        assert_eq!(out[1].data, WeightData::F32(want.to_vec()));
+        assert_eq!(out[0], f32s("embed", [3, 2], 0.0));
+    }
+
+    #[test]
+    fn q_k_v_projections_that_cannot_join_are_errors_naming_them() {
+        let err = |ws: Vec<Weight>| -> String {
+            fuse_qkv(ws.into_iter().map(Ok)).find_map(Result::err).expect("an error").to_string()
+        };
+        // k before q
+        let e = err(vec![f32s("l0.wk", [2, 1], 0.0), f32s("l0.wq", [2, 1], 0.0)]);
+        assert!(e.contains("`l0.wk`: expected the layer's q, k and v projections in that order"), "{e}");
+        // another layer's v
+        let e = err(vec![f32s("l0.wq", [2, 1], 0.0), f32s("l0.wk", [2, 1], 0.0), f32s("l1.wv", [2, 1], 0.0)]);
+        assert!(e.contains("`l1.wv`") && e.contains("l0.wq"), "{e}");
+        // rows differ
+        let e = err(vec![f32s("l0.wq", [2, 1], 0.0), f32s("l0.wk", [3, 1], 0.0), f32s("l0.wv", [2, 1], 0.0)]);
+        assert!(e.contains("`l0.wk` of shape [3, 1]") && e.contains("as `l0.wqkv`"), "{e}");
+        // the last layer's v never comes
+        let e = err(vec![f32s("l0.wq", [2, 1], 0.0), f32s("l0.wk", [2, 1], 0.0)]);
+        assert!(e.contains("without the layer's other q/k/v projections"), "{e}");
+        // an error of the source passes through
+        let e = fuse_qkv([Err(ModelError::TargetDtype(DType::I32))].into_iter()).find_map(Result::err);
+        assert!(matches!(e, Some(ModelError::TargetDtype(_))));
+    }
 
     #[test]
     fn an_lm_head_no_width_divides_is_padded_with_zero_columns() {
@@ -337,7 +473,15 @@ mod tests {
         let rows = crate::mpk::decoder::DecoderConfig { contiguous_below: 0, ..cfg.decoder_config(16, DType::Bf16) };
         let g = crate::mpk::decoder::decoder_step("m", &rows).expect("a graph");
         let graph: Vec<(String, Vec<usize>)> = crate::mpk::decoder::weight_names(&g);
-        let ours: Vec<(String, Vec<usize>)> = weight_layout(&cfg).into_iter().map(|s| (s.name, s.shape)).collect();
+        // The layout's tensors as `fuse_qkv` passes them on: a layer's q, k and v side by side.
+        let mut ours: Vec<(String, Vec<usize>)> = Vec::new();
+        for s in weight_layout(&cfg) {
+            match s.name.rsplit_once('.') {
+                Some((layer, "wq")) => ours.push((format!("{layer}.wqkv"), s.shape)),
+                Some((_, "wk" | "wv")) => ours.last_mut().expect("after wq").1[1] += s.shape[1],
+                _ => ours.push((s.name, s.shape)),
+            }
+        }
         let (mut a, mut b) = (graph.clone(), ours.clone());
         a.sort();
         b.sort();
@@ -349,17 +493,17 @@ mod tests {
         let graph: std::collections::HashMap<String, Vec<usize>> =
             crate::mpk::decoder::weight_names(&g).into_iter().collect();
         let mut tiled = 0;
-        for spec in weight_layout(&cfg) {
-            let stored = &graph[&spec.name];
-            let n: usize = spec.shape.iter().product();
-            let w = Weight { name: spec.name.clone(), shape: spec.shape.clone(), data: WeightData::F32(vec![0.0; n]) };
+        for (name, shape) in &ours {
+            let stored = &graph[name];
+            let n: usize = shape.iter().product();
+            let w = Weight { name: name.clone(), shape: shape.clone(), data: WeightData::F32(vec![0.0; n]) };
             let w = w.stored_as(stored).expect("a storage of the decoder's tensor");
             assert_eq!(&w.shape, stored);
-            tiled += usize::from(stored != &spec.shape);
+            tiled += usize::from(stored != shape);
         }
-        // 1B at 2 layers: q (32 columns), k, v, o_proj and down (16) of each layer are tiles,
+        // 1B at 2 layers: q | k | v (24 columns), o_proj and down (16) of each layer are tiles,
         // gate/up (64 columns) rows; the head of this 1024-word vocabulary at 16 columns, tiles.
-        assert_eq!(tiled, 2 * 5 + 1);
+        assert_eq!(tiled, 2 * 3 + 1);
     }
 
     #[test]

@@ -112,6 +112,10 @@ pub enum Builtin {
         chunks: usize,
         /// The per-head RMSNorm's epsilon of q and k before RoPE (Qwen3), when given.
         norm: Option<Scalar>,
+        /// Whether q, k and v come as one tensor `[1, heads·d + 2·kv_heads·d]` laid out q | k |
+        /// v (one projection's output: [`crate::mpk::decoder`]'s fused q/k/v projection), the
+        /// inputs then being `qkv, inv_freq` (and the gains); else three inputs `q, k, v`.
+        fused: bool,
     },
     /// First half of argmax over the last dim: each tile finds the largest value (smallest
     /// index among equals) of its `chunk` columns below `columns`. Input: `logits [rows,
@@ -190,8 +194,9 @@ impl Builtin {
         match self {
             Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } => 2,
             Builtin::AttentionPartial { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
-            Builtin::DecodeAttention { norm: None, .. } => 4,
-            Builtin::DecodeAttention { norm: Some(_), .. } => 6,
+            Builtin::DecodeAttention { norm, fused, .. } => {
+                (if *fused { 2 } else { 4 }) + if norm.is_some() { 2 } else { 0 }
+            }
             _ => 1,
         }
     }
@@ -371,15 +376,34 @@ impl Builtin {
                 same(&want[0])?;
                 Ok([p.shape[0] * p.shape[2], 1, 1])
             }
-            Builtin::DecodeAttention { scale, chunks, norm, .. } => {
-                let (q, k, v, inv) = (inputs[0], inputs[1], inputs[2], inputs[3]);
+            Builtin::DecodeAttention { scale, chunks, norm, fused, .. } => {
                 let (partials, kc, vc) = (outputs[1], outputs[2], outputs[3]);
-                let (kvh, group, d) = split_kv_dims(q, kc, vc, *scale, *chunks)?;
-                let kv_row = TensorDesc::new(&[1, kvh * d], q.dtype);
-                for (t, what) in [(k, "k"), (v, "v")] {
-                    expect(t.shape == kv_row.shape && t.dtype == kv_row.dtype, || {
-                        format!("{what}: expected {} (one row of the KV heads), found {}", fmt(&kv_row), fmt(t))
+                rank(kc, 3, "k_cache")?;
+                let kv_width = kc.shape[0] * kc.shape[2];
+                let q_desc = if *fused {
+                    let qkv = inputs[0];
+                    rank(qkv, 2, "qkv")?;
+                    expect(qkv.shape[1] > 2 * kv_width, || {
+                        format!(
+                            "qkv: expected [1, heads·d + 2·{kv_width}] (q | k | v of {kv_width} columns each), found {}",
+                            fmt(qkv)
+                        )
                     })?;
+                    TensorDesc::new(&[qkv.shape[0], qkv.shape[1] - 2 * kv_width], qkv.dtype)
+                } else {
+                    inputs[0].clone()
+                };
+                let q = &q_desc;
+                let ops = AttentionOperands::of(*fused, inputs[0].shape.get(1).copied().unwrap_or(0), kv_width);
+                let inv = inputs[ops.inv_freq];
+                let (kvh, group, d) = split_kv_dims(q, kc, vc, *scale, *chunks)?;
+                if !*fused {
+                    let kv_row = TensorDesc::new(&[1, kvh * d], q.dtype);
+                    for (t, what) in [(inputs[1], "k"), (inputs[2], "v")] {
+                        expect(t.shape == kv_row.shape && t.dtype == kv_row.dtype, || {
+                            format!("{what}: expected {} (one row of the KV heads), found {}", fmt(&kv_row), fmt(t))
+                        })?;
+                    }
                 }
                 rank(inv, 1, "inv_freq")?;
                 f32_typed(inv, "inv_freq")?;
@@ -387,7 +411,7 @@ impl Builtin {
                     format!("inv_freq: expected [{}] (head dim / 2), found {}", d / 2, fmt(inv))
                 })?;
                 if let Some(eps) = norm {
-                    head_norm(*eps, &[(inputs[4], "q_norm"), (inputs[5], "k_norm")], d, q.dtype)?;
+                    head_norm(*eps, &[(inputs[ops.gains], "q_norm"), (inputs[ops.gains + 1], "k_norm")], d, q.dtype)?;
                 }
                 same(q)?;
                 let want = TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32);
@@ -475,21 +499,25 @@ impl Builtin {
                 let read = Region::at(p, vec![x / group, 0, x % group, 0], &[1, chunks, 1, d2]);
                 (vec![(read, false)], vec![Region::at(out, vec![0, x * (d2 - 2)], &[1, d2 - 2])])
             }
-            Builtin::DecodeAttention { .. } => {
+            Builtin::DecodeAttention { fused, .. } => {
                 let (kc, kd) = outputs[2];
                 let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
                 let group = od.shape[1] / d / kvh;
+                let ops = AttentionOperands::of(*fused, inputs[0].1.shape[1], kvh * d);
                 let heads = Region::at(out, vec![0, y * group * d], &[1, group * d]);
                 let cache = |t| Region::at(t, vec![y, 0, 0], &[1, cap, d]);
+                let row = |(i, at): (usize, usize), width: usize| {
+                    (Region::at(inputs[i].0, vec![0, at + y * width], &[1, width]), false)
+                };
                 let mut reads = vec![
-                    (Region::at(inputs[0].0, vec![0, y * group * d], &[1, group * d]), false),
-                    (Region::at(inputs[1].0, vec![0, y * d], &[1, d]), false),
-                    (Region::at(inputs[2].0, vec![0, y * d], &[1, d]), false),
-                    (whole(inputs[3]), false),
+                    row(ops.q, group * d),
+                    row(ops.k, d),
+                    row(ops.v, d),
+                    (whole(inputs[ops.inv_freq]), false),
                     (cache(kc), false),
                     (cache(outputs[3].0), false),
                 ];
-                reads.extend(inputs[4..].iter().map(|&gain| (whole(gain), true)));
+                reads.extend(inputs[ops.gains..].iter().map(|&gain| (whole(gain), true)));
                 let partial = Region::at(outputs[1].0, vec![y, x, 0, 0], &[1, 1, group, d + 2]);
                 (reads, vec![heads, partial, cache(kc), cache(outputs[3].0)])
             }
@@ -511,8 +539,8 @@ impl Builtin {
         }
     }
 
-    /// Dynamic shared memory one task needs with `threads` threads.
-    pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc]) -> usize {
+    /// Dynamic shared memory one task needs with `threads` threads, given its operands.
+    pub fn smem_bytes(&self, threads: usize, inputs: &[&TensorDesc], outputs: &[&TensorDesc]) -> usize {
         let warps = threads / 32;
         match self {
             Builtin::AttentionPartial { .. } => {
@@ -521,9 +549,10 @@ impl Builtin {
                 attention_smem_floats(group, d, threads) * 4
             }
             Builtin::DecodeAttention { chunks, .. } => {
-                // inv_freq is [d/2]; k is [1, kv_heads·d].
-                let d = 2 * inputs[3].shape[0];
-                let group = inputs[0].shape[1] / inputs[1].shape[1];
+                // The caches are [kv_heads, capacity, d]; the merged heads [1, kv_heads·group·d].
+                let (kd, od) = (outputs[2], outputs[0]);
+                let d = kd.shape[2];
+                let group = od.shape[1] / d / kd.shape[0];
                 // attention_chunk's, then cos and sin of the angles, a norm scale per head, the
                 // heads and the new value as loaded, and the two gains; the merge reuses the
                 // space for (m, l) of every chunk of the group.
@@ -549,9 +578,9 @@ impl Builtin {
         names: &dyn Fn(IndexSource) -> String,
     ) -> Result<(), IndexError> {
         let [x, y, _] = tile;
-        if let Builtin::DecodeAttention { pos, scale, chunks, norm } = self {
+        if let Builtin::DecodeAttention { pos, scale, chunks, norm, fused } = self {
             let p = pos.eval(params);
-            return decode_attention_tile([x, y], inputs, outputs, p, *scale, *chunks, *norm)
+            return decode_attention_tile([x, y], inputs, outputs, p, *scale, *chunks, *norm, *fused)
                 .map_err(|bound| IndexError { value: p, bound, source_name: names(IndexSource::Param(pos.param.0)) });
         }
         let [(out, od)] = outputs else { unreachable!("checked: one output") };
@@ -712,6 +741,29 @@ fn split_kv_dims(
     Ok((kvh, group, d))
 }
 
+/// Where a [`Builtin::DecodeAttention`] finds its operands among its inputs: `(input, first
+/// column)` of q, k and v, and the inputs of `inv_freq` and of the first gain.
+pub(crate) struct AttentionOperands {
+    pub q: (usize, usize),
+    pub k: (usize, usize),
+    pub v: (usize, usize),
+    pub inv_freq: usize,
+    pub gains: usize,
+}
+
+impl AttentionOperands {
+    /// The operands' places with input 0 of width `width` (q's, or q | k | v's when `fused`)
+    /// and `kv_width = kv_heads · d` columns of k and of v.
+    pub fn of(fused: bool, width: usize, kv_width: usize) -> AttentionOperands {
+        if fused {
+            let qw = width.saturating_sub(2 * kv_width);
+            AttentionOperands { q: (0, 0), k: (0, qw), v: (0, qw + kv_width), inv_freq: 1, gains: 2 }
+        } else {
+            AttentionOperands { q: (0, 0), k: (1, 0), v: (2, 0), inv_freq: 3, gains: 4 }
+        }
+    }
+}
+
 /// The per-head RMSNorm's operand rules ([`Builtin::Rope`], [`Builtin::DecodeAttention`]):
 /// each gain one head `[1, d]` of `dtype`, `eps` finite and not negative.
 fn head_norm(eps: Scalar, gains: &[(&TensorDesc, &str)], d: usize, dtype: DType) -> Result<(), String> {
@@ -806,6 +858,7 @@ fn decode_attention_tile(
     scale: Scalar,
     chunks: usize,
     norm: Option<Scalar>,
+    fused: bool,
 ) -> Result<(), i64> {
     let [(out, od), (partials, _), (kc, kd), (vc, _)] = outputs else { unreachable!("checked: four outputs") };
     let dtype = od.dtype;
@@ -820,14 +873,16 @@ fn decode_attention_tile(
         return Err(cap as i64);
     }
     let pos = pos as usize;
-    let (q, k, v, inv) = (inputs[0].0, inputs[1].0, inputs[2].0, inputs[3].0);
-    let gain = |i: usize| norm.map(|eps| (eps.0, inputs[i].0));
+    let ops = AttentionOperands::of(fused, inputs[0].1.shape[1], kd.shape[0] * d);
+    let row = |(i, at): (usize, usize)| &inputs[i].0[at..];
+    let (q, k, v, inv) = (row(ops.q), row(ops.k), row(ops.v), inputs[ops.inv_freq].0);
+    let gain = |i: usize| norm.map(|eps| (eps.0, inputs[ops.gains + i].0));
     // RoPE'd heads, rounded to the type as a rope operator's output buffer holds them.
     let roped = |x: &[f32], gain| -> Vec<f32> {
         rope_head(&head_rms_norm(x, gain), inv, pos as i64).into_iter().map(|v| dtype.round(v)).collect()
     };
-    let qs: Vec<Vec<f32>> = (0..group).map(|g| roped(&q[(h * group + g) * d..][..d], gain(4))).collect();
-    let k_new = roped(&k[h * d..(h + 1) * d], gain(5));
+    let qs: Vec<Vec<f32>> = (0..group).map(|g| roped(&q[(h * group + g) * d..][..d], gain(0))).collect();
+    let k_new = roped(&k[h * d..(h + 1) * d], gain(1));
     let v_new = &v[h * d..(h + 1) * d];
     let row = |j: usize| (h * cap + j) * d;
     if chunk_range(pos + 1, chunks, c).contains(&pos) {
@@ -930,24 +985,40 @@ pub fn split_kv_attention(
     Ok(g.builtin(&format!("{name}_combine"), Builtin::AttentionCombine { dtype }, &[partial])?[0])
 }
 
-/// Adds [`Builtin::DecodeAttention`] `name` at position `pos`: RoPE of the projections `q`, `k`
-/// (after the per-head norm with gains `q_norm`, `k_norm` when `norm` is given), the append of
-/// `k` and `v` to `k_cache`/`v_cache`, attention over keys `0..=pos` in
-/// [`split_kv_chunks`]`(kv_heads, capacity, workers)` chunks per KV head, and the merge. Writes
-/// the buffers `{name}.out` (the result, like `q`, which it returns) and `{name}.partials`.
+/// The new query, key and value rows a [`decode_attention`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkvRows {
+    /// Three tensors: `q [1, heads·d]`, `k` and `v [1, kv_heads·d]`.
+    Separate([TensorId; 3]),
+    /// One tensor `[1, heads·d + 2·kv_heads·d]` laid out q | k | v: one projection's output,
+    /// whose tiles then split the three rows' columns evenly between the workers.
+    Fused(TensorId),
+}
+
+/// Adds [`Builtin::DecodeAttention`] `name` at position `pos`: RoPE of the projections' query
+/// and key rows `rows` (after the per-head norm with gains `q_norm`, `k_norm` when `norm` is
+/// given), the append of the key and value rows to `k_cache`/`v_cache`, attention over keys
+/// `0..=pos` in [`split_kv_chunks`]`(kv_heads, capacity, workers)` chunks per KV head, and the
+/// merge. Writes the buffers `{name}.out` (the result, `[1, heads·d]` like `q`, which it
+/// returns) and `{name}.partials`.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_attention(
     g: &mut StepGraph,
     name: &str,
-    [q, k, v, inv_freq]: [TensorId; 4],
+    rows: QkvRows,
+    inv_freq: TensorId,
     norm: Option<(Scalar, [TensorId; 2])>,
     [k_cache, v_cache]: [TensorId; 2],
     pos: ParamExpr,
     scale: Scalar,
     workers: usize,
 ) -> Result<TensorId, GraphError> {
+    let first = match rows {
+        QkvRows::Separate([q, _, _]) => q,
+        QkvRows::Fused(qkv) => qkv,
+    };
     let desc = |t: TensorId| g.tensors().get(t.0).map(|t| t.desc.clone());
-    let (Some(qd), Some(kd)) = (desc(q), desc(k_cache)) else {
+    let (Some(qd), Some(kd)) = (desc(first), desc(k_cache)) else {
         return Err(GraphError::Operand {
             graph: g.name().into(),
             op: name.into(),
@@ -957,13 +1028,22 @@ pub fn decode_attention(
     // Shapes are the builtin's to check (add_builtin below); these only size the buffers.
     let dim = |i: usize| kd.shape.get(i).copied().unwrap_or(1).max(1);
     let (kv_heads, capacity, d) = (dim(0), dim(1), dim(2));
-    let group = qd.shape.get(1).map_or(1, |w| w / d / kv_heads);
+    let width = qd.shape.get(1).copied().unwrap_or(0);
+    let fused = matches!(rows, QkvRows::Fused(_));
+    // The query row's width: q's, or what k and v leave of q | k | v (at least one head).
+    let q_width = if fused { width.saturating_sub(2 * kv_heads * d).max(d) } else { width };
+    let group = q_width / d / kv_heads;
     let chunks = split_kv_chunks(kv_heads, capacity, workers);
-    let out = g.buffer(&format!("{name}.out"), &qd.shape, qd.dtype)?;
-    let partials = g.buffer(&format!("{name}.partials"), &[kv_heads, chunks, group, d + 2], DType::F32)?;
-    let mut inputs = vec![q, k, v, inv_freq];
+    let out_shape: Vec<usize> = qd.shape.iter().take(1).copied().chain([q_width]).collect();
+    let out = g.buffer(&format!("{name}.out"), &out_shape, qd.dtype)?;
+    let partials = g.buffer(&format!("{name}.partials"), &[kv_heads, chunks, group.max(1), d + 2], DType::F32)?;
+    let mut inputs = match rows {
+        QkvRows::Separate([q, k, v]) => vec![q, k, v],
+        QkvRows::Fused(qkv) => vec![qkv],
+    };
+    inputs.push(inv_freq);
     inputs.extend(norm.iter().flat_map(|(_, gains)| *gains));
-    let b = Builtin::DecodeAttention { pos, scale, chunks, norm: norm.map(|(eps, _)| eps) };
+    let b = Builtin::DecodeAttention { pos, scale, chunks, norm: norm.map(|(eps, _)| eps), fused };
     g.add_builtin(name, b, &inputs, &[out, partials, k_cache, v_cache])?;
     Ok(out)
 }
@@ -1337,7 +1417,8 @@ mod tests {
         let out_b = decode_attention(
             &mut b,
             "attention",
-            [q, k, v, inv],
+            QkvRows::Separate([q, k, v]),
+            inv,
             eps.map(|e| (e, [qn, kn])),
             [kc, vc],
             ParamExpr::of(pos),
@@ -1423,7 +1504,13 @@ mod tests {
         let [q, k, v, inv, qn, _, kc, vc] = attention_operands(&mut g, 8, 2, 64, 128, DType::Bf16);
         let out = g.buffer("out", &[1, 8 * 64], DType::Bf16).expect("out");
         let partials = g.buffer("partials", &[2, 2, 4, 66], DType::F32).expect("partials");
-        let b = |norm| Builtin::DecodeAttention { pos: ParamExpr::of(pos), scale: Scalar(0.125), chunks: 2, norm };
+        let b = |norm| Builtin::DecodeAttention {
+            pos: ParamExpr::of(pos),
+            scale: Scalar(0.125),
+            chunks: 2,
+            norm,
+            fused: false,
+        };
         let e = g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc]).expect_err("three outputs");
         assert!(e.to_string().contains("expected 4 inputs and 4 output(s), found 4 and 3"), "{e}");
         let e = g.add_builtin("a", b(None), &[q, v, v, qn], &[out, partials, kc, vc]).expect_err("inv_freq");
@@ -1437,6 +1524,100 @@ mod tests {
         let e = b(None).output_descs(&[&g.tensor(q).desc; 4]).expect_err("no new outputs");
         assert!(e.contains("use decode_attention()"), "{e}");
         g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc, vc]).expect("well formed");
+        // q | k | v in one tensor: at least one query head besides k and v, the heads' group
+        // whole; the result as wide as the query row.
+        let f = |norm| Builtin::DecodeAttention {
+            pos: ParamExpr::of(pos),
+            scale: Scalar(0.125),
+            chunks: 2,
+            norm,
+            fused: true,
+        };
+        let kv_only = g.input("kv_only", &[1, 2 * 2 * 64], DType::Bf16).expect("kv_only");
+        let e = g.add_builtin("f", f(None), &[kv_only, inv], &[out, partials, kc, vc]).expect_err("no q");
+        assert!(e.to_string().contains("qkv: expected [1, heads·d + 2·128]"), "{e}");
+        let e = g.add_builtin("f", f(None), &[q, k, v, inv], &[out, partials, kc, vc]).expect_err("separate");
+        assert!(e.to_string().contains("expected 2 inputs and 4 output(s), found 4 and 4"), "{e}");
+        let qkv = g.input("qkv", &[1, (8 + 4) * 64], DType::Bf16).expect("qkv");
+        let e = g.add_builtin("f", f(Some(Scalar(1e-6))), &[qkv, inv, qn, inv], &[out, partials, kc, vc]);
+        assert!(e.expect_err("k_norm").to_string().contains("k_norm: expected bf16 [1, 64] (one head)"));
+        let wide = g.buffer("wide", &[1, 12 * 64], DType::Bf16).expect("wide");
+        let e = g.add_builtin("f", f(None), &[qkv, inv], &[wide, partials, kc, vc]).expect_err("out");
+        assert!(e.to_string().contains("expected bf16 [1, 512]"), "{e}");
+        g.add_builtin("f", f(None), &[qkv, inv], &[out, partials, kc, vc]).expect("well formed");
+    }
+
+    #[test]
+    fn decode_attention_reads_q_k_v_from_one_tensor() {
+        // The same steps with q, k and v as three inputs and as one q | k | v input: every
+        // output and both caches bit for bit.
+        for (heads, kvh, dim, chunks, dtype, eps) in
+            [(8, 2, 64, 3, DType::Bf16, None), (4, 1, 128, 2, DType::F16, Some(Scalar(1e-6)))]
+        {
+            let cap = 64 * chunks + 5;
+            let [_, (a, ops_a, out_a)] = fused_and_separate(heads, kvh, dim, cap, chunks, dtype, eps);
+            let [_, _, _, inv, qn, kn, kc, vc] = ops_a;
+            let mut b = StepGraph::new("one_input").expect("a name");
+            let pos = b.param("pos").expect("a parameter");
+            let ops_b = attention_operands(&mut b, heads, kvh, dim, cap, dtype);
+            let (qw, kvw) = (heads * dim, kvh * dim);
+            let qkv = b.input("qkv", &[1, qw + 2 * kvw], dtype).expect("qkv");
+            let scale = Scalar(1.0 / (dim as f32).sqrt());
+            let out_b = decode_attention(
+                &mut b,
+                "attention",
+                QkvRows::Fused(qkv),
+                ops_b[3],
+                eps.map(|e| (e, [ops_b[4], ops_b[5]])),
+                [ops_b[6], ops_b[7]],
+                ParamExpr::of(pos),
+                scale,
+                chunks * kvh,
+            )
+            .expect("fused rows");
+            assert_eq!(b.tensor(out_b).desc.shape, vec![1, qw]);
+            let (mut ha, mut hb) = (crate::mpk::exec::HostTensors::zeros(&a), crate::mpk::exec::HostTensors::zeros(&b));
+            let mut rng = crate::mpk::exec::SplitMix((heads * 10 + dim) as u64);
+            let inv_v: Vec<f32> = (0..dim / 2).map(|i| 10000f32.powf(-2.0 * i as f32 / dim as f32)).collect();
+            ha.set(inv, &inv_v).expect("inv");
+            hb.set(ops_b[3], &inv_v).expect("inv");
+            for (ia, ib) in [(qn, ops_b[4]), (kn, ops_b[5])] {
+                let gain: Vec<f32> = (0..dim).map(|_| rng.uniform(0.5, 1.5)).collect();
+                ha.set(ia, &gain).expect("gain");
+                hb.set(ib, &gain).expect("gain");
+            }
+            for pos in [0, 1, 5, 64, cap - 1] {
+                let mut row = Vec::new();
+                for (i, len) in [qw, kvw, kvw].into_iter().enumerate() {
+                    let x: Vec<f32> = (0..len).map(|_| dtype.round(rng.uniform(-2.0, 2.0))).collect();
+                    ha.set(ops_a[i], &x).expect("x");
+                    row.extend(x);
+                }
+                hb.set(qkv, &row).expect("qkv");
+                crate::mpk::exec::reference_step(&a, &mut ha, &[pos as i32]).expect("in range");
+                crate::mpk::exec::reference_step(&b, &mut hb, &[pos as i32]).expect("in range");
+                let what = format!("heads {heads}/{kvh}, d {dim}, {dtype}, at {pos}");
+                assert_eq!(hb.get(out_b), ha.get(out_a), "out: {what}");
+                assert_eq!(hb.get(ops_b[6]), ha.get(kc), "k_cache: {what}");
+                assert_eq!(hb.get(ops_b[7]), ha.get(vc), "v_cache: {what}");
+            }
+            // A tile of KV head h reads its group's query heads, k's and v's head h: three
+            // boxes of the one input.
+            let op = b.ops().iter().find(|o| o.name == "attention").expect("the operator");
+            let crate::mpk::graph::OpKind::Builtin(builtin) = &op.kind else { unreachable!("a built-in") };
+            let io = |ts: &[TensorId]| ts.iter().map(|&t| (t, &b.tensor(t).desc)).collect::<Vec<_>>();
+            let (ins, outs) = (io(&op.inputs), io(&op.outputs));
+            let (reads, _) = builtin.regions([1, kvh - 1, 0], &ins, &outs);
+            let h = kvh - 1;
+            let boxes: Vec<_> = reads.iter().take(3).map(|(r, _)| (r.tensor, r.lo[1], r.hi[1])).collect();
+            let gd = heads / kvh * dim;
+            let want = [
+                (qkv, h * gd, (h + 1) * gd),
+                (qkv, qw + h * dim, qw + (h + 1) * dim),
+                (qkv, qw + kvw + h * dim, qw + kvw + (h + 1) * dim),
+            ];
+            assert_eq!(boxes, want, "heads {heads}/{kvh}");
+        }
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! `0..=pos`.
 //!
 //! Tensor names: `embed [vocab, hidden]`, `token [1]` (state, f32 id), `inv_freq [head_dim/2]`
-//! (f32), per layer `l{i}.attn_norm [1, hidden]`, `l{i}.wq [hidden, heads·head_dim]`,
-//! `l{i}.wk`/`l{i}.wv [hidden, kv_heads·head_dim]`, `l{i}.wo [heads·head_dim, hidden]`,
+//! (f32), per layer `l{i}.attn_norm [1, hidden]`, `l{i}.wqkv [hidden, heads·head_dim +
+//! 2·kv_heads·head_dim]` (the q, k and v projections' columns side by side, one operator whose
+//! equal tiles split all three over the workers; [`crate::model::fuse_qkv`] joins a model's
+//! `l{i}.wq`, `l{i}.wk`, `l{i}.wv`), `l{i}.wo [heads·head_dim, hidden]`,
 //! `l{i}.mlp_norm [1, hidden]`, `l{i}.wg`/`l{i}.wu [hidden, intermediate]`,
 //! `l{i}.wd [intermediate, hidden]`, with `qk_norm` `l{i}.q_norm`/`l{i}.k_norm [1, head_dim]`,
 //! `l{i}.k_cache`/`l{i}.v_cache [kv_heads, capacity,
@@ -31,7 +33,7 @@ use rayon::prelude::*;
 use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
 use super::TaskTimes;
-use super::builtin::{Builtin, decode_attention};
+use super::builtin::{Builtin, QkvRows, decode_attention};
 use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 
 /// The shape of a decoder.
@@ -183,16 +185,16 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     let mut x = g.builtin("embedding", Builtin::Embedding { chunk: chunk(h, 256) }, &[embed, token])?[0];
     // The operators of every layer (the weights' input shapes, tile by tile or row-major, are
     // theirs: `weight_storage`).
-    let qkv = streamed_norm_projections(cfg, &[qw, kvw, kvw]).map_err(ir(name, "qkv"))?;
+    // q, k and v as one projection: equal tiles over all three (Llama-3.2-1B: 128 tasks of 24
+    // columns, where three operators took 64 of 32 and 2 × 32 of 16; DECISIONS change 89).
+    let qkv = streamed_norm_projections(cfg, &[qw + 2 * kvw]).map_err(ir(name, "qkv"))?;
     let o = streamed_projection_residual(cfg, qw).map_err(ir(name, "o_proj"))?;
     let mlp = streamed_gated_mlp(cfg).map_err(ir(name, "mlp"))?;
     let shape = |kg: &KernelGraph, i: usize| kg.inputs()[i].shape.clone();
     for l in 0..cfg.layers {
         let p = |s: &str| format!("l{l}.{s}");
         let attn_norm = g.input(&p("attn_norm"), &[1, h], dt)?;
-        let wq = g.input(&p("wq"), &shape(&qkv, 2), dt)?;
-        let wk = g.input(&p("wk"), &shape(&qkv, 3), dt)?;
-        let wv = g.input(&p("wv"), &shape(&qkv, 4), dt)?;
+        let wqkv = g.input(&p("wqkv"), &shape(&qkv, 2), dt)?;
         let wo = g.input(&p("wo"), &shape(&o, 1), dt)?;
         let mlp_norm = g.input(&p("mlp_norm"), &[1, h], dt)?;
         let wg = g.input(&p("wg"), &shape(&mlp, 2), dt)?;
@@ -201,8 +203,7 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         let k_cache = g.state(&p("k_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
         let v_cache = g.state(&p("v_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
 
-        let out = g.mugraph(&p("qkv"), &qkv, &[x, attn_norm, wq, wk, wv])?;
-        let (q, k, v) = (out[0], out[1], out[2]);
+        let rows = g.mugraph(&p("qkv"), &qkv, &[x, attn_norm, wqkv])?[0];
         let norm = if cfg.qk_norm {
             let q_norm = g.input(&p("q_norm"), &[1, cfg.head_dim], dt)?;
             let k_norm = g.input(&p("k_norm"), &[1, cfg.head_dim], dt)?;
@@ -215,7 +216,8 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         let a = decode_attention(
             &mut g,
             &p("attention"),
-            [q, k, v, inv_freq],
+            QkvRows::Fused(rows),
+            inv_freq,
             norm,
             [k_cache, v_cache],
             ParamExpr::of(pos),

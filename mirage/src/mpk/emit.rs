@@ -94,7 +94,8 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
             }
             OpKind::Builtin(b) => {
                 let ins: Vec<_> = op.inputs.iter().map(|&t| &g.tensor(t).desc).collect();
-                smem = smem.max(b.smem_bytes(threads, &ins));
+                let outs: Vec<_> = op.outputs.iter().map(|&t| &g.tensor(t).desc).collect();
+                smem = smem.max(b.smem_bytes(threads, &ins, &outs));
             }
         }
     }
@@ -295,18 +296,24 @@ fn builtin_call(
                 p.shape[1]
             )
         }
-        Builtin::DecodeAttention { pos, scale, chunks, norm } => {
+        Builtin::DecodeAttention { pos, scale, chunks, norm, fused } => {
             let kc = d(outs[2]);
             let hd = kc.shape[2];
-            let group = d(ins[0]).shape[1] / hd / kc.shape[0];
-            let (q_gain, k_gain, eps) = (gain(norm, 4), gain(norm, 5), eps(norm));
+            let group = d(out).shape[1] / hd / kc.shape[0];
+            let ops = super::builtin::AttentionOperands::of(*fused, d(ins[0]).shape[1], kc.shape[0] * hd);
+            let (q_gain, k_gain, eps) = (gain(norm, ops.gains), gain(norm, ops.gains + 1), eps(norm));
+            // q, k and v: their tensors, or columns of the one q | k | v row.
+            let row = |(i, at): (usize, usize)| match at {
+                0 => ptr(g, ins[i], false),
+                at => format!("({} + {at})", ptr(g, ins[i], false)),
+            };
             format!(
                 "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
                 ty(ins[0]),
-                ptr(g, ins[0], false),
-                ptr(g, ins[1], false),
-                ptr(g, ins[2], false),
-                ptr(g, ins[3], false),
+                row(ops.q),
+                row(ops.k),
+                row(ops.v),
+                ptr(g, ins[ops.inv_freq], false),
                 ptr(g, out, true),
                 ptr(g, outs[1], true),
                 ptr(g, outs[2], true),
