@@ -488,7 +488,15 @@ fn upload_weights(
     }
     for w in weights {
         let w = w?;
-        let i = index(&w.name).ok_or_else(|| format!("weight `{}`: the megakernel has no such input", w.name))?;
+        let i = index(&w.name).ok_or_else(|| {
+            // The decoder takes a layer's q, k and v projections as one input.
+            let hint = if [".wq", ".wk", ".wv"].iter().any(|s| w.name.ends_with(s)) {
+                " (the decoder takes `l{i}.wqkv`: join them with mirage::model::fuse_qkv)"
+            } else {
+                ""
+            };
+            format!("weight `{}`: the megakernel has no such input{hint}", w.name)
+        })?;
         let t = &plan.tensors[i];
         // Row-major, or tile by tile where the megakernel was built so (`contiguous_below`).
         let w = w.stored_as(&t.spec.shape)?;
