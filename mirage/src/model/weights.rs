@@ -469,38 +469,35 @@ mod tests {
     fn the_layout_is_the_decoder_graphs_inputs() {
         let cfg = ModelConfig::preset("llama-3.2-1b").expect("a preset");
         let cfg = ModelConfig { layers: 2, vocab: 1024, ..cfg };
-        // Row-major: the layout's shapes are the graph's inputs.
         let rows = crate::mpk::decoder::DecoderConfig { contiguous_below: 0, ..cfg.decoder_config(16, DType::Bf16) };
         let g = crate::mpk::decoder::decoder_step("m", &rows).expect("a graph");
         let graph: Vec<(String, Vec<usize>)> = crate::mpk::decoder::weight_names(&g);
-        // The layout's tensors as `fuse_qkv` passes them on: a layer's q, k and v side by side.
-        let mut ours: Vec<(String, Vec<usize>)> = Vec::new();
-        for s in weight_layout(&cfg) {
-            match s.name.rsplit_once('.') {
-                Some((layer, "wq")) => ours.push((format!("{layer}.wqkv"), s.shape)),
-                Some((_, "wk" | "wv")) => ours.last_mut().expect("after wq").1[1] += s.shape[1],
-                _ => ours.push((s.name, s.shape)),
-            }
-        }
-        let (mut a, mut b) = (graph.clone(), ours.clone());
-        a.sort();
-        b.sort();
-        assert_eq!(a, b);
-        // Stored tile by tile: every weight of the layout converts to the graph's input shape.
+        // Stored tile by tile: every weight of the layout, as `fuse_qkv` passes it on (a layer's
+        // q, k and v side by side), converts to the graph's input shape.
         let mut dcfg = cfg.decoder_config(16, DType::Bf16);
         dcfg.contiguous_below = 64;
         let g = crate::mpk::decoder::decoder_step("m", &dcfg).expect("a graph");
-        let graph: std::collections::HashMap<String, Vec<usize>> =
+        let tiles: std::collections::HashMap<String, Vec<usize>> =
             crate::mpk::decoder::weight_names(&g).into_iter().collect();
-        let mut tiled = 0;
-        for (name, shape) in &ours {
-            let stored = &graph[name];
-            let n: usize = shape.iter().product();
-            let w = Weight { name: name.clone(), shape: shape.clone(), data: WeightData::F32(vec![0.0; n]) };
+        let zeros = weight_layout(&cfg).into_iter().map(|s| {
+            let n: usize = s.shape.iter().product();
+            Ok(Weight { name: s.name, shape: s.shape, data: WeightData::F32(vec![0.0; n]) })
+        });
+        let (mut ours, mut tiled) = (Vec::new(), 0);
+        for w in fuse_qkv(zeros) {
+            let w = w.expect("the layout's q, k and v join");
+            let (name, shape) = (w.name.clone(), w.shape.clone());
+            let stored = &tiles[&name];
             let w = w.stored_as(stored).expect("a storage of the decoder's tensor");
             assert_eq!(&w.shape, stored);
-            tiled += usize::from(stored != shape);
+            tiled += usize::from(stored != &shape);
+            ours.push((name, shape));
         }
+        // Row-major: the layout's shapes are the graph's inputs.
+        let (mut a, mut b) = (graph, ours);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
         // 1B at 2 layers: q | k | v (24 columns), o_proj and down (16) of each layer are tiles,
         // gate/up (64 columns) rows; the head of this 1024-word vocabulary at 16 columns, tiles.
         assert_eq!(tiled, 2 * 3 + 1);

@@ -380,6 +380,7 @@ impl Builtin {
                 let (partials, kc, vc) = (outputs[1], outputs[2], outputs[3]);
                 rank(kc, 3, "k_cache")?;
                 let kv_width = kc.shape[0] * kc.shape[2];
+                let ops = AttentionOperands::of(*fused, inputs[0].shape.get(1).copied().unwrap_or(0), kv_width);
                 let q_desc = if *fused {
                     let qkv = inputs[0];
                     rank(qkv, 2, "qkv")?;
@@ -389,12 +390,12 @@ impl Builtin {
                             fmt(qkv)
                         )
                     })?;
-                    TensorDesc::new(&[qkv.shape[0], qkv.shape[1] - 2 * kv_width], qkv.dtype)
+                    // q: the columns before k's
+                    TensorDesc::new(&[qkv.shape[0], ops.k.1], qkv.dtype)
                 } else {
                     inputs[0].clone()
                 };
                 let q = &q_desc;
-                let ops = AttentionOperands::of(*fused, inputs[0].shape.get(1).copied().unwrap_or(0), kv_width);
                 let inv = inputs[ops.inv_freq];
                 let (kvh, group, d) = split_kv_dims(q, kc, vc, *scale, *chunks)?;
                 if !*fused {
@@ -1030,8 +1031,8 @@ pub fn decode_attention(
     let (kv_heads, capacity, d) = (dim(0), dim(1), dim(2));
     let width = qd.shape.get(1).copied().unwrap_or(0);
     let fused = matches!(rows, QkvRows::Fused(_));
-    // The query row's width: q's, or what k and v leave of q | k | v (at least one head).
-    let q_width = if fused { width.saturating_sub(2 * kv_heads * d).max(d) } else { width };
+    // The query row's width: q's, or the columns of q | k | v before k's (at least one head).
+    let q_width = if fused { AttentionOperands::of(true, width, kv_heads * d).k.1.max(d) } else { width };
     let group = q_width / d / kv_heads;
     let chunks = split_kv_chunks(kv_heads, capacity, workers);
     let out_shape: Vec<usize> = qd.shape.iter().take(1).copied().chain([q_width]).collect();
