@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Session 39, device call 1: change 91 (the norm-folded q|k|v projection walked in steps of
 # twice the rows: the 1B's 24-column tasks in 4 iterations of 512 rows, not 8 of 256). B = main
-# before the change (session 38's decodeB: change 89's megakernels), C = with it. Decode B C B C
-# for Llama-3.2-1B and Qwen3-0.6B, B C for Llama-3.1-8B (random weights, 64 tokens, position
-# 512), C's per-kind profiles of the 1B and Qwen3, then PyTorch's decode step (decode_baseline.py)
-# for the 1B and Qwen3 in the same call as the time allows. Carry .gpu-s38/call2.tar.xz and
-# .gpu-s39/c.tar.xz (.s39/decodeC, .s39/mpk_gpu). One archive at the end.
+# before the change (session 38's decodeB: change 89's megakernels), C = with it, D = C with the
+# gate/up projection in the same steps (changeD.patch: 3 stages of 256 rows where 4 of 128
+# ran). Decode B C D B C D for Llama-3.2-1B and Qwen3-0.6B, B C D for Llama-3.1-8B (random
+# weights, 64 tokens, position 512), C's per-kind profiles of the 1B and Qwen3, then PyTorch's
+# decode step (decode_baseline.py) for the 1B and Qwen3 in the same call as the time allows.
+# Carry .gpu-s38/call2.tar.xz and .gpu-s39/c.tar.xz (.s39/decodeC, decodeD, mpk_gpu). One
+# archive at the end.
 set -u
 out=${OUT:-/tmp/s39}
 mkdir -p "$out/c1"
@@ -16,21 +18,21 @@ tar -xJf .gpu-s38/call2.tar.xz
 tar -xJf .gpu-s39/c.tar.xz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/c1/gpu.txt"
 for m in llama-3.2-1b qwen3-0.6b; do
-  for v in B C B C; do
-    [ "$v" = B ] && bin=.s38/decodeB || bin=.s39/decodeC
+  for v in B C D B C D; do
+    [ "$v" = B ] && bin=.s38/decodeB || bin=.s39/decode$v
     timeout 50 $bin --random $m --tokens 64 --pos 512 > "$out/c1/decode$v-$m.txt" 2>&1
     echo "decode $v $m: exit $? $(grep -E '^one launch per token|^64 tokens in one' "$out/c1/decode$v-$m.txt" | cut -c1-60 | tr '\n' ' ') ($((SECONDS - t0)) s)"
   done
 done
 for m in llama-3.2-1b qwen3-0.6b; do
-  timeout 50 .s39/decodeC --random $m --tokens 64 --pos 512 --profile > "$out/c1/decodeC-profile-$m.txt" 2>&1
+  timeout 40 .s39/decodeC --random $m --tokens 64 --pos 512 --profile > "$out/c1/decodeC-profile-$m.txt" 2>&1
   echo "profile C $m: exit $? ($((SECONDS - t0)) s)"
   grep -A10 "^profile per operator kind" "$out/c1/decodeC-profile-$m.txt" | cut -c1-100
   grep -A8 "^layer .*operators" "$out/c1/decodeC-profile-$m.txt" | cut -c1-80
 done
-for v in B C; do
-  [ "$v" = B ] && bin=.s38/decodeB || bin=.s39/decodeC
-  [ "$(left)" -gt 200 ] || { echo "8B $v skipped: $(left) s left"; continue; }
+for v in B C D; do
+  [ "$v" = B ] && bin=.s38/decodeB || bin=.s39/decode$v
+  [ "$(left)" -gt 180 ] || { echo "8B $v skipped: $(left) s left"; continue; }
   timeout 110 $bin --random llama-3.1-8b --tokens 64 --pos 512 > "$out/c1/decode$v-llama-3.1-8b.txt" 2>&1
   echo "decode $v llama-3.1-8b: exit $? $(grep -E '^one launch per token|^64 tokens in one' "$out/c1/decode$v-llama-3.1-8b.txt" | cut -c1-60 | tr '\n' ' ') ($((SECONDS - t0)) s)"
 done
