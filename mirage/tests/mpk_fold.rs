@@ -7,8 +7,7 @@
 //! in f32 and within bf16 rounding in bf16. Also the
 //! tiling rule itself: enough tasks for every worker where the width allows.
 
-use mirage::ir::{DType, KernelGraph, KernelOp};
-use mirage::model::ModelConfig;
+use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
     DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, grouped_tilings_in,
     lm_head_tiling, lm_head_width, norm_projections, projection_residual, projection_tiling, projection_tiling_in,
@@ -253,39 +252,4 @@ fn contiguous_tiles_of_eight_columns_give_qwen3_one_full_round() {
     assert_eq!(c.tile_unit(), 16);
     assert_eq!(DecoderConfig { contiguous_below: 9, ..c.clone() }.tile_unit(), 8);
     assert_eq!(DecoderConfig { contiguous_below: 8, ..c }.tile_unit(), 16);
-}
-
-#[test]
-fn norm_folded_projections_walk_twice_the_rows_per_iteration() -> R {
-    let t = |cols, step| ProjectionTiling { cols, step };
-    // The fused q|k|v rows (DECISIONS changes 89 and 91): Llama-3.2-1B 24 columns in 4 steps of
-    // 512 rows (24 KiB of bf16 each, where `of` gives 8 of 256), Qwen3-0.6B 32 columns in 2 of
-    // 512, Llama-3.1-8B 48 columns in 16 of 256.
-    assert_eq!(ProjectionTiling::of(2048, 24), t(24, 256));
-    assert_eq!(ProjectionTiling::of(2048, 24).norm_folded(2048), t(24, 512));
-    assert_eq!(ProjectionTiling::of(1024, 32).norm_folded(1024), t(32, 512));
-    assert_eq!(ProjectionTiling::of(4096, 48).norm_folded(4096), t(48, 256));
-    // Never past the reduced dim, always a divisor of it, the columns kept.
-    for (k, cols) in [(100, 24), (2 * 389, 16), (256, 8), (7, 128), (1, 1)] {
-        let n = ProjectionTiling::of(k, cols).norm_folded(k);
-        assert_eq!(n.cols, cols);
-        assert!(n.step >= 1 && n.step <= k && k.is_multiple_of(n.step), "{k} {cols}: {n:?}");
-        assert!(n.step >= ProjectionTiling::of(k, cols).step, "{k} {cols}: {n:?}");
-    }
-    // The decoders' q|k|v operator loops over those steps.
-    for (model, iterations) in [("llama-3.2-1b", 4), ("qwen3-0.6b", 2), ("llama-3.1-8b", 16)] {
-        let cfg = ModelConfig::preset(model).ok_or("a preset")?.decoder_config(64, DType::Bf16);
-        let w = cfg.heads * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim;
-        let kg = streamed_norm_projections(&cfg, &[w])?;
-        let loops: Vec<usize> = kg
-            .nodes()
-            .iter()
-            .filter_map(|n| match &n.op {
-                KernelOp::Custom { block } => Some(block.forloop_range()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(loops, [iterations], "{model}");
-    }
-    Ok(())
 }

@@ -319,17 +319,6 @@ impl ProjectionTiling {
     pub fn of(k: usize, cols: usize) -> ProjectionTiling {
         ProjectionTiling { cols, step: chunk(k, (128 * 64 / cols.max(1)).max(1)) }
     }
-
-    /// This tiling's columns walked in the steps of a projection with a norm folded in
-    /// ([`streamed_norm_projections`]): about `256 · 64 / cols` rows (the largest divisor of `k`
-    /// up to it), twice [`ProjectionTiling::of`]'s. Every iteration of such a task runs three
-    /// barrier-separated phases besides its matmul (`Σx²` of its rows of `x`, `x ∘ g`, the
-    /// product), so fewer, larger stages halve them, and 4 stages of 24–32 KiB put a whole
-    /// 1B or Qwen3 q|k|v task's weights in flight at once (Llama-3.2-1B's 24 columns: 4
-    /// iterations of 512 rows where 8 of 256 ran; DECISIONS change 91).
-    pub fn norm_folded(self, k: usize) -> ProjectionTiling {
-        ProjectionTiling { cols: self.cols, step: chunk(k, (256 * 64 / self.cols.max(1)).max(1)) }
-    }
 }
 
 /// The tilings of projections of `k` inputs to each of `widths` outputs that run side by side
@@ -528,14 +517,9 @@ fn streamed_block(
 
 /// [`norm_projections`] as streamed blocks (`streamed_block`), one operator per weight, each
 /// with the norm folded in: inputs `x [1, hidden]`, `w [1, hidden]`, then one weight
-/// `[hidden, width_j]` per output. Tiled by [`grouped_tilings_in`], walked in
-/// [`ProjectionTiling::norm_folded`]'s steps.
+/// `[hidden, width_j]` per output.
 pub fn streamed_norm_projections(cfg: &DecoderConfig, widths: &[usize]) -> Result<KernelGraph, crate::ir::IrError> {
-    let tilings: Vec<_> = grouped_tilings_in(cfg.tile_unit(), cfg.hidden, widths)
-        .into_iter()
-        .map(|t| t.norm_folded(cfg.hidden))
-        .collect();
-    tiled_norm_projections(cfg, widths, &tilings)
+    tiled_norm_projections(cfg, widths, &grouped_tilings_in(cfg.tile_unit(), cfg.hidden, widths))
 }
 
 /// One streamed projection `rms_norm(x, w) · W` of `width` outputs tiled by `tiling` (the LM
