@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use half::bf16;
 use mirage::ir::DType;
-use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, fuse_qkv, random_weights};
+use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, fuse_qkv, qkv_slot, random_weights};
 use mirage::mpk::decoder::{decoder_step, layer_timeline, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
@@ -490,7 +490,7 @@ fn upload_weights(
         let w = w?;
         let i = index(&w.name).ok_or_else(|| {
             // The decoder takes a layer's q, k and v projections as one input.
-            let hint = if [".wq", ".wk", ".wv"].iter().any(|s| w.name.ends_with(s)) {
+            let hint = if qkv_slot(&w.name).is_some() {
                 " (the decoder takes `l{i}.wqkv`: join them with mirage::model::fuse_qkv)"
             } else {
                 ""

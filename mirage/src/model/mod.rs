@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 pub use checkpoint::Checkpoint;
 pub use random::{WriteOptions, random_weights, write_checkpoint, write_checkpoint_with};
-pub use weights::{Weight, WeightData, WeightSpec, fuse_qkv, weight_layout};
+pub use weights::{Weight, WeightData, WeightSpec, fuse_qkv, qkv_slot, weight_layout};
 
 use crate::ir::DType;
 use crate::mpk::decoder::DecoderConfig;

@@ -208,6 +208,13 @@ impl Weight {
     }
 }
 
+/// Where tensor `name` goes in a layer's joined q/k/v projection ([`fuse_qkv`]): its layer
+/// prefix and slot (0 for `l{i}.wq`, 1 for `.wk`, 2 for `.wv`), or `None` for any other tensor.
+pub fn qkv_slot(name: &str) -> Option<(&str, usize)> {
+    let (layer, part) = name.rsplit_once('.')?;
+    Some((layer, ["wq", "wk", "wv"].iter().position(|p| *p == part)?))
+}
+
 /// The megakernel decoder's inputs from a model's tensors ([`weight_layout`]'s order): each
 /// layer's `l{i}.wq [k, qw]`, `l{i}.wk` and `l{i}.wv [k, kvw]` become one `l{i}.wqkv [k, qw +
 /// 2·kvw]`, each row the three rows side by side (the decoder's one q/k/v projection,
@@ -231,9 +238,7 @@ pub fn fuse_qkv(
                 Ok(w) => w,
                 Err(e) => return Some(Err(e)),
             };
-            let Some((layer, part)) = w.name.rsplit_once('.') else { return Some(Ok(w)) };
-            let Some(slot) = ["wq", "wk", "wv"].iter().position(|p| *p == part) else { return Some(Ok(w)) };
-            let layer = layer.to_owned();
+            let Some((layer, slot)) = qkv_slot(&w.name).map(|(l, s)| (l.to_owned(), s)) else { return Some(Ok(w)) };
             if held.len() != slot || held.iter().any(|h| !h.name.starts_with(&format!("{layer}."))) {
                 return Some(Err(ModelError::Qkv(format!(
                     "`{}`: expected the layer's q, k and v projections in that order (held: {:?})",
@@ -462,6 +467,16 @@ mod tests {
             for r in 0..rows {
                 assert_eq!(w[c * rows + r], (r * cols + c) as f32);
             }
+        }
+    }
+
+    #[test]
+    fn qkv_slot_names_a_layers_q_k_and_v_only() {
+        assert_eq!(qkv_slot("l3.wq"), Some(("l3", 0)));
+        assert_eq!(qkv_slot("l3.wk"), Some(("l3", 1)));
+        assert_eq!(qkv_slot("l12.wv"), Some(("l12", 2)));
+        for other in ["l3.wqkv", "l3.wo", "embed", "l3.wq.bias", "wq"] {
+            assert_eq!(qkv_slot(other), None, "{other}");
         }
     }
 
