@@ -40,6 +40,118 @@ impl Emitter<'_> {
         }
     }
 
+    /// Whether accumulator `i` is a *thread sum*: an `acc_sum_last` or `acc_rms_last` to one
+    /// element of a tile the loop walks through its stage buffers (no padding, a fixed trip
+    /// count), with dead stage buffers after the loop to hold the warps' partial sums. Each
+    /// thread then adds its elements of every iteration's tile to a register of its own, right
+    /// after the iteration's first barrier ([`Emitter::thread_sums_in_loop`]), and the warps'
+    /// sums meet once after the loop ([`Emitter::finish_thread_sums`]): no reduction and no
+    /// barrier in the loop, where the per-iteration fold took a warp's shuffles and a barrier
+    /// every iteration (the norm folded into a decode projection: DECISIONS change 92).
+    pub(super) fn thread_summed(&self, i: usize) -> bool {
+        let plan = self.plan;
+        let nd = &self.bg().nodes()[i];
+        let BlockOp::Accum { acc: AccKind::SumLast | AccKind::RmsLast } = nd.op else {
+            return false;
+        };
+        let x = nd.inputs[0];
+        self.sizes.forloop.is_none()
+            && self.bg().forloop_range() > 1
+            && plan.schedule.body.contains(&i)
+            && plan.out_tile(i).numel() == 1
+            && x.port == 0
+            && plan.loads.pipelined.contains(&x.node)
+            && self.bounds.get(x.node).and_then(|p| p.get(x.port)).is_none_or(|dims| dims.iter().all(Option::is_none))
+            && self.dead_stage_buffers(plan.warps * 4).is_some()
+    }
+
+    /// Whether element-wise node `i` is *inlined*: a binary operator in the loop, not hoisted
+    /// nor grouped, of two tiles loaded before or by the loop (complete at the iteration's first
+    /// barrier, no padding), whose every user is a CUDA-core matmul taking it as its A operand.
+    /// Each such matmul then computes the operand's elements itself where it reads them,
+    /// rounded to the operand tile's type as the tile's store would (the same values), and the
+    /// operator is not emitted: no pass over the tile and no barrier before the matmuls (the
+    /// gain-scaled row of a norm folded into a decode projection: DECISIONS change 92).
+    pub(super) fn inlined_operand(&self, i: usize) -> bool {
+        let plan = self.plan;
+        let nodes = self.bg().nodes();
+        let BlockOp::Binary { .. } = nodes[i].op else {
+            return false;
+        };
+        let unpadded = |t: crate::ir::TensorRef| {
+            self.bounds.get(t.node).and_then(|p| p.get(t.port)).is_none_or(|dims| dims.iter().all(Option::is_none))
+        };
+        let loaded = |t: crate::ir::TensorRef| {
+            t.port == 0
+                && matches!(nodes[t.node].op, BlockOp::Input { .. })
+                && (plan.loads.pipelined.contains(&t.node) || plan.loads.once.contains(&t.node))
+                && unpadded(t)
+        };
+        let me = crate::ir::TensorRef { node: i, port: 0 };
+        let mut users = nodes.iter().enumerate().filter(|(_, nd)| nd.inputs.contains(&me)).peekable();
+        users.peek().is_some()
+            && users.all(|(u, nd)| {
+                matches!(nd.op, BlockOp::Matmul)
+                    && nd.inputs[0] == me
+                    && nd.inputs[1] != me
+                    && matches!(plan.matmuls[u], Some(MatmulPlan::Vector(_)))
+            })
+            && plan.schedule.body.contains(&i)
+            && !plan.registers.hoisted[i]
+            && plan.groups.group_of[i].is_none()
+            && nodes[i].inputs.iter().all(|&t| loaded(t))
+            && unpadded(me)
+    }
+
+    /// The register of thread sum `i`.
+    pub(super) fn thread_sum_var(i: usize) -> String {
+        format!("tsum{i}")
+    }
+
+    /// In the loop, after its first barrier: every thread sum adds this thread's elements of the
+    /// iteration's tile (squared for `acc_rms_last`) to its register. They write no shared
+    /// memory, so no barrier follows them.
+    pub(super) fn thread_sums_in_loop(&mut self) {
+        let sums: Vec<usize> = self.plan.schedule.body.iter().copied().filter(|&i| self.thread_summed(i)).collect();
+        for i in sums {
+            let nd = &self.bg().nodes()[i];
+            let x = self.tile(nd.inputs[0]);
+            let v = x.load(&unflatten("e", &x.shape));
+            let term = if nd.op == (BlockOp::Accum { acc: AccKind::RmsLast }) { format!("({v})*({v})") } else { v };
+            self.line(2, &format!("// thread sum of node {i}: this thread's elements, in a register"));
+            self.elementwise(2, x.numel(), &format!("{} += {term};", Self::thread_sum_var(i)));
+        }
+    }
+
+    /// After the loop: every thread sum's warps meet — each warp's lanes by shuffles, then the
+    /// warps' sums through dead stage buffers, added in warp order (the same sum every run) into
+    /// the accumulator's tile. Returns whether a barrier is still owed (none was emitted).
+    fn finish_thread_sums(&mut self, mut owed: bool) -> bool {
+        let warps = self.plan.warps;
+        for i in 0..self.bg().nodes().len() {
+            if !self.thread_summed(i) {
+                continue;
+            }
+            let at = self.dead_stage_buffers(warps * 4).expect("checked by thread_summed");
+            if std::mem::take(&mut owed) {
+                self.sync(1);
+            }
+            let t = self.plan.out_tile(i);
+            let sum = (1..warps).fold("meet[0]".to_string(), |v, w| format!("{v} + meet[{w}]"));
+            self.line(1, "{");
+            self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
+            self.line(
+                2,
+                &format!("{{ const float s = mirage::warp_sum({}); if (lane == 0) meet[warp] = s; }}", Self::thread_sum_var(i)),
+            );
+            self.sync(2);
+            self.line(2, &format!("if (tid == 0) {}[0] = {sum};", t.var));
+            self.sync(2);
+            self.line(1, "}");
+        }
+        owed
+    }
+
     /// The per-iteration fold of accumulator `i` on shared-memory tiles.
     fn accumulate(&mut self, i: usize, acc: AccKind) {
         let inputs = &self.bg().nodes()[i].inputs;
@@ -116,7 +228,7 @@ impl Emitter<'_> {
         let nodes = self.bg().nodes();
         // The loop's last operator has no barrier after it (`main_loop`): one before the first
         // store here, or the closing one when there is none.
-        let mut owed = barrier_owed;
+        let mut owed = self.finish_thread_sums(barrier_owed);
         for (i, nd) in nodes.iter().enumerate() {
             let fused = plan.registers.fused[i];
             if !plan.registers.reg_acc[i] && fused.is_none() {

@@ -204,6 +204,10 @@ impl Emitter<'_> {
                 self.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
             }
         }
+        let sums: Vec<usize> = (0..self.bg().nodes().len()).filter(|&i| self.thread_summed(i)).collect();
+        for i in sums {
+            self.line(1, &format!("float {} = 0.0f;", Self::thread_sum_var(i)));
+        }
         for (i, len) in plan.register_accumulators.iter().enumerate() {
             let Some(len) = len else { continue };
             let acc = register_accumulator(i);
@@ -373,9 +377,17 @@ impl Emitter<'_> {
             self.line(2, "} }");
             self.commit(2);
         }
+        self.thread_sums_in_loop();
         let body = &plan.schedule.body;
-        let last = if refill_after_barrier { body.iter().rposition(|&i| self.emits(i)) } else { None };
+        let last = if refill_after_barrier {
+            body.iter().rposition(|&i| self.emits(i) && !self.thread_summed(i) && !self.inlined_operand(i))
+        } else {
+            None
+        };
         for (k, &i) in body.iter().enumerate() {
+            if self.thread_summed(i) || self.inlined_operand(i) {
+                continue;
+            }
             if let BlockOp::Accum { acc } = self.bg().nodes()[i].op {
                 self.body_accumulator(i, acc);
             } else if !self.section_operator(2, i)? {
