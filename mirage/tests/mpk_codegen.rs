@@ -167,3 +167,38 @@ fn bulk_runs_copy_weights_stored_tile_by_tile_in_one_instruction() -> R {
     }
     Ok(())
 }
+
+/// The loop of the task body of operator `op` (`for (int it = 0;` .. `// after the loop`) in a
+/// resident kernel's source.
+fn loop_of<'a>(source: &'a str, op: &str) -> &'a str {
+    let body = &source[source.find(&format!("// task body of `{op}`")).unwrap_or_else(|| panic!("no body of {op}"))..];
+    let start = body.find("for (int it = 0;").unwrap_or_else(|| panic!("{op}: no loop"));
+    let end = body.find("// after the loop").unwrap_or_else(|| panic!("{op}: no loop end"));
+    &body[start..end]
+}
+
+#[test]
+fn a_folded_norm_sums_squares_in_registers_and_its_matmul_reads_x_times_g() -> R {
+    use mirage::mpk::decoder::{DecoderConfig, decoder_step};
+    // DECISIONS change 92: the loop of a norm-folded projection (the 1B's q|k|v, gate/up and LM
+    // head) has one barrier an iteration — no warp's sum of squares, no staged x·g tile.
+    let model = mirage::model::ModelConfig::preset("llama-3.2-1b").ok_or("a preset")?;
+    let cfg = DecoderConfig { layers: 1, vocab: 1024, ..model.decoder_config(64, mirage::ir::DType::Bf16) };
+    let k = generate(&compile(&decoder_step("l1", &cfg)?, &MpkOptions::default())?)?;
+    for op in ["l0.qkv.k0", "l0.mlp.k0", "logits.k0"] {
+        let body = loop_of(&k.source, op);
+        assert_eq!(body.matches("__syncthreads();").count(), 1, "{op}: {body}");
+        assert!(!body.contains("warp_sum"), "{op}: {body}");
+        assert!(body.contains("tsum") && body.contains(" += (mirage::to_f32(t0["), "{op}: {body}");
+        assert!(
+            body.contains("mirage::from_f32<__nv_bfloat16>((mirage::to_f32(t0[(r)]) * mirage::to_f32(t1[(r)])))"),
+            "{op}: {body}"
+        );
+    }
+    // The output projection has no norm: its loop is unchanged (one barrier, no thread sum).
+    let o = loop_of(&k.source, "l0.o_proj.k0");
+    assert!(!o.contains("tsum"), "{o}");
+    assert!(k.source.contains("{ const float s = mirage::warp_sum(tsum"));
+    nvcc(&k);
+    Ok(())
+}

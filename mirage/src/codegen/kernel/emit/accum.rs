@@ -142,7 +142,10 @@ impl Emitter<'_> {
             self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
             self.line(
                 2,
-                &format!("{{ const float s = mirage::warp_sum({}); if (lane == 0) meet[warp] = s; }}", Self::thread_sum_var(i)),
+                &format!(
+                    "{{ const float s = mirage::warp_sum({}); if (lane == 0) meet[warp] = s; }}",
+                    Self::thread_sum_var(i)
+                ),
             );
             self.sync(2);
             self.line(2, &format!("if (tid == 0) {}[0] = {sum};", t.var));
