@@ -65,44 +65,6 @@ impl Emitter<'_> {
             && self.dead_stage_buffers(plan.warps * 4).is_some()
     }
 
-    /// Whether element-wise node `i` is *inlined*: a binary operator in the loop, not hoisted
-    /// nor grouped, of two tiles loaded before or by the loop (complete at the iteration's first
-    /// barrier, no padding), whose every user is a CUDA-core matmul taking it as its A operand.
-    /// Each such matmul then computes the operand's elements itself where it reads them,
-    /// rounded to the operand tile's type as the tile's store would (the same values), and the
-    /// operator is not emitted: no pass over the tile and no barrier before the matmuls (the
-    /// gain-scaled row of a norm folded into a decode projection: DECISIONS change 92).
-    pub(super) fn inlined_operand(&self, i: usize) -> bool {
-        let plan = self.plan;
-        let nodes = self.bg().nodes();
-        let BlockOp::Binary { .. } = nodes[i].op else {
-            return false;
-        };
-        let unpadded = |t: crate::ir::TensorRef| {
-            self.bounds.get(t.node).and_then(|p| p.get(t.port)).is_none_or(|dims| dims.iter().all(Option::is_none))
-        };
-        let loaded = |t: crate::ir::TensorRef| {
-            t.port == 0
-                && matches!(nodes[t.node].op, BlockOp::Input { .. })
-                && (plan.loads.pipelined.contains(&t.node) || plan.loads.once.contains(&t.node))
-                && unpadded(t)
-        };
-        let me = crate::ir::TensorRef { node: i, port: 0 };
-        let mut users = nodes.iter().enumerate().filter(|(_, nd)| nd.inputs.contains(&me)).peekable();
-        users.peek().is_some()
-            && users.all(|(u, nd)| {
-                matches!(nd.op, BlockOp::Matmul)
-                    && nd.inputs[0] == me
-                    && nd.inputs[1] != me
-                    && matches!(plan.matmuls[u], Some(MatmulPlan::Vector(_)))
-            })
-            && plan.schedule.body.contains(&i)
-            && !plan.registers.hoisted[i]
-            && plan.groups.group_of[i].is_none()
-            && nodes[i].inputs.iter().all(|&t| loaded(t))
-            && unpadded(me)
-    }
-
     /// The register of thread sum `i`.
     pub(super) fn thread_sum_var(i: usize) -> String {
         format!("tsum{i}")

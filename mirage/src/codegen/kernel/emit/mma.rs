@@ -1,10 +1,10 @@
 //! Matmuls: the FMA fallback, tensor-core `mma.sync` m16n8k16 tiles dealt to warps, row-owned
 //! bands with operands and results in registers, and the fragments they load and store.
 
-use crate::ir::{BlockOp, UnaryOp};
+use crate::ir::UnaryOp;
 
 use super::super::planner::{ASource, FmaMatmul, RowBands, RowMatmul, RowOut, Tile, TiledMatmul, VectorMatmul, ctype};
-use super::expr::{binary_expr, two, unary_expr, unary_name};
+use super::expr::{two, unary_expr, unary_name};
 use super::{Emitter, preloaded_a, register_accumulator, register_value};
 
 /// (row, column) of the four 32-bit registers of an m16n8k16 A fragment, relative to lane row
@@ -141,20 +141,8 @@ impl Emitter<'_> {
         let inner = open + close;
         self.line(inner, &format!("const uint4 bv = *reinterpret_cast<const uint4*>(&{}[r*{sb0} + vc]);", b.var));
         let ra = a.shape.len();
-        let a_node = self.bg().nodes()[i].inputs[0].node;
-        let inlined = self.inlined_operand(a_node);
         for mi in 0..m {
-            let idx = two(&mi.to_string(), "r", ra);
-            let av = match (inlined, &self.bg().nodes()[a_node].op) {
-                (true, BlockOp::Binary { op }) => {
-                    // The element-wise operand computed here, rounded to its tile's type as its
-                    // store would (see `inlined_operand`).
-                    let ins = &self.bg().nodes()[a_node].inputs;
-                    let (x, y) = (self.tile(ins[0]), self.tile(ins[1]));
-                    a.as_f32(&a.f32_to_element(&binary_expr(*op, &x.load(&idx), &y.load(&idx))))
-                }
-                _ => a.load(&idx),
-            };
+            let av = a.load(&two(&mi.to_string(), "r", ra));
             self.line(inner, &format!("mirage::fma8<{ty}>({acc}[{}], {acc}[{}], bv, {av});", 2 * mi, 2 * mi + 1));
         }
         self.close(open, close);

@@ -380,12 +380,12 @@ impl Emitter<'_> {
         self.thread_sums_in_loop();
         let body = &plan.schedule.body;
         let last = if refill_after_barrier {
-            body.iter().rposition(|&i| self.emits(i) && !self.thread_summed(i) && !self.inlined_operand(i))
+            body.iter().rposition(|&i| self.emits(i) && !self.thread_summed(i))
         } else {
             None
         };
         for (k, &i) in body.iter().enumerate() {
-            if self.thread_summed(i) || self.inlined_operand(i) {
+            if self.thread_summed(i) {
                 continue;
             }
             if let BlockOp::Accum { acc } = self.bg().nodes()[i].op {
