@@ -196,7 +196,10 @@ fn a_folded_norm_sums_its_squares_in_registers() -> R {
     // The output projection has no norm: no thread sum.
     let o = loop_of(&k.source, "l0.o_proj.k0");
     assert!(!o.contains("tsum"), "{o}");
-    assert_eq!(k.source.matches("{ const float s = mirage::warp_sum(tsum2); if (lane == 0) meet[warp] = s; }").count(), 3);
+    assert_eq!(
+        k.source.matches("{ const float s = mirage::warp_sum(tsum2); if (lane == 0) meet[warp] = s; }").count(),
+        3
+    );
     nvcc(&k);
     Ok(())
 }
