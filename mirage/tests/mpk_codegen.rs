@@ -201,5 +201,12 @@ fn a_folded_norm_sums_its_squares_in_registers() -> R {
         3
     );
     nvcc(&k);
+    // A one-stage loop copies each iteration into the buffer being read: the per-iteration
+    // fold and its barrier stay.
+    let mut one = MpkOptions::default();
+    one.kernel.max_stages = 1;
+    let k1 = generate(&compile(&decoder_step("l1_one_stage", &cfg)?, &one)?)?;
+    let body = loop_of(&k1.source, "l0.qkv.k0");
+    assert!(!k1.source.contains("tsum") && body.contains("warp_sum"), "{body}");
     Ok(())
 }

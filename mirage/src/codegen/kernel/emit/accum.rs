@@ -41,8 +41,11 @@ impl Emitter<'_> {
     }
 
     /// Whether accumulator `i` is a *thread sum*: an `acc_sum_last` or `acc_rms_last` to one
-    /// element of a tile the loop walks through its stage buffers (no padding, a fixed trip
-    /// count), with dead stage buffers after the loop to hold the warps' partial sums. Each
+    /// element of a tile the loop walks through a ring of at least two stage buffers (no
+    /// padding, a fixed trip count), with dead stage buffers after the loop to hold the warps'
+    /// partial sums. (With two stages or more an iteration's refill goes into the buffer the
+    /// previous iteration read, behind the iteration's first barrier, so the thread sum needs
+    /// no barrier of its own; a one-stage loop copies into the buffer being read.) Each
     /// thread then adds its elements of every iteration's tile to a register of its own, right
     /// after the iteration's first barrier ([`Emitter::thread_sums_in_loop`]), and the warps'
     /// sums meet once after the loop ([`Emitter::finish_thread_sums`]): no reduction and no
@@ -57,6 +60,7 @@ impl Emitter<'_> {
         let x = nd.inputs[0];
         self.sizes.forloop.is_none()
             && self.bg().forloop_range() > 1
+            && plan.stages >= 2
             && plan.schedule.body.contains(&i)
             && plan.out_tile(i).numel() == 1
             && x.port == 0
