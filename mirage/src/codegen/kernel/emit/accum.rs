@@ -69,6 +69,11 @@ impl Emitter<'_> {
             && self.dead_stage_buffers(plan.warps * 4).is_some()
     }
 
+    /// The thread sums of this kernel ([`Emitter::thread_summed`]), in node order.
+    pub(super) fn thread_sums(&self) -> Vec<usize> {
+        (0..self.bg().nodes().len()).filter(|&i| self.thread_summed(i)).collect()
+    }
+
     /// The register of thread sum `i`.
     pub(super) fn thread_sum_var(i: usize) -> String {
         format!("tsum{i}")
@@ -78,8 +83,7 @@ impl Emitter<'_> {
     /// iteration's tile (squared for `acc_rms_last`) to its register. They write no shared
     /// memory, so no barrier follows them.
     pub(super) fn thread_sums_in_loop(&mut self) {
-        let sums: Vec<usize> = self.plan.schedule.body.iter().copied().filter(|&i| self.thread_summed(i)).collect();
-        for i in sums {
+        for i in self.thread_sums() {
             let nd = &self.bg().nodes()[i];
             let x = self.tile(nd.inputs[0]);
             let v = x.load(&unflatten("e", &x.shape));
@@ -90,20 +94,16 @@ impl Emitter<'_> {
     }
 
     /// After the loop: every thread sum's warps meet — each warp's lanes by shuffles, then the
-    /// warps' sums through dead stage buffers, added in warp order (the same sum every run) into
-    /// the accumulator's tile. Returns whether a barrier is still owed (none was emitted).
+    /// warps' sums through dead stage buffers, one slot per warp, added in warp order by thread
+    /// 0 (the same sum every run) into the accumulator's tile. Returns whether a barrier is
+    /// still owed (none was emitted).
     fn finish_thread_sums(&mut self, mut owed: bool) -> bool {
         let warps = self.plan.warps;
-        for i in 0..self.bg().nodes().len() {
-            if !self.thread_summed(i) {
-                continue;
-            }
+        for i in self.thread_sums() {
             let at = self.dead_stage_buffers(warps * 4).expect("checked by thread_summed");
             if std::mem::take(&mut owed) {
                 self.sync(1);
             }
-            let t = self.plan.out_tile(i);
-            let sum = (1..warps).fold("meet[0]".to_string(), |v, w| format!("{v} + meet[{w}]"));
             self.line(1, "{");
             self.line(2, &format!("float* const meet = reinterpret_cast<float*>(smem + {at});"));
             self.line(
@@ -113,8 +113,9 @@ impl Emitter<'_> {
                     Self::thread_sum_var(i)
                 ),
             );
+            let sum = (1..warps).fold("meet[0]".to_string(), |v, w| format!("{v} + meet[{w}]"));
             self.sync(2);
-            self.line(2, &format!("if (tid == 0) {}[0] = {sum};", t.var));
+            self.line(2, &format!("if (tid == 0) {}[0] = {sum};", self.plan.out_tile(i).var));
             self.sync(2);
             self.line(1, "}");
         }

@@ -204,8 +204,7 @@ impl Emitter<'_> {
                 self.line(1, &format!("float* const {} = reinterpret_cast<float*>(smem + {});", s.var, s.offset));
             }
         }
-        let sums: Vec<usize> = (0..self.bg().nodes().len()).filter(|&i| self.thread_summed(i)).collect();
-        for i in sums {
+        for i in self.thread_sums() {
             self.line(1, &format!("float {} = 0.0f;", Self::thread_sum_var(i)));
         }
         for (i, len) in plan.register_accumulators.iter().enumerate() {
