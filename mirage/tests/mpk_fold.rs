@@ -253,3 +253,25 @@ fn contiguous_tiles_of_eight_columns_give_qwen3_one_full_round() {
     assert_eq!(DecoderConfig { contiguous_below: 9, ..c.clone() }.tile_unit(), 8);
     assert_eq!(DecoderConfig { contiguous_below: 8, ..c }.tile_unit(), 16);
 }
+
+#[test]
+fn only_a_small_gate_up_task_walks_double_steps() -> R {
+    use mirage::ir::KernelOp;
+    use mirage::model::ModelConfig;
+    // Qwen3-0.6B's gate/up task (2 × 1024 × 24 bf16 = 96 KiB) in 2 iterations of 512 rows; the
+    // 1B's (64 columns, 512 KiB) and the 8B's (112 columns) keep 16 of 128 rows and 64 of 64.
+    for (model, iterations) in [("qwen3-0.6b", 2), ("llama-3.2-1b", 16), ("llama-3.1-8b", 64)] {
+        let cfg = ModelConfig::preset(model).ok_or("a preset")?.decoder_config(64, DType::Bf16);
+        let kg = streamed_gated_mlp(&cfg)?;
+        let loops: Vec<usize> = kg
+            .nodes()
+            .iter()
+            .filter_map(|n| match &n.op {
+                KernelOp::Custom { block } => Some(block.forloop_range()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(loops[0], iterations, "{model}: {loops:?}");
+    }
+    Ok(())
+}
