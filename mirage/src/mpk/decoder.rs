@@ -317,13 +317,18 @@ impl ProjectionTiling {
     /// each weight whatever the width (the mma planner splits a narrow tile's k-steps over the
     /// warps: every warp keeps 8 k-steps).
     pub fn of(k: usize, cols: usize) -> ProjectionTiling {
-        ProjectionTiling { cols, step: chunk(k, (128 * 64 / cols.max(1)).max(1)) }
+        ProjectionTiling::stepping(k, cols, 128 * 64)
     }
 
     /// This tiling's columns in steps of about `256 · 64 / cols` rows (the largest divisor of
     /// `k` up to it), twice [`ProjectionTiling::of`]'s.
     pub fn double_steps(self, k: usize) -> ProjectionTiling {
-        ProjectionTiling { cols: self.cols, step: chunk(k, (256 * 64 / self.cols.max(1)).max(1)) }
+        ProjectionTiling::stepping(k, self.cols, 256 * 64)
+    }
+
+    /// `cols` columns in steps of about `elements / cols` rows of a reduced dim of `k`.
+    fn stepping(k: usize, cols: usize, elements: usize) -> ProjectionTiling {
+        ProjectionTiling { cols, step: chunk(k, (elements / cols.max(1)).max(1)) }
     }
 }
 
