@@ -651,20 +651,56 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   const int heads = owner ? G + 1 : G;  // head G: the new key
   const int rows = owner ? G + 2 : G;   // row G + 1: the new value
   // (1) Everything the rotations read, in one round of loads: the heads, the new value, the
-  // gains and the angles.
-  for (int e = tid; e < rows * D; e += THREADS) {
-    const int g = e / D, i = e % D;
-    const T* src = g < G ? q + ((size_t)kvh * G + g) * D : (g == G ? k : v) + (size_t)kvh * D;
-    raw[e] = mirage::to_f32(load(src + i));
+  // gains and the frequencies, all loaded into registers before the first store (a store into
+  // shared memory through a generic pointer may alias the sources, so loads interleaved with
+  // stores would each wait out their own round trip; DECISIONS change 95), then stored, then the
+  // angles.
+  constexpr int RN = ((G + 2) * D + THREADS - 1) / THREADS;
+  constexpr int GN = (2 * D + THREADS - 1) / THREADS;
+  constexpr int FN = (H + THREADS - 1) / THREADS;
+  float rv[RN], gv[GN], fv[FN];
+#pragma unroll
+  for (int r = 0; r < RN; ++r) {
+    const int e = tid + r * THREADS;
+    if (e < rows * D) {
+      const int g = e / D, i = e % D;
+      const T* src = g < G ? q + ((size_t)kvh * G + g) * D : (g == G ? k : v) + (size_t)kvh * D;
+      rv[r] = mirage::to_f32(load(src + i));
+    }
   }
   if (q_gain != nullptr) {
-    for (int i = tid; i < 2 * D; i += THREADS) gs[i] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
+#pragma unroll
+    for (int r = 0; r < GN; ++r) {
+      const int i = tid + r * THREADS;
+      if (i < 2 * D) gv[r] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
+    }
   }
-  for (int i = tid; i < H; i += THREADS) {
-    double s, co;
-    sincos((double)pos * (double)load(inv_freq + i), &s, &co);
-    cs[i] = (float)co;
-    sn[i] = (float)s;
+#pragma unroll
+  for (int r = 0; r < FN; ++r) {
+    const int i = tid + r * THREADS;
+    if (i < H) fv[r] = load(inv_freq + i);
+  }
+#pragma unroll
+  for (int r = 0; r < RN; ++r) {
+    const int e = tid + r * THREADS;
+    if (e < rows * D) raw[e] = rv[r];
+  }
+  if (q_gain != nullptr) {
+#pragma unroll
+    for (int r = 0; r < GN; ++r) {
+      const int i = tid + r * THREADS;
+      if (i < 2 * D) gs[i] = gv[r];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < FN; ++r) {
+    const int i = tid + r * THREADS;
+    if (i < H) {
+      double s, co;
+      sincos((double)pos * (double)fv[r], &s, &co);
+      cs[i] = (float)co;
+      sn[i] = (float)s;
+    }
   }
   __syncthreads();
   // (2) The per-head norms (Qwen3): a warp per head.
