@@ -55,6 +55,12 @@ __device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long l
 __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// Busy-waits about `cycles` clock cycles (spaces the window's polls without __nanosleep).
+__device__ __forceinline__ void spin(long long cycles) {
+  const long long t = clock64();
+  while (clock64() - t < cycles) {
+  }
+}
 // The value of element i at level l: exact in f32 for the sizes used.
 __device__ __forceinline__ float value(int l, int i) { return (float)((l * 7 + i) & 0xffff); }
 
@@ -157,9 +163,7 @@ __global__ void __launch_bounds__(THREADS) counter_levels(float* buf, unsigned* 
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         w[k] = ld_acquire(&counters[l]);
-        const long long t = clock64();
-        while (clock64() - t < 200) {
-        }
+        spin(200);
       }
       for (bool done = false; !done;) {
 #pragma unroll
@@ -167,9 +171,7 @@ __global__ void __launch_bounds__(THREADS) counter_levels(float* buf, unsigned* 
           done = w[k] >= (unsigned)nb;
           if (!done) {
             w[k] = ld_acquire(&counters[l]);
-            const long long t = clock64();
-            while (clock64() - t < 200) {
-            }
+            spin(200);
           }
         }
       }
