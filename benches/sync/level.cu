@@ -16,7 +16,15 @@
 //                  counter, no release fence, no separate load of the data after the poll. A
 //                  64-bit aligned scalar access is single-copy atomic, so a word that carries the
 //                  level carries that level's value.
-// Two buffers alternate: a block writes level l + 1 only after it has seen all of level l, which
+//   flagged-backoff: the same, the words still pending re-polled only every 400 cycles (less
+//                  traffic on the lines being written);
+//   hybrid       : tagged words as `flagged`, then a block barrier and one red.relaxed.gpu on the
+//                  level's counter (no release fence: the producer does not wait for its stores'
+//                  acknowledgements); the readers' warp 0 polls the counter (ld.relaxed), a block
+//                  barrier, then every thread loads its words and re-polls any the counter
+//                  overtook (the tags, not the counter, make the values sound).
+// Session 43 measured the first four on an H100 (benches/results/s43/a/level-*.txt): flagged was
+// slower than counter (2.67 against 1.73 µs at N = 1024). Two buffers alternate: a block writes level l + 1 only after it has seen all of level l, which
 // every block wrote only after it had read all of level l - 1 (the same buffer): no overwrite of
 // a word still to be read. Every value read is checked against the value written.
 // With --gemv each level is also a projection as a decode step's are: after it has the whole
@@ -46,6 +54,14 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 __device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_relaxed32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_relaxed(unsigned* p, unsigned v) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long* p) {
   unsigned long long v;
@@ -195,9 +211,14 @@ __global__ void __launch_bounds__(THREADS) counter_levels(float* buf, unsigned* 
   if (bad) atomicAdd(errors, bad);
 }
 
-template <int PER>
+// HYBRID: the producers store tagged words as `flagged` does, then (block barrier) add 1 to the
+// level's counter with a relaxed red (no release fence, so no wait for the stores'
+// acknowledgements); the readers' warp 0 polls the counter with relaxed loads, then every thread
+// loads its tagged words and re-polls the few the counter overtook. BACKOFF (cycles, 0: none):
+// the pending words are re-polled only every BACKOFF cycles (less traffic on the hot lines).
+template <int PER, bool HYBRID, int BACKOFF>
 __global__ void __launch_bounds__(THREADS) flagged_levels(unsigned long long* buf, int n, int levels, unsigned* errors,
-                                                          const unsigned short* weights) {
+                                                          const unsigned short* weights, unsigned* counters) {
   __shared__ float red[THREADS / 32 * (PER > 0 ? PER : 1)];
   const int b = blockIdx.x, nb = gridDim.x, tid = threadIdx.x;
   const int per = (n + nb - 1) / nb, lo = b * per, hi = min(n, lo + per);
@@ -211,6 +232,17 @@ __global__ void __launch_bounds__(THREADS) flagged_levels(unsigned long long* bu
     } else {
       for (int i = lo + tid; i < hi; i += THREADS) st_relaxed64(out + i, tag | __float_as_uint(value(l, i)));
     }
+    if constexpr (HYBRID) {
+      __syncthreads();
+      if (tid == 0) red_relaxed(&counters[l], 1u);
+      if (tid < 32) {
+        for (;;) {
+          const bool done = tid != 0 || ld_relaxed32(&counters[l]) >= (unsigned)nb;
+          if (__all_sync(0xffffffffu, done)) break;
+        }
+      }
+      __syncthreads();
+    }
     // Poll this thread's words until each carries level l (its flag l + 1: 0 is never a level).
     unsigned long long w[MAXR];
     unsigned pending = 0;
@@ -222,7 +254,8 @@ __global__ void __launch_bounds__(THREADS) flagged_levels(unsigned long long* bu
         pending |= 1u << r;
       }
     }
-    for (;;) {
+    for (bool first = true;; first = false) {
+      if (BACKOFF > 0 && !first) spin(BACKOFF);
 #pragma unroll
       for (int r = 0; r < MAXR; ++r) {
         if (pending & (1u << r)) {
@@ -269,7 +302,9 @@ void launch(int variant, int nb, float* fbuf, unsigned long long* wbuf, unsigned
   if (variant == 0) counter_levels<0, PER><<<nb, THREADS>>>(fbuf, counters, n, levels, errors, weights);
   if (variant == 1) counter_levels<1, PER><<<nb, THREADS>>>(fbuf, counters, n, levels, errors, weights);
   if (variant == 2) counter_levels<2, PER><<<nb, THREADS>>>(fbuf, counters, n, levels, errors, weights);
-  if (variant == 3) flagged_levels<PER><<<nb, THREADS>>>(wbuf, n, levels, errors, weights);
+  if (variant == 3) flagged_levels<PER, false, 0><<<nb, THREADS>>>(wbuf, n, levels, errors, weights, counters);
+  if (variant == 4) flagged_levels<PER, false, 400><<<nb, THREADS>>>(wbuf, n, levels, errors, weights, counters);
+  if (variant == 5) flagged_levels<PER, true, 0><<<nb, THREADS>>>(wbuf, n, levels, errors, weights, counters);
 }
 
 int main(int argc, char** argv) {
@@ -315,8 +350,9 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   int status = 0;
-  for (int variant = 0; variant < 4; ++variant) {
-    const char* name = variant == 0 ? "counter" : variant == 1 ? "counter-spin" : variant == 2 ? "counter-window" : "flagged";
+  const char* names[] = {"counter", "counter-spin", "counter-window", "flagged", "flagged-backoff", "hybrid"};
+  for (int variant = 0; variant < 6; ++variant) {
+    const char* name = names[variant];
     std::vector<float> ns;
     unsigned total_errors = 0;
     for (int k = 0; k < launches + 1; ++k) {  // the first launch warms up, untimed
