@@ -6,8 +6,9 @@
 #   decode_run V M P R [ARGS]  runs $TAG/decodeV --random M --tokens 64 --pos P ARGS into
 #                         $out/a/decodeV-M-P.R.txt and prints its ms/token lines;
 #   torch_run M P SECS    runs PyTorch's decode_baseline.py for model M at position P (its default
-#                         cache of 2048 positions; 4160 when P > 1984) within SECS seconds into $out/a/torch-decode-M-P.{txt,json}
-#                         and prints its last lines (torch.compile's first run takes 100-175 s);
+#                         cache of 2048 positions; 4160 when P > 1984) within SECS seconds into
+#                         $out/a/torch-decode-M-P.{txt,json} and prints its last lines
+#                         (torch.compile's first run takes 100-175 s);
 #   sanitize_run TOOL V SECS  runs compute-sanitizer's TOOL (memcheck, racecheck, synccheck) on
 #                         $TAG/decodeV, a two-layer Qwen3 for two tokens at position 300, into
 #                         $out/a/TOOL-V.txt and prints its verdict;

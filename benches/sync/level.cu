@@ -24,7 +24,8 @@
 //                  barrier, then every thread loads its words and re-polls any the counter
 //                  overtook (the tags, not the counter, make the values sound).
 // Session 43 measured the first four on an H100 (benches/results/s43/a/level-*.txt): flagged was
-// slower than counter (2.67 against 1.73 µs at N = 1024). Two buffers alternate: a block writes level l + 1 only after it has seen all of level l, which
+// slower than counter (2.67 against 1.73 µs at N = 1024).
+// Two buffers alternate: a block writes level l + 1 only after it has seen all of level l, which
 // every block wrote only after it had read all of level l - 1 (the same buffer): no overwrite of
 // a word still to be read. Every value read is checked against the value written.
 // With --gemv each level is also a projection as a decode step's are: after it has the whole
