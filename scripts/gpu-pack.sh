@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the H200 run needs into .gpu/ (ignored by git): the test binaries that
-# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, random_gpu, runtime_gpu, search, dims_gpu,
-# the gpu bench; others with --only), the example binaries and the gpu bench (../shared/gpu/pack),
+# scripts/gpu-run-all.sh runs there (golden_gpu, mpk_gpu, mugraph, random_gpu, runtime_gpu, search,
+# fingerprint, dims_gpu, the gpu bench; others with --only), the example binaries and the gpu bench (../shared/gpu/pack),
 # the random programs (.gpu/random.tar.xz: 320 programs of mirage::testing::random built, verified
 # and checked in the f32 reference here, cubins for sm_90a only, with their chosen µGraphs;
 # MIRAGE_RANDOM_SEEDS=a..b packs others), the PyTorch and Triton anchors (benches/py: the
@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 shared=${MIRAGE_SHARED:-$root/../shared}
-only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,gpu,dims_gpu,codegen_compile,model)
+only=(--only golden_gpu,mpk_gpu,mugraph,random_gpu,runtime_gpu,search,fingerprint,gpu,dims_gpu,codegen_compile,model)
 for a in "$@"; do
   case "$a" in --only | --only=*) only=() ;; esac
 done

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One H200 call (after scripts/gpu-pack.sh here), from the repository root: the GPU tests that
 # check generated code (golden µGraphs, coverage programs, #[mugraph] launchers, runtime), the
-# slow batch-8 attention search test (it wants the 16 cores there), every example against the CPU
-# reference, then the benchmark with the PyTorch and Triton anchors (scripts/gpu-bench.sh). Full
-# logs go to $OUT (or benches/results/latest) in few files (the device tool returns only a
-# handful); the last lines printed are the summary: every expected binary's result (a missing one
-# is a failure), the worst element error per element type of each GPU test, and the benchmark
-# table. Exits non-zero when anything failed or is missing.
+# slow batch-8 attention search test (it wants the 16 cores there), every golden candidate
+# fingerprinted at the real shapes, every example against the CPU reference, then the benchmark
+# with the PyTorch and Triton anchors (scripts/gpu-bench.sh). Full logs go to $OUT (or
+# benches/results/latest) in few files (the device tool returns only a handful); the last lines
+# printed are the summary: every expected binary's result (a missing one is a failure), the
+# worst element error per element type of each GPU test, and the benchmark table. Exits
+# non-zero when anything failed or is missing.
 #
 # Then compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the generated kernels,
 # failing on any report (see "compute-sanitizer stage" below for what the default run covers).
@@ -85,6 +86,8 @@ else
   fail "quickstart: no .gpu/quickstart (scripts/gpu-pack.sh builds it)"
 fi
 run_test search 600 --ignored --exact batch_8_attention_gets_at_most_two_kernels
+# Every golden candidate at the real shapes (CI verifies one in eight; this is the whole sweep).
+run_test fingerprint 600 --ignored --exact every_golden_candidate_verifies_at_the_real_shapes
 }
 # The random programs (mirage::testing::random), built and packed by scripts/gpu-pack.sh.
 export MIRAGE_RANDOM_PACK=.gpu/random

@@ -39,6 +39,7 @@
 //! | `MIRAGE_SEARCH_BUDGET=S` | the search's wall-clock budget per function, in seconds (default 60); the best verified µGraph found by then is used |
 //! | `MIRAGE_SEARCH_STATES=N` | the search's state budget per function (default: none): stops the search after N visited states, a limit that does not depend on the machine's speed (the time budget still applies) |
 //! | `MIRAGE_CUDA_ARCH` | the target architecture (default sm_90a) |
+//! | `MIRAGE_NVCC_CACHE_DIR` | nvcc's cache directory (default: `$OUT_DIR/mirage/nvcc-cache/`); one directory shared by several build configurations (`cargo clippy`, `cargo test`) compiles each kernel once ([`nvcc::CACHE_DIR_ENV`]) |
 //! | `MIRAGE_TUNE` | measure candidates on a visible GPU ([`crate::tune`]); stores into the cache directory |
 //!
 //! Searching takes seconds per function when the build script is optimized and minutes when
@@ -523,7 +524,7 @@ impl Builder {
         let cache = self.cache(&artifact_dir, tune_mode)?;
         let nvcc_opts = nvcc::CompileOptions {
             arch: Some(arch.clone()),
-            cache_dir: Some(artifact_dir.join("nvcc-cache")),
+            cache_dir: Some(nvcc::cache_dir_from_env().unwrap_or_else(|| artifact_dir.join("nvcc-cache"))),
             nvcc: self.nvcc.clone(),
             multi_arch: true,
             ..Default::default()

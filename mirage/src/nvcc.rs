@@ -36,9 +36,18 @@ pub const DEFAULT_ARCH: &str = "sm_90a";
 /// The environment variable that selects the target architecture.
 pub const ARCH_ENV: &str = "MIRAGE_CUDA_ARCH";
 
-/// Environment variables that change which nvcc is used or what it builds; a build script
-/// should emit `cargo:rerun-if-env-changed` for each.
-pub const ENV_VARS: &[&str] = &["NVCC", "CUDA_HOME", "CUDA_PATH", ARCH_ENV];
+/// The environment variable naming the directory of nvcc's cache, instead of
+/// [`default_cache_dir`] (and instead of the per-build-script directory of
+/// [`crate::build::Builder`]). Cargo runs a package's build script once per configuration
+/// (`cargo clippy`, `cargo test` and `cargo doc` each have their own `$OUT_DIR`); pointing them at
+/// one directory lets the later runs reuse the earlier ones' cubins. The cache is
+/// content-addressed and its writes are atomic, so sharing it is safe. A relative path is taken
+/// from the current directory (in a build script, the package's root): prefer an absolute one.
+pub const CACHE_DIR_ENV: &str = "MIRAGE_NVCC_CACHE_DIR";
+
+/// Environment variables that change which nvcc is used, what it builds or where it keeps it; a
+/// build script should emit `cargo:rerun-if-env-changed` for each.
+pub const ENV_VARS: &[&str] = &["NVCC", "CUDA_HOME", "CUDA_PATH", ARCH_ENV, CACHE_DIR_ENV];
 
 /// The script that installs nvcc 13.0 from NVIDIA's Python packages.
 pub const INSTALL_SCRIPT: &str = "scripts/install-nvcc.sh";
@@ -421,11 +430,24 @@ pub struct Cubin {
     pub cached: bool,
 }
 
-/// The default cache directory, `<base>/mirage/nvcc-cache` where `<base>` is `$OUT_DIR` in a
-/// build script, else `$CARGO_TARGET_DIR`, else the cargo target directory the running binary
-/// lives in (the nearest ancestor holding cargo's `CACHEDIR.TAG`, e.g. for tests), else the
-/// system temporary directory.
+/// The cache directory [`CACHE_DIR_ENV`] names, if it is set and not empty.
+pub fn cache_dir_from_env() -> Option<PathBuf> {
+    cache_dir_override(std::env::var_os(CACHE_DIR_ENV).as_deref())
+}
+
+/// The directory a value of [`CACHE_DIR_ENV`] names: `None` for an unset or blank value.
+fn cache_dir_override(value: Option<&OsStr>) -> Option<PathBuf> {
+    value.filter(|v| !v.to_string_lossy().trim().is_empty()).map(PathBuf::from)
+}
+
+/// The default cache directory: [`CACHE_DIR_ENV`] when set, else `<base>/mirage/nvcc-cache`
+/// where `<base>` is `$OUT_DIR` in a build script, else `$CARGO_TARGET_DIR`, else the cargo
+/// target directory the running binary lives in (the nearest ancestor holding cargo's
+/// `CACHEDIR.TAG`, e.g. for tests), else the system temporary directory.
 pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = cache_dir_from_env() {
+        return dir;
+    }
     let from_exe = || {
         let exe = std::env::current_exe().ok()?;
         exe.ancestors().skip(1).find(|dir| dir.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf)
@@ -661,6 +683,14 @@ pub fn compile_cubin(source: &str, name: &str, opts: &CompileOptions) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blank_cache_dir_override_is_no_override() {
+        assert_eq!(cache_dir_override(None), None);
+        assert_eq!(cache_dir_override(Some(OsStr::new(""))), None);
+        assert_eq!(cache_dir_override(Some(OsStr::new("  "))), None);
+        assert_eq!(cache_dir_override(Some(OsStr::new("/t/nvcc"))), Some(PathBuf::from("/t/nvcc")));
+    }
 
     /// A fresh directory under the system temp dir, unique to this test process and tag.
     fn scratch(tag: &str) -> PathBuf {

@@ -390,8 +390,9 @@ fn trials_are_independent_and_reproducible() {
     assert_ne!(a.program_outputs(0), other.program_outputs(0));
 }
 
-#[test]
-fn every_golden_candidate_verifies_at_the_real_shapes() {
+/// Verifies every `stride`-th candidate (from the first) of every golden program at the real
+/// shapes; returns how many were checked.
+fn verify_golden_candidates(stride: usize) -> usize {
     let start = Instant::now();
     let mut total = 0;
     for case in golden_cases() {
@@ -401,22 +402,38 @@ fn every_golden_candidate_verifies_at_the_real_shapes() {
         let ctx = FingerprintContext::new(&program, &VerifyConfig::default()).expect("program evaluates");
         let t_ctx = t.elapsed();
         let t = Instant::now();
-        for (j, c) in candidates.iter().enumerate() {
+        let mut checked = 0;
+        for (j, c) in candidates.iter().enumerate().step_by(stride) {
             let v = ctx.check(c).expect("candidate evaluates");
             assert_eq!(v, Verdict::Equivalent, "{} candidate {j}", case.name);
+            checked += 1;
         }
-        total += candidates.len();
+        assert!(checked > 0, "{} has no candidates", case.name);
+        total += checked;
         println!(
-            "{}: program fingerprinted in {:.2?} ({} trials), {} candidates equivalent, {:.2?} per candidate",
+            "{}: program fingerprinted in {:.2?} ({} trials), {checked} of {} candidates equivalent, {:.2?} per candidate",
             case.name,
             t_ctx,
             ctx.trials(),
             candidates.len(),
-            t.elapsed() / candidates.len() as u32
+            t.elapsed() / checked as u32
         );
     }
-    assert_eq!(total, 181);
     println!("{total} golden candidates verified in {:.1?}", start.elapsed());
+    total
+}
+
+/// Every golden program with one candidate in eight (its first among them) at the real shapes:
+/// the CI share of [`every_golden_candidate_verifies_at_the_real_shapes`].
+#[test]
+fn golden_candidates_verify_at_the_real_shapes() {
+    assert_eq!(verify_golden_candidates(8), 27);
+}
+
+#[test]
+#[ignore = "slow: 181 candidates at the real shapes take about 160 s on a 2-core machine; scripts/gpu-run-all.sh runs it"]
+fn every_golden_candidate_verifies_at_the_real_shapes() {
+    assert_eq!(verify_golden_candidates(1), 181);
 }
 
 /// One structural edit of a kernel graph.
