@@ -210,3 +210,47 @@ fn a_folded_norm_sums_its_squares_in_registers() -> R {
     assert!(!k1.source.contains("tsum") && body.contains("warp_sum"), "{body}");
     Ok(())
 }
+
+/// A kernel with decode attentions reserves one angle table past every task's shared memory,
+/// zeroes its key before the workers start, and hands its address to every decode attention;
+/// a kernel without one reserves nothing (DECISIONS change 99).
+#[test]
+fn decode_attentions_share_an_angle_table_past_every_tasks_share() -> R {
+    use mirage::mpk::{Builtin, OpKind};
+    let mut with = 0;
+    for case in cases()? {
+        let g = &case.graph;
+        let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let half = g
+            .ops()
+            .iter()
+            .filter_map(|op| match &op.kind {
+                OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
+                _ => None,
+            })
+            .max();
+        let marker = "reinterpret_cast<mpk::AngleTable*>(smem + ";
+        let Some(half) = half else {
+            assert!(!k.source.contains(marker), "{}: an angle table without a decode attention", g.name());
+            continue;
+        };
+        with += 1;
+        let at: usize = k
+            .source
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no angle table's key zeroed", g.name()));
+        assert_eq!(at % 16, 0, "{}: the table at {at}", g.name());
+        assert_eq!(k.smem_bytes, at + mirage::mpk::emit::angle_table_bytes(half), "{}", g.name());
+        let tasks = g.ops().iter().filter(|op| matches!(op.kind, OpKind::Builtin(Builtin::DecodeAttention { .. })));
+        let calls = k.source.matches("mpk::decode_attention<").count();
+        assert_eq!(calls, tasks.count(), "{}", g.name());
+        let arg = format!("reinterpret_cast<float*>(smem + {at}));");
+        assert_eq!(k.source.matches(&arg).count(), calls, "{}: a decode attention without the table", g.name());
+    }
+    assert!(with > 0, "no test graph has a decode attention");
+    Ok(())
+}

@@ -554,10 +554,11 @@ impl Builtin {
                 let (kd, od) = (outputs[2], outputs[0]);
                 let d = kd.shape[2];
                 let group = od.shape[1] / d / kd.shape[0];
-                // attention_chunk's, then cos and sin of the angles, a norm scale per head, the
-                // heads and the new value as loaded, and the two gains; the merge reuses the
-                // space for (m, l) of every chunk of the group.
-                let attend = attention_smem_floats(group, d, threads) + d + group + 1 + (group + 2) * d + 2 * d;
+                // attention_chunk's, then a norm scale per head, the heads and the new value as
+                // loaded, and the two gains; the merge reuses the space for (m, l) of every
+                // chunk of the group. The angles' cos and sin live in the worker's angle table
+                // (`emit::angle_table_bytes`), past every task's share.
+                let attend = attention_smem_floats(group, d, threads) + group + 1 + (group + 2) * d + 2 * d;
                 attend.max(2 * group * chunks) * 4
             }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,

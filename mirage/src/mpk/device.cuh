@@ -600,6 +600,19 @@ __device__ __forceinline__ void attention_merge(const float* part, T* out, float
   }
 }
 
+// A worker's angle table, in the tail of its dynamic shared memory (mirage::mpk::emit reserves
+// it past every task's share when the kernel has a decode attention and zeroes `key` at the
+// kernel's start; steps start at 1, so a zero key matches none): which (head size, step),
+// position and frequencies the cos and sin after the header belong to.
+struct AngleTable {
+  unsigned long long key;  // (H << 32) | step
+  long long pos;
+  const float* inv_freq;
+  unsigned long long pad;
+};
+constexpr int ANGLE_TABLE_HEADER_FLOATS = sizeof(AngleTable) / sizeof(float);
+static_assert(sizeof(AngleTable) == 32, "the header emit.rs reserves");
+
 // Decode attention, fused (mirage::mpk::builtin::Builtin::DecodeAttention): tile (chunk, kvh)
 // of one query row at position `pos` (keys 0..=pos). (1) RoPE (after the per-head RMSNorm of
 // Qwen3 when q_gain is not null) of the G query heads of the KV head's group, rounded to T as
@@ -609,14 +622,19 @@ __device__ __forceinline__ void attention_merge(const float* part, T* out, float
 // (3) A ticket per KV head (tickets[kvh], a counter of the megakernel, CHUNKS increments per
 // step): the tile that takes the step's last ticket merges the KV head's partials into out
 // (attention_merge), so no separate merge operator and dependency hop follow. A position out of
-// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)). Not inlined: inlined
+// range writes zeros, touches no cache and reports ERR_INDEX (tile (0, 0)). `angles` is the
+// worker's angle table (AngleTable, the tail of its shared memory past every task's share): the
+// first decode attention of a step on a worker computes the cos and sin of position `pos` there
+// (FP64, as always), every later one of the step with the same position and frequencies — the
+// other layers' — reuses them, so FP64 sincos leaves 27 of Qwen3's 28 attention paths
+// (DECISIONS change 99). Not inlined: inlined
 // into the resident kernel's dispatch, its registers (the merge's o[PER][CHUNKS]) set the whole
 // kernel's allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
 template <typename T, int THREADS, int D, int G, int CHUNKS>
 __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
                                  const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out,
                                  float* partial, T* kc, T* vc, unsigned* tickets, int cap, long long pos,
-                                 float scale, unsigned source, float* smem) {
+                                 float scale, unsigned source, float* smem, float* angles) {
   constexpr int WARPS = THREADS / 32;
   constexpr int H = D / 2;
   static_assert(D % 2 == 0, "an even head dim");
@@ -643,9 +661,7 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
     }
   }
   float* qs = smem;                                          // [G][D], attention_chunk's
-  float* cs = smem + attention_smem_floats(G, D, THREADS);  // [H] cos
-  float* sn = cs + H;                                        // [H] sin
-  float* hs = sn + H;                                        // [G + 1] per-head norm scales
+  float* hs = smem + attention_smem_floats(G, D, THREADS);  // [G + 1] per-head norm scales
   float* raw = hs + G + 1;                                   // [G + 2][D]: q heads, new k, new v
   float* gs = raw + (G + 2) * D;                             // [2][D]: q and k gains
   const int heads = owner ? G + 1 : G;  // head G: the new key
@@ -655,6 +671,14 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   // shared memory through a generic pointer may alias the sources, so loads interleaved with
   // stores would each wait out their own round trip; DECISIONS change 95), then stored, then the
   // angles.
+  // The angle table: reused when this worker's table holds this step, this head size, this
+  // position and these frequencies (written by an earlier task's thread 0 behind barriers; read
+  // here by every thread before this task's first barrier, rewritten only after it).
+  AngleTable* table = reinterpret_cast<AngleTable*>(angles);
+  float* cs = angles + ANGLE_TABLE_HEADER_FLOATS;  // [H] cos
+  float* sn = cs + H;                              // [H] sin
+  const unsigned long long key = ((unsigned long long)H << 32) | c.step;
+  const bool cached = table->key == key && table->pos == pos && table->inv_freq == inv_freq;
   constexpr int RN = ((G + 2) * D + THREADS - 1) / THREADS;
   constexpr int GN = (2 * D + THREADS - 1) / THREADS;
   constexpr int FN = (H + THREADS - 1) / THREADS;
@@ -675,10 +699,12 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
       if (i < 2 * D) gv[r] = mirage::to_f32(load((i < D ? q_gain : k_gain) + i % D));
     }
   }
+  if (!cached) {
 #pragma unroll
-  for (int r = 0; r < FN; ++r) {
-    const int i = tid + r * THREADS;
-    if (i < H) fv[r] = load(inv_freq + i);
+    for (int r = 0; r < FN; ++r) {
+      const int i = tid + r * THREADS;
+      if (i < H) fv[r] = load(inv_freq + i);
+    }
   }
 #pragma unroll
   for (int r = 0; r < RN; ++r) {
@@ -692,17 +718,24 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
       if (i < 2 * D) gs[i] = gv[r];
     }
   }
+  if (!cached) {
 #pragma unroll
-  for (int r = 0; r < FN; ++r) {
-    const int i = tid + r * THREADS;
-    if (i < H) {
-      double s, co;
-      sincos((double)pos * (double)fv[r], &s, &co);
-      cs[i] = (float)co;
-      sn[i] = (float)s;
+    for (int r = 0; r < FN; ++r) {
+      const int i = tid + r * THREADS;
+      if (i < H) {
+        double s, co;
+        sincos((double)pos * (double)fv[r], &s, &co);
+        cs[i] = (float)co;
+        sn[i] = (float)s;
+      }
     }
   }
   __syncthreads();
+  if (!cached && tid == 0) {
+    table->key = key;
+    table->pos = pos;
+    table->inv_freq = inv_freq;
+  }
   // (2) The per-head norms (Qwen3): a warp per head.
   if (q_gain != nullptr) {
     for (int g = warp; g < heads; g += WARPS) {

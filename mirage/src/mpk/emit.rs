@@ -32,7 +32,8 @@ pub struct ResidentKernel {
     pub kernel: String,
     /// The whole translation unit.
     pub source: String,
-    /// Dynamic shared memory per worker (the largest any task needs).
+    /// Dynamic shared memory per worker: the largest any task needs, then the workers' angle
+    /// table when the kernel has a decode attention ([`angle_table_bytes`]).
     pub smem_bytes: usize,
 }
 
@@ -99,6 +100,20 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
             }
         }
     }
+    // The angle table of the decode attentions (device.cuh `AngleTable`): past every task's share.
+    let angle_half = g
+        .ops()
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
+            _ => None,
+        })
+        .max();
+    let angles_at = angle_half.map(|h| {
+        let at = smem.next_multiple_of(16);
+        smem = at + angle_table_bytes(h);
+        at
+    });
     if smem > c.options.kernel.max_smem_bytes {
         return Err(BuildError::Limits {
             graph: g.name().into(),
@@ -122,15 +137,22 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
                 format!("{}({});", body_of[bg.as_ref()], args.join(", "))
             }
             OpKind::Builtin(b) => {
-                builtin_call(g, b, &op.inputs, &op.outputs, c.sync.first_ticket(super::graph::OpId(i)), threads)
+                let ticket = c.sync.first_ticket(super::graph::OpId(i));
+                builtin_call(g, b, &op.inputs, &op.outputs, ticket, angles_at, threads)
             }
         };
         writeln!(out, "      case {i}: {call} break;  // {}", op.name).ok();
     }
     out.push_str("      default: break;\n    }\n  }\n};\n\n");
+    // A kernel with an angle table zeroes its key first (no step is 0).
+    let init = angles_at.map_or(String::new(), |at| {
+        format!(
+            "  if (threadIdx.x == 0) reinterpret_cast<mpk::AngleTable*>(smem + {at})->key = 0ull;\n  __syncthreads();\n"
+        )
+    });
     writeln!(
         out,
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {kernel}(const mpk::Params p) {{\n  extern __shared__ __align__(128) unsigned char smem[];\n  const mpk::Tables t{{mpk_tasks, mpk_waits, mpk_signals, mpk_prefetch, mpk_worker_begin, mpk_worker_list, {}u, {}u, {}u, {}u}};\n  mpk::worker<{threads}>(p, t, MpkDispatch{{}}, smem);\n}}",
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {kernel}(const mpk::Params p) {{\n  extern __shared__ __align__(128) unsigned char smem[];\n{init}  const mpk::Tables t{{mpk_tasks, mpk_waits, mpk_signals, mpk_prefetch, mpk_worker_begin, mpk_worker_list, {}u, {}u, {}u, {}u}};\n  mpk::worker<{threads}>(p, t, MpkDispatch{{}}, smem);\n}}",
         c.schedule.workers.len(),
         c.tasks.len(),
         g.params().len(),
@@ -205,14 +227,22 @@ fn tables(out: &mut String, c: &Compiled) {
     out.push('\n');
 }
 
+/// Bytes of a worker's angle table for head size `2 · half`: device.cuh's 32-byte `AngleTable`
+/// header, then the cos and sin of `half` angles as f32.
+pub fn angle_table_bytes(half: usize) -> usize {
+    32 + 2 * half * 4
+}
+
 /// The call of a built-in task's template for operator inputs `ins` and outputs `outs`;
-/// `ticket` is the operator's first ticket counter, if it has any.
+/// `ticket` is the operator's first ticket counter, if it has any; `angles` the byte offset of
+/// the workers' angle table in shared memory, if the kernel has one.
 fn builtin_call(
     g: &StepGraph,
     b: &Builtin,
     ins: &[TensorId],
     outs: &[TensorId],
     ticket: Option<usize>,
+    angles: Option<usize>,
     threads: usize,
 ) -> String {
     let out = outs[0];
@@ -302,13 +332,16 @@ fn builtin_call(
             let group = d(out).shape[1] / hd / kc.shape[0];
             let ops = super::builtin::AttentionOperands::of(*fused, d(ins[0]).shape[1], kc.shape[0] * hd);
             let (q_gain, k_gain, eps) = (gain(norm, ops.gains), gain(norm, ops.gains + 1), eps(norm));
+            // `emit` reserves the angle table whenever the graph has a decode attention, so
+            // `angles` is always `Some` here (as `ticket` is: its ticket counters exist).
+            debug_assert!(angles.is_some(), "a decode attention without the workers' angle table");
             // q, k and v: their tensors, or columns of the one q | k | v row.
             let row = |(i, at): (usize, usize)| match at {
                 0 => ptr(g, ins[i], false),
                 at => format!("({} + {at})", ptr(g, ins[i], false)),
             };
             format!(
-                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem));",
+                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem), reinterpret_cast<float*>(smem + {}));",
                 ty(ins[0]),
                 row(ops.q),
                 row(ops.k),
@@ -322,7 +355,8 @@ fn builtin_call(
                 kc.shape[1],
                 param(pos),
                 scale.0,
-                param_source(pos)
+                param_source(pos),
+                angles.unwrap_or(0)
             )
         }
         Builtin::ArgmaxPartial { chunk, columns } => {

@@ -1,0 +1,388 @@
+// Microbenchmark of the split-KV merge of a decode attention (issue 18; DECISIONS change 100):
+// what merging the chunks' partials costs between the chunks and the operator after them, done
+// as the megakernel does it now (a global ticket and a merging block) or through thread-block
+// clusters and distributed shared memory. 128 persistent blocks of 256 threads run L iterations;
+// in each, every block (group h, chunk c) produces a partial (o over G heads of D = 128, m, l) —
+// optionally after loading its chunk's K and V rows from DRAM (--kv) — the partials of a group
+// are merged into G merged heads, and then every block waits for the whole merged vector
+// (H · G · D floats) on a counter and reads it, as the output projection's tasks do. Variants:
+//   level      : no merge — each block writes a 16-float slice of the vector itself (the cost of
+//                the counter level alone, level.cu's `counter` at N = 2048);
+//   ticket16   : 8 groups (a KV head each) × 16 chunks, G = 2 — as the Qwen3 decoder: partials
+//                to global memory, a block barrier, thread 0's __threadfence and atomicAdd on the
+//                group's ticket; the block that takes the group's last ticket fences, reads the
+//                16 partials with __ldcg, merges and writes the group's heads; every block
+//                signals the counter (red.release.gpu) after its part;
+//   ticket8    : 16 groups (a query head each) × 8 chunks, G = 1 — the same protocol;
+//   cluster8   : 16 groups × 8 chunks, G = 1, a group per cluster of 8 blocks: every block
+//                writes its partial into the cluster leader's shared memory (st to a
+//                map_shared_rank address), barrier.cluster.arrive.release; the leader waits
+//                (barrier.cluster.wait.acquire), merges from its shared memory, writes the heads
+//                and signals; the others signal at once and wait on the cluster barrier only
+//                before their next partial;
+//   cluster16  : 8 groups × 16 chunks, G = 2 in clusters of 16 (non-portable size; skipped when
+//                the device cannot hold 8 such clusters at once);
+//   pergroup16 : 8 groups × 16 chunks, G = 2, no merging block: partials to global memory and a
+//                signal; every consumer waits for all of them and merges one group's 16 partials
+//                itself (an output projection split by heads, each task needing one group's
+//                heads: the merge folded into the consumer's first round).
+// With --kv a chunk first loads its K and V rows (512 keys per group: 32 keys of 2 · 256 bytes a
+// block with 16 chunks, 64 with 8; a 16-group variant's two query heads of a KV head read the same
+// rows) from a 1 GiB array walked by iteration, so they come from DRAM as a decode step's do.
+// Values: partial o = (3 l + 5 c + 7 g + i) mod 256, m = 0, l = 1, so the merged head is the mean
+// over the chunks (exact in f32); every value a block reads is checked.
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o merge merge.cu
+// Run:   ./merge [iterations=2000] [launches=7] [--kv]; prints ns per iteration, median of the
+//        launches.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e = (x);                                                              \
+    if (e != cudaSuccess) {                                                           \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+constexpr int THREADS = 256;
+constexpr int D = 128;
+constexpr int NB = 128;            // blocks (workers)
+constexpr int VEC = 2048;          // merged vector: H · G · D = 2048 in every variant
+constexpr int KEYS = 512;          // keys per group at the step's position
+constexpr int KV_HEADS = 8;
+constexpr size_t KV_BYTES = 1ull << 30;
+constexpr int DYN_SMEM = 120 * 1024;  // one block per SM, as the megakernel's workers
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float part_value(int l, int c, int g, int i) { return (float)((3 * l + 5 * c + 7 * g + i) & 255); }
+// The merged value: the mean over C chunks of part_value (a sum of integers below 2^24, divided
+// by a power of two: exact).
+__device__ __forceinline__ float merged_value(int l, int C, int g, int i) {
+  float s = 0.0f;
+  for (int c = 0; c < C; ++c) s += part_value(l, c, g, i);
+  return s / (float)C;
+}
+// Zero unless the loaded bytes summed to an impossible value: keeps the K/V loads alive.
+__device__ __forceinline__ float nudge(unsigned s) { return s == 0xdeadbeefu ? 1.0f : 0.0f; }
+
+// Loads block b's chunk of K and V rows (group h of H, chunk c of C) for iteration l.
+__device__ __forceinline__ unsigned load_kv(const uint4* kv, int l, int h, int H, int c, int C) {
+  const int keys = KEYS / C;
+  const size_t bytes = (size_t)keys * D * 2 * 2;  // K and V rows, bf16
+  const int kvh = h * KV_HEADS / H;
+  const size_t per_iter = (size_t)KV_HEADS * KEYS * D * 2 * 2;
+  const size_t base = ((size_t)l * per_iter) % (KV_BYTES - per_iter) + (size_t)kvh * KEYS * D * 4 + (size_t)c * bytes;
+  const uint4* p = kv + base / 16;
+  unsigned s = 0;
+  for (size_t k = threadIdx.x; k < bytes / 16; k += THREADS) {
+    const uint4 v = __ldcg(p + k);
+    s += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  return s;
+}
+
+// The consumer's side of every variant: warp 0 waits for the iteration's counter to reach NB,
+// then every thread reads its share of the merged vector and checks it.
+__device__ __forceinline__ unsigned wait_and_read(const float* merged, unsigned* counter, int l, int C, int G) {
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    for (unsigned polls = 0;; ++polls) {
+      const bool done = tid != 0 || ld_acquire(counter) >= (unsigned)NB;
+      if (__all_sync(0xffffffffu, done)) break;
+      if (polls >= 8) __nanosleep(32);
+    }
+  }
+  __syncthreads();
+  unsigned bad = 0;
+  float s = 0.0f;
+#pragma unroll
+  for (int r = 0; r < VEC / THREADS; ++r) {
+    const int e = tid + r * THREADS;
+    const int i = e % D, g = (e / D) % G;
+    const float v = __ldcg(merged + e);
+    bad += v != merged_value(l, C, g, i);
+    s += v;
+  }
+  if (s < 0.0f) bad += 1;
+  return bad;
+}
+
+// MODE 0: level (no merge); 1: ticket; 2: per-group merge by the consumers. H groups × C
+// chunks, G heads a block.
+template <int MODE, int H, int C, int G>
+__global__ void __launch_bounds__(THREADS, 1)
+    global_merge(float* merged2, float* part, unsigned* tickets, unsigned* counters, int iters, unsigned* errors,
+                 const uint4* kv, int use_kv) {
+  static_assert(H * C == NB && H * G * D == VEC, "shape");
+  __shared__ int last;
+  const int b = blockIdx.x, tid = threadIdx.x, h = b / C, c = b % C;
+  unsigned bad = 0;
+  for (int l = 0; l < iters; ++l) {
+    float* merged = merged2 + (size_t)(l & 1) * VEC;
+    const float extra = use_kv ? nudge(load_kv(kv, l, h, H, c, C)) : 0.0f;
+    if (MODE == 0) {
+      // Each block writes its own slice of the merged vector: no merge at all.
+      if (tid < VEC / NB) {
+        const int e = b * (VEC / NB) + tid;
+        merged[e] = merged_value(l, C, (e / D) % G, e % D) + extra;
+      }
+      __syncthreads();
+    } else {
+      const int g = tid / D, i = tid % D;
+      float* mine = part + (size_t)(l & 1) * NB * G * (D + 2) + (size_t)(h * C + c) * G * (D + 2);
+      if (g < G) {
+        mine[g * (D + 2) + i] = part_value(l, c, g, i) + extra;
+        if (i == 0) {
+          mine[g * (D + 2) + D] = 0.0f;      // m
+          mine[g * (D + 2) + D + 1] = 1.0f;  // l
+        }
+      }
+      __syncthreads();
+      if (MODE == 2) {
+        if (tid == 0) red_release(&counters[l], 1u);
+        // The consumer: all partials written, then one group's merged by this block.
+        if (tid < 32) {
+          for (unsigned polls = 0;; ++polls) {
+            const bool done = tid != 0 || ld_acquire(&counters[l]) >= (unsigned)NB;
+            if (__all_sync(0xffffffffu, done)) break;
+            if (polls >= 8) __nanosleep(32);
+          }
+        }
+        __syncthreads();
+        if (g < G) {
+          const int want = b % H;
+          const float* grp = part + (size_t)(l & 1) * NB * G * (D + 2) + (size_t)want * C * G * (D + 2);
+          float mk[C], lk[C], ok[C];
+#pragma unroll
+          for (int k = 0; k < C; ++k) {
+            mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
+            lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
+            ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
+          }
+          float m = -INFINITY;
+#pragma unroll
+          for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
+          float sum = 0.0f, o = 0.0f;
+#pragma unroll
+          for (int k = 0; k < C; ++k) {
+            const float w = __expf(mk[k] - m) * lk[k];
+            sum += w;
+            o += w * ok[k];
+          }
+          bad += o / sum != merged_value(l, C, g, i);
+        }
+        __syncthreads();
+        continue;
+      }
+      if (tid == 0) {
+        __threadfence();
+        last = atomicAdd(&tickets[h], 1u) % C == C - 1;
+        if (last) __threadfence();
+      }
+      __syncthreads();
+      if (last && g < G) {
+        const float* grp = part + (size_t)(l & 1) * NB * G * (D + 2) + (size_t)h * C * G * (D + 2);
+        float m = -INFINITY;
+        for (int k = 0; k < C; ++k) m = fmaxf(m, __ldcg(grp + (k * G + g) * (D + 2) + D));
+        float sum = 0.0f, o = 0.0f;
+        for (int k = 0; k < C; ++k) {
+          const float* p = grp + (k * G + g) * (D + 2);
+          const float w = __expf(__ldcg(p + D) - m) * __ldcg(p + D + 1);
+          sum += w;
+          o += w * __ldcg(p + i);
+        }
+        merged[(h * G + g) * D + i] = o / sum;
+      }
+      __syncthreads();
+    }
+    if (tid == 0) red_release(&counters[l], 1u);
+    bad += wait_and_read(merged, &counters[l], l, C, G);
+  }
+  if (bad) atomicAdd(errors, bad);
+}
+
+// Clusters of C blocks, one group each: partials into the leader's shared memory.
+template <int H, int C, int G>
+__global__ void __launch_bounds__(THREADS, 1)
+    cluster_merge(float* merged2, unsigned* counters, int iters, unsigned* errors, const uint4* kv, int use_kv) {
+  static_assert(H * C == NB && H * G * D == VEC, "shape");
+  __shared__ float sm[C * G * (D + 2)];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int b = blockIdx.x, tid = threadIdx.x, h = b / C, c = (int)cluster.block_rank();
+  float* lead = cluster.map_shared_rank(sm, 0);
+  unsigned bad = 0;
+  for (int l = 0; l < iters; ++l) {
+    float* merged = merged2 + (size_t)(l & 1) * VEC;
+    const float extra = use_kv ? nudge(load_kv(kv, l, h, H, c, C)) : 0.0f;
+    // The previous iteration's cluster barrier: the leader has merged what was written there.
+    if (l > 0 && c != 0) cluster_wait_acquire();
+    const int g = tid / D, i = tid % D;
+    if (g < G) {
+      float* mine = lead + (c * G + g) * (D + 2);
+      mine[i] = part_value(l, c, g, i) + extra;
+      if (i == 0) {
+        mine[D] = 0.0f;
+        mine[D + 1] = 1.0f;
+      }
+    }
+    cluster_arrive_release();
+    if (c == 0) {
+      cluster_wait_acquire();
+      if (g < G) {
+        float m = -INFINITY;
+        for (int k = 0; k < C; ++k) m = fmaxf(m, sm[(k * G + g) * (D + 2) + D]);
+        float sum = 0.0f, o = 0.0f;
+        for (int k = 0; k < C; ++k) {
+          const float* p = sm + (k * G + g) * (D + 2);
+          const float w = __expf(p[D] - m) * p[D + 1];
+          sum += w;
+          o += w * p[i];
+        }
+        merged[(h * G + g) * D + i] = o / sum;
+      }
+    }
+    __syncthreads();
+    if (tid == 0) red_release(&counters[l], 1u);
+    bad += wait_and_read(merged, &counters[l], l, C, G);
+  }
+  // No block leaves while another may still write into its shared memory.
+  if (c != 0) cluster_wait_acquire();
+  cluster.sync();
+  if (bad) atomicAdd(errors, bad);
+}
+
+struct Buffers {
+  float* merged;
+  float* part;
+  unsigned* tickets;
+  unsigned* counters;
+  unsigned* errors;
+  uint4* kv;
+};
+
+// Launches variant v once; returns false when the device cannot run it.
+bool launch(int v, const Buffers& bu, int iters, int use_kv) {
+  if (v == 5) {
+    global_merge<2, 8, 16, 2><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    return true;
+  }
+  if (v <= 2) {
+    if (v == 0) global_merge<0, 8, 16, 2><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    if (v == 1) global_merge<1, 8, 16, 2><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    if (v == 2) global_merge<1, 16, 8, 1><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    return true;
+  }
+  const int csize = v == 3 ? 8 : 16;
+  void (*kernel)(float*, unsigned*, int, unsigned*, const uint4*, int) =
+      v == 3 ? cluster_merge<16, 8, 1> : cluster_merge<8, 16, 2>;
+  if (csize > 8) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DYN_SMEM));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(NB);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = DYN_SMEM;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, (void*)kernel, &cfg) != cudaSuccess || clusters < NB / csize) {
+    cudaGetLastError();
+    printf("%-10s skipped: the device holds %d clusters of %d at once, %d needed\n", v == 3 ? "cluster8" : "cluster16",
+           clusters, csize, NB / csize);
+    return false;
+  }
+  CK(cudaLaunchKernelEx(&cfg, kernel, bu.merged, bu.counters, iters, bu.errors, (const uint4*)bu.kv, use_kv));
+  return true;
+}
+
+__global__ void fill(uint4* p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const unsigned h = (unsigned)i * 2654435761u;
+    p[i] = make_uint4(h, h >> 3, h >> 7, h >> 11);
+  }
+}
+
+int main(int argc, char** argv) {
+  int pos[2] = {2000, 7}, np = 0, use_kv = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--kv") {
+      use_kv = 1;
+    } else if (np < 2) {
+      pos[np++] = atoi(argv[i]);
+    }
+  }
+  const int iters = pos[0], launches = pos[1];
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  Buffers bu;
+  CK(cudaMalloc(&bu.merged, 2 * VEC * sizeof(float)));
+  CK(cudaMalloc(&bu.part, (size_t)2 * NB * 2 * (D + 2) * sizeof(float)));
+  CK(cudaMalloc(&bu.tickets, 64 * sizeof(unsigned)));
+  CK(cudaMalloc(&bu.counters, (size_t)iters * sizeof(unsigned)));
+  CK(cudaMalloc(&bu.errors, sizeof(unsigned)));
+  CK(cudaMalloc(&bu.kv, KV_BYTES));
+  fill<<<1024, 256>>>(bu.kv, KV_BYTES / 16);
+  for (auto k : {global_merge<0, 8, 16, 2>, global_merge<1, 8, 16, 2>, global_merge<1, 16, 8, 1>, global_merge<2, 8, 16, 2>})
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, DYN_SMEM));
+  CK(cudaDeviceSynchronize());
+  printf("device %s, %d SMs, %d blocks of %d threads, %d iterations per launch, median of %d launches%s\n", prop.name,
+         prop.multiProcessorCount, NB, THREADS, iters, launches,
+         use_kv ? ", each chunk loading its K and V rows from DRAM first" : "");
+  const char* names[6] = {"level", "ticket16", "ticket8", "cluster8", "cluster16", "pergroup16"};
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int v = 0; v < 6; ++v) {
+    std::vector<float> ns;
+    unsigned errors = 0;
+    bool ran = true;
+    for (int k = 0; k <= launches && ran; ++k) {  // the first launch warms up
+      CK(cudaMemset(bu.tickets, 0, 64 * sizeof(unsigned)));
+      CK(cudaMemset(bu.counters, 0, (size_t)iters * sizeof(unsigned)));
+      CK(cudaMemset(bu.errors, 0, sizeof(unsigned)));
+      CK(cudaEventRecord(e0));
+      ran = launch(v, bu, iters, use_kv);
+      CK(cudaEventRecord(e1));
+      CK(cudaGetLastError());
+      CK(cudaEventSynchronize(e1));
+      unsigned err = 0;
+      CK(cudaMemcpy(&err, bu.errors, sizeof(unsigned), cudaMemcpyDeviceToHost));
+      errors += err;
+      float ms = 0.0f;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (k > 0) ns.push_back(ms * 1.0e6f / iters);
+    }
+    if (!ran) continue;
+    std::sort(ns.begin(), ns.end());
+    printf("%-10s %7.0f ns per iteration (min %.0f, max %.0f), %u wrong values\n", names[v], ns[ns.size() / 2], ns.front(),
+           ns.back(), errors);
+  }
+  return 0;
+}
