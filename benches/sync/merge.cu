@@ -25,7 +25,10 @@
 //   pergroup16 : 8 groups × 16 chunks, G = 2, no merging block: partials to global memory and a
 //                signal; every consumer waits for all of them and merges one group's 16 partials
 //                itself (an output projection split by heads, each task needing one group's
-//                heads: the merge folded into the consumer's first round).
+//                heads: the merge folded into the consumer's first round);
+//   chain, chain-split: the attention and the two operators after it (see `chain` below), with
+//                the ticket merge, and with the per-group merge whose sum over the groups the
+//                third operator's loads carry.
 // With --kv a chunk first loads its K and V rows (512 keys per group: 32 keys of 2 · 256 bytes a
 // block with 16 chunks, 64 with 8; a 16-group variant's two query heads of a KV head read the same
 // rows) from a 1 GiB array walked by iteration, so they come from DRAM as a decode step's do.
@@ -274,8 +277,149 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (bad) atomicAdd(errors, bad);
 }
 
+// The attention and the two operators after it, 8 groups × 16 chunks, G = 2 (Qwen3's shape):
+// stage A the chunks' partials; stage B the output projection's 128 tasks (no weights: each
+// writes its share of the projection's output after reading its input); stage C the next
+// operator's tasks reading the projection's 1024 outputs. SPLIT false: the merge by ticket in
+// stage A (as ticket16), stage B reading the merged heads and writing 8 outputs a task, stage C
+// reading 1024 values. SPLIT true: no merging block; stage B's task (group b mod 8, column block
+// b / 8) merges its group's 16 partials and writes 64 partial sums of its group, stage C reads the
+// 8 groups' partial sums (8 × 1024 values) and adds them — the per-group design with the sum over
+// the groups folded into the next operator's loads.
+__device__ __forceinline__ float y_value(int l, int g, int j) { return (float)((l + j + g) & 15); }
+__device__ __forceinline__ void wait_count(unsigned* counter, unsigned n) {
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    for (unsigned polls = 0;; ++polls) {
+      const bool done = tid != 0 || ld_acquire(counter) >= n;
+      if (__all_sync(0xffffffffu, done)) break;
+      if (polls >= 8) __nanosleep(32);
+    }
+  }
+  __syncthreads();
+}
+template <bool SPLIT>
+__global__ void __launch_bounds__(THREADS, 1)
+    chain(float* merged2, float* part, float* y2, unsigned* tickets, unsigned* counters, int iters, unsigned* errors,
+          const uint4* kv, int use_kv) {
+  constexpr int H = 8, C = 16, G = 2, OUT = 1024;
+  __shared__ int last;
+  const int b = blockIdx.x, tid = threadIdx.x, h = b / C, c = b % C;
+  const int g = tid / D, i = tid % D;
+  unsigned bad = 0;
+  for (int l = 0; l < iters; ++l) {
+    float* merged = merged2 + (size_t)(l & 1) * VEC;
+    float* parts = part + (size_t)(l & 1) * NB * G * (D + 2);
+    float* y = y2 + (size_t)(l & 1) * H * OUT;
+    unsigned* cnt = counters + 2 * (size_t)l;
+    // Stage A: the chunk's partial.
+    const float extra = use_kv ? nudge(load_kv(kv, l, h, H, c, C)) : 0.0f;
+    float* mine = parts + (size_t)(h * C + c) * G * (D + 2);
+    mine[g * (D + 2) + i] = part_value(l, c, g, i) + extra;
+    if (i == 0) {
+      mine[g * (D + 2) + D] = 0.0f;
+      mine[g * (D + 2) + D + 1] = 1.0f;
+    }
+    __syncthreads();
+    if (!SPLIT) {
+      if (tid == 0) {
+        __threadfence();
+        last = atomicAdd(&tickets[h], 1u) % C == C - 1;
+        if (last) __threadfence();
+      }
+      __syncthreads();
+      if (last) {
+        const float* grp = parts + (size_t)h * C * G * (D + 2);
+        float mk[C], lk[C], ok[C];
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
+          lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
+          ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
+        }
+        float m = -INFINITY, sum = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          const float w = __expf(mk[k] - m) * lk[k];
+          sum += w;
+          o += w * ok[k];
+        }
+        merged[(h * G + g) * D + i] = o / sum;
+      }
+      __syncthreads();
+    }
+    if (tid == 0) red_release(&cnt[0], 1u);
+    // Stage B: the output projection's task.
+    wait_count(&cnt[0], NB);
+    if (!SPLIT) {
+#pragma unroll
+      for (int r = 0; r < VEC / THREADS; ++r) {
+        const int e = tid + r * THREADS;
+        bad += __ldcg(merged + e) != merged_value(l, C, (e / D) % G, e % D);
+      }
+      if (tid < OUT / NB) {
+        const int j = b * (OUT / NB) + tid;
+        float v = 0.0f;
+        for (int k = 0; k < H; ++k) v += y_value(l, k, j);
+        y[j] = v;
+      }
+    } else {
+      const int want = b % H, cb = b / H;
+      const float* grp = parts + (size_t)want * C * G * (D + 2);
+      float mk[C], lk[C], ok[C];
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
+        lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
+        ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
+      }
+      float m = -INFINITY, sum = 0.0f, o = 0.0f;
+#pragma unroll
+      for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const float w = __expf(mk[k] - m) * lk[k];
+        sum += w;
+        o += w * ok[k];
+      }
+      bad += o / sum != merged_value(l, C, g, i);
+      if (tid < OUT / (NB / H)) {
+        const int j = cb * (OUT / (NB / H)) + tid;
+        y[want * OUT + j] = y_value(l, want, j);
+      }
+    }
+    __syncthreads();
+    if (tid == 0) red_release(&cnt[1], 1u);
+    // Stage C: the next operator's task reads the projection's output.
+    wait_count(&cnt[1], NB);
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < OUT / THREADS; ++r) {
+      const int j = tid + r * THREADS;
+      float v = 0.0f, want = 0.0f;
+      if (SPLIT) {
+        float yk[H];
+#pragma unroll
+        for (int k = 0; k < H; ++k) yk[k] = __ldcg(y + k * OUT + j);
+#pragma unroll
+        for (int k = 0; k < H; ++k) v += yk[k];
+      } else {
+        v = __ldcg(y + j);
+      }
+      for (int k = 0; k < H; ++k) want += y_value(l, k, j);
+      bad += v != want;
+      s += v;
+    }
+    if (s < 0.0f) bad += 1;
+  }
+  if (bad) atomicAdd(errors, bad);
+}
+
 struct Buffers {
   float* merged;
+  float* y;
   float* part;
   unsigned* tickets;
   unsigned* counters;
@@ -285,6 +429,11 @@ struct Buffers {
 
 // Launches variant v once; returns false when the device cannot run it.
 bool launch(int v, const Buffers& bu, int iters, int use_kv) {
+  if (v == 6 || v == 7) {
+    if (v == 6) chain<false><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.y, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    if (v == 7) chain<true><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.y, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
+    return true;
+  }
   if (v == 5) {
     global_merge<2, 8, 16, 2><<<NB, THREADS, DYN_SMEM>>>(bu.merged, bu.part, bu.tickets, bu.counters, iters, bu.errors, bu.kv, use_kv);
     return true;
@@ -361,27 +510,29 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&bu.merged, 2 * VEC * sizeof(float)));
   CK(cudaMalloc(&bu.part, (size_t)2 * NB * 2 * (D + 2) * sizeof(float)));
   CK(cudaMalloc(&bu.tickets, 64 * sizeof(unsigned)));
-  CK(cudaMalloc(&bu.counters, (size_t)iters * sizeof(unsigned)));
+  CK(cudaMalloc(&bu.counters, 2 * (size_t)iters * sizeof(unsigned)));
+  CK(cudaMalloc(&bu.y, 2 * 8 * 1024 * sizeof(float)));
   CK(cudaMalloc(&bu.errors, sizeof(unsigned)));
   CK(cudaMalloc(&bu.kv, KV_BYTES));
   fill<<<1024, 256>>>(bu.kv, KV_BYTES / 16);
   for (auto k : {global_merge<0, 8, 16, 2>, global_merge<1, 8, 16, 2>, global_merge<1, 16, 8, 1>, global_merge<2, 8, 16, 2>})
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, DYN_SMEM));
+  for (auto k : {chain<false>, chain<true>}) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, DYN_SMEM));
   CK(cudaDeviceSynchronize());
   printf("device %s, %d SMs, %d blocks of %d threads, %d iterations per launch, median of %d launches%s\n", prop.name,
          prop.multiProcessorCount, NB, THREADS, iters, launches,
          use_kv ? ", each chunk loading its K and V rows from DRAM first" : "");
-  const char* names[6] = {"level", "ticket16", "ticket8", "cluster8", "cluster16", "pergroup16"};
+  const char* names[8] = {"level", "ticket16", "ticket8", "cluster8", "cluster16", "pergroup16", "chain", "chain-split"};
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int v = 0; v < 6; ++v) {
+  for (int v = 0; v < 8; ++v) {
     std::vector<float> ns;
     unsigned errors = 0;
     bool ran = true;
     for (int k = 0; k <= launches && ran; ++k) {  // the first launch warms up
       CK(cudaMemset(bu.tickets, 0, 64 * sizeof(unsigned)));
-      CK(cudaMemset(bu.counters, 0, (size_t)iters * sizeof(unsigned)));
+      CK(cudaMemset(bu.counters, 0, 2 * (size_t)iters * sizeof(unsigned)));
       CK(cudaMemset(bu.errors, 0, sizeof(unsigned)));
       CK(cudaEventRecord(e0));
       ran = launch(v, bu, iters, use_kv);
