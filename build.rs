@@ -240,9 +240,7 @@ fn compile_test_kernels() -> Result<(), String> {
     std::fs::create_dir_all(&dest_dir).map_err(|e| format!("creating {}: {e}", dest_dir.display()))?;
     let opts = mirage::nvcc::CompileOptions {
         include_dirs: vec![cuda_dir.clone()],
-        cache_dir: Some(
-            mirage::nvcc::cache_dir_from_env().unwrap_or_else(|| out_dir.join("mirage").join("nvcc-cache")),
-        ),
+        cache_dir: Some(mirage::nvcc::cache_dir_under(&out_dir)),
         ..Default::default()
     };
     for source_path in &sources {

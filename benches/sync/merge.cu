@@ -46,16 +46,9 @@
 #include <string>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "sync.cuh"
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int THREADS = 256;
 constexpr int D = 128;
@@ -66,14 +59,6 @@ constexpr int KV_HEADS = 8;
 constexpr size_t KV_BYTES = 1ull << 30;
 constexpr int DYN_SMEM = 120 * 1024;  // one block per SM, as the megakernel's workers
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ void cluster_arrive_release() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
@@ -107,18 +92,49 @@ __device__ __forceinline__ unsigned load_kv(const uint4* kv, int l, int h, int H
   return s;
 }
 
-// The consumer's side of every variant: warp 0 waits for the iteration's counter to reach NB,
-// then every thread reads its share of the merged vector and checks it.
-__device__ __forceinline__ unsigned wait_and_read(const float* merged, unsigned* counter, int l, int C, int G) {
+// A task's dependency wait as mpk::wait_counters does it: warp 0 polls the counter until it
+// reaches n (eight polls, then __nanosleep(32) between them), then a block barrier.
+__device__ __forceinline__ void wait_count(unsigned* counter, unsigned n) {
   const int tid = threadIdx.x;
   if (tid < 32) {
     for (unsigned polls = 0;; ++polls) {
-      const bool done = tid != 0 || ld_acquire(counter) >= (unsigned)NB;
+      const bool done = tid != 0 || ld_acquire(counter) >= n;
       if (__all_sync(0xffffffffu, done)) break;
       if (polls >= 8) __nanosleep(32);
     }
   }
   __syncthreads();
+}
+
+// Element (g, i) of the merge of one group's C partials (part [C][G][D + 2], written by other
+// blocks: read through L2), every load in one round: Σ_c w_c o_c[i] / Σ_c w_c with
+// w_c = l_c exp(m_c − max m).
+template <int C, int G>
+__device__ __forceinline__ float merge_partials(const float* grp, int g, int i) {
+  float mk[C], lk[C], ok[C];
+#pragma unroll
+  for (int k = 0; k < C; ++k) {
+    mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
+    lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
+    ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
+  }
+  float m = -INFINITY, sum = 0.0f, o = 0.0f;
+#pragma unroll
+  for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
+#pragma unroll
+  for (int k = 0; k < C; ++k) {
+    const float w = __expf(mk[k] - m) * lk[k];
+    sum += w;
+    o += w * ok[k];
+  }
+  return o / sum;
+}
+
+// The consumer's side of every variant: waits for the iteration's counter to reach NB, then
+// every thread reads its share of the merged vector and checks it.
+__device__ __forceinline__ unsigned wait_and_read(const float* merged, unsigned* counter, int l, int C, int G) {
+  const int tid = threadIdx.x;
+  wait_count(counter, NB);
   unsigned bad = 0;
   float s = 0.0f;
 #pragma unroll
@@ -167,35 +183,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       if (MODE == 2) {
         if (tid == 0) red_release(&counters[l], 1u);
         // The consumer: all partials written, then one group's merged by this block.
-        if (tid < 32) {
-          for (unsigned polls = 0;; ++polls) {
-            const bool done = tid != 0 || ld_acquire(&counters[l]) >= (unsigned)NB;
-            if (__all_sync(0xffffffffu, done)) break;
-            if (polls >= 8) __nanosleep(32);
-          }
-        }
-        __syncthreads();
+        wait_count(&counters[l], NB);
         if (g < G) {
           const int want = b % H;
           const float* grp = part + (size_t)(l & 1) * NB * G * (D + 2) + (size_t)want * C * G * (D + 2);
-          float mk[C], lk[C], ok[C];
-#pragma unroll
-          for (int k = 0; k < C; ++k) {
-            mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
-            lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
-            ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
-          }
-          float m = -INFINITY;
-#pragma unroll
-          for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
-          float sum = 0.0f, o = 0.0f;
-#pragma unroll
-          for (int k = 0; k < C; ++k) {
-            const float w = __expf(mk[k] - m) * lk[k];
-            sum += w;
-            o += w * ok[k];
-          }
-          bad += o / sum != merged_value(l, C, g, i);
+          bad += merge_partials<C, G>(grp, g, i) != merged_value(l, C, g, i);
         }
         __syncthreads();
         continue;
@@ -287,17 +279,6 @@ __global__ void __launch_bounds__(THREADS, 1)
 // 8 groups' partial sums (8 × 1024 values) and adds them — the per-group design with the sum over
 // the groups folded into the next operator's loads.
 __device__ __forceinline__ float y_value(int l, int g, int j) { return (float)((l + j + g) & 15); }
-__device__ __forceinline__ void wait_count(unsigned* counter, unsigned n) {
-  const int tid = threadIdx.x;
-  if (tid < 32) {
-    for (unsigned polls = 0;; ++polls) {
-      const bool done = tid != 0 || ld_acquire(counter) >= n;
-      if (__all_sync(0xffffffffu, done)) break;
-      if (polls >= 8) __nanosleep(32);
-    }
-  }
-  __syncthreads();
-}
 template <bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     chain(float* merged2, float* part, float* y2, unsigned* tickets, unsigned* counters, int iters, unsigned* errors,
@@ -328,26 +309,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (last) __threadfence();
       }
       __syncthreads();
-      if (last) {
-        const float* grp = parts + (size_t)h * C * G * (D + 2);
-        float mk[C], lk[C], ok[C];
-#pragma unroll
-        for (int k = 0; k < C; ++k) {
-          mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
-          lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
-          ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
-        }
-        float m = -INFINITY, sum = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
-#pragma unroll
-        for (int k = 0; k < C; ++k) {
-          const float w = __expf(mk[k] - m) * lk[k];
-          sum += w;
-          o += w * ok[k];
-        }
-        merged[(h * G + g) * D + i] = o / sum;
-      }
+      if (last) merged[(h * G + g) * D + i] = merge_partials<C, G>(parts + (size_t)h * C * G * (D + 2), g, i);
       __syncthreads();
     }
     if (tid == 0) red_release(&cnt[0], 1u);
@@ -367,24 +329,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     } else {
       const int want = b % H, cb = b / H;
-      const float* grp = parts + (size_t)want * C * G * (D + 2);
-      float mk[C], lk[C], ok[C];
-#pragma unroll
-      for (int k = 0; k < C; ++k) {
-        mk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D);
-        lk[k] = __ldcg(grp + (k * G + g) * (D + 2) + D + 1);
-        ok[k] = __ldcg(grp + (k * G + g) * (D + 2) + i);
-      }
-      float m = -INFINITY, sum = 0.0f, o = 0.0f;
-#pragma unroll
-      for (int k = 0; k < C; ++k) m = fmaxf(m, mk[k]);
-#pragma unroll
-      for (int k = 0; k < C; ++k) {
-        const float w = __expf(mk[k] - m) * lk[k];
-        sum += w;
-        o += w * ok[k];
-      }
-      bad += o / sum != merged_value(l, C, g, i);
+      bad += merge_partials<C, G>(parts + (size_t)want * C * G * (D + 2), g, i) != merged_value(l, C, g, i);
       if (tid < OUT / (NB / H)) {
         const int j = cb * (OUT / (NB / H)) + tid;
         y[want * OUT + j] = y_value(l, want, j);

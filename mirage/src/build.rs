@@ -524,7 +524,7 @@ impl Builder {
         let cache = self.cache(&artifact_dir, tune_mode)?;
         let nvcc_opts = nvcc::CompileOptions {
             arch: Some(arch.clone()),
-            cache_dir: Some(nvcc::cache_dir_from_env().unwrap_or_else(|| artifact_dir.join("nvcc-cache"))),
+            cache_dir: Some(nvcc::cache_dir_under(&out_dir)),
             nvcc: self.nvcc.clone(),
             multi_arch: true,
             ..Default::default()

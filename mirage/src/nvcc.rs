@@ -440,7 +440,13 @@ fn cache_dir_override(value: Option<&OsStr>) -> Option<PathBuf> {
     value.filter(|v| !v.to_string_lossy().trim().is_empty()).map(PathBuf::from)
 }
 
-/// The default cache directory: [`CACHE_DIR_ENV`] when set, else `<base>/mirage/nvcc-cache`
+/// The cache directory of a build whose output directory is `base`: [`CACHE_DIR_ENV`] when set,
+/// else `<base>/mirage/nvcc-cache` (beside the build's artifacts, `mirage_core::ARTIFACT_DIR`).
+pub fn cache_dir_under(base: &Path) -> PathBuf {
+    cache_dir_from_env().unwrap_or_else(|| base.join(mirage_core::ARTIFACT_DIR).join("nvcc-cache"))
+}
+
+/// The default cache directory: [`CACHE_DIR_ENV`] when set, else [`cache_dir_under`] `<base>`
 /// where `<base>` is `$OUT_DIR` in a build script, else `$CARGO_TARGET_DIR`, else the cargo
 /// target directory the running binary lives in (the nearest ancestor holding cargo's
 /// `CACHEDIR.TAG`, e.g. for tests), else the system temporary directory.
@@ -457,7 +463,7 @@ pub fn default_cache_dir() -> PathBuf {
         .map(PathBuf::from)
         .or_else(from_exe)
         .unwrap_or_else(std::env::temp_dir);
-    base.join("mirage").join("nvcc-cache")
+    cache_dir_under(&base)
 }
 
 /// The environment variable listing the architectures a multi-architecture build targets,

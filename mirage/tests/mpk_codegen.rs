@@ -222,14 +222,7 @@ fn decode_attentions_share_an_angle_table_past_every_tasks_share() -> R {
         let g = &case.graph;
         let c = compile(g, &MpkOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
         let k = generate(&c).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
-        let half = g
-            .ops()
-            .iter()
-            .filter_map(|op| match &op.kind {
-                OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
-                _ => None,
-            })
-            .max();
+        let half = mirage::mpk::emit::angle_table_half(g);
         let marker = "reinterpret_cast<mpk::AngleTable*>(smem + ";
         let Some(half) = half else {
             assert!(!k.source.contains(marker), "{}: an angle table without a decode attention", g.name());

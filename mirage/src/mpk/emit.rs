@@ -101,15 +101,7 @@ pub fn emit(c: &Compiled, bodies: BodyGenerator<'_>) -> Result<ResidentKernel, B
         }
     }
     // The angle table of the decode attentions (device.cuh `AngleTable`): past every task's share.
-    let angle_half = g
-        .ops()
-        .iter()
-        .filter_map(|op| match &op.kind {
-            OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
-            _ => None,
-        })
-        .max();
-    let angles_at = angle_half.map(|h| {
+    let angles_at = angle_table_half(g).map(|h| {
         let at = smem.next_multiple_of(16);
         smem = at + angle_table_bytes(h);
         at
@@ -225,6 +217,18 @@ fn tables(out: &mut String, c: &Compiled) {
     array(out, "unsigned", "mpk_worker_begin", &begin, "0");
     array(out, "unsigned", "mpk_worker_list", &list, "0");
     out.push('\n');
+}
+
+/// Half the largest head size of `g`'s decode attentions (the angles its workers' table holds),
+/// or `None` when it has none (and its kernel no table).
+pub fn angle_table_half(g: &StepGraph) -> Option<usize> {
+    g.ops()
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
+            _ => None,
+        })
+        .max()
 }
 
 /// Bytes of a worker's angle table for head size `2 · half`: device.cuh's 32-byte `AngleTable`
