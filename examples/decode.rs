@@ -159,6 +159,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let plan = mk.plan()?;
     let mut cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
     cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW;
+    cfg.grouped_output = DECODE_GROUPED_OUTPUT;
     if args.tokens == 0 || args.pos + args.tokens > DECODE_CAPACITY {
         return Err(format!(
             "--pos {} --tokens {}: expected at least one token and pos + tokens <= {DECODE_CAPACITY} (the KV cache's capacity)",
@@ -197,6 +198,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if DECODE_BULK {
         println!("weight tiles stored tile by tile copied by one bulk copy each (MIRAGE_DECODE_BULK=1)");
+    }
+    if DECODE_GROUPED_OUTPUT {
+        println!(
+            "output projections by KV head group, merging the attention's partials (MIRAGE_DECODE_GROUPED_OUTPUT=1)"
+        );
     }
     let gpu = match Gpu::new(0) {
         Ok(gpu) => gpu,

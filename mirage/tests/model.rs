@@ -10,7 +10,7 @@ use mirage::model::{
     Checkpoint, ModelConfig, ModelError, RopeScaling, Weight, WeightData, WriteOptions, fuse_qkv, random_weights,
     write_checkpoint, write_checkpoint_with,
 };
-use mirage::mpk::decoder::decoder_step;
+use mirage::mpk::decoder::{DecoderConfig, decoder_step};
 use mirage::mpk::exec::{HostTensors, reference_step};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -247,10 +247,20 @@ fn bad_checkpoints_are_clear_errors() -> R {
 }
 
 /// The model's reference against the megakernel decoder's whole-graph CPU reference, step by
-/// step, on the same weights; the decoder's token choice is fed to both.
+/// step, on the same weights; the decoder's token choice is fed to both. Both forms of the
+/// decoder's output projection (`grouped_output`).
 fn compare_with_decoder(cfg: &ModelConfig, weights: &[Weight], dtype: DType, steps: usize, tol: f32) -> R {
-    let capacity = 16;
-    let g = decoder_step("tiny", &cfg.decoder_config(capacity, dtype))?;
+    for grouped_output in [false, true] {
+        let dcfg = DecoderConfig { grouped_output, ..cfg.decoder_config(16, dtype) };
+        compare_with(cfg, &dcfg, weights, steps, tol)?;
+    }
+    Ok(())
+}
+
+/// [`compare_with_decoder`] with the decoder of shape `dcfg`.
+fn compare_with(cfg: &ModelConfig, dcfg: &DecoderConfig, weights: &[Weight], steps: usize, tol: f32) -> R {
+    let (capacity, dtype) = (dcfg.capacity, dcfg.dtype);
+    let g = decoder_step("tiny", dcfg)?;
     let mut host = HostTensors::zeros(&g);
     // The decoder's inputs: a layer's q, k and v projections joined (`fuse_qkv`).
     for w in fuse_qkv(weights.iter().cloned().map(Ok)) {
@@ -271,7 +281,8 @@ fn compare_with_decoder(cfg: &ModelConfig, weights: &[Weight], dtype: DType, ste
         let theirs = host.get(logits);
         let scale = ours.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let err = ours.logits.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        println!("{} {dtype} step {pos}: max logit difference {err:.3e} of scale {scale:.3e}", cfg.name);
+        let form = if dcfg.grouped_output { "grouped output" } else { "merged output" };
+        println!("{} {dtype} ({form}) step {pos}: max logit difference {err:.3e} of scale {scale:.3e}", cfg.name);
         assert!(err <= tol * scale, "{dtype}, step {pos}: logits differ by {err} (scale {scale})");
         let chosen = host.get(token)[0] as usize;
         assert!(chosen < cfg.vocab, "step {pos}: the decoder chose {chosen}, past the vocabulary {}", cfg.vocab);

@@ -144,11 +144,15 @@ fn the_decoder_graph_computes_the_model() -> R {
     let toy = DecoderConfig::toy();
     decoder_matches_the_model("toy", &toy)?;
     // Qwen3's q/k norm, head_dim 128 over hidden 256 with 4 heads
-    let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..toy };
+    let qwen = DecoderConfig { layers: 1, qk_norm: true, head_dim: 128, eps: 1e-6, ..toy.clone() };
     decoder_matches_the_model("layer_qk_norm", &qwen)?;
     // every weight tile by tile
-    let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..toy };
-    decoder_matches_the_model("layer_contiguous", &contiguous)
+    let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..toy.clone() };
+    decoder_matches_the_model("layer_contiguous", &contiguous)?;
+    // the output projection by KV head group, its partial sums added by the MLP
+    let grouped = DecoderConfig { layers: 1, grouped_output: true, ..toy };
+    decoder_matches_the_model("layer_grouped", &grouped)?;
+    decoder_matches_the_model("layer_grouped_qk_norm", &DecoderConfig { grouped_output: true, ..qwen })
 }
 
 /// The test case `name` (a decoder of shape `cfg`) against [`Direct`] over 4 steps.

@@ -9,9 +9,10 @@
 
 use mirage::ir::{DType, KernelGraph};
 use mirage::mpk::decoder::{
-    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, grouped_tilings, grouped_tilings_in,
-    lm_head_tiling, lm_head_width, norm_projections, projection_residual, projection_tiling, projection_tiling_in,
-    streamed_gated_mlp, streamed_norm_projection, streamed_norm_projections, streamed_projection_residual,
+    DecoderConfig, PROJECTION_TASKS, ProjectionTiling, WeightStorage, gated_mlp, gated_mlp_of_parts, grouped_tilings,
+    grouped_tilings_in, lm_head_tiling, lm_head_width, norm_projections, projection_residual, projection_tiling,
+    projection_tiling_in, streamed_gated_mlp, streamed_gated_mlp_of_parts, streamed_norm_projection,
+    streamed_norm_projections, streamed_projection_residual,
 };
 use mirage::mpk::exec::{HostTensors, reference_step};
 use mirage::mpk::{MpkOptions, StepGraph, TensorId, compile};
@@ -149,6 +150,36 @@ fn the_folded_norm_projections_equal_the_norm_then_the_projections() -> R {
                     widths[k]
                 );
                 assert!(plain.iter().any(|v| v.abs() > 0.1), "{dtype}: the outputs are not all small");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_streamed_mlp_of_parts_equals_the_plain_graph() -> R {
+    // The gated MLP of the residual plus the output projection's per-group partial sums
+    // (`grouped_output`): 8 parts (Qwen3's and the Llamas' KV heads) and 2 (the toy's).
+    for dtype in [DType::F32, DType::Bf16] {
+        let tol = if dtype == DType::F32 { 5e-6 } else { 2e-2 };
+        for (parts, (hidden, inter, _)) in [(8, CASES[0]), (2, CASES[1]), (8, CASES[4])] {
+            for c in storages(cfg(hidden, inter, dtype)) {
+                let below = c.contiguous_below;
+                let shapes = [
+                    vec![1, hidden],
+                    vec![parts, hidden],
+                    vec![1, hidden],
+                    vec![hidden, inter],
+                    vec![hidden, inter],
+                    vec![inter, hidden],
+                ];
+                let outs =
+                    both(&gated_mlp_of_parts(&c, parts)?, &streamed_gated_mlp_of_parts(&c, parts)?, &shapes, dtype)?;
+                let e = rel_err(&outs[0].1, &outs[0].0);
+                assert!(
+                    e <= tol,
+                    "{dtype}, mlp {hidden}x{inter} of {parts} parts, tiles below {below}: error {e} > {tol}"
+                );
             }
         }
     }

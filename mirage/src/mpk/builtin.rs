@@ -116,6 +116,27 @@ pub enum Builtin {
         /// v (one projection's output: [`crate::mpk::decoder`]'s fused q/k/v projection), the
         /// inputs then being `qkv, inv_freq` (and the gains); else three inputs `q, k, v`.
         fused: bool,
+        /// Whether the operator merges the chunks itself (the ticket above, output `out`); when
+        /// `false` it has no `out` and no tickets — its outputs are `partials, k_cache,
+        /// v_cache` — and a [`Builtin::MergeProjection`] merges each KV head's partials in its
+        /// own first loads (DECISIONS change 101).
+        merge: bool,
+    },
+    /// The output projection of unmerged decode-attention partials, by KV head group: tile
+    /// `(x, kvh)` merges KV head `kvh`'s chunks into its `group` query heads as
+    /// [`Builtin::AttentionCombine`] does (each head's `d` values rounded to `W`'s type, as a
+    /// merged attention output holds them), and multiplies those `group·d` values by rows
+    /// `kvh·group·d ..` and columns `x·cols ..` of `W`, summing in f32: `out[kvh, x·cols + j] =
+    /// Σ_r a[kvh·group·d + r] · W[kvh·group·d + r, x·cols + j]`. The sum over `kvh` of `out`'s
+    /// rows is the whole projection `a · W`; its consumer adds them (the decoder's gated MLP,
+    /// [`crate::mpk::decoder::streamed_gated_mlp_of_parts`]), so no tile waits for other KV
+    /// heads' chunks. Inputs: `partials [kv_heads, chunks, group, d + 2]` f32, `W [kv_heads·
+    /// group·d, n]` row-major (16-bit or f32). Output: `[kv_heads, n]` of `W`'s type. Tiles:
+    /// `n / cols × kv_heads`.
+    MergeProjection {
+        /// Columns of `W` per tile: a power of two from 8 to [`MAX_MERGE_PROJECTION_COLS`]
+        /// dividing `n`.
+        cols: usize,
     },
     /// First half of argmax over the last dim: each tile finds the largest value (smallest
     /// index among equals) of its `chunk` columns below `columns`. Input: `logits [rows,
@@ -183,6 +204,7 @@ impl Builtin {
             Builtin::AttentionPartial { .. } => "attention_partial",
             Builtin::AttentionCombine { .. } => "attention_combine",
             Builtin::DecodeAttention { .. } => "decode_attention",
+            Builtin::MergeProjection { .. } => "merge_projection",
             Builtin::ArgmaxPartial { .. } => "argmax_partial",
             Builtin::ArgmaxReduce => "argmax_reduce",
             Builtin::Nop { .. } => "nop",
@@ -192,7 +214,7 @@ impl Builtin {
     /// Number of input operands.
     pub fn num_inputs(&self) -> usize {
         match self {
-            Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } => 2,
+            Builtin::Embedding { .. } | Builtin::Rope { norm: None, .. } | Builtin::MergeProjection { .. } => 2,
             Builtin::AttentionPartial { .. } | Builtin::Rope { norm: Some(_), .. } => 3,
             Builtin::DecodeAttention { norm, fused, .. } => {
                 (if *fused { 2 } else { 4 }) + if norm.is_some() { 2 } else { 0 }
@@ -204,7 +226,7 @@ impl Builtin {
     /// Number of output operands.
     pub fn num_outputs(&self) -> usize {
         match self {
-            Builtin::DecodeAttention { .. } => 4,
+            Builtin::DecodeAttention { merge, .. } => 3 + usize::from(*merge),
             _ => 1,
         }
     }
@@ -220,7 +242,7 @@ impl Builtin {
     /// which its tiles take tickets from (not dependency counters: nothing waits on them).
     pub fn ticket_counters(&self, grid: [usize; 3]) -> usize {
         match self {
-            Builtin::DecodeAttention { .. } => grid[1],
+            Builtin::DecodeAttention { merge: true, .. } => grid[1],
             _ => 0,
         }
     }
@@ -263,6 +285,10 @@ impl Builtin {
             Builtin::AttentionPartial { chunks, .. } => {
                 let (kvh, group, d) = attention_dims(inputs[0], inputs[1])?;
                 vec![TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32)]
+            }
+            Builtin::MergeProjection { .. } => {
+                let (kvh, n) = merge_projection_dims(inputs[0], inputs[1])?;
+                vec![d(&[kvh, n], inputs[1].dtype)]
             }
             Builtin::AttentionCombine { dtype } => {
                 rank(inputs[0], 4, "partials")?;
@@ -376,8 +402,9 @@ impl Builtin {
                 same(&want[0])?;
                 Ok([p.shape[0] * p.shape[2], 1, 1])
             }
-            Builtin::DecodeAttention { scale, chunks, norm, fused, .. } => {
-                let (partials, kc, vc) = (outputs[1], outputs[2], outputs[3]);
+            Builtin::DecodeAttention { scale, chunks, norm, fused, merge, .. } => {
+                let o = usize::from(*merge);
+                let (partials, kc, vc) = (outputs[o], outputs[o + 1], outputs[o + 2]);
                 rank(kc, 3, "k_cache")?;
                 let kv_width = kc.shape[0] * kc.shape[2];
                 let ops = AttentionOperands::of(*fused, inputs[0].shape.get(1).copied().unwrap_or(0), kv_width);
@@ -414,12 +441,31 @@ impl Builtin {
                 if let Some(eps) = norm {
                     head_norm(*eps, &[(inputs[ops.gains], "q_norm"), (inputs[ops.gains + 1], "k_norm")], d, q.dtype)?;
                 }
-                same(q)?;
+                if *merge {
+                    same(q)?;
+                }
                 let want = TensorDesc::new(&[kvh, *chunks, group, d + 2], DType::F32);
                 expect(partials.shape == want.shape && partials.dtype == want.dtype, || {
                     format!("partials: expected {}, found {}", fmt(&want), fmt(partials))
                 })?;
                 Ok([*chunks, kvh, 1])
+            }
+            Builtin::MergeProjection { cols } => {
+                let (kvh, n) = merge_projection_dims(inputs[0], inputs[1])?;
+                expect(
+                    cols.is_power_of_two() && (8..=MAX_MERGE_PROJECTION_COLS).contains(cols) && n.is_multiple_of(*cols),
+                    || {
+                        format!(
+                            "cols {cols}: expected a power of two from 8 to {MAX_MERGE_PROJECTION_COLS} dividing the projection's width {n}"
+                        )
+                    },
+                )?;
+                let rows = inputs[0].shape[2] * (inputs[0].shape[3] - 2);
+                expect(rows <= MAX_MERGE_PROJECTION_ROWS, || {
+                    format!("a KV head group of at most {MAX_MERGE_PROJECTION_ROWS} values (group · d), found {rows}")
+                })?;
+                same(&TensorDesc::new(&[kvh, n], inputs[1].dtype))?;
+                Ok([n / cols, kvh, 1])
             }
             Builtin::ArgmaxPartial { chunk, .. } => {
                 let want = self.output_descs(inputs)?;
@@ -500,12 +546,12 @@ impl Builtin {
                 let read = Region::at(p, vec![x / group, 0, x % group, 0], &[1, chunks, 1, d2]);
                 (vec![(read, false)], vec![Region::at(out, vec![0, x * (d2 - 2)], &[1, d2 - 2])])
             }
-            Builtin::DecodeAttention { fused, .. } => {
-                let (kc, kd) = outputs[2];
+            Builtin::DecodeAttention { fused, merge, .. } => {
+                let o = usize::from(*merge);
+                let ((pt, pd), (kc, kd), (vc, _)) = (outputs[o], outputs[o + 1], outputs[o + 2]);
                 let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
-                let group = od.shape[1] / d / kvh;
+                let group = pd.shape[2];
                 let ops = AttentionOperands::of(*fused, inputs[0].1.shape[1], kvh * d);
-                let heads = Region::at(out, vec![0, y * group * d], &[1, group * d]);
                 let cache = |t| Region::at(t, vec![y, 0, 0], &[1, cap, d]);
                 let row = |(i, at): (usize, usize), width: usize| {
                     (Region::at(inputs[i].0, vec![0, at + y * width], &[1, width]), false)
@@ -516,11 +562,26 @@ impl Builtin {
                     row(ops.v, d),
                     (whole(inputs[ops.inv_freq]), false),
                     (cache(kc), false),
-                    (cache(outputs[3].0), false),
+                    (cache(vc), false),
                 ];
                 reads.extend(inputs[ops.gains..].iter().map(|&gain| (whole(gain), true)));
-                let partial = Region::at(outputs[1].0, vec![y, x, 0, 0], &[1, 1, group, d + 2]);
-                (reads, vec![heads, partial, cache(kc), cache(outputs[3].0)])
+                let partial = Region::at(pt, vec![y, x, 0, 0], &[1, 1, group, d + 2]);
+                let mut writes = Vec::with_capacity(4);
+                if *merge {
+                    writes.push(Region::at(out, vec![0, y * group * d], &[1, group * d]));
+                }
+                writes.extend([partial, cache(kc), cache(vc)]);
+                (reads, writes)
+            }
+            Builtin::MergeProjection { cols } => {
+                let ((p, pd), (w, _)) = (inputs[0], inputs[1]);
+                let [_, chunks, group, d2] = pd.shape[..] else { unreachable!("checked: rank 4") };
+                let rows = group * (d2 - 2);
+                let reads = vec![
+                    (Region::at(p, vec![y, 0, 0, 0], &[1, chunks, group, d2]), false),
+                    (Region::at(w, vec![y * rows, x * cols], &[rows, *cols]), true),
+                ];
+                (reads, vec![Region::at(out, vec![y, x * cols], &[1, *cols])])
             }
             Builtin::ArgmaxPartial { chunk, .. } => {
                 let read = Region::at(inputs[0].0, vec![y, x * chunk], &[1, *chunk]);
@@ -549,17 +610,26 @@ impl Builtin {
                 let group = inputs[0].shape[1] / d / inputs[1].shape[0];
                 attention_smem_floats(group, d, threads) * 4
             }
-            Builtin::DecodeAttention { chunks, .. } => {
-                // The caches are [kv_heads, capacity, d]; the merged heads [1, kv_heads·group·d].
-                let (kd, od) = (outputs[2], outputs[0]);
-                let d = kd.shape[2];
-                let group = od.shape[1] / d / kd.shape[0];
+            Builtin::DecodeAttention { chunks, merge, .. } => {
+                // The partials are [kv_heads, chunks, group, d + 2].
+                let pd = outputs[usize::from(*merge)];
+                let (group, d) = (pd.shape[2], pd.shape[3] - 2);
                 // attention_chunk's, then a norm scale per head, the heads and the new value as
                 // loaded, and the two gains; the merge reuses the space for (m, l) of every
                 // chunk of the group. The angles' cos and sin live in the worker's angle table
                 // (`emit::angle_table_bytes`), past every task's share.
                 let attend = attention_smem_floats(group, d, threads) + group + 1 + (group + 2) * d + 2 * d;
                 attend.max(2 * group * chunks) * 4
+            }
+            Builtin::MergeProjection { cols } => {
+                let p = inputs[0];
+                let (chunks, group, d) = (p.shape[1], p.shape[2], p.shape[3] - 2);
+                let vector = 16 / inputs[1].dtype.size_bytes();
+                let row_groups = threads / (cols / vector).max(1);
+                // (m, l) of every chunk of the group, the merged heads as `W`'s type (in whole
+                // 16-byte units), the row groups' column sums.
+                let heads = (group * d * inputs[1].dtype.size_bytes()).div_ceil(16) * 4;
+                (2 * group * chunks + heads + row_groups * cols) * 4
             }
             Builtin::Rope { norm: Some(_), .. } => warps * 4,
             Builtin::ArgmaxPartial { .. } | Builtin::ArgmaxReduce => warps * 8,
@@ -580,7 +650,7 @@ impl Builtin {
         names: &dyn Fn(IndexSource) -> String,
     ) -> Result<(), IndexError> {
         let [x, y, _] = tile;
-        if let Builtin::DecodeAttention { pos, scale, chunks, norm, fused } = self {
+        if let Builtin::DecodeAttention { pos, scale, chunks, norm, fused, .. } = self {
             let p = pos.eval(params);
             return decode_attention_tile([x, y], inputs, outputs, p, *scale, *chunks, *norm, *fused)
                 .map_err(|bound| IndexError { value: p, bound, source_name: names(IndexSource::Param(pos.param.0)) });
@@ -705,6 +775,24 @@ impl Builtin {
                     }
                 }
                 out[x] = if best.1.is_finite() { best.1 } else { p[x * n * 2 + 1] };
+                Ok(())
+            }
+            Builtin::MergeProjection { cols } => {
+                let ((p, pd), (w, wd)) = (inputs[0], inputs[1]);
+                let [_, chunks, group, d2] = pd.shape[..] else { unreachable!("checked: rank 4") };
+                let (d, n) = (d2 - 2, wd.shape[1]);
+                let rows = group * d;
+                // The group's merged heads, rounded to W's type as a merged output holds them.
+                let mut a = vec![0.0f32; rows];
+                for g in 0..group {
+                    let row = |c: usize| &p[((y * chunks + c) * group + g) * d2..][..d2];
+                    merge_partials(chunks, row, &mut a[g * d..(g + 1) * d]);
+                }
+                a.iter_mut().for_each(|v| *v = wd.dtype.round(*v));
+                for j in x * cols..(x + 1) * cols {
+                    let s: f32 = a.iter().enumerate().map(|(r, av)| av * w[(y * rows + r) * n + j]).sum();
+                    out[y * n + j] = s;
+                }
                 Ok(())
             }
             Builtin::DecodeAttention { .. } => unreachable!("run before the match"),
@@ -850,7 +938,8 @@ fn merge_partials<'a>(chunks: usize, row: impl Fn(usize) -> &'a [f32], out: &mut
 }
 
 /// The CPU reference of tile `[c, h]` of a [`Builtin::DecodeAttention`] at position `pos`
-/// (outputs: out, partials, k_cache, v_cache); `Err(bound)` for a position out of range.
+/// (outputs: out, partials, k_cache, v_cache; without `out` when the operator does not merge);
+/// `Err(bound)` for a position out of range.
 #[allow(clippy::too_many_arguments)]
 fn decode_attention_tile(
     [c, h]: [usize; 2],
@@ -862,15 +951,22 @@ fn decode_attention_tile(
     norm: Option<Scalar>,
     fused: bool,
 ) -> Result<(), i64> {
-    let [(out, od), (partials, _), (kc, kd), (vc, _)] = outputs else { unreachable!("checked: four outputs") };
-    let dtype = od.dtype;
+    let (mut out, rest) = match outputs {
+        [(out, _), rest @ ..] if rest.len() == 3 => (Some(out), rest),
+        rest => (None, rest),
+    };
+    let [(partials, pd), (kc, kd), (vc, _)] = rest else { unreachable!("checked: three or four outputs") };
+    // The caches hold q's type.
+    let dtype = kd.dtype;
     let (cap, d) = (kd.shape[1], kd.shape[2]);
-    let group = od.shape[1] / d / kd.shape[0];
+    let group = pd.shape[2];
     let d2 = d + 2;
     let heads = h * group * d..(h + 1) * group * d;
     let slot = (h * chunks + c) * group * d2..(h * chunks + c + 1) * group * d2;
     if !(0..cap as i64).contains(&pos) {
-        out[heads].fill(0.0);
+        if let Some(out) = out.as_mut() {
+            out[heads].fill(0.0);
+        }
         neutral_partials(&mut partials[slot], d);
         return Err(cap as i64);
     }
@@ -908,7 +1004,7 @@ fn decode_attention_tile(
         rows
     };
     partials[slot].copy_from_slice(&chunk_rows(c));
-    if c + 1 == chunks {
+    if let Some(out) = out.filter(|_| c + 1 == chunks) {
         let all: Vec<Vec<f32>> = (0..chunks).map(chunk_rows).collect();
         for g in 0..group {
             let at = (h * group + g) * d;
@@ -943,6 +1039,29 @@ fn attention_dims(q: &TensorDesc, kc: &TensorDesc) -> Result<(usize, usize, usiz
     let heads = q.shape[1] / d;
     expect(heads.is_multiple_of(kvh), || format!("kv_heads {kvh} must divide heads {heads}"))?;
     Ok((kvh, heads / kvh, d))
+}
+
+/// The most values of a KV head group (`group · d`) a [`Builtin::MergeProjection`] tile merges
+/// and multiplies: its shared memory holds them with the chunks' `(m, l)` pairs.
+pub const MAX_MERGE_PROJECTION_ROWS: usize = 4096;
+
+/// `(kv_heads, n)` of a [`Builtin::MergeProjection`]'s operands: partials `[kv_heads, chunks,
+/// group, d + 2]` f32 and a row-major weight `[kv_heads·group·d, n]` (16-bit or f32).
+fn merge_projection_dims(p: &TensorDesc, w: &TensorDesc) -> Result<(usize, usize), String> {
+    rank(p, 4, "partials")?;
+    f32_typed(p, "partials")?;
+    rank(w, 2, "W")?;
+    let [kvh, chunks, group, d2] = p.shape[..] else { unreachable!("checked: rank 4") };
+    expect(kvh > 0 && chunks > 0 && group > 0 && d2 > 2, || {
+        format!("partials: expected [kv_heads, chunks, group, d + 2], found {}", fmt(p))
+    })?;
+    expect(w.shape[0] == kvh * group * (d2 - 2) && w.shape[1] > 0, || {
+        format!("W: expected [{} (kv_heads · group · d), n], found {}", kvh * group * (d2 - 2), fmt(w))
+    })?;
+    expect(matches!(w.dtype, DType::F32 | DType::F16 | DType::Bf16), || {
+        format!("W: expected f32, f16 or bf16, found {}", fmt(w))
+    })?;
+    Ok((kvh, w.shape[1]))
 }
 
 /// The keys of chunk `c` of `chunks` over a key length `keylen`: chunks of `⌈keylen / chunks⌉`
@@ -1010,10 +1129,85 @@ pub fn decode_attention(
     rows: QkvRows,
     inv_freq: TensorId,
     norm: Option<(Scalar, [TensorId; 2])>,
+    caches: [TensorId; 2],
+    pos: ParamExpr,
+    scale: Scalar,
+    workers: usize,
+) -> Result<TensorId, GraphError> {
+    add_decode_attention(g, name, rows, inv_freq, norm, caches, pos, scale, workers, true)
+}
+
+/// [`decode_attention`] without the merge ([`Builtin::DecodeAttention`] with `merge: false`):
+/// writes only the buffer `{name}.partials` (`[kv_heads, chunks, group, d + 2]` f32, which it
+/// returns) besides the caches, for a [`Builtin::MergeProjection`] ([`merge_projection`]) to
+/// merge.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention_partials(
+    g: &mut StepGraph,
+    name: &str,
+    rows: QkvRows,
+    inv_freq: TensorId,
+    norm: Option<(Scalar, [TensorId; 2])>,
+    caches: [TensorId; 2],
+    pos: ParamExpr,
+    scale: Scalar,
+    workers: usize,
+) -> Result<TensorId, GraphError> {
+    add_decode_attention(g, name, rows, inv_freq, norm, caches, pos, scale, workers, false)
+}
+
+/// Adds [`Builtin::MergeProjection`] `name` of the decode-attention partials `partials` and the
+/// row-major weight `w [kv_heads·group·d, n]`, with [`merge_projection_cols`] columns per tile;
+/// writes and returns the buffer `{name}.out [kv_heads, n]` (`w`'s type).
+pub fn merge_projection(
+    g: &mut StepGraph,
+    name: &str,
+    partials: TensorId,
+    w: TensorId,
+    workers: usize,
+) -> Result<TensorId, GraphError> {
+    let desc = |t: TensorId| g.tensors().get(t.0).map(|t| t.desc.clone());
+    let (Some(pd), Some(wd)) = (desc(partials), desc(w)) else {
+        return Err(GraphError::Operand {
+            graph: g.name().into(),
+            op: name.into(),
+            reason: "an operand is not a tensor of this graph".into(),
+        });
+    };
+    // Shapes are the builtin's to check (g.builtin below); these only choose the tiles.
+    let kv_heads = pd.shape.first().copied().unwrap_or(1).max(1);
+    let n = wd.shape.get(1).copied().unwrap_or(0);
+    let cols = merge_projection_cols(kv_heads, n, workers);
+    Ok(g.builtin(name, Builtin::MergeProjection { cols }, &[partials, w])?[0])
+}
+
+/// Columns per [`Builtin::MergeProjection`] tile for `kv_heads` groups and an output of `n`:
+/// the narrowest power of two from 8 dividing `n` whose tiles (`n / cols` per group) fit one
+/// round on `workers` workers (Qwen3-0.6B: 64 of 1024 over 8 KV heads, 128 tiles; Llama-3.2-1B
+/// 128 of 2048; Llama-3.1-8B 256 of 4096), else the widest up to [`MAX_MERGE_PROJECTION_COLS`]
+/// dividing `n`; 8 when none divides it (which the builtin's check then reports).
+pub fn merge_projection_cols(kv_heads: usize, n: usize, workers: usize) -> usize {
+    let widths =
+        || (3..=MAX_MERGE_PROJECTION_COLS.trailing_zeros()).map(|b| 1usize << b).filter(|c| n.is_multiple_of(*c));
+    widths().find(|&c| n / c * kv_heads <= workers.max(1)).or_else(|| widths().last()).unwrap_or(8)
+}
+
+/// The widest [`Builtin::MergeProjection`] tile: 128 16-byte column vectors of f32 (256 of a
+/// 16-bit type), each a thread's, at 256 threads a task.
+pub const MAX_MERGE_PROJECTION_COLS: usize = 512;
+
+#[allow(clippy::too_many_arguments)]
+fn add_decode_attention(
+    g: &mut StepGraph,
+    name: &str,
+    rows: QkvRows,
+    inv_freq: TensorId,
+    norm: Option<(Scalar, [TensorId; 2])>,
     [k_cache, v_cache]: [TensorId; 2],
     pos: ParamExpr,
     scale: Scalar,
     workers: usize,
+    merge: bool,
 ) -> Result<TensorId, GraphError> {
     let first = match rows {
         QkvRows::Separate([q, _, _]) => q,
@@ -1037,7 +1231,7 @@ pub fn decode_attention(
     let group = q_width / d / kv_heads;
     let chunks = split_kv_chunks(kv_heads, capacity, workers);
     let out_shape: Vec<usize> = qd.shape.iter().take(1).copied().chain([q_width]).collect();
-    let out = g.buffer(&format!("{name}.out"), &out_shape, qd.dtype)?;
+    let out = if merge { Some(g.buffer(&format!("{name}.out"), &out_shape, qd.dtype)?) } else { None };
     let partials = g.buffer(&format!("{name}.partials"), &[kv_heads, chunks, group.max(1), d + 2], DType::F32)?;
     let mut inputs = match rows {
         QkvRows::Separate([q, k, v]) => vec![q, k, v],
@@ -1045,9 +1239,10 @@ pub fn decode_attention(
     };
     inputs.push(inv_freq);
     inputs.extend(norm.iter().flat_map(|(_, gains)| *gains));
-    let b = Builtin::DecodeAttention { pos, scale, chunks, norm: norm.map(|(eps, _)| eps), fused };
-    g.add_builtin(name, b, &inputs, &[out, partials, k_cache, v_cache])?;
-    Ok(out)
+    let b = Builtin::DecodeAttention { pos, scale, chunks, norm: norm.map(|(eps, _)| eps), fused, merge };
+    let outputs: Vec<TensorId> = out.into_iter().chain([partials, k_cache, v_cache]).collect();
+    g.add_builtin(name, b, &inputs, &outputs)?;
+    Ok(out.unwrap_or(partials))
 }
 
 /// Grouped-query attention of one query row in f64, the ground truth of the split-KV tasks:
@@ -1512,6 +1707,7 @@ mod tests {
             chunks: 2,
             norm,
             fused: false,
+            merge: true,
         };
         let e = g.add_builtin("a", b(None), &[q, k, v, inv], &[out, partials, kc]).expect_err("three outputs");
         assert!(e.to_string().contains("expected 4 inputs and 4 output(s), found 4 and 3"), "{e}");
@@ -1534,6 +1730,7 @@ mod tests {
             chunks: 2,
             norm,
             fused: true,
+            merge: true,
         };
         let kv_only = g.input("kv_only", &[1, 2 * 2 * 64], DType::Bf16).expect("kv_only");
         let e = g.add_builtin("f", f(None), &[kv_only, inv], &[out, partials, kc, vc]).expect_err("no q");
@@ -1547,6 +1744,144 @@ mod tests {
         let e = g.add_builtin("f", f(None), &[qkv, inv], &[wide, partials, kc, vc]).expect_err("out");
         assert!(e.to_string().contains("expected bf16 [1, 512]"), "{e}");
         g.add_builtin("f", f(None), &[qkv, inv], &[out, partials, kc, vc]).expect("well formed");
+    }
+
+    /// A decode attention (bf16 or f32, `heads` over `kvh`, head dim `dim`, `chunks` chunks)
+    /// whose partials a [`Builtin::MergeProjection`] multiplies by `W [heads·dim, n]`, and the
+    /// same attention merged by itself followed by a plain `out · W` (block graph), each with
+    /// its operands (the fused one's `[q, k, v, inv, q_norm, k_norm, k_cache, v_cache]`, then
+    /// `W`) and result (the parts `[kvh, n]`; the product `[1, n]`).
+    #[allow(clippy::type_complexity)]
+    fn grouped_and_merged(
+        heads: usize,
+        kvh: usize,
+        dim: usize,
+        chunks: usize,
+        n: usize,
+        dtype: DType,
+    ) -> [(StepGraph, Vec<TensorId>, TensorId); 2] {
+        let cap = 64 * chunks + 5;
+        let scale = Scalar(1.0 / (dim as f32).sqrt());
+        let workers = chunks * kvh;
+        let graph = |name: &str, grouped: bool| {
+            let mut g = StepGraph::new(name).expect("a name");
+            let pos = g.param("pos").expect("a parameter");
+            let ops = attention_operands(&mut g, heads, kvh, dim, cap, dtype);
+            let [q, k, v, inv, _, _, kc, vc] = ops;
+            let w = g.input("w", &[heads * dim, n], dtype).expect("w");
+            let rows = QkvRows::Separate([q, k, v]);
+            let p = ParamExpr::of(pos);
+            let out = if grouped {
+                let parts =
+                    decode_attention_partials(&mut g, "attention", rows, inv, None, [kc, vc], p, scale, workers)
+                        .expect("partials");
+                merge_projection(&mut g, "o_proj", parts, w, workers * 4).expect("merge_projection")
+            } else {
+                let a = decode_attention(&mut g, "attention", rows, inv, None, [kc, vc], p, scale, workers)
+                    .expect("attention");
+                let mut kg = crate::ir::KernelGraph::new();
+                let (ka, kw) =
+                    (kg.input(&[1, heads * dim], dtype).expect("a"), kg.input(&[heads * dim, n], dtype).expect("w"));
+                let y = kg.matmul(ka, kw).expect("a · w");
+                kg.output(y, None).expect("output");
+                g.mugraph("o_proj", &kg, &[a, w]).expect("o_proj")[0]
+            };
+            let mut operands = ops.to_vec();
+            operands.push(w);
+            (g, operands, out)
+        };
+        [graph("grouped", true), graph("merged", false)]
+    }
+
+    #[test]
+    fn merge_projection_parts_sum_to_the_merged_projection() {
+        use crate::mpk::{MpkOptions, compile};
+        // (heads, KV heads, head dim, chunks, n, type): the parts' sum over the KV heads against
+        // the merged attention times W; f32 to the summation order, bf16 to a rounding of each
+        // part (the merged heads are rounded to the type on both paths).
+        for (heads, kvh, dim, chunks, n, dtype) in
+            [(4, 2, 64, 2, 96, DType::F32), (8, 2, 64, 3, 64, DType::Bf16), (4, 4, 128, 2, 256, DType::Bf16)]
+        {
+            let [(a, ops_a, parts), (b, ops_b, full)] = grouped_and_merged(heads, kvh, dim, chunks, n, dtype);
+            let (mut ha, mut hb) = (random_inputs(&a, &ops_a, 5), random_inputs(&b, &ops_b, 5));
+            let c = compile(&a, &MpkOptions { workers: 5, ..MpkOptions::default() }).expect("compiles");
+            let cap = 64 * chunks + 5;
+            for pos in [0, 1, 63, 64, 100, cap - 1] {
+                let mut run = ha.clone();
+                crate::mpk::exec::reference_step(&a, &mut ha, &[pos as i32]).expect("in range");
+                crate::mpk::exec::reference_step(&b, &mut hb, &[pos as i32]).expect("in range");
+                // the scheduled tasks in any order the counters allow agree bit for bit
+                crate::mpk::exec::execute_step(&c, &mut run, &[pos as i32], pos as u64).expect("runs");
+                assert_eq!(run.get(parts), ha.get(parts), "schedule, pos {pos}");
+                let (p, want) = (ha.get(parts), hb.get(full));
+                let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let tol = if dtype == DType::F32 { 1e-5 } else { 2e-2 } * scale;
+                for j in 0..n {
+                    let sum: f32 = (0..kvh).map(|h| p[h * n + j]).sum();
+                    assert!(
+                        (sum - want[j]).abs() <= tol,
+                        "{dtype} {heads}/{kvh} pos {pos} column {j}: {sum} vs {}",
+                        want[j]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn merge_projection_tiles_wait_for_their_kv_head_only() {
+        use crate::mpk::{MpkOptions, compile};
+        let [(g, _, _), _] = grouped_and_merged(8, 2, 64, 3, 64, DType::Bf16);
+        let c = compile(&g, &MpkOptions { workers: 6, ..MpkOptions::default() }).expect("compiles");
+        let op = |n: &str| g.op_named(n).expect("an operator");
+        let (attn, proj) = (op("attention"), op("o_proj"));
+        // no merge in the attention: no tickets, no `out`
+        assert!(c.sync.first_ticket(attn).is_none());
+        assert!(g.tensor_named("attention.out").is_none());
+        let mut seen = 0;
+        for (t, task) in c.tasks.iter().enumerate() {
+            if task.op == proj {
+                seen += 1;
+                let want: Vec<usize> = (0..c.tasks.len())
+                    .filter(|&p| c.tasks[p].op == attn && c.tasks[p].tile[1] == task.tile[1])
+                    .collect();
+                assert_eq!(want.len(), 3);
+                assert_eq!(c.deps[t], want, "o_proj tile {:?}", task.tile);
+            }
+        }
+        // 24 workers' worth of tiles (merge_projection's `workers`): 64 columns in 8 of 8 per KV head
+        assert_eq!(seen, 2 * 64 / merge_projection_cols(2, 64, 24));
+        assert_eq!(merge_projection_cols(2, 64, 24), 8);
+    }
+
+    #[test]
+    fn merge_projection_columns_and_operand_errors() {
+        // The decoders' shapes on 132 workers: Qwen3-0.6B, Llama-3.2-1B, Llama-3.1-8B.
+        assert_eq!(merge_projection_cols(8, 1024, 132), 64);
+        assert_eq!(merge_projection_cols(8, 2048, 132), 128);
+        assert_eq!(merge_projection_cols(8, 4096, 132), 256);
+        assert_eq!(merge_projection_cols(8, 96, 132), 8, "12 tiles of 8 per group fit");
+        assert_eq!(merge_projection_cols(8, 96, 40), 32, "48 tiles of 16 do not fit 40 workers; no 64 divides 96");
+        assert_eq!(merge_projection_cols(1, 12, 132), 8, "no power of two from 8 divides 12: the check's error");
+        let m = Builtin::MergeProjection { cols: 16 };
+        let p = d(&[2, 3, 4, 66], DType::F32);
+        let w = d(&[512, 64], DType::Bf16);
+        assert_eq!(m.check(&[&p, &w], &[&d(&[2, 64], DType::Bf16)], 0), Ok([4, 2, 1]));
+        assert_eq!(m.output_descs(&[&p, &w]), Ok(vec![d(&[2, 64], DType::Bf16)]));
+        let e = m.check(&[&p, &d(&[256, 64], DType::Bf16)], &[&d(&[2, 64], DType::Bf16)], 0).expect_err("rows");
+        assert!(e.contains("W: expected [512 (kv_heads · group · d), n]"), "{e}");
+        let e = m.check(&[&d(&[2, 3, 4, 66], DType::Bf16), &w], &[&d(&[2, 64], DType::Bf16)], 0).expect_err("f32");
+        assert!(e.contains("partials: expected f32"), "{e}");
+        let e = m.check(&[&p, &w], &[&d(&[1, 64], DType::Bf16)], 0).expect_err("out");
+        assert!(e.contains("output: expected bf16 [2, 64]"), "{e}");
+        for cols in [12, 24, 128] {
+            let e = Builtin::MergeProjection { cols }.check(&[&p, &w], &[&d(&[2, 64], DType::Bf16)], 0);
+            let want = format!("cols {cols}: expected a power of two from 8 to 512 dividing the projection's width 64");
+            assert!(e.expect_err("cols").contains(&want));
+        }
+        let big = d(&[1, 1, 64, 130], DType::F32);
+        let e = m.check(&[&big, &d(&[8192, 64], DType::Bf16)], &[&d(&[1, 64], DType::Bf16)], 0).expect_err("big");
+        assert!(e.contains("a KV head group of at most 4096 values"), "{e}");
     }
 
     #[test]

@@ -30,10 +30,10 @@
 
 use rayon::prelude::*;
 
-use crate::ir::{AccKind, BinaryOp, BlockGraph, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
+use crate::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, DType, KernelGraph, Scalar, TensorDesc, UnaryOp};
 
 use super::TaskTimes;
-use super::builtin::{Builtin, QkvRows, decode_attention};
+use super::builtin::{Builtin, QkvRows, decode_attention, decode_attention_partials, merge_projection};
 use super::graph::{GraphError, ParamExpr, StepGraph, TensorId};
 
 /// The shape of a decoder.
@@ -71,6 +71,16 @@ pub struct DecoderConfig {
     /// ([`ModelConfig::decoder_config`](crate::model::ModelConfig::decoder_config)) take
     /// [`DEFAULT_CONTIGUOUS_BELOW`]; [`DecoderConfig::toy`] takes 0. DECISIONS change 66.
     pub contiguous_below: usize,
+    /// The output projection by KV head group (DECISIONS change 101): each layer's attention
+    /// leaves its split-KV partials unmerged ([`super::builtin::decode_attention_partials`]),
+    /// a [`Builtin::MergeProjection`] tile merges one KV head's partials in its first loads and
+    /// multiplies them by its rows and columns of `l{i}.wo` (row-major `[heads·head_dim,
+    /// hidden]`), writing that group's partial sums `[kv_heads, hidden]`, and the gated MLP adds
+    /// those rows to the residual as it loads it ([`streamed_gated_mlp_of_parts`]). No tile
+    /// waits for another KV head's chunks, and the merge's fence, ticket and second round of
+    /// loads leave the attention. `false`: the attention merges its chunks itself and the output
+    /// projection is a streamed block graph ([`streamed_projection_residual`]).
+    pub grouped_output: bool,
 }
 
 /// The models' [`DecoderConfig::contiguous_below`]: the 16- and 32-column tiles stored
@@ -96,6 +106,7 @@ impl DecoderConfig {
             qk_norm: false,
             dtype: DType::Bf16,
             contiguous_below: 0,
+            grouped_output: false,
         }
     }
 
@@ -189,17 +200,25 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     // columns, where three operators took 64 of 32 and 2 × 32 of 16; DECISIONS change 89).
     let qkv = streamed_norm_projections(cfg, &[qw + 2 * kvw]).map_err(ir(name, "qkv"))?;
     let o = streamed_projection_residual(cfg, qw).map_err(ir(name, "o_proj"))?;
-    let mlp = streamed_gated_mlp(cfg).map_err(ir(name, "mlp"))?;
+    let mlp = if cfg.grouped_output {
+        streamed_gated_mlp_of_parts(cfg, cfg.kv_heads).map_err(ir(name, "mlp"))?
+    } else {
+        streamed_gated_mlp(cfg).map_err(ir(name, "mlp"))?
+    };
+    // The MLP's weights are its last three inputs (after x, the parts when grouped, the gain).
+    let mlp_w = if cfg.grouped_output { 3 } else { 2 };
     let shape = |kg: &KernelGraph, i: usize| kg.inputs()[i].shape.clone();
     for l in 0..cfg.layers {
         let p = |s: &str| format!("l{l}.{s}");
         let attn_norm = g.input(&p("attn_norm"), &[1, h], dt)?;
         let wqkv = g.input(&p("wqkv"), &shape(&qkv, 2), dt)?;
-        let wo = g.input(&p("wo"), &shape(&o, 1), dt)?;
+        // Grouped, the output projection's tiles take rows of one KV head group: row-major.
+        let wo_shape = if cfg.grouped_output { vec![qw, h] } else { shape(&o, 1) };
+        let wo = g.input(&p("wo"), &wo_shape, dt)?;
         let mlp_norm = g.input(&p("mlp_norm"), &[1, h], dt)?;
-        let wg = g.input(&p("wg"), &shape(&mlp, 2), dt)?;
-        let wu = g.input(&p("wu"), &shape(&mlp, 3), dt)?;
-        let wd = g.input(&p("wd"), &shape(&mlp, 4), dt)?;
+        let wg = g.input(&p("wg"), &shape(&mlp, mlp_w), dt)?;
+        let wu = g.input(&p("wu"), &shape(&mlp, mlp_w + 1), dt)?;
+        let wd = g.input(&p("wd"), &shape(&mlp, mlp_w + 2), dt)?;
         let k_cache = g.state(&p("k_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
         let v_cache = g.state(&p("v_cache"), &[cfg.kv_heads, cfg.capacity, cfg.head_dim], dt)?;
 
@@ -213,7 +232,8 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
         };
         let scale = Scalar(1.0 / (cfg.head_dim as f32).sqrt());
         let workers = super::MpkOptions::default().workers;
-        let a = decode_attention(
+        let attend = if cfg.grouped_output { decode_attention_partials } else { decode_attention };
+        let a = attend(
             &mut g,
             &p("attention"),
             QkvRows::Fused(rows),
@@ -224,8 +244,13 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
             scale,
             workers,
         )?;
-        x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
-        x = g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0];
+        x = if cfg.grouped_output {
+            let parts = merge_projection(&mut g, &p("o_proj"), a, wo, workers)?;
+            g.mugraph(&p("mlp"), &mlp, &[x, parts, mlp_norm, wg, wu, wd])?[0]
+        } else {
+            let x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
+            g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0]
+        };
     }
     let final_norm = g.input("final_norm", &[1, h], dt)?;
     let width = lm_head_width(cfg.vocab);
@@ -464,10 +489,15 @@ pub fn weight_storage(cfg: &DecoderConfig, n: usize, tiling: ProjectionTiling) -
 /// after the loop — `rms_norm(x)·g·W = ((x∘g)·W) / sqrt(mean(x²) + eps)`, so no separate norm
 /// operator (and no dependency hop) precedes the projection.
 ///
+/// With `parts > 0` the input is the sum `x + Σ_p P[p]` of `x` and the rows of a second input
+/// `P [parts, k]` (the output projection's per-group partial sums of
+/// [`crate::mpk::builtin::Builtin::MergeProjection`]), added in the loop in f32 before anything
+/// else reads `x`; the gain, the weights and the extra inputs follow `P`.
+///
 /// `epilogue` combines the accumulators (one per weight, in f32, normalized when `norm` is
-/// given) and the after-loop tiles of `extra` inputs into the saved tile; extra inputs are
-/// `[1, n]` operands split like the output, carried through the loop unchanged (an `acc_max`
-/// of the same tile, exact).
+/// given) and the after-loop tiles of the extra inputs into the saved tile; `extra` gives each
+/// extra input's rows — `[rows, n]` operands split like the output, carried through the loop
+/// unchanged (an `acc_max` of the same tile, exact).
 ///
 /// The weights lie as `storage` says: row-major, each block taking its columns of every row, or
 /// tile by tile, each block taking its tile's `k` rows (the grid and the loop split the same
@@ -479,8 +509,9 @@ fn streamed_block(
     ProjectionTiling { cols, step }: ProjectionTiling,
     storage: WeightStorage,
     norm: Option<Scalar>,
+    parts: usize,
     weights: usize,
-    extra: usize,
+    extra: &[usize],
     dtype: DType,
     epilogue: impl FnOnce(
         &mut BlockGraph,
@@ -488,10 +519,18 @@ fn streamed_block(
         &[crate::ir::TensorRef],
     ) -> Result<crate::ir::TensorRef, crate::ir::IrError>,
 ) -> Result<BlockGraph, crate::ir::IrError> {
-    let gain = usize::from(norm.is_some());
-    let mut inputs = vec![TensorDesc::new(&[1, k], dtype); 1 + gain];
+    // Operand positions: x, then P, the gain, the weights and the extra inputs, as present.
+    let gain = 1 + usize::from(parts > 0);
+    let first_weight = gain + usize::from(norm.is_some());
+    let mut inputs = vec![TensorDesc::new(&[1, k], dtype)];
+    if parts > 0 {
+        inputs.push(TensorDesc::new(&[parts, k], dtype));
+    }
+    if norm.is_some() {
+        inputs.push(TensorDesc::new(&[1, k], dtype));
+    }
     inputs.extend((0..weights).map(|_| TensorDesc::new(&storage.shape(k, n), dtype)));
-    inputs.extend((0..extra).map(|_| TensorDesc::new(&[1, n], dtype)));
+    inputs.extend(extra.iter().map(|&rows| TensorDesc::new(&[rows, n], dtype)));
     let mut b = BlockGraph::new(inputs, [n / cols, 1, 1], 256, k / step)?;
     let split = [Some(1), None, None];
     let weight_split = match storage {
@@ -499,9 +538,14 @@ fn streamed_block(
         WeightStorage::Tiles { .. } => [Some(0), None, None],
     };
     let mut x = b.input(0, [None; 3], Some(1))?;
+    if parts > 0 {
+        let p = b.input(1, [None; 3], Some(1))?;
+        let sum = b.op(BlockOp::ReduceSum { dim: 0 }, &[p])?;
+        x = b.binary(BinaryOp::Add, x, sum)?;
+    }
     let rms = match norm {
         Some(_) => {
-            let g = b.input(1, [None; 3], Some(1))?;
+            let g = b.input(gain, [None; 3], Some(1))?;
             let rms = b.accum(AccKind::RmsLast, &[x])?;
             x = b.binary(BinaryOp::Mul, x, g)?;
             Some(rms)
@@ -510,13 +554,13 @@ fn streamed_block(
     };
     let mut accs = Vec::new();
     for j in 0..weights {
-        let w = b.input(1 + gain + j, weight_split, Some(0))?;
+        let w = b.input(first_weight + j, weight_split, Some(0))?;
         let y = b.matmul(x, w)?;
         accs.push(b.accum(AccKind::Sum, &[y])?);
     }
     let mut carried = Vec::new();
-    for j in 0..extra {
-        let r = b.input(1 + gain + weights + j, split, None)?;
+    for j in 0..extra.len() {
+        let r = b.input(first_weight + weights + j, split, None)?;
         carried.push(b.accum(AccKind::Max, &[r])?);
     }
     if let (Some(rms), Some(eps)) = (rms, norm) {
@@ -570,7 +614,7 @@ fn tiled_norm_projections(
     for (((&width, wj), &tiling), storage) in widths.iter().zip(weights).zip(tilings).zip(storage) {
         let norm = Some(Scalar(cfg.eps));
         let block =
-            streamed_block(cfg.hidden, width, tiling, storage, norm, 1, 0, cfg.dtype, |_, accs, _| Ok(accs[0]))?;
+            streamed_block(cfg.hidden, width, tiling, storage, norm, 0, 1, &[], cfg.dtype, |_, accs, _| Ok(accs[0]))?;
         let y = k.custom(&[x, w, wj], block)?[0];
         k.output(y, None)?;
     }
@@ -585,7 +629,7 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
     let a = k.input(&[1, width], cfg.dtype)?;
     let w = k.input(&storage.shape(width, cfg.hidden), cfg.dtype)?;
     let r = k.input(&[1, cfg.hidden], cfg.dtype)?;
-    let block = streamed_block(width, cfg.hidden, tiling, storage, None, 1, 1, cfg.dtype, |b, accs, carried| {
+    let block = streamed_block(width, cfg.hidden, tiling, storage, None, 0, 1, &[1], cfg.dtype, |b, accs, carried| {
         b.binary(BinaryOp::Add, carried[0], accs[0])
     })?;
     let out = k.custom(&[a, w, r], block)?[0];
@@ -596,6 +640,19 @@ pub fn streamed_projection_residual(cfg: &DecoderConfig, width: usize) -> Result
 /// [`gated_mlp`] with streamed blocks: one operator for `silu(n · Wg) · (n · Wu)` with the norm
 /// `n = rms_norm(x, w)` folded in (both weights' columns in one task), and one for `x + m · Wd`.
 pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError> {
+    streamed_gated_mlp_in(cfg, 0)
+}
+
+/// [`gated_mlp_of_parts`] with streamed blocks, as [`streamed_gated_mlp`] of the residual
+/// `x + Σ_p P[p]`: both operators add the `parts` rows of `P` to `x` as they load it (the
+/// gate/up task over the whole row, in its loop before the folded norm; the down task its
+/// columns, in its epilogue), so no operator of its own sums the output projection's partial
+/// sums. Inputs `x [1, hidden]`, `P [parts, hidden]`, `w`, `Wg`, `Wu`, `Wd`.
+pub fn streamed_gated_mlp_of_parts(cfg: &DecoderConfig, parts: usize) -> Result<KernelGraph, crate::ir::IrError> {
+    streamed_gated_mlp_in(cfg, parts.max(1))
+}
+
+fn streamed_gated_mlp_in(cfg: &DecoderConfig, parts: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let (h, i) = (cfg.hidden, cfg.intermediate);
     let mut k = KernelGraph::new();
     let unit = cfg.tile_unit();
@@ -605,20 +662,30 @@ pub fn streamed_gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir:
     }
     let (up_storage, down_storage) = (weight_storage(cfg, i, up_tiling), weight_storage(cfg, h, down_tiling));
     let x = k.input(&[1, h], cfg.dtype)?;
+    let p = if parts > 0 { Some(k.input(&[parts, h], cfg.dtype)?) } else { None };
     let w = k.input(&[1, h], cfg.dtype)?;
     let wg = k.input(&up_storage.shape(h, i), cfg.dtype)?;
     let wu = k.input(&up_storage.shape(h, i), cfg.dtype)?;
     let wd = k.input(&down_storage.shape(i, h), cfg.dtype)?;
     let eps = Some(Scalar(cfg.eps));
-    let gate_up = streamed_block(h, i, up_tiling, up_storage, eps, 2, 0, cfg.dtype, |b, accs, _| {
+    let gate_up = streamed_block(h, i, up_tiling, up_storage, eps, parts, 2, &[], cfg.dtype, |b, accs, _| {
         let s = b.unary(UnaryOp::Silu, accs[0])?;
         b.binary(BinaryOp::Mul, s, accs[1])
     })?;
-    let m = k.custom(&[x, w, wg, wu], gate_up)?[0];
-    let down = streamed_block(i, h, down_tiling, down_storage, None, 1, 1, cfg.dtype, |b, accs, carried| {
-        b.binary(BinaryOp::Add, carried[0], accs[0])
+    let m = k.custom(&[&[x][..], p.as_slice(), &[w, wg, wu]].concat(), gate_up)?[0];
+    let extra: Vec<usize> = [1].into_iter().chain(p.map(|_| parts)).collect();
+    let down = streamed_block(i, h, down_tiling, down_storage, None, 0, 1, &extra, cfg.dtype, |b, accs, carried| {
+        // x + Σ_p P[p] + m · Wd (the parts summed first, as the gate/up task sums them).
+        let r = match carried.get(1) {
+            Some(&parts) => {
+                let sum = b.op(BlockOp::ReduceSum { dim: 0 }, &[parts])?;
+                b.binary(BinaryOp::Add, carried[0], sum)?
+            }
+            None => carried[0],
+        };
+        b.binary(BinaryOp::Add, r, accs[0])
     })?;
-    let out = k.custom(&[m, wd, x], down)?[0];
+    let out = k.custom(&[&[m, wd, x][..], p.as_slice()].concat(), down)?[0];
     k.output(out, None)?;
     Ok(k)
 }
@@ -652,6 +719,30 @@ pub fn gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError>
     let m = k.mul(s, up)?;
     let d = k.matmul(m, wd)?;
     let out = k.add(x, d)?;
+    k.output(out, None)?;
+    Ok(k)
+}
+
+/// [`gated_mlp`] of the residual `r = x + Σ_p P[p]`: `r + (silu(n · Wg) · (n · Wu)) · Wd` with
+/// `n = rms_norm(r, w)`. Inputs `x [1, hidden]`, `P [parts, hidden]`, `w`, `Wg`, `Wu`, `Wd`.
+pub fn gated_mlp_of_parts(cfg: &DecoderConfig, parts: usize) -> Result<KernelGraph, crate::ir::IrError> {
+    let (h, i) = (cfg.hidden, cfg.intermediate);
+    let mut k = KernelGraph::new();
+    let x = k.input(&[1, h], cfg.dtype)?;
+    let p = k.input(&[parts.max(1), h], cfg.dtype)?;
+    let w = k.input(&[1, h], cfg.dtype)?;
+    let wg = k.input(&[h, i], cfg.dtype)?;
+    let wu = k.input(&[h, i], cfg.dtype)?;
+    let wd = k.input(&[i, h], cfg.dtype)?;
+    let sum = k.reduce_sum(p, 0)?;
+    let r = k.add(x, sum)?;
+    let n = k.rms_norm(r, cfg.eps, Some(w))?;
+    let gate = k.matmul(n, wg)?;
+    let up = k.matmul(n, wu)?;
+    let s = k.silu(gate)?;
+    let m = k.mul(s, up)?;
+    let d = k.matmul(m, wd)?;
+    let out = k.add(r, d)?;
     k.output(out, None)?;
     Ok(k)
 }

@@ -630,7 +630,9 @@ static_assert(sizeof(AngleTable) == 32, "the header emit.rs reserves");
 // (DECISIONS change 99). Not inlined: inlined
 // into the resident kernel's dispatch, its registers (the merge's o[PER][CHUNKS]) set the whole
 // kernel's allocation (DECISIONS change 51: 255 registers with spills in the worker loop).
-template <typename T, int THREADS, int D, int G, int CHUNKS>
+// With MERGE false (Builtin::DecodeAttention { merge: false }), the tile ends after its partial:
+// no ticket, no merge, no `out` (null) — a merge_projection tile merges the KV head's partials.
+template <typename T, int THREADS, int D, int G, int CHUNKS, bool MERGE = true>
 __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, const T* q, const T* k, const T* v,
                                  const float* inv_freq, const T* q_gain, const T* k_gain, float eps, T* out,
                                  float* partial, T* kc, T* vc, unsigned* tickets, int cap, long long pos,
@@ -643,7 +645,9 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   if (pos < 0 || pos >= cap) {
     if (chunk == 0 && kvh == 0 && tid == 0) report_index(c, pos, cap, source);
     attention_neutral<THREADS, D, G>(part + (size_t)chunk * G * (D + 2));
-    for (int e = tid; e < G * D; e += THREADS) out[(size_t)kvh * G * D + e] = mirage::from_f32<T>(0.0f);
+    if constexpr (MERGE) {
+      for (int e = tid; e < G * D; e += THREADS) out[(size_t)kvh * G * D + e] = mirage::from_f32<T>(0.0f);
+    }
     return;
   }
   int lo = 0, hi = 0;
@@ -776,6 +780,7 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   } else {
     attention_neutral<THREADS, D, G>(mine);
   }
+  if constexpr (!MERGE) return;
   // Every thread's partial writes reach the device before the ticket is taken.
   __threadfence();
   __syncthreads();
@@ -787,6 +792,90 @@ __device__ __noinline__ void decode_attention(const Ctx& c, int chunk, int kvh, 
   }
   if (__syncthreads_or(last) == 0) return;
   attention_merge<T, THREADS, D, G, CHUNKS>(part, out + (size_t)kvh * G * D, smem);
+}
+
+// The output projection of unmerged decode-attention partials by KV head group
+// (mirage::mpk::builtin::Builtin::MergeProjection): tile (x, kvh) merges KV head kvh's CHUNKS
+// partials (part [kv_heads][CHUNKS][G][D + 2]) into its G·D head values, rounded to T, in shared
+// memory (attention_merge), and multiplies them by rows kvh·G·D .. and columns x·COLS .. of the
+// row-major w [kv_heads·G·D][n]: out[kvh·n + x·COLS + j] = Σ_r a[r] · w[kvh·G·D + r][x·COLS + j],
+// in f32. Thread (rg, cv) takes the 16-byte column vector cv of rows rg, rg + RG, ..., its first
+// BATCH rows' weights loaded before the merge's loads, so both are in flight at once; the row
+// groups' sums meet by shuffles within a warp, then through shared memory in warp order (the
+// same sum every run).
+template <typename T, int THREADS, int D, int G, int CHUNKS, int COLS>
+__device__ __noinline__ void merge_projection(int x, int kvh, const float* partial, const T* w, T* out, int n,
+                                              float* smem) {
+  constexpr int N = Vec16<T>::N;  // elements per 16-byte vector
+  constexpr int CV = COLS / N;    // column vectors of the tile
+  static_assert(COLS % N == 0 && CV >= 1 && CV <= THREADS && THREADS % CV == 0, "a tile of whole 16-byte vectors");
+  constexpr int RG = THREADS / CV;  // row groups
+  constexpr int ROWS = G * D;
+  constexpr int J = (ROWS + RG - 1) / RG;  // rows per thread
+  constexpr int BATCH = J < 16 ? J : 16;
+  const int tid = threadIdx.x, cv = tid % CV, rg = tid / CV;
+  const T* wb = w + (size_t)kvh * ROWS * n + (size_t)x * COLS + cv * N;
+  uint4 wv[BATCH];
+#pragma unroll
+  for (int j = 0; j < BATCH; ++j) {
+    const int r = rg + j * RG;
+    if (r < ROWS) wv[j] = __ldg(reinterpret_cast<const uint4*>(wb + (size_t)r * n));
+  }
+  T* a = reinterpret_cast<T*>(smem + 2 * G * CHUNKS);  // [ROWS], after the merge's (m, l) pairs
+  attention_merge<T, THREADS, D, G, CHUNKS>(partial + (size_t)kvh * CHUNKS * G * (D + 2), a, smem);
+  __syncthreads();
+  float acc[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) acc[k] = 0.0f;
+#pragma unroll 1
+  for (int j0 = 0; j0 < J; j0 += BATCH) {
+    if (j0 > 0) {
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) {
+        const int r = rg + (j0 + j) * RG;
+        if (j0 + j < J && r < ROWS) wv[j] = __ldg(reinterpret_cast<const uint4*>(wb + (size_t)r * n));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < BATCH; ++j) {
+      const int r = rg + (j0 + j) * RG;
+      if (j0 + j < J && r < ROWS) {
+        float f[N];
+        unpack16(wv[j], f, static_cast<const T*>(nullptr));
+        const float av = mirage::to_f32(a[r]);
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc[k] = fmaf(av, f[k], acc[k]);
+      }
+    }
+  }
+  // The row groups meet: those of a warp by shuffles (lanes cv, cv + CV, ... hold the same
+  // column vector), then one slot per warp (or per row group, when a warp holds CV >= 32 column
+  // vectors of one row group) in shared memory, added in slot order.
+  float* red = smem + 2 * G * CHUNKS + (ROWS * (int)sizeof(T) + 15) / 16 * 4;  // [SLOTS][COLS]
+  const int lane = tid & 31;
+  if constexpr (CV < 32) {
+    static_assert(32 % CV == 0, "column vectors dividing a warp");
+#pragma unroll
+    for (int s = CV; s < 32; s <<= 1) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], s);
+    }
+    if (lane < CV) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) red[(tid >> 5) * COLS + cv * N + k] = acc[k];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) red[rg * COLS + cv * N + k] = acc[k];
+  }
+  constexpr int SLOTS = CV < 32 ? THREADS / 32 : RG;
+  __syncthreads();
+  for (int c = tid; c < COLS; c += THREADS) {
+    float s = 0.0f;
+#pragma unroll
+    for (int g = 0; g < SLOTS; ++g) s += red[g * COLS + c];
+    out[(size_t)kvh * n + (size_t)x * COLS + c] = mirage::from_f32<T>(s);
+  }
 }
 
 // Split-KV attention, second half: query head `head` merges its KV head's chunks,

@@ -225,7 +225,10 @@ pub fn angle_table_half(g: &StepGraph) -> Option<usize> {
     g.ops()
         .iter()
         .filter_map(|op| match &op.kind {
-            OpKind::Builtin(Builtin::DecodeAttention { .. }) => Some(g.tensor(op.outputs[2]).desc.shape[2] / 2),
+            // The last output is the v cache, [kv_heads, capacity, d].
+            OpKind::Builtin(Builtin::DecodeAttention { .. }) => {
+                op.outputs.last().map(|&v| g.tensor(v).desc.shape[2] / 2)
+            }
             _ => None,
         })
         .max()
@@ -330,10 +333,13 @@ fn builtin_call(
                 p.shape[1]
             )
         }
-        Builtin::DecodeAttention { pos, scale, chunks, norm, fused } => {
-            let kc = d(outs[2]);
+        Builtin::DecodeAttention { pos, scale, chunks, norm, fused, merge } => {
+            // Outputs: out (when it merges), partials, k_cache, v_cache.
+            let o = usize::from(*merge);
+            let (parts, kcache, vcache) = (outs[o], outs[o + 1], outs[o + 2]);
+            let kc = d(kcache);
             let hd = kc.shape[2];
-            let group = d(out).shape[1] / hd / kc.shape[0];
+            let group = d(parts).shape[2];
             let ops = super::builtin::AttentionOperands::of(*fused, d(ins[0]).shape[1], kc.shape[0] * hd);
             let (q_gain, k_gain, eps) = (gain(norm, ops.gains), gain(norm, ops.gains + 1), eps(norm));
             // `emit` reserves the angle table whenever the graph has a decode attention, so
@@ -344,23 +350,41 @@ fn builtin_call(
                 0 => ptr(g, ins[i], false),
                 at => format!("({} + {at})", ptr(g, ins[i], false)),
             };
+            // Without the merge: no output row and no tickets (null pointers).
+            let (out_ptr, tickets) = if *merge {
+                (ptr(g, out, true), format!("p.counters + {}", ticket.unwrap_or(0)))
+            } else {
+                (format!("static_cast<{}*>(nullptr)", ty(ins[0])), "static_cast<unsigned*>(nullptr)".to_string())
+            };
             format!(
-                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {}, {}, {}, {}, p.counters + {}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem), reinterpret_cast<float*>(smem + {}));",
+                "mpk::decode_attention<{}, {threads}, {hd}, {group}, {chunks}, {merge}>(ctx, task.x, task.y, {}, {}, {}, {}, {q_gain}, {k_gain}, {eps:?}f, {out_ptr}, {}, {}, {}, {tickets}, {}, {}, {:?}f, {}u, reinterpret_cast<float*>(smem), reinterpret_cast<float*>(smem + {}));",
                 ty(ins[0]),
                 row(ops.q),
                 row(ops.k),
                 row(ops.v),
                 ptr(g, ins[ops.inv_freq], false),
-                ptr(g, out, true),
-                ptr(g, outs[1], true),
-                ptr(g, outs[2], true),
-                ptr(g, outs[3], true),
-                ticket.unwrap_or(0),
+                ptr(g, parts, true),
+                ptr(g, kcache, true),
+                ptr(g, vcache, true),
                 kc.shape[1],
                 param(pos),
                 scale.0,
                 param_source(pos),
                 angles.unwrap_or(0)
+            )
+        }
+        Builtin::MergeProjection { cols } => {
+            let p = d(ins[0]);
+            format!(
+                "mpk::merge_projection<{}, {threads}, {}, {}, {}, {cols}>(task.x, task.y, {}, {}, {}, {}, reinterpret_cast<float*>(smem));",
+                ty(ins[1]),
+                p.shape[3] - 2,
+                p.shape[2],
+                p.shape[1],
+                ptr(g, ins[0], false),
+                ptr(g, ins[1], false),
+                ptr(g, out, true),
+                d(ins[1]).shape[1]
             )
         }
         Builtin::ArgmaxPartial { chunk, columns } => {

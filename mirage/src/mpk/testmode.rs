@@ -175,6 +175,11 @@ pub fn cases() -> Result<Vec<TestCase>, GraphError> {
     // Every projection's weight tile by tile (the toy's tasks take 8 columns then: `tile_unit`).
     let contiguous = DecoderConfig { layers: 1, contiguous_below: 64, ..cfg.clone() };
     out.push(case(decoder_step("layer_contiguous", &contiguous)?, 4, 0));
+    // The output projection by KV head group (`grouped_output`), plain and with Qwen3's shape.
+    let grouped = DecoderConfig { layers: 1, grouped_output: true, ..cfg.clone() };
+    out.push(case(decoder_step("layer_grouped", &grouped)?, 4, 0));
+    let grouped_qwen = DecoderConfig { grouped_output: true, ..qwen.clone() };
+    out.push(case(decoder_step("layer_grouped_qk_norm", &grouped_qwen)?, 4, 0));
     // A vocabulary no tile width divides (1001 = 7 · 11 · 13): the head and logits padded to 1024
     // columns, the argmax stopping at 1001.
     let odd = DecoderConfig { layers: 1, vocab: 1001, ..cfg.clone() };
