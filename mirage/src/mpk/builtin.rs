@@ -1189,7 +1189,7 @@ pub fn merge_projection(
 pub fn merge_projection_cols(kv_heads: usize, n: usize, workers: usize) -> usize {
     let widths =
         || (3..=MAX_MERGE_PROJECTION_COLS.trailing_zeros()).map(|b| 1usize << b).filter(|c| n.is_multiple_of(*c));
-    widths().find(|&c| n / c * kv_heads <= workers.max(1)).or_else(|| widths().last()).unwrap_or(8)
+    widths().find(|&c| n / c * kv_heads <= workers.max(1)).or_else(|| widths().next_back()).unwrap_or(8)
 }
 
 /// The widest [`Builtin::MergeProjection`] tile: 128 16-byte column vectors of f32 (256 of a
