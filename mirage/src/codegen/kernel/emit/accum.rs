@@ -64,9 +64,32 @@ impl Emitter<'_> {
             && plan.schedule.body.contains(&i)
             && plan.out_tile(i).numel() == 1
             && x.port == 0
-            && plan.loads.pipelined.contains(&x.node)
+            && (plan.loads.pipelined.contains(&x.node) || self.computed_before(x.node, i))
             && self.bounds.get(x.node).and_then(|p| p.get(x.port)).is_none_or(|dims| dims.iter().all(Option::is_none))
             && self.dead_stage_buffers(plan.warps * 4).is_some()
+    }
+
+    /// Whether node `x`'s output is a shared-memory tile the loop body computes before body node
+    /// `i` (an operator, not an accumulator, whose values no warp keeps to itself): a thread sum
+    /// of it is taken at `i`'s place in the body, after the barrier that follows `x`
+    /// ([`Emitter::thread_sum_at`]). The norm folded into the decoder's gate/up reads such a
+    /// tile: the residual plus the output projection's partial sums (DECISIONS change 101).
+    fn computed_before(&self, x: usize, i: usize) -> bool {
+        let plan = self.plan;
+        let body = &plan.schedule.body;
+        let (Some(px), Some(pi)) = (body.iter().position(|&n| n == x), body.iter().position(|&n| n == i)) else {
+            return false;
+        };
+        px < pi
+            && !matches!(self.bg().nodes()[x].op, BlockOp::Accum { .. })
+            && plan.tiles[x].first().is_some_and(Option::is_some)
+            && !plan.registers.warp_local(x)
+    }
+
+    /// Whether thread sum `i` reads a pipelined input tile (summed right after the iteration's
+    /// first barrier) rather than a tile the body computes (summed at its own place).
+    pub(super) fn thread_sum_of_load(&self, i: usize) -> bool {
+        self.plan.loads.pipelined.contains(&self.bg().nodes()[i].inputs[0].node)
     }
 
     /// The thread sums of this kernel ([`Emitter::thread_summed`]), in node order.
@@ -84,13 +107,21 @@ impl Emitter<'_> {
     /// memory, so no barrier follows them.
     pub(super) fn thread_sums_in_loop(&mut self) {
         for i in self.thread_sums() {
-            let nd = &self.bg().nodes()[i];
-            let x = self.tile(nd.inputs[0]);
-            let v = x.load(&unflatten("e", &x.shape));
-            let term = if nd.op == (BlockOp::Accum { acc: AccKind::RmsLast }) { format!("({v})*({v})") } else { v };
-            self.line(2, &format!("// thread sum of node {i}: this thread's elements, in a register"));
-            self.elementwise(2, x.numel(), &format!("{} += {term};", Self::thread_sum_var(i)));
+            if self.thread_sum_of_load(i) {
+                self.thread_sum_at(i);
+            }
         }
+    }
+
+    /// Thread sum `i`'s line: this thread's elements of its input tile (squared for
+    /// `acc_rms_last`) added to its register. It writes no shared memory, so no barrier follows.
+    pub(super) fn thread_sum_at(&mut self, i: usize) {
+        let nd = &self.bg().nodes()[i];
+        let x = self.tile(nd.inputs[0]);
+        let v = x.load(&unflatten("e", &x.shape));
+        let term = if nd.op == (BlockOp::Accum { acc: AccKind::RmsLast }) { format!("({v})*({v})") } else { v };
+        self.line(2, &format!("// thread sum of node {i}: this thread's elements, in a register"));
+        self.elementwise(2, x.numel(), &format!("{} += {term};", Self::thread_sum_var(i)));
     }
 
     /// After the loop: every thread sum's warps meet — each warp's lanes by shuffles, then the

@@ -385,6 +385,11 @@ impl Emitter<'_> {
         };
         for (k, &i) in body.iter().enumerate() {
             if self.thread_summed(i) {
+                // A computed tile's thread sum at its place: after the barrier that followed
+                // the tile's operator (a thread sum of a loaded tile ran after the first one).
+                if !self.thread_sum_of_load(i) {
+                    self.thread_sum_at(i);
+                }
                 continue;
             }
             if let BlockOp::Accum { acc } = self.bg().nodes()[i].op {
