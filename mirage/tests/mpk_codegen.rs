@@ -211,6 +211,31 @@ fn a_folded_norm_sums_its_squares_in_registers() -> R {
     Ok(())
 }
 
+#[test]
+fn a_folded_norm_of_a_computed_tile_sums_its_squares_in_registers_after_its_barrier() -> R {
+    use mirage::mpk::decoder::{DecoderConfig, decoder_step};
+    // DECISIONS change 101: with the output projection by KV head group, the gate/up's norm
+    // reads x + Σ P, a tile its loop computes. Its thread sum follows the barrier after that
+    // tile, with no warp reduction in the loop: four barriers an iteration (the stage's, the
+    // parts' sum, x + Σ P, the staged x·g tile's), where the per-iteration fold took two more.
+    let model = mirage::model::ModelConfig::preset("qwen3-0.6b").ok_or("a preset")?;
+    let cfg = DecoderConfig {
+        layers: 1,
+        vocab: 1024,
+        grouped_output: true,
+        ..model.decoder_config(64, mirage::ir::DType::Bf16)
+    };
+    let k = generate(&compile(&decoder_step("l1_grouped", &cfg)?, &MpkOptions::default())?)?;
+    let body = loop_of(&k.source, "l0.mlp.k0");
+    assert!(!body.contains("warp_sum"), "{body}");
+    assert_eq!(body.matches("__syncthreads();").count(), 4, "{body}");
+    let (sum, square) = (body.find("+ t2[").ok_or("x + Σ P")?, body.find("tsum").ok_or("a thread sum")?);
+    let barrier = body[sum..].find("__syncthreads();").ok_or("a barrier after x + Σ P")? + sum;
+    assert!(sum < barrier && barrier < square, "the thread sum after the tile's barrier: {body}");
+    nvcc(&k);
+    Ok(())
+}
+
 /// A kernel with decode attentions reserves one angle table past every task's shared memory,
 /// zeroes its key before the workers start, and hands its address to every decode attention;
 /// a kernel without one reserves nothing (DECISIONS change 99).
