@@ -301,3 +301,31 @@ fn scalar_operators_join_the_wider_pass_after_them() {
     let g2 = &plan2.groups;
     assert!(g2.group_of[ex.node].is_none() || g2.group_of[ex.node] != g2.group_of[ey.node], "{:?}", g2.groups);
 }
+
+/// A loop whose last operator computes the tile a norm's thread sum reads (`s = x + y`, then
+/// only `acc_rms_last(s)`): the thread sum runs in the accumulator's place, and the barrier after
+/// `s` stays — `s` is not the loop's last operator, the thread sum is (DECISIONS change 101).
+#[test]
+fn a_thread_sum_of_the_loops_last_computed_tile_follows_its_barrier() {
+    use mirage::ir::{AccKind, BinaryOp, BlockGraph, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let row = TensorDesc::new(&[1, 1024], d);
+    let mut bg = BlockGraph::new(vec![row.clone(), row], [1, 1, 1], 256, 4).expect("block graph");
+    let x = bg.input(0, [None; 3], Some(1)).expect("x");
+    let y = bg.input(1, [None; 3], Some(1)).expect("y");
+    let s = bg.binary(BinaryOp::Add, x, y).expect("x + y");
+    let r = bg.accum(AccKind::RmsLast, &[s]).expect("rms");
+    bg.output(r, [None; 3]).expect("out");
+    let mut g = KernelGraph::new();
+    let (gx, gy) = (g.input(&[1, 1024], d).expect("gx"), g.input(&[1, 1024], d).expect("gy"));
+    let outs = g.custom(&[gx, gy], bg).expect("custom");
+    g.output(outs[0], None).expect("r");
+    let src = generate(&g, "rms_of_sum", &KernelOptions::default()).expect("generates").kernels_source;
+    let body = &src[src.find("for (int it = 0;").expect("a loop")..];
+    let body = &body[..body.find("// after the loop").expect("the loop's end")];
+    let add = body.find("] = (mirage::to_f32(t0[").expect("x + y");
+    let sum = body.find("tsum").expect("a thread sum");
+    let barrier = body[add..].find("__syncthreads();").map(|b| b + add).expect("a barrier after x + y");
+    assert!(barrier < sum, "the thread sum reads x + y after its barrier: {body}");
+    assert!(!body.contains("warp_sum"), "{body}");
+}

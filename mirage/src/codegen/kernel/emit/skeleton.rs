@@ -378,8 +378,11 @@ impl Emitter<'_> {
         }
         self.thread_sums_in_loop();
         let body = &plan.schedule.body;
+        // The last operator that emits code here: a loaded tile's thread sum ran after the first
+        // barrier, a computed tile's runs in its place — after the barrier its tile's operator
+        // owes it, which that operator would skip if it were the last.
         let last = if refill_after_barrier {
-            body.iter().rposition(|&i| self.emits(i) && !self.thread_summed(i))
+            body.iter().rposition(|&i| self.emits(i) && !(self.thread_summed(i) && self.thread_sum_of_load(i)))
         } else {
             None
         };
