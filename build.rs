@@ -166,14 +166,10 @@ fn decode_megakernels() -> Result<(), String> {
     let contiguous_below = env_number("MIRAGE_DECODE_CONTIGUOUS_BELOW", 0..=129, columns)?
         .unwrap_or(mirage::mpk::decoder::DEFAULT_CONTIGUOUS_BELOW);
     // MIRAGE_DECODE_GROUPED_OUTPUT=0|1: the output projection by KV head group
-    // (`DecoderConfig::grouped_output`; an experiment's knob, default the models' configuration).
-    let grouped_output = match env_number("MIRAGE_DECODE_GROUPED_OUTPUT", 0..=1, "0 or 1")? {
-        Some(v) => v == 1,
-        None => {
-            let model = ModelConfig::preset("qwen3-0.6b").ok_or("a preset without a configuration")?;
-            model.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16).grouped_output
-        }
-    };
+    // (`DecoderConfig::grouped_output`; an experiment's knob, default the models'
+    // `DEFAULT_GROUPED_OUTPUT`).
+    let grouped_output = env_number("MIRAGE_DECODE_GROUPED_OUTPUT", 0..=1, "0 or 1")?
+        .map_or(mirage::mpk::decoder::DEFAULT_GROUPED_OUTPUT, |v| v == 1);
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {

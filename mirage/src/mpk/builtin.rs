@@ -1166,17 +1166,11 @@ pub fn merge_projection(
     w: TensorId,
     workers: usize,
 ) -> Result<TensorId, GraphError> {
-    let desc = |t: TensorId| g.tensors().get(t.0).map(|t| t.desc.clone());
-    let (Some(pd), Some(wd)) = (desc(partials), desc(w)) else {
-        return Err(GraphError::Operand {
-            graph: g.name().into(),
-            op: name.into(),
-            reason: "an operand is not a tensor of this graph".into(),
-        });
-    };
-    // Shapes are the builtin's to check (g.builtin below); these only choose the tiles.
-    let kv_heads = pd.shape.first().copied().unwrap_or(1).max(1);
-    let n = wd.shape.get(1).copied().unwrap_or(0);
+    // Operands and shapes are the builtin's to check (g.builtin below); these only choose the
+    // tiles.
+    let dim = |t: TensorId, i: usize| g.tensors().get(t.0).and_then(|t| t.desc.shape.get(i).copied());
+    let kv_heads = dim(partials, 0).unwrap_or(1).max(1);
+    let n = dim(w, 1).unwrap_or(0);
     let cols = merge_projection_cols(kv_heads, n, workers);
     Ok(g.builtin(name, Builtin::MergeProjection { cols }, &[partials, w])?[0])
 }
@@ -1879,6 +1873,11 @@ mod tests {
             let want = format!("cols {cols}: expected a power of two from 8 to 512 dividing the projection's width 64");
             assert!(e.expect_err("cols").contains(&want));
         }
+        // An operand that is no tensor of the graph: the builtin's own error.
+        let mut g = StepGraph::new("bad").expect("a name");
+        let w = g.input("w", &[512, 64], DType::Bf16).expect("w");
+        let e = merge_projection(&mut g, "o", TensorId(99), w, 132).expect_err("no such tensor");
+        assert!(e.to_string().contains("an operand is not a tensor of this graph"), "{e}");
         let big = d(&[1, 1, 64, 130], DType::F32);
         let e = m.check(&[&big, &d(&[8192, 64], DType::Bf16)], &[&d(&[1, 64], DType::Bf16)], 0).expect_err("big");
         assert!(e.contains("a KV head group of at most 4096 values"), "{e}");

@@ -89,6 +89,11 @@ pub struct DecoderConfig {
 /// unchanged (4.81); every projection contiguous (129) gave the same as 64.
 pub const DEFAULT_CONTIGUOUS_BELOW: usize = 64;
 
+/// The models' [`DecoderConfig::grouped_output`]: off. On an H100 (DECISIONS change 101, session
+/// 45, first build) it made Qwen3-0.6B 1.5% faster, Llama-3.2-1B 2.2% and Llama-3.1-8B 1.0%
+/// slower.
+pub const DEFAULT_GROUPED_OUTPUT: bool = false;
+
 impl DecoderConfig {
     /// A tiny two-layer decoder for tests (vocabulary 512, hidden 256, 4 heads of 64 over 2 KV
     /// heads, MLP 512, 128 positions, bf16).
@@ -199,21 +204,26 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
     // q, k and v as one projection: equal tiles over all three (Llama-3.2-1B: 128 tasks of 24
     // columns, where three operators took 64 of 32 and 2 × 32 of 16; DECISIONS change 89).
     let qkv = streamed_norm_projections(cfg, &[qw + 2 * kvw]).map_err(ir(name, "qkv"))?;
-    let o = streamed_projection_residual(cfg, qw).map_err(ir(name, "o_proj"))?;
+    // The output projection as a streamed block graph, or (grouped) merge projections.
+    let o = if cfg.grouped_output {
+        None
+    } else {
+        Some(streamed_projection_residual(cfg, qw).map_err(ir(name, "o_proj"))?)
+    };
     let mlp = if cfg.grouped_output {
         streamed_gated_mlp_of_parts(cfg, cfg.kv_heads).map_err(ir(name, "mlp"))?
     } else {
         streamed_gated_mlp(cfg).map_err(ir(name, "mlp"))?
     };
     // The MLP's weights are its last three inputs (after x, the parts when grouped, the gain).
-    let mlp_w = if cfg.grouped_output { 3 } else { 2 };
+    let mlp_w = mlp.inputs().len() - 3;
     let shape = |kg: &KernelGraph, i: usize| kg.inputs()[i].shape.clone();
     for l in 0..cfg.layers {
         let p = |s: &str| format!("l{l}.{s}");
         let attn_norm = g.input(&p("attn_norm"), &[1, h], dt)?;
         let wqkv = g.input(&p("wqkv"), &shape(&qkv, 2), dt)?;
         // Grouped, the output projection's tiles take rows of one KV head group: row-major.
-        let wo_shape = if cfg.grouped_output { vec![qw, h] } else { shape(&o, 1) };
+        let wo_shape = o.as_ref().map_or_else(|| vec![qw, h], |o| shape(o, 1));
         let wo = g.input(&p("wo"), &wo_shape, dt)?;
         let mlp_norm = g.input(&p("mlp_norm"), &[1, h], dt)?;
         let wg = g.input(&p("wg"), &shape(&mlp, mlp_w), dt)?;
@@ -244,12 +254,15 @@ pub fn decoder_step(name: &str, cfg: &DecoderConfig) -> Result<StepGraph, GraphE
             scale,
             workers,
         )?;
-        x = if cfg.grouped_output {
-            let parts = merge_projection(&mut g, &p("o_proj"), a, wo, workers)?;
-            g.mugraph(&p("mlp"), &mlp, &[x, parts, mlp_norm, wg, wu, wd])?[0]
-        } else {
-            let x = g.mugraph(&p("o_proj"), &o, &[a, wo, x])?[0];
-            g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0]
+        x = match &o {
+            Some(o) => {
+                let x = g.mugraph(&p("o_proj"), o, &[a, wo, x])?[0];
+                g.mugraph(&p("mlp"), &mlp, &[x, mlp_norm, wg, wu, wd])?[0]
+            }
+            None => {
+                let parts = merge_projection(&mut g, &p("o_proj"), a, wo, workers)?;
+                g.mugraph(&p("mlp"), &mlp, &[x, parts, mlp_norm, wg, wu, wd])?[0]
+            }
         };
     }
     let final_norm = g.input("final_norm", &[1, h], dt)?;
@@ -705,37 +718,32 @@ pub fn projection_residual(cfg: &DecoderConfig, width: usize) -> Result<KernelGr
 /// `x + (silu(n · Wg) · (n · Wu)) · Wd` with `n = rms_norm(x, w)`: inputs `x`, `w`, `Wg`, `Wu`,
 /// `Wd`.
 pub fn gated_mlp(cfg: &DecoderConfig) -> Result<KernelGraph, crate::ir::IrError> {
-    let (h, i) = (cfg.hidden, cfg.intermediate);
-    let mut k = KernelGraph::new();
-    let x = k.input(&[1, h], cfg.dtype)?;
-    let w = k.input(&[1, h], cfg.dtype)?;
-    let wg = k.input(&[h, i], cfg.dtype)?;
-    let wu = k.input(&[h, i], cfg.dtype)?;
-    let wd = k.input(&[i, h], cfg.dtype)?;
-    let n = k.rms_norm(x, cfg.eps, Some(w))?;
-    let gate = k.matmul(n, wg)?;
-    let up = k.matmul(n, wu)?;
-    let s = k.silu(gate)?;
-    let m = k.mul(s, up)?;
-    let d = k.matmul(m, wd)?;
-    let out = k.add(x, d)?;
-    k.output(out, None)?;
-    Ok(k)
+    gated_mlp_in(cfg, 0)
 }
 
 /// [`gated_mlp`] of the residual `r = x + Σ_p P[p]`: `r + (silu(n · Wg) · (n · Wu)) · Wd` with
 /// `n = rms_norm(r, w)`. Inputs `x [1, hidden]`, `P [parts, hidden]`, `w`, `Wg`, `Wu`, `Wd`.
 pub fn gated_mlp_of_parts(cfg: &DecoderConfig, parts: usize) -> Result<KernelGraph, crate::ir::IrError> {
+    gated_mlp_in(cfg, parts.max(1))
+}
+
+/// [`gated_mlp`] of `x`, or with `parts > 0` of `x + Σ_p P[p]` ([`gated_mlp_of_parts`]).
+fn gated_mlp_in(cfg: &DecoderConfig, parts: usize) -> Result<KernelGraph, crate::ir::IrError> {
     let (h, i) = (cfg.hidden, cfg.intermediate);
     let mut k = KernelGraph::new();
     let x = k.input(&[1, h], cfg.dtype)?;
-    let p = k.input(&[parts.max(1), h], cfg.dtype)?;
+    let p = if parts > 0 { Some(k.input(&[parts, h], cfg.dtype)?) } else { None };
     let w = k.input(&[1, h], cfg.dtype)?;
     let wg = k.input(&[h, i], cfg.dtype)?;
     let wu = k.input(&[h, i], cfg.dtype)?;
     let wd = k.input(&[i, h], cfg.dtype)?;
-    let sum = k.reduce_sum(p, 0)?;
-    let r = k.add(x, sum)?;
+    let r = match p {
+        Some(p) => {
+            let sum = k.reduce_sum(p, 0)?;
+            k.add(x, sum)?
+        }
+        None => x,
+    };
     let n = k.rms_norm(r, cfg.eps, Some(w))?;
     let gate = k.matmul(n, wg)?;
     let up = k.matmul(n, wu)?;
