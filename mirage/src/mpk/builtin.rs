@@ -194,6 +194,14 @@ fn f32_typed(d: &TensorDesc, what: &str) -> Result<(), String> {
     expect(d.dtype == DType::F32, || format!("{what}: expected f32, found {}", fmt(d)))
 }
 
+/// Where a [`Builtin::DecodeAttention`]'s partials sit among its outputs: after the merged
+/// `out` when it merges (outputs `out, partials, k_cache, v_cache`), first when it does not
+/// (`partials, k_cache, v_cache`). The caches follow the partials either way. The one place
+/// that layout is written down: the checks, regions, shared memory and emitter read it here.
+pub(crate) fn decode_attention_partials_at(merge: bool) -> usize {
+    usize::from(merge)
+}
+
 impl Builtin {
     /// The kind's name.
     pub fn name(&self) -> &'static str {
@@ -226,7 +234,7 @@ impl Builtin {
     /// Number of output operands.
     pub fn num_outputs(&self) -> usize {
         match self {
-            Builtin::DecodeAttention { merge, .. } => 3 + usize::from(*merge),
+            Builtin::DecodeAttention { merge, .. } => decode_attention_partials_at(*merge) + 3,
             _ => 1,
         }
     }
@@ -403,7 +411,7 @@ impl Builtin {
                 Ok([p.shape[0] * p.shape[2], 1, 1])
             }
             Builtin::DecodeAttention { scale, chunks, norm, fused, merge, .. } => {
-                let o = usize::from(*merge);
+                let o = decode_attention_partials_at(*merge);
                 let (partials, kc, vc) = (outputs[o], outputs[o + 1], outputs[o + 2]);
                 rank(kc, 3, "k_cache")?;
                 let kv_width = kc.shape[0] * kc.shape[2];
@@ -547,7 +555,7 @@ impl Builtin {
                 (vec![(read, false)], vec![Region::at(out, vec![0, x * (d2 - 2)], &[1, d2 - 2])])
             }
             Builtin::DecodeAttention { fused, merge, .. } => {
-                let o = usize::from(*merge);
+                let o = decode_attention_partials_at(*merge);
                 let ((pt, pd), (kc, kd), (vc, _)) = (outputs[o], outputs[o + 1], outputs[o + 2]);
                 let (kvh, cap, d) = (kd.shape[0], kd.shape[1], kd.shape[2]);
                 let group = pd.shape[2];
@@ -612,7 +620,7 @@ impl Builtin {
             }
             Builtin::DecodeAttention { chunks, merge, .. } => {
                 // The partials are [kv_heads, chunks, group, d + 2].
-                let pd = outputs[usize::from(*merge)];
+                let pd = outputs[decode_attention_partials_at(*merge)];
                 let (group, d) = (pd.shape[2], pd.shape[3] - 2);
                 // attention_chunk's, then a norm scale per head, the heads and the new value as
                 // loaded, and the two gains; the merge reuses the space for (m, l) of every

@@ -335,7 +335,7 @@ fn builtin_call(
         }
         Builtin::DecodeAttention { pos, scale, chunks, norm, fused, merge } => {
             // Outputs: out (when it merges), partials, k_cache, v_cache.
-            let o = usize::from(*merge);
+            let o = super::builtin::decode_attention_partials_at(*merge);
             let (parts, kcache, vcache) = (outs[o], outs[o + 1], outs[o + 2]);
             let kc = d(kcache);
             let hd = kc.shape[2];
