@@ -165,11 +165,10 @@ fn decode_megakernels() -> Result<(), String> {
     let columns = "a number of weight columns from 0 (every weight row-major) to 129";
     let contiguous_below = env_number("MIRAGE_DECODE_CONTIGUOUS_BELOW", 0..=129, columns)?
         .unwrap_or(mirage::mpk::decoder::DEFAULT_CONTIGUOUS_BELOW);
-    // MIRAGE_DECODE_GROUPED_OUTPUT=0|1: the output projection by KV head group
-    // (`DecoderConfig::grouped_output`; an experiment's knob, default the models'
-    // `DEFAULT_GROUPED_OUTPUT`).
-    let grouped_output = env_number("MIRAGE_DECODE_GROUPED_OUTPUT", 0..=1, "0 or 1")?
-        .map_or(mirage::mpk::decoder::DEFAULT_GROUPED_OUTPUT, |v| v == 1);
+    // MIRAGE_DECODE_GROUPED_OUTPUT=0|1: the output projection by KV head group for every model
+    // (`DecoderConfig::grouped_output`; an experiment's knob; unset, each model's
+    // `decoder::default_grouped_output`).
+    let grouped_output = env_number("MIRAGE_DECODE_GROUPED_OUTPUT", 0..=1, "0 or 1")?.map(|v| v == 1);
     let nvcc = mirage::nvcc::CompileOptions { arch: Some("sm_90a".into()), ..Default::default() };
     let mut builds: Vec<(String, usize)> = vec![("llama-3.2-1b".into(), 2), ("qwen3-0.6b".into(), 2)];
     if whole {
@@ -186,7 +185,9 @@ fn decode_megakernels() -> Result<(), String> {
         let mut cfg = model.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
         cfg.layers = *layers;
         cfg.contiguous_below = contiguous_below;
-        cfg.grouped_output = grouped_output;
+        if let Some(g) = grouped_output {
+            cfg.grouped_output = g;
+        }
         let name = mirage::mpk::decoder::step_name(preset, (*layers != model.layers).then_some(*layers));
         let g = mirage::mpk::decoder::decoder_step(&name, &cfg).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
@@ -199,7 +200,7 @@ fn decode_megakernels() -> Result<(), String> {
     let prefetch_bytes = if opts.prefetch { opts.prefetch_limit_bytes } else { 0 };
     let bulk = opts.kernel.bulk_runs;
     let mut index = format!(
-        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decoders' `contiguous_below` (0: every weight row-major).\n#[allow(dead_code)]\npub const DECODE_CONTIGUOUS_BELOW: usize = {contiguous_below};\n/// Whether the task bodies copy contiguous weight tiles with one bulk copy each (MIRAGE_DECODE_BULK).\n#[allow(dead_code)]\npub const DECODE_BULK: bool = {bulk};\n/// Whether the decoders' output projections are by KV head group (MIRAGE_DECODE_GROUPED_OUTPUT).\n#[allow(dead_code)]\npub const DECODE_GROUPED_OUTPUT: bool = {grouped_output};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
+        "/// Positions the KV caches of the decode megakernels hold.\npub const DECODE_CAPACITY: usize = {DECODE_CAPACITY};\n/// The most bytes a task of the decode megakernels prefetches into L2 (0: built without the prefetch; not every includer reads it).\n#[allow(dead_code)]\npub const DECODE_PREFETCH_BYTES: usize = {prefetch_bytes};\n/// The decoders' `contiguous_below` (0: every weight row-major).\n#[allow(dead_code)]\npub const DECODE_CONTIGUOUS_BELOW: usize = {contiguous_below};\n/// Whether the task bodies copy contiguous weight tiles with one bulk copy each (MIRAGE_DECODE_BULK).\n#[allow(dead_code)]\npub const DECODE_BULK: bool = {bulk};\n/// Whether every decoder's output projections are by KV head group (MIRAGE_DECODE_GROUPED_OUTPUT=1) or none's (=0); `None`: each model's default (`decoder::default_grouped_output`).\n#[allow(dead_code)]\npub const DECODE_GROUPED_OUTPUT: Option<bool> = {grouped_output:?};\n/// The decode megakernels at real model widths, by name (`decode_<preset>`, `decode_<preset>_<n>l` for `n` layers).\npub static DECODE_MEGAKERNELS: [mirage::mpk::Megakernel; {}] = [\n",
         names.len()
     );
     for n in &names {

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use mirage::ir::DType;
 use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, fuse_qkv, qkv_slot, random_weights};
-use mirage::mpk::decoder::{decoder_step, layer_timeline, profile, step_name};
+use mirage::mpk::decoder::{GROUPED_OUTPUT_MAX_HIDDEN, decoder_step, layer_timeline, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
 use mirage::mpk::{Megakernel, MpkPlan, ParamValues, Session, TensorId, TensorKind};
@@ -159,7 +159,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let plan = mk.plan()?;
     let mut cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
     cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW;
-    cfg.grouped_output = DECODE_GROUPED_OUTPUT;
+    if let Some(g) = DECODE_GROUPED_OUTPUT {
+        cfg.grouped_output = g;
+    }
     if args.tokens == 0 || args.pos + args.tokens > DECODE_CAPACITY {
         return Err(format!(
             "--pos {} --tokens {}: expected at least one token and pos + tokens <= {DECODE_CAPACITY} (the KV cache's capacity)",
@@ -199,9 +201,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     if DECODE_BULK {
         println!("weight tiles stored tile by tile copied by one bulk copy each (MIRAGE_DECODE_BULK=1)");
     }
-    if DECODE_GROUPED_OUTPUT {
+    if cfg.grouped_output {
         println!(
-            "output projections by KV head group, merging the attention's partials (MIRAGE_DECODE_GROUPED_OUTPUT=1)"
+            "output projections by KV head group, merging the attention's partials (hidden <= {GROUPED_OUTPUT_MAX_HIDDEN} \
+             or MIRAGE_DECODE_GROUPED_OUTPUT=1)"
         );
     }
     let gpu = match Gpu::new(0) {

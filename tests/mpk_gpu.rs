@@ -137,7 +137,9 @@ fn two_layers_at_real_model_widths_match_the_cpu() -> R {
             ModelConfig::preset(preset).ok_or("a preset")?.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
         cfg.layers = 2;
         cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW; // as the build script built it
-        cfg.grouped_output = DECODE_GROUPED_OUTPUT;
+        if let Some(g) = DECODE_GROUPED_OUTPUT {
+            cfg.grouped_output = g;
+        }
         let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
         // 8 steps at positions 509..517 over caches of random keys and values, then 3 at
         // 4154..4157 near the capacity (split-KV chunks of 260 keys: more than one key tile of

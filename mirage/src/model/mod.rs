@@ -255,7 +255,7 @@ impl ModelConfig {
             qk_norm: self.qk_norm,
             dtype,
             contiguous_below: crate::mpk::decoder::DEFAULT_CONTIGUOUS_BELOW,
-            grouped_output: crate::mpk::decoder::DEFAULT_GROUPED_OUTPUT,
+            grouped_output: crate::mpk::decoder::default_grouped_output(self.hidden),
         }
     }
 }

@@ -89,10 +89,19 @@ pub struct DecoderConfig {
 /// unchanged (4.81); every projection contiguous (129) gave the same as 64.
 pub const DEFAULT_CONTIGUOUS_BELOW: usize = 64;
 
-/// The models' [`DecoderConfig::grouped_output`]: off. On an H100 (DECISIONS change 101, session
-/// 45, first build) it made Qwen3-0.6B 1.5% faster, Llama-3.2-1B 2.2% and Llama-3.1-8B 1.0%
-/// slower.
-pub const DEFAULT_GROUPED_OUTPUT: bool = false;
+/// The widest residual row (`hidden`) whose models take [`DecoderConfig::grouped_output`] by
+/// default ([`default_grouped_output`]).
+pub const GROUPED_OUTPUT_MAX_HIDDEN: usize = 1024;
+
+/// The models' [`DecoderConfig::grouped_output`]: on for residual rows of at most
+/// [`GROUPED_OUTPUT_MAX_HIDDEN`] elements. The grouped form saves the attention's merge (about
+/// 2.5 µs a layer at each of the three models) and costs the gated MLP a load and sum of
+/// `kv_heads` partial rows of `hidden` elements per task, which grows with the row. Measured on
+/// an H100 against the merged form in one lease (DECISIONS change 101, session 46): Qwen3-0.6B
+/// (hidden 1024) 2.6% faster, Llama-3.2-1B (2048) 1.1% slower, Llama-3.1-8B (4096) the same.
+pub fn default_grouped_output(hidden: usize) -> bool {
+    hidden <= GROUPED_OUTPUT_MAX_HIDDEN
+}
 
 impl DecoderConfig {
     /// A tiny two-layer decoder for tests (vocabulary 512, hidden 256, 4 heads of 64 over 2 KV
