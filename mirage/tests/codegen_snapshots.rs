@@ -329,3 +329,44 @@ fn a_thread_sum_of_the_loops_last_computed_tile_follows_its_barrier() {
     assert!(barrier < sum, "the thread sum reads x + y after its barrier: {body}");
     assert!(!body.contains("warp_sum"), "{body}");
 }
+
+/// A loop that adds a short sum over a leading dim to a row, then normalizes and scales it
+/// (`s = x + Σ_p P[p]`, `acc_rms_last(s)`, `y = s · g`: the decoder's grouped gate/up, DECISIONS
+/// change 102): the sum heads one pass computing `s` and `y` per element, with no tile of its
+/// own; the accumulator of `s` does not end the pass, it takes its thread sum after the pass's
+/// barrier; one barrier an iteration besides the stage's. Nothing stores `Σ P` to a tile.
+#[test]
+fn a_short_leading_sum_heads_the_pass_of_the_row_it_joins() {
+    use mirage::ir::{AccKind, BinaryOp, BlockGraph, BlockOp, KernelGraph, TensorDesc};
+    let d = DType::Bf16;
+    let row = TensorDesc::new(&[1, 1024], d);
+    let parts = TensorDesc::new(&[8, 1024], d);
+    let mut bg = BlockGraph::new(vec![row.clone(), parts, row], [1, 1, 1], 256, 4).expect("block graph");
+    let x = bg.input(0, [None; 3], Some(1)).expect("x");
+    let p = bg.input(1, [None; 3], Some(1)).expect("P");
+    let g = bg.input(2, [None; 3], Some(1)).expect("g");
+    let sum = bg.op(BlockOp::ReduceSum { dim: 0 }, &[p]).expect("Σ P");
+    let s = bg.binary(BinaryOp::Add, x, sum).expect("x + Σ P");
+    let r = bg.accum(AccKind::RmsLast, &[s]).expect("rms");
+    let y = bg.binary(BinaryOp::Mul, s, g).expect("s · g");
+    let o = bg.accum(AccKind::Sum, &[y]).expect("Σ y");
+    bg.output(r, [None; 3]).expect("out r");
+    bg.output(o, [None; 3]).expect("out o");
+    let mut kg = KernelGraph::new();
+    let ins = [kg.input(&[1, 1024], d), kg.input(&[8, 1024], d), kg.input(&[1, 1024], d)];
+    let ins: Vec<_> = ins.into_iter().map(|t| t.expect("input")).collect();
+    let outs = kg.custom(&ins, bg).expect("custom");
+    kg.output(outs[0], None).expect("r");
+    kg.output(outs[1], None).expect("o");
+    let src = generate(&kg, "norm_of_parts", &KernelOptions::default()).expect("generates").kernels_source;
+    let body = &src[src.find("for (int it = 0;").expect("a loop")..];
+    let body = &body[..body.find("// after the loop").expect("the loop's end")];
+    let pass = body.find("// one pass: reduce_sum(0), add, mul").unwrap_or_else(|| panic!("one pass: {body}"));
+    assert!(body.contains(&format!("float r{} = 0.0f;", sum.node)), "the sum per element: {body}");
+    assert!(!body.contains(&format!("t{}[", sum.node)), "Σ P has no tile: {body}");
+    let tsum = body.find("tsum").expect("a thread sum");
+    let barrier = body[pass..].find("__syncthreads();").map(|b| b + pass).expect("a barrier after the pass");
+    assert!(barrier < tsum, "the thread sum reads s after the pass's barrier: {body}");
+    // Σ y is the loop's last operator: the next iteration's first barrier follows it.
+    assert_eq!(body.matches("__syncthreads();").count(), 2, "the stage's and the pass's: {body}");
+}

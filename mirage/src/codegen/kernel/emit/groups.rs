@@ -26,7 +26,8 @@ impl<'a> Emitter<'a> {
     /// sums first, then one loop over the elements computing every member, storing the members
     /// read outside the group and writing the group's savers; `v` elements of a row per thread
     /// and step where every tile allows vectors of them ([`pass_vector`]; not under an `rms_norm`
-    /// head, whose scaling reads its row sum per element).
+    /// head, whose scaling reads its row sum per element, nor under a `reduce_sum` head, whose
+    /// terms lie along another dim).
     pub(super) fn group(&mut self, indent: usize, gid: usize) -> Result<(), CodegenError> {
         let plan = self.plan;
         let members = &plan.groups.groups[gid];
@@ -34,7 +35,7 @@ impl<'a> Emitter<'a> {
         let numel: usize = shape.iter().product();
         let nodes = self.bg().nodes();
         let names: Vec<String> = members.iter().map(|&i| nodes[i].op.name()).collect();
-        if !matches!(nodes[members[0]].op, BlockOp::RmsNorm { .. }) {
+        if !matches!(nodes[members[0]].op, BlockOp::RmsNorm { .. } | BlockOp::ReduceSum { .. }) {
             let v = pass_vector(shape, &self.group_tiles(gid), plan.threads);
             if v > 1 {
                 return self.group_vector(indent, gid, v);
@@ -84,6 +85,22 @@ impl<'a> Emitter<'a> {
             BlockOp::RmsNorm { eps } => {
                 let row = shape.last().copied().unwrap_or(1);
                 self.rms_scale(i, &operand(nd.inputs[0]), row, eps.0)
+            }
+            BlockOp::ReduceSum { dim } => {
+                // A sum over a leading dim heading the pass (`ElementwiseGroups`): this element's
+                // terms in order from zero, padding of a runtime size left out, as the
+                // reduction's own pass added them.
+                let x = nd.inputs[0];
+                let t = self.tile(x);
+                let mut at = idx.to_vec();
+                at[*dim] = format!("k{i}");
+                let term = match self.valid_along(x, *dim, &at[*dim]) {
+                    Some(c) => format!("(({c}) ? {} : 0.0f)", t.load(&at)),
+                    None => t.load(&at),
+                };
+                writeln!(body, "float r{i} = 0.0f;").ok();
+                writeln!(body, "for (int k{i} = 0; k{i} < {}; ++k{i}) {{ r{i} = r{i} + {term}; }}", t.shape[*dim]).ok();
+                format!("r{i}")
             }
             BlockOp::Output { .. } => {
                 let value = format!("v{}", nd.inputs[0].node);

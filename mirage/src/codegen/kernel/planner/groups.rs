@@ -1,6 +1,6 @@
 //! Runs of element-wise operators over one tile shape, computed in one pass.
 
-use crate::ir::{BlockGraph, BlockOp};
+use crate::ir::{AccKind, BlockGraph, BlockOp};
 
 use super::fusion::RegisterPlan;
 use super::schedule::Schedule;
@@ -35,6 +35,10 @@ fn vector_aligned(t: &Tile, v: usize, rank: usize) -> bool {
     t.shape[r - 1] == 1 || t.runs_aligned(r - 1, v)
 }
 
+/// Most terms of a sum over a leading dim that heads an element-wise run (each element adds them
+/// in one thread).
+pub const MAX_INLINE_REDUCE: usize = 32;
+
 /// Whether a tile of `shape` holds one element (a scalar of any rank).
 fn one_element(shape: &[usize]) -> bool {
     shape.iter().product::<usize>() == 1
@@ -49,6 +53,15 @@ fn one_element(shape: &[usize]) -> bool {
 /// every member per element in registers. A member read only inside its group gets no
 /// shared-memory tile; one read elsewhere is also stored. One loop and one barrier instead of one
 /// per operator.
+///
+/// In the loop body, a run may also be headed by a short sum over a leading dim
+/// (`reduce_sum(d)` of a tile, `d` not the last dim, at most [`MAX_INLINE_REDUCE`] terms): each
+/// element of the pass adds its terms itself, in order, where the sum had a pass, a tile and a
+/// barrier of its own (the decoder's gate/up adding the output projection's partial sums to the
+/// residual: `x + Σ_p P[p]`, DECISIONS change 102). A body accumulator of one element
+/// (`acc_sum_last`, `acc_rms_last`) of a run's member does not end the run: it runs after the
+/// pass (the barrier after the head), reading the member's stored tile, and no later member may
+/// read it.
 ///
 /// Operators of one element (a scalar: a running maximum's rescale, a row's weight in a
 /// combine) join a run of any shape, and a run of scalars takes the shape of the first wider
@@ -81,8 +94,8 @@ impl ElementwiseGroups {
             shapes: Vec::new(),
             scalar: vec![false; n],
         };
-        for section in schedule.sections() {
-            ew.group_section(bg, section, rp);
+        for (k, section) in schedule.sections().into_iter().enumerate() {
+            ew.group_section(bg, section, rp, k == 1);
         }
         let nodes = bg.nodes();
         for (gid, members) in ew.groups.iter().enumerate() {
@@ -102,8 +115,8 @@ impl ElementwiseGroups {
         self.group_of[i].map_or(i, |gid| self.groups[gid][0])
     }
 
-    /// Groups the consecutive runs of one section.
-    fn group_section(&mut self, bg: &BlockGraph, section: &[usize], rp: &RegisterPlan) {
+    /// Groups the consecutive runs of one section (`body`: the loop body's).
+    fn group_section(&mut self, bg: &BlockGraph, section: &[usize], rp: &RegisterPlan, body: bool) {
         let nodes = bg.nodes();
         let shape_of = |i: usize| nodes[i].outputs.first().map(|t| t.shape.clone());
         let pointwise = |i: usize| {
@@ -111,18 +124,50 @@ impl ElementwiseGroups {
                 && !rp.reg[i]
                 && nodes[i].outputs.len() == 1
         };
+        // A short sum over a leading dim of a shared-memory tile, in the loop body.
+        let sum_head = |i: usize| {
+            let BlockOp::ReduceSum { dim } = nodes[i].op else { return false };
+            let x = nodes[i].inputs[0];
+            let Some(xs) = nodes.get(x.node).and_then(|n| n.outputs.get(x.port)).map(|t| &t.shape) else {
+                return false;
+            };
+            body && !rp.reg[i]
+                && !rp.reg[x.node]
+                && nodes[i].outputs.len() == 1
+                && dim + 1 < xs.len()
+                && xs[dim] <= MAX_INLINE_REDUCE
+        };
+        // A body accumulator of one element whose input is a member of the run `cur`.
+        let after_pass = |i: usize, cur: &[usize]| {
+            body && matches!(nodes[i].op, BlockOp::Accum { acc: AccKind::SumLast | AccKind::RmsLast })
+                && shape_of(i).is_some_and(|s| one_element(&s))
+                && nodes[i].inputs.first().is_some_and(|x| x.port == 0 && cur.contains(&x.node))
+        };
         let mut cur: Vec<usize> = Vec::new();
         let mut shape: Vec<usize> = Vec::new();
+        // Accumulators passed over by the run (they run after it; no member may read them).
+        let mut passed: Vec<usize> = Vec::new();
         for &i in section {
             let own = shape_of(i).unwrap_or_default();
+            if after_pass(i, &cur) && matches!(nodes[cur[0]].op, BlockOp::ReduceSum { .. }) {
+                passed.push(i);
+                continue;
+            }
             let joins = match nodes[i].op {
                 BlockOp::Unary { .. } | BlockOp::Binary { .. } if pointwise(i) => {
-                    // A run of plain operators (no `rms_norm` head, no saver) takes scalars of its
-                    // rank, and a run of scalars takes the first wider operator's shape.
-                    let plain =
-                        cur.iter().all(|&m| !matches!(nodes[m].op, BlockOp::RmsNorm { .. } | BlockOp::Output { .. }));
+                    // A run of plain operators (no `rms_norm` or sum head, no saver) takes scalars
+                    // of its rank, and a run of scalars takes the first wider operator's shape.
+                    let plain = cur.iter().all(|&m| {
+                        !matches!(
+                            nodes[m].op,
+                            BlockOp::RmsNorm { .. } | BlockOp::Output { .. } | BlockOp::ReduceSum { .. }
+                        )
+                    });
                     let scalar_joins = one_element(&own) || one_element(&shape);
-                    !cur.is_empty() && (own == shape || (plain && own.len() == shape.len() && scalar_joins))
+                    let reads_passed = nodes[i].inputs.iter().any(|t| passed.contains(&t.node));
+                    !cur.is_empty()
+                        && !reads_passed
+                        && (own == shape || (plain && own.len() == shape.len() && scalar_joins))
                 }
                 BlockOp::Output { .. } => {
                     let t = nodes[i].inputs[0];
@@ -142,7 +187,8 @@ impl ElementwiseGroups {
                 continue;
             }
             self.flush(bg, &mut cur, &shape);
-            let head = pointwise(i) || matches!(nodes[i].op, BlockOp::RmsNorm { .. });
+            passed.clear();
+            let head = pointwise(i) || matches!(nodes[i].op, BlockOp::RmsNorm { .. }) || sum_head(i);
             if head {
                 cur.push(i);
                 shape = own;
