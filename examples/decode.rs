@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use mirage::ir::DType;
 use mirage::model::{Checkpoint, ModelConfig, Weight, WeightData, fuse_qkv, qkv_slot, random_weights};
-use mirage::mpk::decoder::{GROUPED_OUTPUT_MAX_HIDDEN, decoder_step, layer_timeline, profile, step_name};
+use mirage::mpk::decoder::{decoder_step, layer_timeline, profile, step_name};
 use mirage::mpk::exec::HostTensors;
 use mirage::mpk::testmode::compare_step;
 use mirage::mpk::{Megakernel, MpkPlan, ParamValues, Session, TensorId, TensorKind};
@@ -203,8 +203,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if cfg.grouped_output {
         println!(
-            "output projections by KV head group, merging the attention's partials (hidden <= {GROUPED_OUTPUT_MAX_HIDDEN} \
-             or MIRAGE_DECODE_GROUPED_OUTPUT=1)"
+            "output projections by KV head group, merging the attention's partials (MIRAGE_DECODE_GROUPED_OUTPUT=1 \
+             or the model's default, decoder::default_grouped_output)"
         );
     }
     let gpu = match Gpu::new(0) {

@@ -55,7 +55,7 @@ fn one_element(shape: &[usize]) -> bool {
 /// per operator.
 ///
 /// In the loop body, a run may also be headed by a short sum over a leading dim
-/// (`reduce_sum(d)` of a tile, `d` not the last dim, at most [`MAX_INLINE_REDUCE`] terms): each
+/// (`reduce_sum(d)` of a tile, `d` not the last dim, at most 32 terms, `MAX_INLINE_REDUCE`): each
 /// element of the pass adds its terms itself, in order, where the sum had a pass, a tile and a
 /// barrier of its own (the decoder's gate/up adding the output projection's partial sums to the
 /// residual: `x + Σ_p P[p]`, DECISIONS change 102). A body accumulator of one element
