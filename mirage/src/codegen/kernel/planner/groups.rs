@@ -128,18 +128,18 @@ impl ElementwiseGroups {
         let sum_head = |i: usize| {
             let BlockOp::ReduceSum { dim } = nodes[i].op else { return false };
             let x = nodes[i].inputs[0];
-            let Some(xs) = nodes.get(x.node).and_then(|n| n.outputs.get(x.port)).map(|t| &t.shape) else {
-                return false;
-            };
+            let Ok(xs) = bg.tile(x).map(|t| &t.shape) else { return false };
             body && !rp.reg[i]
                 && !rp.reg[x.node]
                 && nodes[i].outputs.len() == 1
                 && dim + 1 < xs.len()
                 && xs[dim] <= MAX_INLINE_REDUCE
         };
-        // A body accumulator of one element whose input is a member of the run `cur`.
+        // A body accumulator of one element whose input is a member of the run `cur`, a run
+        // headed by a sum.
         let after_pass = |i: usize, cur: &[usize]| {
-            body && matches!(nodes[i].op, BlockOp::Accum { acc: AccKind::SumLast | AccKind::RmsLast })
+            body && cur.first().is_some_and(|&h| matches!(nodes[h].op, BlockOp::ReduceSum { .. }))
+                && matches!(nodes[i].op, BlockOp::Accum { acc: AccKind::SumLast | AccKind::RmsLast })
                 && shape_of(i).is_some_and(|s| one_element(&s))
                 && nodes[i].inputs.first().is_some_and(|x| x.port == 0 && cur.contains(&x.node))
         };
@@ -149,7 +149,7 @@ impl ElementwiseGroups {
         let mut passed: Vec<usize> = Vec::new();
         for &i in section {
             let own = shape_of(i).unwrap_or_default();
-            if after_pass(i, &cur) && matches!(nodes[cur[0]].op, BlockOp::ReduceSum { .. }) {
+            if after_pass(i, &cur) {
                 passed.push(i);
                 continue;
             }
