@@ -209,6 +209,10 @@ fn decode_megakernels() -> Result<(), String> {
         ));
     }
     index.push_str("];\n");
+    // What build.rs did to each model's decoder configuration above, for the includers.
+    index.push_str(
+        "/// `model`'s decoder configuration as this build script built its megakernels: its\n/// `decoder_config` with the build's `contiguous_below` and, when forced, `grouped_output`.\n#[allow(dead_code)]\npub fn built_decoder_config(model: &mirage::model::ModelConfig) -> mirage::mpk::decoder::DecoderConfig {\n    let mut cfg = model.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);\n    cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW;\n    if let Some(g) = DECODE_GROUPED_OUTPUT {\n        cfg.grouped_output = g;\n    }\n    cfg\n}\n",
+    );
     write_if_changed(&dest.join("decode_index.rs"), index.as_bytes())
 }
 

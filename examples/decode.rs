@@ -157,11 +157,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         )
     })?;
     let plan = mk.plan()?;
-    let mut cfg = model.decoder_config(DECODE_CAPACITY, DType::Bf16);
-    cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW;
-    if let Some(g) = DECODE_GROUPED_OUTPUT {
-        cfg.grouped_output = g;
-    }
+    let cfg = built_decoder_config(&model);
     if args.tokens == 0 || args.pos + args.tokens > DECODE_CAPACITY {
         return Err(format!(
             "--pos {} --tokens {}: expected at least one token and pos + tokens <= {DECODE_CAPACITY} (the KV cache's capacity)",

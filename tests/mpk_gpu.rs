@@ -133,13 +133,8 @@ fn two_layers_at_real_model_widths_match_the_cpu() -> R {
     // Llama-3.2-1B's widths (vocabulary 128256, hidden 2048, 32 heads of 64 over 8) and
     // Qwen3-0.6B's (q/k norm, 16 heads of 128 over hidden 1024), two layers each.
     for preset in ["llama-3.2-1b", "qwen3-0.6b"] {
-        let mut cfg =
-            ModelConfig::preset(preset).ok_or("a preset")?.decoder_config(DECODE_CAPACITY, mirage::ir::DType::Bf16);
+        let mut cfg = built_decoder_config(&ModelConfig::preset(preset).ok_or("a preset")?);
         cfg.layers = 2;
-        cfg.contiguous_below = DECODE_CONTIGUOUS_BELOW; // as the build script built it
-        if let Some(g) = DECODE_GROUPED_OUTPUT {
-            cfg.grouped_output = g;
-        }
         let graph = decoder_step(&step_name(preset, Some(2)), &cfg)?;
         // 8 steps at positions 509..517 over caches of random keys and values, then 3 at
         // 4154..4157 near the capacity (split-KV chunks of 260 keys: more than one key tile of
